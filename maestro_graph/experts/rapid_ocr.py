@@ -1,0 +1,51 @@
+"""RapidOCR 3.x (PP-OCR ONNX models shipped in the wheel): strong on clean rendered and scene text."""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+
+import numpy as np
+from PIL import Image
+
+from .protocols import TextBox
+
+__all__ = ["RapidOCRExpert"]
+
+
+class RapidOCRExpert:
+    """PP-OCR detection + recognition. The engine loads on the first call (~1 s) and is shared."""
+
+    def __init__(self, min_confidence: float = 0.3):
+        self.min_confidence = min_confidence
+        self._engine = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def unavailable_reason(cls, **_: object) -> str | None:
+        for module in ("rapidocr", "onnxruntime"):
+            if importlib.util.find_spec(module) is None:
+                return f"Python package {module!r} is not installed"
+        return None
+
+    def _get_engine(self):
+        if self._engine is None:
+            from rapidocr import RapidOCR
+
+            self._engine = RapidOCR(params={"Global.log_level": "critical"})
+        return self._engine
+
+    def ocr(self, image: Image.Image) -> list[TextBox]:
+        rgb = np.asarray(image.convert("RGB"))[:, :, ::-1]  # RapidOCR takes BGR like OpenCV
+        with self._lock:  # the ONNX sessions are not re-entrant across threads for the same engine object
+            result = self._get_engine()(np.ascontiguousarray(rgb))
+        if result is None or result.boxes is None or result.txts is None:
+            return []
+        boxes: list[TextBox] = []
+        for quad, text, score in zip(result.boxes, result.txts, result.scores):
+            if not text or not text.strip() or float(score) < self.min_confidence:
+                continue
+            xs = [float(p[0]) for p in quad]
+            ys = [float(p[1]) for p in quad]
+            boxes.append(TextBox(text.strip(), (min(xs), min(ys), max(xs), max(ys)), float(score)))
+        return boxes

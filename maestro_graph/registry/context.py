@@ -1,0 +1,89 @@
+"""What skill code receives: the request, the images, the pair's model, and access to tier-2 skills and experts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from PIL import Image
+
+from ..errors import ExpertUnavailable, InputError, SkillError
+from ..images import load_image
+from .handles import BoundExpert, Ledger
+from .skills import SkillSpec
+
+if TYPE_CHECKING:
+    from .registry import Registry
+
+__all__ = ["SkillContext"]
+
+
+@dataclass
+class SkillContext:
+    """Per-call context. Skill code reads `question`, `input`, `images`, `choices`, `instructions`, calls
+    `model.<method>(...)`, `expert(capability)` and `use(tier2_skill, ...)`."""
+
+    registry: "Registry"
+    skill: SkillSpec
+    model: BoundExpert
+    question: str
+    image_refs: list[str]
+    choices: list[str] | None = None
+    input: str = ""
+    ledger: Ledger = field(default_factory=Ledger)
+
+    @property
+    def instructions(self) -> str:
+        return self.skill.instructions
+
+    @property
+    def request(self) -> str:
+        """The policy's input text when it gave one, else the question."""
+        return self.input.strip() or self.question
+
+    @cached_property
+    def images(self) -> list[Image.Image]:
+        """The episode's images, loaded on first access; a bad image raises InputError naming it."""
+        if not self.image_refs:
+            raise InputError(f"skill {self.skill.name!r} needs an image and the request has none")
+        return [load_image(ref) for ref in self.image_refs]
+
+    @property
+    def image(self) -> Image.Image:
+        return self.images[0]
+
+    def expert(self, capability: str) -> BoundExpert:
+        """The pair's model when it has `capability`, else the first available registry model that has it."""
+        if self.model.has(capability):
+            return self.model
+        handle = self.registry.model_with(capability)
+        if handle is None:
+            raise ExpertUnavailable(f"no available model has capability {capability!r}")
+        return BoundExpert(handle, self.ledger)
+
+    def use(self, skill_name: str, **kwargs: Any) -> Any:
+        """Run a tier-2 skill with the best model for it (the pair's model when compatible)."""
+        spec = self.registry.skills.get(skill_name)
+        if spec is None:
+            raise SkillError(f"skill {self.skill.name!r} asked for unknown tier-2 skill {skill_name!r}")
+        if self.model.has_all(spec.requires):
+            model = self.model
+        else:
+            handle = self.registry.model_for(spec)
+            if handle is None:
+                raise ExpertUnavailable(f"no available model can run tier-2 skill {skill_name!r} (needs {spec.requires})")
+            model = BoundExpert(handle, self.ledger)
+        sub = SkillContext(
+            registry=self.registry,
+            skill=spec,
+            model=model,
+            question=self.question,
+            image_refs=self.image_refs,
+            choices=self.choices,
+            input=self.input,
+            ledger=self.ledger,
+        )
+        if "images" in self.__dict__:
+            sub.__dict__["images"] = self.__dict__["images"]
+        return spec.run(sub, **kwargs)

@@ -1,0 +1,182 @@
+"""Expert handles: lazy construction, per-card timeout and concurrency, and cost accounting of every call.
+
+Skills never hold an expert object directly; they call methods on a `BoundExpert`, which records each call (cost,
+latency, error) in the step's ledger. A call that exceeds the card's timeout raises `ExpertTimeout`; the worker
+thread cannot be killed and finishes in the background, but the episode goes on without it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ConfigError, ExpertError, ExpertTimeout, ExpertUnavailable
+from ..experts.protocols import ChatReply
+from .config import ModelCard, OpenAIBackend, PythonBackend, TransformersBackend
+
+__all__ = ["ExpertHandle", "BoundExpert", "CallRecord", "Ledger"]
+
+_POOL = ThreadPoolExecutor(max_workers=max(8, (os.cpu_count() or 2) * 4), thread_name_prefix="maestro-expert")
+
+
+def _import_entry(entry: str) -> type:
+    module_name, _, attr = entry.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ExpertUnavailable(f"cannot import {module_name!r}: {exc}") from exc
+    cls = getattr(module, attr, None)
+    if cls is None:
+        raise ConfigError(f"{module_name!r} has no attribute {attr!r}", field="backend.entry")
+    return cls
+
+
+@dataclass
+class CallRecord:
+    model: str
+    method: str
+    cost: float
+    latency_s: float
+    error: str | None = None
+
+
+@dataclass
+class Ledger:
+    """The expert calls made while one step ran."""
+
+    calls: list[CallRecord] = field(default_factory=list)
+
+    @property
+    def cost(self) -> float:
+        return sum(c.cost for c in self.calls)
+
+
+class ExpertHandle:
+    """One model card's expert, created on first use and shared by every episode in the process."""
+
+    def __init__(self, card: ModelCard):
+        self.card = card
+        self._expert: Any = None
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(card.concurrency)
+        self._unavailable: str | None | bool = False  # False = not checked yet
+
+    @property
+    def name(self) -> str:
+        return self.card.name
+
+    def unavailable_reason(self) -> str | None:
+        """Why this expert cannot run here, or None. Cheap: it does not load the model."""
+        if self._unavailable is False:
+            self._unavailable = self._check()
+        return self._unavailable  # type: ignore[return-value]
+
+    def _check(self) -> str | None:
+        backend = self.card.backend
+        if isinstance(backend, PythonBackend):
+            try:
+                cls = _import_entry(backend.entry)
+            except ExpertUnavailable as exc:
+                return str(exc)
+            check = getattr(cls, "unavailable_reason", None)
+            return check(**backend.options) if callable(check) else None
+        if isinstance(backend, OpenAIBackend):
+            if backend.api_key_env and not os.environ.get(backend.api_key_env):
+                return f"environment variable {backend.api_key_env} (the API key) is not set"
+            return None
+        if isinstance(backend, TransformersBackend):
+            from ..experts.transformers_chat import TransformersChatExpert
+
+            return TransformersChatExpert.unavailable_reason(**backend.model_dump(exclude={"type"}))
+        return None  # pragma: no cover - the discriminated union has no other member
+
+    def expert(self) -> Any:
+        with self._lock:
+            if self._expert is None:
+                reason = self.unavailable_reason()
+                if reason:
+                    raise ExpertUnavailable(f"model {self.name!r} is unavailable: {reason}")
+                self._expert = self._build()
+            return self._expert
+
+    def _build(self) -> Any:
+        backend = self.card.backend
+        if isinstance(backend, PythonBackend):
+            return _import_entry(backend.entry)(**backend.options)
+        if isinstance(backend, OpenAIBackend):
+            from ..experts.openai_chat import OpenAIChatExpert
+
+            return OpenAIChatExpert(**backend.model_dump(exclude={"type"}))
+        from ..experts.transformers_chat import TransformersChatExpert
+
+        return TransformersChatExpert(**backend.model_dump(exclude={"type"}))
+
+    def call(self, method: str, args: tuple, kwargs: dict, ledger: Ledger) -> Any:
+        """Run one expert method under the card's concurrency limit and timeout; record it in the ledger."""
+        start = time.perf_counter()
+        cost = self.card.cost.per_call
+        error: str | None = None
+        try:
+            expert = self.expert()
+            func = getattr(expert, method, None)
+            if not callable(func):
+                raise ExpertError(f"model {self.name!r} has no method {method!r} (check its capabilities)")
+            deadline = start + self.card.timeout_s
+            if not self._slots.acquire(timeout=self.card.timeout_s):
+                raise ExpertTimeout(f"model {self.name!r}: no free slot within {self.card.timeout_s}s")
+            future = _POOL.submit(func, *args, **kwargs)
+            future.add_done_callback(lambda _f: self._slots.release())
+            try:
+                result = future.result(timeout=max(0.0, deadline - time.perf_counter()))
+            except FutureTimeout as exc:
+                raise ExpertTimeout(f"model {self.name!r}.{method} timed out after {self.card.timeout_s}s") from exc
+            except ExpertError:
+                raise
+            except Exception as exc:  # the expert's own crash: record whose fault it was
+                raise ExpertError(f"model {self.name!r}.{method} failed: {exc.__class__.__name__}: {exc}") from exc
+            if isinstance(result, ChatReply):
+                cost += self.card.cost.per_1k_tokens * result.tokens / 1000
+            return result
+        except ExpertError as exc:
+            error = str(exc)
+            raise
+        finally:
+            ledger.calls.append(CallRecord(self.name, method, cost, time.perf_counter() - start, error))
+
+
+class BoundExpert:
+    """An expert as skill code sees it: `ctx.model.ocr(image)` calls through the handle into the step's ledger."""
+
+    def __init__(self, handle: ExpertHandle, ledger: Ledger):
+        self._handle = handle
+        self._ledger = ledger
+
+    @property
+    def name(self) -> str:
+        return self._handle.name
+
+    @property
+    def card(self) -> ModelCard:
+        return self._handle.card
+
+    def has(self, capability: str) -> bool:
+        return capability in self._handle.card.capabilities
+
+    def has_all(self, capabilities: tuple[str, ...] | list[str]) -> bool:
+        return all(self.has(c) for c in capabilities)
+
+    def __getattr__(self, method: str) -> Any:
+        if method.startswith("_"):
+            raise AttributeError(method)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._handle.call(method, args, kwargs, self._ledger)
+
+        return call
+

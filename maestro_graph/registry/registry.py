@@ -1,0 +1,185 @@
+"""The two-tier registry: model handles, skill specs, and the action space computed from capabilities."""
+
+from __future__ import annotations
+
+import importlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ConfigError, ExpertError, InputError, SkillError
+from ..types import Invoke, SkillResult, Step, pair_id
+from .config import ModelCard, PythonBackend, RegistryConfig, load_config
+from .context import SkillContext
+from .handles import BoundExpert, ExpertHandle, Ledger
+from .skills import SkillSpec, discover_skills
+
+__all__ = ["Registry", "Pair"]
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One action of the action space: a tier-1 skill run on a model that has what it needs."""
+
+    model: ModelCard
+    skill: SkillSpec
+
+    @property
+    def id(self) -> str:
+        return pair_id(self.model.name, self.skill.name)
+
+
+def _check_entry(card: ModelCard, index: int, source: str) -> None:
+    """A python entry whose module or class does not exist is a config error (a missing dependency is not)."""
+    if not isinstance(card.backend, PythonBackend):
+        return
+    module_name, _, attr = card.backend.entry.partition(":")
+    field = f"models.{index}.backend.entry"
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise ConfigError(f"no module {module_name!r} for model {card.name!r}", file=source, field=field) from exc
+        return  # a dependency of the module is missing: reported as unavailable
+    if not hasattr(module, attr):
+        raise ConfigError(f"module {module_name!r} has no class {attr!r} (model {card.name!r})", file=source, field=field)
+
+
+class Registry:
+    """Models and skills of one config. Building it is cheap: no model loads until a call needs it."""
+
+    def __init__(self, config: RegistryConfig, skills: dict[str, SkillSpec]):
+        self.config = config
+        self.models: dict[str, ExpertHandle] = {card.name: ExpertHandle(card) for card in config.models}
+        self.skills = skills
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> "Registry":
+        config = load_config(path)
+        for index, card in enumerate(config.models):
+            _check_entry(card, index, config.source)
+        skills = discover_skills(config.skill_paths())
+        if config.skills is not None:
+            unknown = sorted(set(config.skills) - set(skills))
+            if unknown:
+                raise ConfigError(
+                    f"unknown skills {unknown}; skills found: {sorted(skills)}", file=config.source, field="skills"
+                )
+            skills = {name: spec for name, spec in skills.items() if name in config.skills}
+        return cls(config, skills)
+
+    # -- the action space ---------------------------------------------------------------------------------------
+    def available(self, model: str) -> bool:
+        handle = self.models.get(model)
+        return handle is not None and handle.unavailable_reason() is None
+
+    @property
+    def tier1(self) -> list[SkillSpec]:
+        return [s for s in self.skills.values() if s.tier == 1]
+
+    def compatible(self, card: ModelCard, skill: SkillSpec) -> bool:
+        return set(skill.requires) <= set(card.capabilities)
+
+    def pairs(self) -> list[Pair]:
+        """Every available (model, tier-1 skill) whose model has all the capabilities the skill requires."""
+        return [
+            Pair(handle.card, skill)
+            for skill in self.tier1
+            for handle in self.models.values()
+            if self.compatible(handle.card, skill) and handle.unavailable_reason() is None
+        ]
+
+    def pair_ids(self) -> list[str]:
+        return [p.id for p in self.pairs()]
+
+    def invalid_reason(self, action: Invoke) -> str | None:
+        """Why an Invoke is not a valid action, phrased for the policy, or None when it is valid."""
+        valid = self.pair_ids()
+        hint = f"valid pairs: {valid}"
+        model = self.models.get(action.model)
+        skill = self.skills.get(action.skill)
+        if model is None:
+            return f"unknown model {action.model!r}; {hint}"
+        if skill is None or skill.tier != 1:
+            return f"unknown skill {action.skill!r}; {hint}"
+        if not self.compatible(model.card, skill):
+            return f"{action.pair} is not a valid pair: {action.model} lacks {sorted(set(skill.requires) - set(model.card.capabilities))}; {hint}"
+        reason = model.unavailable_reason()
+        if reason:
+            return f"model {action.model!r} is unavailable ({reason}); {hint}"
+        return None
+
+    # -- helpers for skill code ------------------------------------------------------------------------------------
+    def model_with(self, capability: str) -> ExpertHandle | None:
+        return next(
+            (h for h in self.models.values() if capability in h.card.capabilities and h.unavailable_reason() is None),
+            None,
+        )
+
+    def model_for(self, skill: SkillSpec) -> ExpertHandle | None:
+        return next(
+            (h for h in self.models.values() if self.compatible(h.card, skill) and h.unavailable_reason() is None),
+            None,
+        )
+
+    # -- running a step ------------------------------------------------------------------------------------------------
+    def run(self, action: Invoke, *, question: str, images: list[str], choices: list[str] | None = None) -> Step:
+        """Execute one action and return its Step. Never raises: every failure is recorded with whose fault it was."""
+        start = time.perf_counter()
+        step = Step(model=action.model, skill=action.skill, input=action.input)
+        reason = self.invalid_reason(action)
+        if reason:
+            step.error, step.error_kind = reason, "policy"
+            return step
+        ledger = Ledger()
+        ctx = SkillContext(
+            registry=self,
+            skill=self.skills[action.skill],
+            model=BoundExpert(self.models[action.model], ledger),
+            question=question,
+            image_refs=list(images),
+            choices=list(choices) if choices else None,
+            input=action.input,
+            ledger=ledger,
+        )
+        try:
+            result = ctx.skill.run(ctx)
+            if not isinstance(result, SkillResult):
+                raise SkillError(
+                    f"skill {action.skill!r} returned {type(result).__name__}; a tier-1 skill returns SkillResult"
+                )
+            step.evidence = result.evidence
+            step.answer = None if result.answer is None else str(result.answer).strip() or None
+            step.confidence = float(result.confidence)
+        except InputError as exc:
+            step.error, step.error_kind = str(exc), "input"
+        except ExpertError as exc:
+            step.error, step.error_kind = str(exc), "expert"
+        except Exception as exc:  # skill code is a plug-in: contain it and record the crash (an episode boundary)
+            step.error, step.error_kind = f"skill {action.skill!r} crashed: {exc.__class__.__name__}: {exc}", "skill"
+        step.cost = ledger.cost
+        step.calls = [c.__dict__ for c in ledger.calls]
+        step.latency_s = time.perf_counter() - start
+        return step
+
+    def describe(self) -> dict:
+        """Models (with availability), skills and pairs, for `maestro registry show`."""
+        return {
+            "config": self.config.source,
+            "models": [
+                {
+                    "name": h.name,
+                    "capabilities": h.card.capabilities,
+                    "backend": h.card.backend.type,
+                    "cost_per_call": h.card.cost.per_call,
+                    "available": h.unavailable_reason() is None,
+                    "reason": h.unavailable_reason(),
+                }
+                for h in self.models.values()
+            ],
+            "skills": [
+                {"name": s.name, "tier": s.tier, "requires": list(s.requires), "description": s.description}
+                for s in self.skills.values()
+            ],
+            "pairs": self.pair_ids(),
+        }

@@ -1,0 +1,186 @@
+"""Skill folders in the Agent Skills format, discovered by scanning directories.
+
+Loading is progressive: the front matter (name, description, metadata) is read and validated at start-up; the body
+and the code are read on first use. Our own keys live under `metadata:` (strings only, as the spec says):
+
+    metadata:
+      tier: "1"                      # 1 = the policy chooses it, 2 = building block for skill code
+      requires: "ocr"                # capabilities the model must have (comma-separated, all required)
+      entry: "skill.py:run"          # file inside the folder, and the function to call
+      keywords: "chart, bar, plot"   # optional, read by the keyword-rules policy
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from ..errors import SkillError
+
+__all__ = ["SkillSpec", "load_skill", "discover_skills", "MAX_NAME", "MAX_DESCRIPTION"]
+
+MAX_NAME = 64
+MAX_DESCRIPTION = 1024
+_NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+_ALLOWED_TOP = {"name", "description", "license", "compatibility", "metadata", "allowed-tools"}
+_FRONT_RE = re.compile(r"\A---\s*\n(.*?)\n---\s*(?:\n|\Z)(.*)\Z", re.S)
+
+
+def _split_csv(value: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in value.split(",") if p.strip())
+
+
+@dataclass
+class SkillSpec:
+    """A validated skill folder. `run` and `instructions` load lazily."""
+
+    name: str
+    description: str
+    tier: int
+    requires: tuple[str, ...]
+    entry_file: str
+    entry_func: str
+    folder: Path
+    keywords: tuple[str, ...] = ()
+    version: str = "1"
+    _body: str | None = field(default=None, repr=False)
+    _func: Callable[..., Any] | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def skill_md(self) -> Path:
+        return self.folder / "SKILL.md"
+
+    @property
+    def instructions(self) -> str:
+        """The SKILL.md body: the prompt used when the skill runs on a chat model."""
+        if self._body is None:
+            match = _FRONT_RE.match(self.skill_md.read_text(encoding="utf-8"))
+            self._body = match.group(2).strip() if match else ""
+        return self._body
+
+    @property
+    def run(self) -> Callable[..., Any]:
+        """The entry function, imported from the folder's file on first use."""
+        with self._lock:
+            if self._func is None:
+                self._func = self._import()
+            return self._func
+
+    def _import(self) -> Callable[..., Any]:
+        path = self.folder / self.entry_file
+        module_name = f"maestro_skill_{self.name.replace('-', '_')}"
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        if spec is None or spec.loader is None:
+            raise SkillError(f"cannot import {path}", file=str(self.skill_md), field="metadata.entry")
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:  # skill code is third-party: report whose fault it was
+            raise SkillError(
+                f"importing {path} failed: {exc.__class__.__name__}: {exc}",
+                file=str(self.skill_md),
+                field="metadata.entry",
+            ) from exc
+        func = getattr(module, self.entry_func, None)
+        if not callable(func):
+            raise SkillError(
+                f"{path} has no function {self.entry_func!r}; a skill entry is `def {self.entry_func}(ctx, ...)`",
+                file=str(self.skill_md),
+                field="metadata.entry",
+            )
+        return func
+
+
+def _problems(folder: Path, front: dict) -> list[tuple[str, str]]:
+    """Every problem at once, as (field, message)."""
+    problems: list[tuple[str, str]] = []
+    unknown = sorted(set(front) - _ALLOWED_TOP)
+    if unknown:
+        problems.append((unknown[0], f"unknown top-level keys {unknown}; put our own keys under `metadata:`"))
+    name = front.get("name")
+    if not isinstance(name, str) or not _NAME_RE.match(name) or len(name) > MAX_NAME:
+        problems.append(("name", f"must be lowercase letters, digits and hyphens, at most {MAX_NAME}; got {name!r}"))
+    elif name != folder.name:
+        problems.append(("name", f"must equal the folder name {folder.name!r}; got {name!r}"))
+    desc = front.get("description")
+    if not isinstance(desc, str) or not desc.strip() or len(desc) > MAX_DESCRIPTION:
+        problems.append(("description", f"must be a non-empty string of at most {MAX_DESCRIPTION} characters"))
+    meta = front.get("metadata")
+    if not isinstance(meta, dict):
+        problems.append(("metadata", "must be a mapping with tier, requires and entry"))
+        return problems
+    for key, value in meta.items():
+        if not isinstance(value, str):
+            problems.append((f"metadata.{key}", f"metadata values must be strings; got {value!r}"))
+    if str(meta.get("tier")) not in {"1", "2"}:
+        problems.append(("metadata.tier", f"must be \"1\" or \"2\"; got {meta.get('tier')!r}"))
+    if not _split_csv(str(meta.get("requires", ""))):
+        problems.append(("metadata.requires", "must name at least one capability, e.g. \"ocr\""))
+    entry = str(meta.get("entry", ""))
+    file_part, sep, func = entry.partition(":")
+    if not sep or not file_part or not func.isidentifier():
+        problems.append(("metadata.entry", f"must be `file.py:function`; got {entry!r}"))
+    elif not (folder / file_part).is_file():
+        problems.append(("metadata.entry", f"file {file_part!r} does not exist in {folder}"))
+    return problems
+
+
+def load_skill(folder: str | Path) -> SkillSpec:
+    """Read and validate one skill folder's front matter; code and body load on first use."""
+    folder = Path(folder)
+    skill_md = folder / "SKILL.md"
+    if not skill_md.is_file():
+        raise SkillError("missing SKILL.md", file=str(skill_md))
+    text = skill_md.read_text(encoding="utf-8")
+    match = _FRONT_RE.match(text)
+    if not match:
+        raise SkillError("SKILL.md must start with YAML front matter between `---` lines", file=str(skill_md))
+    try:
+        front = yaml.safe_load(match.group(1))
+    except yaml.YAMLError as exc:
+        raise SkillError(f"front matter is not valid YAML: {exc}", file=str(skill_md)) from exc
+    if not isinstance(front, dict):
+        raise SkillError("front matter must be a mapping", file=str(skill_md))
+    problems = _problems(folder, front)
+    if problems:
+        raise SkillError(
+            "; ".join(f"{f}: {m}" for f, m in problems), file=str(skill_md), field=", ".join(f for f, _ in problems)
+        )
+    meta = front["metadata"]
+    file_part, _, func = meta["entry"].partition(":")
+    return SkillSpec(
+        name=front["name"],
+        description=front["description"].strip(),
+        tier=int(meta["tier"]),
+        requires=_split_csv(meta["requires"]),
+        entry_file=file_part,
+        entry_func=func,
+        folder=folder.resolve(),
+        keywords=_split_csv(meta.get("keywords", "")),
+        version=str(meta.get("version", "1")),
+    )
+
+
+def discover_skills(dirs: list[Path]) -> dict[str, SkillSpec]:
+    """Every skill folder (a folder holding SKILL.md) directly under the given directories."""
+    skills: dict[str, SkillSpec] = {}
+    for base in dirs:
+        if not base.is_dir():
+            raise SkillError(f"skill directory {base} does not exist", field="skill_dirs")
+        for folder in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
+            spec = load_skill(folder)
+            if spec.name in skills:
+                raise SkillError(
+                    f"skill {spec.name!r} is defined twice ({skills[spec.name].folder} and {folder})",
+                    file=str(spec.skill_md),
+                    field="name",
+                )
+            skills[spec.name] = spec
+    return skills

@@ -1,0 +1,120 @@
+"""Scoring a predicted answer against a task's answer, shared by everything that scores (eval, rewards, oracle).
+
+numbers: relative tolerance after parsing (commas, units, %, $ stripped); yesno: also true/false; choice: by letter
+or by option text; pair `(a,b)`: by numbers; text: normalised exact match.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+
+__all__ = ["score", "parse_number", "normalize_text", "choice_letter", "DEFAULT_TOLERANCE"]
+
+DEFAULT_TOLERANCE = 0.0
+_NUMBER_RE = re.compile(r"[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_FRACTION_RE = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)\s*/\s*(\d+(?:\.\d+)?)\s*$")
+_LATEX_FRAC_RE = re.compile(r"\\d?frac\{([^{}]+)\}\{([^{}]+)\}")
+_YES = {"yes", "true", "y", "correct"}
+_NO = {"no", "false", "n", "incorrect"}
+
+
+def normalize_text(text: str) -> str:
+    """Lower case, NFKC, strip LaTeX `$`, braces, punctuation at the ends and inner extra spaces."""
+    text = unicodedata.normalize("NFKC", str(text)).strip().lower()
+    text = text.replace("$", "").replace("\\", "")
+    text = re.sub(r"\s+", " ", text)
+    return text.strip(" .,:;!?\"'`{}[]()")
+
+
+def parse_number(text: str | float | int | None) -> float | None:
+    """The number a short answer states: '$1,234.5' -> 1234.5, '45%' -> 45, '3/4' -> 0.75, '{7}' -> 7."""
+    if text is None:
+        return None
+    if isinstance(text, (int, float)):
+        return float(text)
+    s = unicodedata.normalize("NFKC", str(text)).strip()
+    s = _LATEX_FRAC_RE.sub(lambda m: f"{m.group(1)}/{m.group(2)}", s)
+    s = s.replace("−", "-").replace("$", "").replace("%", "").replace("°", "")
+    s = s.strip(" {}()[]\"'")
+    frac = _FRACTION_RE.match(s)
+    if frac:
+        den = float(frac.group(2))
+        return float(frac.group(1)) / den if den else None
+    for match in _NUMBER_RE.finditer(s):
+        token = match.group(0)
+        if any(ch.isdigit() for ch in token):
+            try:
+                return float(token.replace(",", "").replace("−", "-"))
+            except ValueError:
+                return None
+    return None
+
+
+def _numbers_close(pred: float, gold: float, tolerance: float) -> bool:
+    if math.isclose(pred, gold, rel_tol=1e-9, abs_tol=1e-9):
+        return True
+    return abs(pred - gold) <= tolerance * max(abs(gold), 1e-12)
+
+
+def choice_letter(index: int) -> str:
+    return chr(ord("A") + index)
+
+
+def _yesno(text: str) -> str | None:
+    words = normalize_text(text).split()
+    first = words[0] if words else ""
+    return "yes" if first in _YES else "no" if first in _NO else None
+
+
+def _pair(text: str) -> tuple[float, ...] | None:
+    nums = re.findall(r"-?\d+(?:\.\d+)?", str(text))
+    return tuple(float(n) for n in nums[:2]) if len(nums) >= 2 else None
+
+
+def _choice(pred: str, gold: str, choices: list[str] | None) -> bool:
+    """Right when the prediction names the gold option by letter or by its text."""
+    pred_n, gold_n = normalize_text(pred), normalize_text(gold)
+    if pred_n == gold_n:
+        return True
+    if not choices:
+        return False
+    options = [normalize_text(c) for c in choices]
+    gold_index = next((i for i, c in enumerate(options) if c == gold_n), None)
+    if gold_index is None and len(gold_n) == 1 and gold_n.isalpha():
+        gold_index = ord(gold_n) - ord("a")
+    if gold_index is None or gold_index >= len(options):
+        return False
+    letter = choice_letter(gold_index).lower()
+    option = options[gold_index]
+    # "B", "(B)", "B:" or "B. text" name the letter; otherwise the option text itself
+    if re.fullmatch(rf"\(?{letter}\)?[:.)]?(\s.*)?", pred_n) and not (len(pred_n) > 2 and pred_n in options):
+        return True
+    stripped = re.sub(r"^[a-z][:.)]\s*", "", option)
+    return pred_n in (option, stripped)
+
+
+def score(prediction: str | None, answer: str, answer_type: str, *, tolerance: float | None = None,
+          choices: list[str] | None = None) -> float:
+    """1.0 when the prediction is right, else 0.0 (a float so that partial credit can be added later)."""
+    if prediction is None or not str(prediction).strip():
+        return 0.0
+    pred = str(prediction)
+    if answer_type == "number":
+        p, g = parse_number(pred), parse_number(answer)
+        if p is None or g is None:
+            return float(normalize_text(pred) == normalize_text(answer))
+        return float(_numbers_close(p, g, tolerance or DEFAULT_TOLERANCE))
+    if answer_type == "yesno":
+        return float(_yesno(pred) is not None and _yesno(pred) == _yesno(answer))
+    if answer_type == "pair":
+        p, g = _pair(pred), _pair(answer)
+        return float(p is not None and p == g)
+    if answer_type == "choice":
+        return float(_choice(pred, answer, choices))
+    if answer_type == "text":
+        if choices:
+            return float(_choice(pred, answer, choices))
+        return float(normalize_text(pred) == normalize_text(answer))
+    raise ValueError(f"unknown answer_type {answer_type!r}; expected number, text, yesno, choice or pair")

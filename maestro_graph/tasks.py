@@ -1,0 +1,91 @@
+"""Task files (JSONL, image paths relative to the file), read item by item so one bad line loses nothing else."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError, field_validator
+
+from .registry.config import first_validation_problem
+
+__all__ = ["Task", "TaskProblem", "load_tasks", "ANSWER_TYPES"]
+
+ANSWER_TYPES = ("number", "text", "yesno", "choice", "pair")
+
+
+class Task(BaseModel):
+    """One item. Only `question`, `images` and `choices` ever reach a policy."""
+
+    id: str = Field(min_length=1)
+    question: str
+    images: list[str] = Field(default_factory=list)
+    choices: list[str] | None = None
+    answer: str | None = None
+    answer_type: Literal["number", "text", "yesno", "choice", "pair"] = "text"
+    tolerance: float | None = Field(None, ge=0)
+    source: str | None = None
+    domain: str | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("answer", mode="before")
+    @classmethod
+    def _answer_to_str(cls, value: Any) -> Any:
+        return None if value is None else str(value)
+
+    @field_validator("choices", mode="before")
+    @classmethod
+    def _choices_to_str(cls, value: Any) -> Any:
+        return [str(c) for c in value] if isinstance(value, list) else value
+
+
+@dataclass(frozen=True)
+class TaskProblem:
+    """A line of a task file that could not be used, and why."""
+
+    file: str
+    line: int
+    id: str | None
+    error: str
+
+
+def load_tasks(path: str | Path, *, check_images: bool = True) -> tuple[list[Task], list[TaskProblem]]:
+    """Parse a task file. Image paths become absolute; bad lines are returned as problems, not raised."""
+    path = Path(path)
+    base = path.parent.resolve()
+    tasks: list[Task] = []
+    problems: list[TaskProblem] = []
+    seen: set[str] = set()
+    with path.open(encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            raw_id = None
+            try:
+                raw = json.loads(line)
+                if not isinstance(raw, dict):
+                    raise ValueError("a task line must be a JSON object")
+                raw_id = raw.get("id")
+                task = Task.model_validate(raw)
+            except json.JSONDecodeError as exc:
+                problems.append(TaskProblem(str(path), number, None, f"malformed JSON: {exc}"))
+                continue
+            except ValidationError as exc:
+                problems.append(TaskProblem(str(path), number, raw_id, first_validation_problem(exc)[1]))
+                continue
+            except ValueError as exc:
+                problems.append(TaskProblem(str(path), number, raw_id, str(exc)))
+                continue
+            if task.id in seen:
+                problems.append(TaskProblem(str(path), number, task.id, f"duplicate id {task.id!r}"))
+                continue
+            images = [str((base / p).resolve()) if not p.startswith("data:") else p for p in task.images]
+            missing = [p for p in images if check_images and not p.startswith("data:") and not Path(p).is_file()]
+            if missing:
+                problems.append(TaskProblem(str(path), number, task.id, f"missing image {missing[0]}"))
+                continue
+            seen.add(task.id)
+            tasks.append(task.model_copy(update={"images": images}))
+    return tasks, problems
