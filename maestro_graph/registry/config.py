@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -110,7 +109,7 @@ def first_validation_problem(exc: ValidationError) -> tuple[str, str]:
 
 def default_config_path() -> Path:
     """The default registry shipped with the package: local CPU experts only."""
-    return Path(str(resources.files("maestro_graph") / "default_registry.yaml"))
+    return Path(__file__).resolve().parent.parent / "default_registry.yaml"
 
 
 def load_config(path: str | Path | None = None) -> RegistryConfig:

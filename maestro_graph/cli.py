@@ -1,0 +1,178 @@
+"""The `maestro` command: ask one question, predict over a task file, and inspect the registry."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .errors import MaestroError
+
+app = typer.Typer(
+    help="Maestro-Graph: answer questions about images by orchestrating expert models with a policy.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+skills_app = typer.Typer(help="Inspect the skill library.", no_args_is_help=True)
+registry_app = typer.Typer(help="Inspect the model registry and its action space.", no_args_is_help=True)
+app.add_typer(skills_app, name="skills")
+app.add_typer(registry_app, name="registry")
+console = Console()
+err = Console(stderr=True)
+
+RegistryOpt = typer.Option(None, "--registry", "-r", help="Registry config YAML (default: the packaged local one).")
+
+
+def _fail(message: str, code: int = 2) -> None:
+    err.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(code)
+
+
+def _registry(path: Optional[Path]):
+    from .registry import Registry
+
+    try:
+        return Registry.load(path)
+    except MaestroError as exc:
+        _fail(str(exc))
+
+
+def _threads() -> None:
+    """Two cores are easily oversubscribed: one intra-op thread per library unless the user says otherwise."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@app.command()
+def ask(
+    question: str = typer.Argument(..., help="The question, e.g. 'How many circles are there?'"),
+    image: list[Path] = typer.Option([], "--image", "-i", help="An image file (repeat for several)."),
+    choice: list[str] = typer.Option([], "--choice", "-c", help="A multiple-choice option (repeat)."),
+    policy: str = typer.Option("rules", "--policy", "-p", help="rules | random | fixed:MODEL@@SKILL"),
+    registry: Optional[Path] = RegistryOpt,
+    max_turns: int = typer.Option(4, min=1, help="Most expert calls before answering."),
+    max_cost: float = typer.Option(10.0, min=0, help="Cost budget of the episode, in card cost units."),
+    as_json: bool = typer.Option(False, "--json", help="Print the answer and trace as JSON."),
+    checkpoint_db: Optional[Path] = typer.Option(None, help="SQLite file to checkpoint the episode in."),
+    thread: Optional[str] = typer.Option(None, help="Thread id for the checkpoint (with --checkpoint-db)."),
+) -> None:
+    """Answer QUESTION about the images and print the answer with a table of the steps taken."""
+    _threads()
+    from .graph import MaestroContext, build_graph
+    from .images import load_image
+    from .policy import make_policy
+    from .runner import run_episode
+
+    if not question.strip():
+        _fail("the question is empty; ask something about the image, e.g. 'What is the total?'")
+    for path in image:
+        try:
+            load_image(str(path))
+        except MaestroError as exc:
+            _fail(str(exc))
+    reg = _registry(registry)
+    try:
+        pol = make_policy(policy)
+    except MaestroError as exc:
+        _fail(str(exc))
+    context = MaestroContext(max_turns=max_turns, max_cost=max_cost)
+    images = [str(p.resolve()) for p in image]
+    config = {}
+    if checkpoint_db:
+        import sqlite3
+
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        saver = SqliteSaver(sqlite3.connect(str(checkpoint_db), check_same_thread=False))
+        config = {"configurable": {"thread_id": thread or "default"}}
+    else:
+        saver = None
+    graph = build_graph(reg, pol, checkpointer=saver)
+    result = run_episode(graph, question, images, list(choice) or None, context=context, config=config)
+    if as_json:
+        print(json.dumps({"answer": result.answer, "stop_reason": result.stop_reason,
+                          "steps": [s.model_dump() for s in result.steps],
+                          "cost": result.cost, "latency_s": result.latency_s}, ensure_ascii=False, indent=2))
+        return
+    table = Table("#", "model", "skill", "answer", "latency (s)", "cost", "error", title="steps")
+    for i, step in enumerate(result.steps, start=1):
+        table.add_row(str(i), step.model, step.skill, str(step.answer), f"{step.latency_s:.2f}", f"{step.cost:.3f}",
+                      (step.error or "")[:80])
+    console.print(table)
+    console.print(f"[bold]answer:[/bold] {result.answer if result.answer is not None else '(no answer)'}"
+                  f"   [dim]({result.stop_reason}, {result.latency_s:.1f}s, cost {result.cost:.3f})[/dim]")
+
+
+@app.command()
+def predict(
+    tasks: Path = typer.Option(..., "--tasks", "-t", exists=True, dir_okay=False, help="Task file (JSONL)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Prediction file to write (JSONL)."),
+    policy: str = typer.Option("rules", "--policy", "-p", help="rules | random | fixed:MODEL@@SKILL | oracle"),
+    registry: Optional[Path] = RegistryOpt,
+    max_turns: int = typer.Option(4, min=1),
+    max_cost: float = typer.Option(10.0, min=0),
+    limit: Optional[int] = typer.Option(None, min=1, help="Only the first N items."),
+) -> None:
+    """Run POLICY over every item of a task file and write the prediction file; prints accuracy per source."""
+    _threads()
+    from .graph import MaestroContext
+    from .policy import make_policy
+    from .runner import predict as run_predict
+
+    reg = _registry(registry)
+    if policy != "oracle":
+        try:
+            make_policy(policy)
+        except MaestroError as exc:
+            _fail(str(exc))
+    summary = run_predict(reg, tasks, out, policy=policy, limit=limit,
+                          context=MaestroContext(max_turns=max_turns, max_cost=max_cost))
+    for problem in summary.skipped:
+        err.print(f"[yellow]skipped[/yellow] {problem.file}:{problem.line} ({problem.id}): {problem.error}")
+    table = Table("source", "items", "accuracy", title=f"{policy} on {tasks.name}")
+    for source, values in sorted(summary.by_source.items()):
+        table.add_row(source, str(len(values)), f"{sum(values) / len(values):.3f}")
+    console.print(table)
+    console.print(f"{summary.total} items, {summary.failed} failed, {len(summary.skipped)} skipped -> {out}")
+
+
+@skills_app.command("list")
+def skills_list(registry: Optional[Path] = RegistryOpt) -> None:
+    """List the skills found in the registry's skill folders."""
+    reg = _registry(registry)
+    table = Table("skill", "tier", "requires", "description")
+    for spec in sorted(reg.skills.values(), key=lambda s: (s.tier, s.name)):
+        table.add_row(spec.name, str(spec.tier), ", ".join(spec.requires), spec.description[:90])
+    console.print(table)
+
+
+@registry_app.command("show")
+def registry_show(registry: Optional[Path] = RegistryOpt,
+                  as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
+    """Show the models (with availability and the reason when unavailable), skills and compatible pairs."""
+    reg = _registry(registry)
+    info = reg.describe()
+    if as_json:
+        print(json.dumps(info, indent=2))
+        return
+    models = Table("model", "capabilities", "backend", "cost/call", "available", title=f"models ({info['config']})")
+    for m in info["models"]:
+        models.add_row(m["name"], ", ".join(m["capabilities"]), m["backend"], f"{m['cost_per_call']:g}",
+                       "yes" if m["available"] else f"[red]no[/red]: {m['reason']}")
+    console.print(models)
+    console.print(f"[bold]{len(info['pairs'])} pairs:[/bold] " + ", ".join(info["pairs"]))
+
+
+def main() -> None:  # pragma: no cover - console entry for `python -m maestro_graph.cli`
+    sys.exit(app())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,157 @@
+"""The decision process as a LangGraph StateGraph: router (the policy) -> one node per tier-1 skill -> router ...
+-> answer -> END. One factory builds it from a registry and a policy; the same graph serves the CLI, evaluation,
+rollouts, HTTP and LangGraph Studio."""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, TypedDict
+
+import numpy as np
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+from langgraph.types import Checkpointer, Command
+
+from .errors import ConfigError
+from .policy import DEFAULT_POLICY, ActionSpace, EpisodeView, Policy, best_candidate, make_policy
+from .registry import Registry
+from .types import Answer, Invoke, Step
+
+__all__ = ["MaestroContext", "MaestroInput", "MaestroOutput", "MaestroState", "build_graph", "ROUTER", "ANSWER"]
+
+ROUTER = "router"
+ANSWER = "answer"
+
+
+@dataclass
+class MaestroContext:
+    """Per-run settings (LangGraph runtime context): the budget and which policy decides."""
+
+    max_turns: int = 4
+    max_cost: float = 10.0
+    policy: str | None = None
+    """A policy name overriding the graph's policy for this run (e.g. "fixed:rapidocr@@chart-qa")."""
+    greedy: bool = True
+    seed: int | None = None
+
+
+class MaestroInput(TypedDict, total=False):
+    question: str
+    images: list[str]
+    choices: list[str] | None
+
+
+class MaestroOutput(TypedDict, total=False):
+    answer: str | None
+    steps: Annotated[list[dict], operator.add]
+    stop_reason: str
+
+
+class MaestroState(MaestroInput, MaestroOutput, total=False):
+    pending: dict | None
+
+
+def _steps(state: dict) -> list[Step]:
+    return [Step.model_validate(s) for s in state.get("steps", [])]
+
+
+def _view(state: dict, context: MaestroContext) -> EpisodeView:
+    choices = state.get("choices")
+    return EpisodeView(
+        question=state.get("question", "") or "",
+        images=tuple(state.get("images") or ()),
+        choices=tuple(choices) if choices else None,
+        steps=tuple(_steps(state)),
+        max_turns=context.max_turns,
+        max_cost=context.max_cost,
+    )
+
+
+def build_graph(
+    registry: Registry,
+    policy: Policy | None = None,
+    *,
+    checkpointer: Checkpointer = None,
+    name: str = "maestro",
+) -> Any:
+    """Compile the Maestro graph. `policy` defaults to the rules baseline; a run's context may name another."""
+    default_policy = policy or make_policy(DEFAULT_POLICY)
+    skill_nodes = [s.name for s in registry.tier1]
+    clash = {ROUTER, ANSWER} & set(skill_nodes)
+    if clash:
+        raise ConfigError(f"skill names {sorted(clash)} are reserved for graph nodes; rename the skill folder")
+    named: dict[str, Policy] = {}
+
+    def resolve(context: MaestroContext) -> Policy:
+        if context.policy is None:
+            return default_policy
+        if context.policy not in named:
+            named[context.policy] = make_policy(context.policy)
+        return named[context.policy]
+
+    def router(state: MaestroState, runtime: Runtime[MaestroContext]) -> Command[Literal["answer"]]:
+        context = runtime.context or MaestroContext()
+        view = _view(state, context)
+        write = runtime.stream_writer
+        if not view.question.strip() and not view.images:
+            return Command(goto=ANSWER, update={"answer": None, "stop_reason": "input error: empty question and no image"})
+        if view.turns_left <= 0 or view.cost_left <= 0:
+            return Command(goto=ANSWER, update={"answer": best_candidate(view.steps), "stop_reason": "budget"})
+        space = ActionSpace.build(registry, view)
+        policy = resolve(context)
+        dist = policy.distribution(view, space)
+        if context.greedy:
+            action = dist.greedy()
+        else:
+            rng = np.random.default_rng([context.seed or 0, view.turn, len(view.question)])
+            action = dist.sample(rng)
+        write({"event": "decision", "turn": view.turn, "policy": policy.name, "action": _describe(action),
+               "log_prob": dist.log_prob(action)})
+        if isinstance(action, Answer):
+            return Command(goto=ANSWER, update={"answer": action.text, "stop_reason": "policy"})
+        reason = registry.invalid_reason(action)
+        if reason:  # the policy's mistake becomes an observation and costs a turn
+            step = Step(model=action.model, skill=action.skill, input=action.input, error=reason, error_kind="policy")
+            write({"event": "step", **step.model_dump(exclude={"calls"})})
+            return Command(goto=ROUTER, update={"steps": [step.model_dump()]})
+        return Command(goto=action.skill, update={"pending": {"model": action.model, "skill": action.skill,
+                                                              "input": action.input}})
+
+    def make_skill_node(skill: str):
+        def run_skill(state: MaestroState, runtime: Runtime[MaestroContext]) -> dict:
+            pending = state.get("pending") or {}
+            action = Invoke(pending.get("model", ""), skill, pending.get("input", ""))
+            step = registry.run(
+                action, question=state.get("question", "") or "", images=state.get("images") or [],
+                choices=state.get("choices"),
+            )
+            runtime.stream_writer({"event": "step", **step.model_dump(exclude={"calls"})})
+            return {"steps": [step.model_dump()], "pending": None}
+
+        run_skill.__name__ = f"skill_{skill.replace('-', '_')}"
+        return run_skill
+
+    def answer(state: MaestroState, runtime: Runtime[MaestroContext]) -> dict:
+        final = state.get("answer")
+        reason = state.get("stop_reason") or "policy"
+        runtime.stream_writer({"event": "answer", "answer": final, "stop_reason": reason})
+        return {"answer": final, "stop_reason": reason}
+
+    builder = StateGraph(
+        MaestroState, context_schema=MaestroContext, input_schema=MaestroInput, output_schema=MaestroOutput
+    )
+    builder.add_node(ROUTER, router, destinations=(*skill_nodes, ANSWER, ROUTER))
+    for skill in skill_nodes:
+        builder.add_node(skill, make_skill_node(skill))
+        builder.add_edge(skill, ROUTER)
+    builder.add_node(ANSWER, answer)
+    builder.add_edge(START, ROUTER)
+    builder.add_edge(ANSWER, END)
+    return builder.compile(checkpointer=checkpointer, name=name)
+
+
+def _describe(action: Invoke | Answer) -> dict:
+    if isinstance(action, Answer):
+        return {"type": "answer", "text": action.text}
+    return {"type": "invoke", "pair": action.pair, "input": action.input}

@@ -1,0 +1,147 @@
+"""The policy protocol: given what the episode has seen and the current action set, a distribution over actions.
+
+Like a Gym agent, a policy sees an observation (`EpisodeView`: question, image references, choices, the steps so far
+and the budget, never the task's answer, source, domain or meta) and an action space (`ActionSpace`: the valid pairs
+with their cards, and the candidate answers gathered so far). It returns a `Distribution`, so the same object
+serves sampling (training) and greedy decoding (serving).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from ..registry import Pair, Registry
+from ..scoring import normalize_text
+from ..types import Action, Answer, Invoke, Step
+
+__all__ = ["EpisodeView", "ActionSpace", "Distribution", "Policy", "best_candidate"]
+
+
+def best_candidate(steps: list[Step] | tuple[Step, ...]) -> str | None:
+    """The candidate answer with the most support: agreement between steps first, then confidence."""
+    support: dict[str, float] = {}
+    first: dict[str, str] = {}
+    votes: Counter[str] = Counter()
+    for step in steps:
+        if step.error or step.answer is None:
+            continue
+        key = normalize_text(step.answer)
+        first.setdefault(key, step.answer)
+        votes[key] += 1
+        support[key] = max(support.get(key, 0.0), step.confidence)
+    if not votes:
+        return None
+    key = max(votes, key=lambda k: (votes[k], support[k]))
+    return first[key]
+
+
+@dataclass(frozen=True)
+class EpisodeView:
+    """What a policy may see of an episode."""
+
+    question: str
+    images: tuple[str, ...]
+    choices: tuple[str, ...] | None
+    steps: tuple[Step, ...]
+    max_turns: int
+    max_cost: float
+
+    @property
+    def turn(self) -> int:
+        return len(self.steps)
+
+    @property
+    def cost(self) -> float:
+        return sum(s.cost for s in self.steps)
+
+    @property
+    def turns_left(self) -> int:
+        return self.max_turns - self.turn
+
+    @property
+    def cost_left(self) -> float:
+        return self.max_cost - self.cost
+
+    def called(self, pair: str) -> bool:
+        return any(s.pair == pair for s in self.steps)
+
+    def candidates(self) -> list[str]:
+        """Distinct candidate answers so far, in the order they appeared."""
+        seen: dict[str, str] = {}
+        for step in self.steps:
+            if not step.error and step.answer is not None:
+                seen.setdefault(normalize_text(step.answer), step.answer)
+        return list(seen.values())
+
+
+@dataclass(frozen=True)
+class ActionSpace:
+    """The actions valid now: invoking any available compatible pair whose call cost fits the budget, or answering
+    with one of the candidates (or an explicit no-answer when there is none)."""
+
+    pairs: tuple[Pair, ...]
+    answers: tuple[Answer, ...]
+
+    @classmethod
+    def build(cls, registry: Registry, view: EpisodeView) -> "ActionSpace":
+        pairs = tuple(p for p in registry.pairs() if p.model.cost.per_call <= view.cost_left)
+        candidates = view.candidates()
+        answers = tuple(Answer(c) for c in candidates) if candidates else (Answer(None),)
+        return cls(pairs, answers)
+
+    @property
+    def invokes(self) -> tuple[Invoke, ...]:
+        return tuple(Invoke(p.model.name, p.skill.name) for p in self.pairs)
+
+    @property
+    def actions(self) -> tuple[Action, ...]:
+        return self.invokes + self.answers
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """A finite distribution over actions."""
+
+    actions: tuple[Action, ...]
+    probs: np.ndarray
+
+    def __post_init__(self) -> None:
+        if len(self.actions) != len(self.probs) or not self.actions:
+            raise ValueError("a distribution needs one probability per action and at least one action")
+        if not np.isclose(self.probs.sum(), 1.0) or (self.probs < 0).any():
+            raise ValueError(f"probabilities must be non-negative and sum to 1, got {self.probs}")
+
+    @classmethod
+    def certain(cls, action: Action) -> "Distribution":
+        return cls((action,), np.ones(1))
+
+    @classmethod
+    def uniform(cls, actions: tuple[Action, ...]) -> "Distribution":
+        return cls(actions, np.full(len(actions), 1.0 / len(actions)))
+
+    def greedy(self) -> Action:
+        return self.actions[int(np.argmax(self.probs))]
+
+    def sample(self, rng: np.random.Generator) -> Action:
+        return self.actions[int(rng.choice(len(self.actions), p=self.probs))]
+
+    def log_prob(self, action: Action) -> float:
+        p = sum(float(q) for a, q in zip(self.actions, self.probs) if a == action)
+        return float(np.log(p)) if p > 0 else float("-inf")
+
+    def entropy(self) -> float:
+        p = self.probs[self.probs > 0]
+        return float(-(p * np.log(p)).sum())
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Anything with a name and `distribution(view, space)`."""
+
+    name: str
+
+    def distribution(self, view: EpisodeView, space: ActionSpace) -> Distribution: ...

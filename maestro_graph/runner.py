@@ -1,0 +1,148 @@
+"""Running episodes through the graph: one at a time (`run_episode`) or over a task file (`predict`)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterator
+
+from tqdm import tqdm
+
+from .graph import MaestroContext, build_graph
+from .policy import OraclePolicy, Policy, make_policy
+from .registry import Registry
+from .scoring import score
+from .tasks import Task, TaskProblem, load_tasks
+from .types import Step
+
+__all__ = ["EpisodeResult", "run_episode", "predict", "PredictSummary"]
+
+
+@dataclass
+class EpisodeResult:
+    """One finished episode. `error` is set only when the episode itself could not run (never for expert faults,
+    which are recorded in the steps)."""
+
+    answer: str | None
+    steps: list[Step]
+    stop_reason: str
+    latency_s: float
+    error: str | None = None
+
+    @property
+    def cost(self) -> float:
+        return sum(s.cost for s in self.steps)
+
+    def prediction(self, task_id: str) -> dict[str, Any]:
+        """A prediction-file record (DESIGN.md)."""
+        return {
+            "id": task_id,
+            "answer": self.answer,
+            "steps": [
+                {"model": s.model, "skill": s.skill, "cost": round(s.cost, 6), "latency_s": round(s.latency_s, 4),
+                 "answer": s.answer, "error": s.error}
+                for s in self.steps
+            ],
+            "cost": round(self.cost, 6),
+            "latency_s": round(self.latency_s, 4),
+            "stop_reason": self.stop_reason,
+            "error": self.error,
+        }
+
+
+def run_episode(
+    graph: Any,
+    question: str,
+    images: list[str],
+    choices: list[str] | None = None,
+    *,
+    context: MaestroContext | None = None,
+    config: dict | None = None,
+) -> EpisodeResult:
+    """Run one episode to its end. The recursion limit follows the turn budget (two supersteps per turn)."""
+    context = context or MaestroContext()
+    run_config = {"recursion_limit": 2 * context.max_turns + 6, **(config or {})}
+    start = time.perf_counter()
+    out = graph.invoke({"question": question, "images": images, "choices": choices}, run_config, context=context)
+    return EpisodeResult(
+        answer=out.get("answer"),
+        steps=[Step.model_validate(s) for s in out.get("steps", [])],
+        stop_reason=out.get("stop_reason", ""),
+        latency_s=time.perf_counter() - start,
+    )
+
+
+def _judge(task: Task):
+    return lambda candidate: score(candidate, task.answer or "", task.answer_type, tolerance=task.tolerance,
+                                   choices=task.choices) >= 1.0
+
+
+@dataclass
+class PredictSummary:
+    """Counts of a predict run, with accuracy per source (items with an answer key only)."""
+
+    total: int = 0
+    failed: int = 0
+    skipped: list[TaskProblem] = field(default_factory=list)
+    by_source: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+
+    def accuracy(self) -> dict[str, float]:
+        return {src: sum(v) / len(v) for src, v in sorted(self.by_source.items()) if v}
+
+
+def _episodes(registry: Registry, tasks: list[Task], policy_name: str, context: MaestroContext
+              ) -> Iterator[tuple[Task, EpisodeResult]]:
+    if policy_name == "oracle":
+        # the oracle tries every pair: give it a turn per pair and no cost cap
+        context = replace(context, max_turns=len(registry.pairs()) + 1, max_cost=float("inf"))
+        for task in tasks:
+            yield task, _safe_episode(build_graph(registry, OraclePolicy(_judge(task))), task, context)
+        return
+    policy: Policy = make_policy(policy_name)
+    graph = build_graph(registry, policy)
+    for task in tasks:
+        yield task, _safe_episode(graph, task, context)
+
+
+def _safe_episode(graph: Any, task: Task, context: MaestroContext) -> EpisodeResult:
+    try:
+        return run_episode(graph, task.question, task.images, task.choices, context=context)
+    except Exception as exc:  # batch boundary: one broken item must not stop the run; it is recorded
+        return EpisodeResult(None, [], "error", 0.0, error=f"{exc.__class__.__name__}: {exc}")
+
+
+def predict(
+    registry: Registry,
+    tasks_file: str | Path,
+    out_file: str | Path,
+    *,
+    policy: str,
+    context: MaestroContext | None = None,
+    limit: int | None = None,
+    progress: bool = True,
+) -> PredictSummary:
+    """Write one prediction per task; bad lines of the task file are reported and skipped."""
+    tasks, problems = load_tasks(tasks_file)
+    tasks = tasks[:limit] if limit else tasks
+    summary = PredictSummary(total=len(tasks), skipped=problems)
+    out_path = Path(out_file)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    bar = tqdm(total=len(tasks), desc=f"predict {policy}", unit="item", disable=not progress)
+    with out_path.open("w", encoding="utf-8") as out:
+        for task, result in _episodes(registry, tasks, policy, context or MaestroContext()):
+            record = result.prediction(task.id)
+            if task.answer is not None:
+                record["score"] = score(result.answer, task.answer, task.answer_type, tolerance=task.tolerance,
+                                        choices=task.choices)
+                summary.by_source[task.source or "unknown"].append(record["score"])
+            summary.failed += result.error is not None
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            out.flush()
+            scored = [s for v in summary.by_source.values() for s in v]
+            bar.set_postfix(acc=f"{sum(scored) / max(1, len(scored)):.3f}", failed=summary.failed)
+            bar.update()
+    bar.close()
+    return summary

@@ -1,0 +1,158 @@
+"""Chart text from OCR boxes: numbers, tick-label axes (pixel -> value by a linear fit), data labels, name lookup.
+
+OCR engines differ in granularity (RapidOCR gives one box per label, Tesseract one box per line), so boxes holding
+several tokens are first split into per-token boxes by character position.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from difflib import SequenceMatcher
+
+import numpy as np
+
+from maestro_graph.experts.protocols import TextBox
+
+_NUMBER = re.compile(r"^[(\[]?[-−–+]?[$€£]?(\d{1,3}(?:,\d{3})+|\d*\.?\d+)\s*(%|[kKmMbB])?[)\]]?$")
+_SCALE = {"k": 1e3, "m": 1e6, "b": 1e9}
+MIN_TICKS = 3
+MAX_TICK_RESIDUAL = 0.04  # of the fitted span: tick labels sit on a straight scale
+
+
+def parse_number(text: str) -> float | None:
+    """A label's number ('1,200', '-5', '35%', '2.5M', '$40') or None when the text is not a single number."""
+    t = text.strip().replace("O", "0") if re.fullmatch(r"[\dO.,%-]+", text.strip()) else text.strip()
+    m = _NUMBER.match(t.replace(" ", ""))
+    if not m:
+        return None
+    value = float(m.group(1).replace(",", ""))
+    if t.lstrip("([$€£").startswith(("-", "−", "–")):
+        value = -value
+    if m.group(2) and m.group(2).lower() in _SCALE:
+        value *= _SCALE[m.group(2).lower()]
+    return value
+
+
+def split_tokens(boxes: list[TextBox]) -> list[TextBox]:
+    """Split multi-token boxes whose tokens are all numbers (a Tesseract line of tick labels) by character offsets."""
+    out: list[TextBox] = []
+    for b in boxes:
+        tokens = b.text.split()
+        if len(tokens) < 2 or not all(parse_number(t) is not None for t in tokens):
+            out.append(b)
+            continue
+        per_char = (b.box[2] - b.box[0]) / max(len(b.text), 1)
+        pos = 0
+        for tok in tokens:
+            start = b.text.index(tok, pos)
+            pos = start + len(tok)
+            x0 = b.box[0] + start * per_char
+            out.append(TextBox(tok, (x0, b.box[1], x0 + len(tok) * per_char, b.box[3]), b.confidence))
+    return out
+
+
+@dataclass
+class Axis:
+    """A numeric axis: value = slope * pixel + intercept along `direction` ('x': columns, 'y': rows)."""
+
+    direction: str
+    slope: float
+    intercept: float
+    ticks: list[TextBox]
+
+    def value(self, pixel: float) -> float:
+        return self.slope * pixel + self.intercept
+
+    def pixel(self, value: float) -> float:
+        return (value - self.intercept) / self.slope
+
+    @property
+    def span(self) -> float:
+        values = [parse_number(t.text) for t in self.ticks]
+        return max(values) - min(values)
+
+    @property
+    def extent(self) -> tuple[float, float]:
+        """Pixel range covered by the tick labels along the axis direction."""
+        centers = [t.cx if self.direction == "x" else t.cy for t in self.ticks]
+        return min(centers), max(centers)
+
+
+def _fit(group: list[TextBox], direction: str) -> Axis | None:
+    pos = np.array([b.cx if direction == "x" else b.cy for b in group])
+    val = np.array([parse_number(b.text) for b in group])
+    if len(set(val)) < MIN_TICKS or np.ptp(pos) < 1e-6:
+        return None
+    slope, intercept = np.polyfit(pos, val, 1)
+    residual = np.abs(slope * pos + intercept - val).max()
+    if residual > MAX_TICK_RESIDUAL * np.ptp(val):
+        return None
+    if direction == "y" and slope >= 0 or direction == "x" and slope <= 0:
+        return None  # values grow upwards / rightwards on ordinary axes
+    return Axis(direction, float(slope), float(intercept), sorted(group, key=lambda b: b.cx if direction == "x" else b.cy))
+
+
+def _aligned_groups(boxes: list[TextBox], key, tolerance: float) -> list[list[TextBox]]:
+    groups: list[list[TextBox]] = []
+    for b in sorted(boxes, key=key):
+        if groups and abs(key(b) - key(groups[-1][-1])) <= tolerance:
+            groups[-1].append(b)
+        else:
+            groups.append([b])
+    return [g for g in groups if len(g) >= MIN_TICKS]
+
+
+def find_axes(boxes: list[TextBox], size: tuple[int, int]) -> dict[str, Axis]:
+    """The best x axis (numbers in one row) and y axis (numbers in one column, right-aligned) the labels support."""
+    numeric = [b for b in boxes if parse_number(b.text) is not None]
+    width, height = size
+    found: dict[str, Axis] = {}
+    for direction, key, tol in (
+        ("x", lambda b: b.cy, 0.01 * height),
+        ("y", lambda b: b.box[2], 0.01 * width),
+        ("y", lambda b: b.cx, 0.01 * width),
+    ):
+        for group in _aligned_groups(numeric, key, tol):
+            axis = _fit(group, direction)
+            if axis and (direction not in found or len(axis.ticks) > len(found[direction].ticks)):
+                found[direction] = axis
+    return found
+
+
+def data_labels(boxes: list[TextBox], axes: dict[str, Axis]) -> list[tuple[float, TextBox]]:
+    """Numbers printed in the chart that are not tick labels of a found axis (values written on marks)."""
+    ticks = {id(t) for axis in axes.values() for t in axis.ticks}
+    out = []
+    for b in boxes:
+        value = parse_number(b.text)
+        if value is not None and id(b) not in ticks:
+            out.append((value, b))
+    return out
+
+
+def normalize(text: str) -> str:
+    return re.sub(r"[^a-z0-9.%+-]+", " ", text.lower()).strip()
+
+
+def similarity(a: str, b: str) -> float:
+    a, b = normalize(a), normalize(b)
+    if not a or not b:
+        return 0.0
+    if a == b:
+        return 1.0
+    return SequenceMatcher(None, a, b).ratio()
+
+
+def find_name(boxes: list[TextBox], name: str, threshold: float = 0.75) -> TextBox | None:
+    """The box whose text best matches `name` (whole box, or a box that contains the name as a phrase)."""
+    best, best_score = None, threshold
+    target = normalize(name)
+    for b in boxes:
+        text = normalize(b.text)
+        score = similarity(text, target)
+        if score < 1.0 and len(target) >= 3 and re.search(rf"(^| ){re.escape(target)}( |$)", text):
+            score = max(score, 0.9)
+        if score > best_score or score == best_score and best is not None and b.height > best.height:
+            best, best_score = b, score
+    return best

@@ -1,0 +1,32 @@
+"""Shared fixtures: one registry per session (models load once), and the real-item samples under tests/data/real."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from pathlib import Path
+
+import pytest
+
+from maestro_graph.registry import Registry
+from maestro_graph.tasks import Task, load_tasks
+
+DATA = Path(__file__).parent / "data"
+REAL = DATA / "real"
+
+
+@pytest.fixture(scope="session")
+def registry() -> Registry:
+    return Registry.load()
+
+
+def real_tasks(area: str) -> list[Task]:
+    """The real benchmark items sampled for one area (tests/data/real/<area>/tasks.jsonl)."""
+    tasks, problems = load_tasks(REAL / area / "tasks.jsonl")
+    assert not problems, problems
+    return tasks

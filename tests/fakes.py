@@ -1,0 +1,37 @@
+"""Faulty experts for fault-containment tests. They stand in for real experts that crash or hang, which cannot be
+made to fail on demand; every other test uses the real experts."""
+
+from __future__ import annotations
+
+import time
+
+from maestro_graph.experts.protocols import TextBox
+
+
+class CrashingOCRExpert:
+    """An OCR expert whose every call raises."""
+
+    def ocr(self, image):
+        raise RuntimeError("simulated engine crash")
+
+
+class HangingOCRExpert:
+    """An OCR expert that answers only after `delay_s` (longer than its card's timeout in the tests)."""
+
+    def __init__(self, delay_s: float = 5.0):
+        self.delay_s = delay_s
+
+    def ocr(self, image):
+        time.sleep(self.delay_s)
+        return [TextBox("late", (0, 0, 1, 1), 1.0)]
+
+
+class MissingBinaryExpert:
+    """An expert whose availability check fails, like Tesseract without its binary."""
+
+    @classmethod
+    def unavailable_reason(cls, **_):
+        return "the `nonexistent-binary` program is not on PATH"
+
+    def ocr(self, image):  # pragma: no cover - never called: the registry refuses unavailable models
+        raise AssertionError("unavailable expert was called")

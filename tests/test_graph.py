@@ -1,0 +1,140 @@
+"""The graph end to end with real experts: routing, streaming, budget, policy mistakes, faults and bad inputs."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+from langgraph.checkpoint.sqlite import SqliteSaver
+
+from maestro_graph.graph import MaestroContext, build_graph
+from maestro_graph.policy import make_policy
+from maestro_graph.registry import Registry
+from maestro_graph.runner import run_episode
+
+ROOT = Path(__file__).resolve().parents[1]
+CIRCLES = str(ROOT / "examples" / "circles.png")
+QRCODE = str(ROOT / "examples" / "qrcode.png")
+COUNT_Q = "How many circles are in the image?"
+
+
+@pytest.fixture(scope="module")
+def graph(registry):
+    return build_graph(registry)
+
+
+def test_graph_shape_has_one_node_per_tier1_skill(registry, graph):
+    mermaid = graph.get_graph().draw_mermaid()
+    for skill in registry.tier1:
+        assert f"router -.-> {skill.name};" in mermaid
+        assert f"{skill.name} --> router;" in mermaid
+    assert "router -.-> answer;" in mermaid and "answer --> __end__;" in mermaid
+    assert "__start__ --> router;" in mermaid
+
+
+def test_rules_policy_answers_and_streams_each_step(graph):
+    events = list(graph.stream({"question": COUNT_Q, "images": [CIRCLES]}, stream_mode=["custom", "values"],
+                               context=MaestroContext()))
+    custom = [payload for mode, payload in events if mode == "custom"]
+    kinds = [e["event"] for e in custom]
+    assert kinds[0] == "decision" and "step" in kinds and kinds[-1] == "answer"
+    step = next(e for e in custom if e["event"] == "step")
+    assert step["skill"] == "counting" and step["model"] == "opencv-vision" and step["error"] is None
+    final = [payload for mode, payload in events if mode == "values"][-1]
+    assert final["answer"] == "7"
+
+
+def test_policy_from_run_context_and_barcode(graph):
+    result = run_episode(graph, "What is the value encoded in this code?", [QRCODE],
+                         context=MaestroContext(policy="fixed:zxing@@barcode-reading"))
+    assert result.answer == "Wikipedia"
+    assert [s.pair for s in result.steps] == ["zxing@@barcode-reading"]
+    assert result.cost > 0
+
+
+def test_invalid_pair_becomes_an_observation_not_a_crash(graph):
+    result = run_episode(graph, COUNT_Q, [CIRCLES], context=MaestroContext(policy="fixed:zxing@@counting"))
+    assert result.answer is None
+    assert result.steps[0].error_kind == "policy"
+    assert "zxing@@counting is not a valid pair" in result.steps[0].error
+    assert "opencv-vision@@counting" in result.steps[0].error  # the observation lists valid pairs
+
+
+def test_budget_limits_turns(registry):
+    graph = build_graph(registry, make_policy("random"))
+    for seed in range(3):
+        result = run_episode(graph, COUNT_Q, [CIRCLES], context=MaestroContext(max_turns=1, greedy=False, seed=seed))
+        assert len(result.steps) <= 1
+        assert result.stop_reason in {"policy", "budget"}
+
+
+@pytest.mark.parametrize("content", [b"", b"GIF89a truncated", b"\x89PNG\r\n\x1a\n" + b"\x00" * 20])
+def test_corrupt_image_ends_with_no_answer_and_says_why(graph, tmp_path, content):
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(content)
+    result = run_episode(graph, COUNT_Q, [str(bad)])
+    assert result.answer is None
+    assert result.steps and all(s.error_kind == "input" for s in result.steps)
+    assert str(bad) in result.steps[0].error
+
+
+def test_missing_image_and_empty_request(graph, tmp_path):
+    result = run_episode(graph, COUNT_Q, [str(tmp_path / "nope.png")])
+    assert result.answer is None and "no such file" in result.steps[0].error
+    empty = run_episode(graph, "   ", [])
+    assert empty.answer is None and empty.stop_reason.startswith("input error") and not empty.steps
+
+
+FAULTY = """\
+skill_dirs: ["{skills}"]
+models:
+  - name: crasher
+    description: OCR that crashes.
+    capabilities: [ocr]
+    backend: {{type: python, entry: "fakes:CrashingOCRExpert"}}
+    cost: {{per_call: 0.25}}
+  - name: sleeper
+    description: OCR that hangs.
+    capabilities: [ocr]
+    timeout_s: 0.5
+    backend: {{type: python, entry: "fakes:HangingOCRExpert", options: {{delay_s: 3}}}}
+"""
+
+
+@pytest.fixture(scope="module")
+def faulty_graph(tmp_path_factory):
+    path = tmp_path_factory.mktemp("faulty") / "registry.yaml"
+    path.write_text(FAULTY.format(skills=ROOT / "skills"))
+    return build_graph(Registry.load(path))
+
+
+def test_expert_crash_is_contained_and_charged(faulty_graph):
+    result = run_episode(faulty_graph, "What does the sign say?", [CIRCLES],
+                         context=MaestroContext(policy="fixed:crasher@@text-reading"))
+    assert result.answer is None
+    step = result.steps[0]
+    assert step.error_kind == "expert" and "simulated engine crash" in step.error
+    assert step.cost == pytest.approx(0.25)  # failed calls are charged
+
+
+def test_expert_timeout_is_contained(faulty_graph):
+    start = time.perf_counter()
+    result = run_episode(faulty_graph, "What does the sign say?", [CIRCLES],
+                         context=MaestroContext(policy="fixed:sleeper@@text-reading"))
+    assert time.perf_counter() - start < 2.5
+    assert result.answer is None and result.steps[0].error_kind == "expert"
+    assert "timed out after 0.5s" in result.steps[0].error
+
+
+def test_sqlite_checkpointer_keeps_thread_history(registry, tmp_path):
+    saver = SqliteSaver(sqlite3.connect(str(tmp_path / "ckpt.sqlite"), check_same_thread=False))
+    graph = build_graph(registry, checkpointer=saver)
+    config = {"configurable": {"thread_id": "t1"}}
+    result = run_episode(graph, COUNT_Q, [CIRCLES], config=config)
+    state = graph.get_state(config)
+    assert state.values["answer"] == result.answer == "7"
+    assert len(state.values["steps"]) == len(result.steps)
+    history = list(graph.get_state_history(config))
+    assert len(history) >= 3  # input, router, skill, router, answer checkpoints
