@@ -34,11 +34,12 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def _registry(path: Optional[Path]):
+def _registry(path: Optional[Path], cache_dir: Optional[Path] = None):
+    from .cache import ExpertCache
     from .registry import Registry
 
     try:
-        return Registry.load(path)
+        return Registry.load(path, cache=ExpertCache(cache_dir) if cache_dir else None)
     except MaestroError as exc:
         _fail(str(exc))
 
@@ -119,6 +120,8 @@ def predict(
     max_turns: int = typer.Option(4, min=1),
     max_cost: float = typer.Option(10.0, min=0),
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N items."),
+    cache_dir: Path = typer.Option(Path(".maestro-cache"), help="Persistent cache of expert calls."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Call every expert afresh."),
 ) -> None:
     """Run POLICY over every item of a task file and write the prediction file; prints accuracy per source."""
     _threads()
@@ -126,7 +129,7 @@ def predict(
     from .policy import make_policy
     from .runner import predict as run_predict
 
-    reg = _registry(registry)
+    reg = _registry(registry, None if no_cache else cache_dir)
     if policy != "oracle":
         try:
             make_policy(policy)
@@ -141,6 +144,10 @@ def predict(
         table.add_row(source, str(len(values)), f"{sum(values) / len(values):.3f}")
     console.print(table)
     console.print(f"{summary.total} items, {summary.failed} failed, {len(summary.skipped)} skipped -> {out}")
+    if reg.cache is not None:
+        stats = reg.cache.stats
+        console.print(f"expert cache {reg.cache.root}: {stats.hits} hits, {stats.misses} misses "
+                      f"({stats.hit_rate:.0%} hit rate), {stats.corrupt} corrupt")
 
 
 @skills_app.command("list")

@@ -142,7 +142,10 @@ def predict(
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
             out.flush()
             scored = [s for v in summary.by_source.values() for s in v]
-            bar.set_postfix(acc=f"{sum(scored) / max(1, len(scored)):.3f}", failed=summary.failed)
+            postfix = {"acc": f"{sum(scored) / max(1, len(scored)):.3f}", "failed": summary.failed}
+            if registry.cache is not None:
+                postfix["cache_hits"] = registry.cache.stats.hits
+            bar.set_postfix(postfix)
             bar.update()
     bar.close()
     return summary

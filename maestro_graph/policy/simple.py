@@ -63,12 +63,14 @@ class RulesPolicy:
     name: str = "rules"
 
     def distribution(self, view: EpisodeView, space: ActionSpace) -> Distribution:
-        if view.candidates() or not space.pairs:
+        # a candidate ends the episode; so does a broken input (another pair cannot read a corrupt image either)
+        if view.candidates() or not space.pairs or any(s.error_kind == "input" for s in view.steps):
             return _answer_best(view)
         untried = [p for p in space.pairs if not view.called(p.id)]
         if not untried:
             return _answer_best(view)
         needs_image = bool(view.images)
+        # most keyword hits first; then text-only chat skills last when there are images (first when there are none)
         ranked = sorted(
             untried,
             key=lambda p: (-_keyword_hits(view.question, p), needs_image == ("chat" in p.skill.requires), p.model.cost.per_call),

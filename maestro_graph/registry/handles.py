@@ -16,6 +16,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..cache import ExpertCache, Uncacheable, cache_key
 from ..errors import ConfigError, ExpertError, ExpertTimeout, ExpertUnavailable
 from ..experts.protocols import ChatReply
 from .config import ModelCard, OpenAIBackend, PythonBackend, TransformersBackend
@@ -44,6 +45,7 @@ class CallRecord:
     cost: float
     latency_s: float
     error: str | None = None
+    cached: bool = False
 
 
 @dataclass
@@ -60,8 +62,9 @@ class Ledger:
 class ExpertHandle:
     """One model card's expert, created on first use and shared by every episode in the process."""
 
-    def __init__(self, card: ModelCard):
+    def __init__(self, card: ModelCard, cache: ExpertCache | None = None):
         self.card = card
+        self.cache = cache if card.cacheable else None
         self._expert: Any = None
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(card.concurrency)
@@ -117,8 +120,25 @@ class ExpertHandle:
 
         return TransformersChatExpert(**backend.model_dump(exclude={"type"}))
 
+    def _cost(self, result: Any) -> float:
+        cost = self.card.cost.per_call
+        if isinstance(result, ChatReply):
+            cost += self.card.cost.per_1k_tokens * result.tokens / 1000
+        return cost
+
     def call(self, method: str, args: tuple, kwargs: dict, ledger: Ledger) -> Any:
         """Run one expert method under the card's concurrency limit and timeout; record it in the ledger."""
+        key = None
+        if self.cache is not None:
+            try:
+                key = cache_key(self.name, self.card.version, method, args, kwargs)
+            except Uncacheable:
+                key = None
+        if key is not None:
+            hit, value = self.cache.get(key)
+            if hit:  # a cached call is charged as the call it replays, with no latency
+                ledger.calls.append(CallRecord(self.name, method, self._cost(value), 0.0, None, cached=True))
+                return value
         start = time.perf_counter()
         cost = self.card.cost.per_call
         error: str | None = None
@@ -140,8 +160,9 @@ class ExpertHandle:
                 raise
             except Exception as exc:  # the expert's own crash: record whose fault it was
                 raise ExpertError(f"model {self.name!r}.{method} failed: {exc.__class__.__name__}: {exc}") from exc
-            if isinstance(result, ChatReply):
-                cost += self.card.cost.per_1k_tokens * result.tokens / 1000
+            cost = self._cost(result)
+            if key is not None:
+                self.cache.put(key, result)
             return result
         except ExpertError as exc:
             error = str(exc)

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..cache import ExpertCache
 from ..errors import ConfigError, ExpertError, InputError, SkillError
 from ..types import Invoke, SkillResult, Step, pair_id
 from .config import ModelCard, PythonBackend, RegistryConfig, load_config
@@ -48,13 +49,14 @@ def _check_entry(card: ModelCard, index: int, source: str) -> None:
 class Registry:
     """Models and skills of one config. Building it is cheap: no model loads until a call needs it."""
 
-    def __init__(self, config: RegistryConfig, skills: dict[str, SkillSpec]):
+    def __init__(self, config: RegistryConfig, skills: dict[str, SkillSpec], *, cache: ExpertCache | None = None):
         self.config = config
-        self.models: dict[str, ExpertHandle] = {card.name: ExpertHandle(card) for card in config.models}
+        self.cache = cache
+        self.models: dict[str, ExpertHandle] = {card.name: ExpertHandle(card, cache) for card in config.models}
         self.skills = skills
 
     @classmethod
-    def load(cls, path: str | Path | None = None) -> "Registry":
+    def load(cls, path: str | Path | None = None, *, cache: ExpertCache | None = None) -> "Registry":
         config = load_config(path)
         for index, card in enumerate(config.models):
             _check_entry(card, index, config.source)
@@ -66,7 +68,7 @@ class Registry:
                     f"unknown skills {unknown}; skills found: {sorted(skills)}", file=config.source, field="skills"
                 )
             skills = {name: spec for name, spec in skills.items() if name in config.skills}
-        return cls(config, skills)
+        return cls(config, skills, cache=cache)
 
     # -- the action space ---------------------------------------------------------------------------------------
     def available(self, model: str) -> bool:

@@ -37,8 +37,9 @@ def _is_yes_no(question: str, choices: list[str] | None) -> bool:
 def run(ctx) -> SkillResult:
     chart_mod = _chartlib("chart")
     questions = _chartlib("questions")
-    page = ctx.use("ocr", image=ctx.image)
-    chart = chart_mod.Chart(np.asarray(ctx.image.convert("RGB")), list(page.boxes))
+    text = _chartlib("text")
+    boxes = text.chart_boxes(lambda image: ctx.use("ocr", image=image).boxes, ctx.image)
+    chart = chart_mod.Chart(np.asarray(ctx.image.convert("RGB")), boxes)
     if _is_yes_no(ctx.request, ctx.choices):
         verdict = questions.judge_claim(chart, ctx.request)
     else:

@@ -155,8 +155,11 @@ def close(a: float, b: float, span: float) -> bool:
     return abs(a - b) <= max(0.05 * abs(b), 0.03 * span, 1e-9)
 
 
-def stated_number(claim: str, names: list[Name]) -> float | None:
-    """The last number in a claim that is not part of a mentioned name."""
-    named = {text.normalize(n.box.text) for n in names}
-    numbers = [m for m in re.finditer(r"-?\d[\d,]*(?:\.\d+)?%?", claim) if text.normalize(m.group(0)) not in named]
-    return text.parse_number(numbers[-1].group(0)) if numbers else None
+def stated_number(claim: str) -> float | None:
+    """The value a claim states: the last number written with a decimal point or %, else the last non-year number."""
+    found = [m.group(0) for m in re.finditer(r"-?\d[\d,]*(?:\.\d+)?%?", claim)]
+    for pick in (lambda s: "." in s or "%" in s, lambda s: not re.fullmatch(r"(18|19|20)\d\d", s), lambda s: True):
+        chosen = [s for s in found if pick(s)]
+        if chosen:
+            return text.parse_number(chosen[-1])
+    return None

@@ -162,9 +162,8 @@ def judge_claim(chart: Chart, question: str) -> Verdict:
         verdict = check(chart, lowered)
         if verdict is not None:
             return verdict
-    stated = stated_number(claim, [])
+    stated = stated_number(claim)
     names = chart.mentioned(claim, exclude={stated} if stated is not None else set())
-    stated = stated_number(claim, names)
     for verdict in (_compare(chart, lowered, names), _highest(chart, lowered, names, stated),
                     _value(chart, names, stated) if stated is not None else None):
         if verdict is not None:

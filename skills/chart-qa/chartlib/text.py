@@ -120,15 +120,42 @@ def find_axes(boxes: list[TextBox], size: tuple[int, int]) -> dict[str, Axis]:
     return found
 
 
-def data_labels(boxes: list[TextBox], axes: dict[str, Axis]) -> list[tuple[float, TextBox]]:
-    """Numbers printed in the chart that are not tick labels of a found axis (values written on marks)."""
-    ticks = {id(t) for axis in axes.values() for t in axis.ticks}
-    out = []
-    for b in boxes:
-        value = parse_number(b.text)
-        if value is not None and id(b) not in ticks:
-            out.append((value, b))
+def _is_year(value: float) -> bool:
+    return value == int(value) and 1800 <= value <= 2100
+
+
+def tick_like(numbers: list[TextBox]) -> set[int]:
+    """Ids of numbers that lie on a straight line with at least two others, evenly valued along it (tick labels of
+    any axis, including slanted radar rings and secondary axes), and of year labels (categories, not data)."""
+    out = {id(b) for b in numbers if _is_year(parse_number(b.text))}
+    centres = np.array([(b.cx, b.cy) for b in numbers])
+    values = np.array([parse_number(b.text) for b in numbers])
+    for i in range(len(numbers)):
+        for j in range(i + 1, len(numbers)):
+            d = centres[j] - centres[i]
+            length = np.hypot(*d)
+            if length < 1 or values[i] == values[j]:
+                continue
+            offsets = np.abs((centres - centres[i]) @ np.array([-d[1], d[0]]) / length)
+            tol = max(numbers[i].height, numbers[j].height) * 0.6
+            members = np.flatnonzero(offsets <= tol)
+            if len(members) < MIN_TICKS:
+                continue
+            along = (centres[members] - centres[i]) @ d / length
+            vals = values[members]
+            if len(set(vals)) < MIN_TICKS:
+                continue
+            slope, intercept = np.polyfit(along, vals, 1)
+            if np.abs(slope * along + intercept - vals).max() <= MAX_TICK_RESIDUAL * np.ptp(vals):
+                out.update(id(numbers[k]) for k in members)
     return out
+
+
+def data_labels(boxes: list[TextBox], axes: dict[str, Axis]) -> list[tuple[float, TextBox]]:
+    """Numbers printed in the chart that are not tick labels (of a found axis or any tick-like line) nor years."""
+    numbers = [b for b in boxes if parse_number(b.text) is not None]
+    ticks = {id(t) for axis in axes.values() for t in axis.ticks} | tick_like(numbers)
+    return [(parse_number(b.text), b) for b in numbers if id(b) not in ticks]
 
 
 def normalize(text: str) -> str:
@@ -156,3 +183,16 @@ def find_name(boxes: list[TextBox], name: str, threshold: float = 0.75) -> TextB
         if score > best_score or score == best_score and best is not None and b.height > best.height:
             best, best_score = b, score
     return best
+
+
+SMALL_TEXT = 14  # px: below this median label height OCR engines misread digits, so the chart is read at 2x
+
+
+def chart_boxes(ocr, image) -> list[TextBox]:
+    """OCR boxes of a chart, read again at twice the size when its labels are small (boxes in original pixels)."""
+    boxes = ocr(image)
+    heights = sorted(b.height for b in boxes)
+    if not heights or heights[len(heights) // 2] >= SMALL_TEXT:
+        return boxes
+    big = image.resize((image.width * 2, image.height * 2))
+    return [TextBox(b.text, tuple(v / 2 for v in b.box), b.confidence) for b in ocr(big)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-__all__ = ["parse_number", "parse_time", "format_number", "format_time", "NUMBER_RE", "TIME_RE"]
+__all__ = ["number_from_match", "parse_number", "parse_time", "format_number", "format_time", "NUMBER_RE", "TIME_RE"]
 
 # "$1,234.50", "-40", "3+1/2", "1/2", "3.8"; OCR may write the minus sign as an en dash or a Unicode minus.
 NUMBER_RE = re.compile(
@@ -20,7 +20,7 @@ NUMBER_RE = re.compile(
 TIME_RE = re.compile(r"(?P<h>\d{1,2})\s?[:.;]\s?(?P<m>\d{2})\s?(?P<ap>[AaPp])\.?\s?[Mm]\.?")
 
 
-def _match_value(m: re.Match) -> Fraction:
+def number_from_match(m: re.Match) -> Fraction:
     if m.group("whole"):
         value = int(m.group("whole")) + Fraction(int(m.group("num")), int(m.group("den")) or 1)
     elif m.group("fn"):
@@ -37,7 +37,7 @@ def parse_number(text: str) -> Fraction | None:
     if TIME_RE.search(text):
         return None
     m = NUMBER_RE.search(text)
-    return _match_value(m) if m else None
+    return number_from_match(m) if m else None
 
 
 def parse_time(text: str) -> int | None:

@@ -1,0 +1,173 @@
+"""Rebuilding a table (title, header, rows and columns) from OCR boxes by their geometry.
+
+Rows are the OCR reading-order lines. Columns are found from the boxes of multi-cell rows, narrowest first, so that
+numbers (which sit inside one column) define the columns and wide spanning boxes (titles, merged headers) do not
+glue two columns together. A stem-and-leaf plot is recognised by its header and unrolled into its data values.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from maestro_graph.experts.protocols import TextBox
+
+from .values import parse_number, parse_time
+
+__all__ = ["Table", "build_table"]
+
+_OVERLAP = 0.3  # share of the narrower box's width two boxes must share to sit in one column
+_YEAR_RANGE = (1800, 2100)
+
+
+@dataclass
+class Table:
+    """Cells as text (`""` when empty). `values` holds the data of a stem-and-leaf plot (None otherwise)."""
+
+    title: str = ""
+    header: list[str] = field(default_factory=list)
+    rows: list[list[str]] = field(default_factory=list)
+    values: list[Fraction] | None = None
+
+    @property
+    def width(self) -> int:
+        return max([len(self.header)] + [len(r) for r in self.rows] + [0])
+
+    def column(self, j: int) -> list[str]:
+        return [r[j] if j < len(r) else "" for r in self.rows]
+
+    def numeric_columns(self) -> list[int]:
+        """Columns whose body cells are mostly numbers (not clock times)."""
+        out = []
+        for j in range(self.width):
+            cells = [c for c in self.column(j) if c and c != "?"]
+            nums = [c for c in cells if parse_number(c) is not None]
+            if cells and len(nums) >= 0.6 * len(cells):
+                out.append(j)
+        return out
+
+    def describe(self) -> str:
+        """A compact text rendering for evidence: title, header, then one line per row."""
+        parts = [f"title: {self.title}"] if self.title else []
+        if self.values is not None:
+            parts.append("stem-and-leaf values: " + ", ".join(str(v) for v in self.values))
+            return "; ".join(parts)
+        if self.header:
+            parts.append("header: " + " | ".join(self.header))
+        parts += [" | ".join(r) for r in self.rows]
+        return "; ".join(parts)
+
+
+def _clean(text: str) -> str:
+    """Cell text without the grid-line and quote marks OCR reads at cell borders ("|Finn", "'Denver", "Clubs |")."""
+    text = re.sub(r"(?<!\w)[|‘’'“”\"!_—]+|[|‘’“”\"_—:;]+(?!\w)", " ", text)
+    return " ".join(text.split())
+
+
+def _overlap(a: tuple[float, float], b: tuple[float, float]) -> float:
+    """Shared width as a share of the narrower interval."""
+    inter = min(a[1], b[1]) - max(a[0], b[0])
+    return inter / max(1.0, min(a[1] - a[0], b[1] - b[0]))
+
+
+def _find_columns(rows: list[list[TextBox]]) -> list[tuple[float, float]]:
+    """Column x-intervals from the boxes of rows with two or more boxes, narrowest boxes first."""
+    columns: list[list] = []  # [x0, x1, set(row ids)]
+    candidates = [(b, i) for i, row in enumerate(rows) if len(row) >= 2 for b in row]
+    for box, row_id in sorted(candidates, key=lambda c: c[0].box[2] - c[0].box[0]):
+        span = (box.box[0], box.box[2])
+        hits = [c for c in columns if _overlap(span, (c[0], c[1])) > _OVERLAP]
+        if not hits:
+            columns.append([span[0], span[1], {row_id}])
+        elif len(hits) == 1 and row_id not in hits[0][2]:
+            hits[0][0], hits[0][1] = min(hits[0][0], span[0]), max(hits[0][1], span[1])
+            hits[0][2].add(row_id)
+    columns.sort(key=lambda c: c[0])
+    merged: list[list] = []
+    for c in columns:  # extension can make neighbours overlap: one column after all
+        if merged and c[0] < merged[-1][1] and not (c[2] & merged[-1][2]):
+            merged[-1][1] = max(merged[-1][1], c[1])
+            merged[-1][2] |= c[2]
+        else:
+            merged.append(list(c))
+    return [(c[0], c[1]) for c in merged] or [(0.0, float("inf"))]
+
+
+def _column_of(box: TextBox, columns: list[tuple[float, float]]) -> int:
+    span = (box.box[0], box.box[2])
+    scores = [min(span[1], c[1]) - max(span[0], c[0]) for c in columns]
+    best = max(range(len(columns)), key=lambda j: scores[j])
+    if scores[best] <= 0:  # in a gap: nearest column by centre
+        best = min(range(len(columns)), key=lambda j: abs(box.cx - (columns[j][0] + columns[j][1]) / 2))
+    return best
+
+
+def _spans(box: TextBox, columns: list[tuple[float, float]]) -> bool:
+    return sum(1 for c in columns if _overlap((box.box[0], box.box[2]), c) > _OVERLAP) >= 2
+
+
+def _is_value(cell: str) -> bool:
+    return parse_number(cell) is not None or parse_time(cell) is not None
+
+
+def _is_year(cell: str) -> bool:
+    return bool(re.fullmatch(r"\d{4}", cell.strip())) and _YEAR_RANGE[0] <= int(cell) <= _YEAR_RANGE[1]
+
+
+def _is_header(row: list[str], body: list[list[str]]) -> bool:
+    """A first row is a header when it has no values (years count as labels) and some row below has values."""
+    if not any(_is_value(c) for r in body for c in r):
+        return False
+    return not any(_is_value(c) and not _is_year(c) for c in row)
+
+
+def _digits(text: str) -> list[int]:
+    return [int(ch) for ch in text if ch.isdigit()]
+
+
+def _stem_leaf_values(rows: list[list[str]]) -> list[Fraction]:
+    """Unroll stem | leaf rows into values; a missing stem follows from its neighbours (stems count up by one)."""
+    stems: list[int | None] = [int("".join(map(str, _digits(r[0])))) if _digits(r[0]) else None for r in rows]
+    for i in range(len(stems)):
+        if stems[i] is None:
+            before = next((stems[k] + (i - k) for k in range(i - 1, -1, -1) if stems[k] is not None), None)
+            after = next((stems[k] - (k - i) for k in range(i + 1, len(stems)) if stems[k] is not None), None)
+            stems[i] = before if before is not None else after
+    values = []
+    for stem, row in zip(stems, rows):
+        if stem is not None:
+            values += [Fraction(stem * 10 + leaf) for leaf in _digits(" ".join(row[1:]))]
+    return sorted(values)
+
+
+def build_table(lines: list[list[TextBox]]) -> Table:
+    """The table drawn by `lines` (OCR lines in reading order, each a list of boxes from left to right)."""
+    lines = [line for line in lines if line]
+    if not lines:
+        return Table()
+    columns = _find_columns(lines)
+    grid: list[list[str]] = []
+    for line in lines:
+        if len(line) == 1 and len(columns) > 1 and _spans(line[0], columns):
+            grid.append([_clean(line[0].text)])  # a spanning line: title or caption
+            continue
+        cells = [""] * len(columns)
+        for box in line:
+            j = _column_of(box, columns)
+            cells[j] = f"{cells[j]} {_clean(box.text)}".strip()
+        grid.append(cells)
+    title_parts = []
+    while len(grid) > 1 and len(columns) > 1 and len([c for c in grid[0] if c]) == 1:
+        text = next(c for c in grid[0] if c)
+        if _is_value(text):
+            break
+        title_parts.append(text)
+        grid = grid[1:]
+    table = Table(title=" ".join(title_parts), rows=grid)
+    if grid and _is_header(grid[0], grid[1:]):
+        table.header, table.rows = grid[0], grid[1:]
+    header_text = " ".join([table.title] + table.header).lower()
+    if "stem" in header_text and "leaf" in header_text:
+        table.values = _stem_leaf_values([r + [""] * (2 - len(r)) for r in table.rows])
+    return table

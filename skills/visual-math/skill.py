@@ -1,0 +1,176 @@
+"""Tier-1 visual math: read the figure's labels and numbers, then measure the figure or reason from the givens.
+
+Two routes, chosen by what the question asks:
+- figure questions naming points (estimate angle ABC, line AB vs CD, area ratio, "there is a triangle ABC",
+  "AB is a diameter"): OCR the labels, snap them to the drawing and measure (see mathlib/figure.py);
+- computed questions: numbers from the question and the figure, options valued with the calculator, and the option
+  reachable through the cheapest general geometric relation is the answer (see mathlib/relations.py).
+Free-form questions without options get no answer unless a relation is certain, which it never is here: we say so.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import re
+import statistics
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from maestro_graph.errors import ExpertError
+from maestro_graph.scoring import parse_number
+from maestro_graph.types import SkillResult
+
+_PACKAGE = "maestro_skill_visual_math_lib"
+_UNITS = re.compile(r"\s*(?:°|度|\^\\circ|\\circ|[a-zA-Z]{1,3}[23²³]?|平方\S*)\s*$")
+_FIGURE_KINDS = {"angle", "length", "area", "polygon", "diameter"}
+
+
+def _lib(module: str) -> ModuleType:
+    """Import a module of the skill's own `mathlib/` package (skill folders are not on sys.path)."""
+    if _PACKAGE not in sys.modules:
+        folder = Path(__file__).parent / "mathlib"
+        spec = importlib.util.spec_from_file_location(_PACKAGE, folder / "__init__.py",
+                                                      submodule_search_locations=[str(folder)])
+        package = importlib.util.module_from_spec(spec)
+        sys.modules[_PACKAGE] = package
+        spec.loader.exec_module(package)
+    return importlib.import_module(f"{_PACKAGE}.{module}")
+
+
+def run(ctx) -> SkillResult:
+    questions = _lib("questions")
+    page = ctx.use("ocr", image=ctx.image)
+    question = questions.parse_question(ctx.question, ctx.choices, figure_text=page.text)
+    if question.kind in _FIGURE_KINDS:
+        figure = _lib("figure").read_figure(ctx.image, page.boxes)
+        return _answer_figure(question, figure)
+    return _answer_compute(ctx, question, page.text)
+
+
+# ---- figure questions -------------------------------------------------------------------------------------------
+
+def _answer_figure(question, figure) -> SkillResult:
+    names = [n for n in question.groups if n and n.isupper()]
+    missing = sorted({c for n in names for c in n} - set(figure.points))
+    found = ", ".join(f"{k}({x:.0f},{y:.0f})" for k, (x, y) in sorted(figure.points.items()))
+    if missing:
+        return _figure_prior(question, f"labels found: {found or 'none'}; not found: {''.join(missing)}")
+    if question.kind == "polygon":
+        negated, shape, corners = question.groups
+        exists = figure.has_polygon(corners)
+        sides = ", ".join(f"{corners[i - 1]}{corners[i]} {figure.drawn_share(corners[i - 1], corners[i]):.0%}"
+                          for i in range(len(corners)))
+        evidence = f"{shape} {corners}: sides drawn {sides} -> {'exists' if exists else 'not drawn'}"
+        return SkillResult(evidence, _true_false(exists != bool(negated)), 0.6)
+    if question.kind == "diameter":
+        segment, negated, role = question.groups
+        holds, detail = _diameter_or_radius(figure, segment, role)
+        return SkillResult(f"{role} {segment}: {detail}", _true_false(holds != bool(negated)), 0.55)
+    if question.kind == "angle":
+        a, v, b = question.groups[0]
+        measured = figure.angle(a, v, b)
+        return _nearest_option(question, measured, f"angle {a}{v}{b} measures {measured:.0f}° (points {found})",
+                               log_scale=False)
+    if question.kind == "length":
+        first, second = question.groups
+        ratio = figure.length(*first) / max(figure.length(*second), 1e-9)
+        return _nearest_option(question, ratio, f"{first}/{second} = {ratio:.2f} measured (points {found})")
+    first, second = question.groups
+    ratio = figure.area(first) / max(figure.area(second), 1e-9)
+    return _nearest_option(question, ratio, f"area {first}/{second} = {ratio:.2f} measured (points {found})")
+
+
+def _diameter_or_radius(figure, segment: str, role: str) -> tuple[bool, str]:
+    """A diameter is drawn and passes through the centre at its middle; a radius is drawn and ends at the centre.
+    The centre is the point labelled O when there is one."""
+    a, b = segment
+    if not figure.is_drawn(a, b):
+        return False, f"segment not drawn ({figure.drawn_share(a, b):.0%} on ink)"
+    centre = figure.points.get("O")
+    if centre is None:
+        return False, "drawn, but no centre O labelled to check against"
+    (ax, ay), (bx, by) = figure.points[a], figure.points[b]
+    length = max(math.dist((ax, ay), (bx, by)), 1e-9)
+    if role.lower() == "radius":
+        gap = min(math.dist(centre, (ax, ay)), math.dist(centre, (bx, by))) / length
+        return gap < 0.15, f"drawn; nearest end is {gap:.0%} of its length from O"
+    gap = math.dist(centre, ((ax + bx) / 2, (ay + by) / 2)) / length
+    return gap < 0.12, f"drawn; its midpoint is {gap:.0%} of its length from O"
+
+
+def _figure_prior(question, evidence: str) -> SkillResult:
+    """Labels missing: for yes/no questions about named shapes, a set of named points is more often not a drawn
+    shape than one; for estimates there is no basis to choose."""
+    if question.kind in {"polygon", "diameter"}:
+        negated = bool(question.groups[0] if question.kind == "polygon" else question.groups[1])
+        return SkillResult(f"{evidence}; cannot measure, prior: named shapes are usually not drawn",
+                           _true_false(negated), 0.2)
+    return SkillResult(f"{evidence}; cannot measure the figure", None, 0.0)
+
+
+def _nearest_option(question, measured: float, evidence: str, log_scale: bool = True) -> SkillResult:
+    questions = _lib("questions")
+    best, best_gap = None, math.inf
+    for key, text in question.options:
+        values = questions.numbers_in(text)
+        if not values or (log_scale and values[0] <= 0):
+            continue
+        gap = abs(math.log(measured / values[0])) if log_scale else abs(measured - values[0])
+        if gap < best_gap:
+            best, best_gap = (key, text), gap
+    if best is None:
+        return SkillResult(f"{evidence}; no numeric options", None, 0.0)
+    return SkillResult(f"{evidence}; nearest option ({best[0]}) {best[1]}", best[0], 0.55)
+
+
+def _true_false(value: bool) -> str:
+    return "True" if value else "False"
+
+
+# ---- computed questions -----------------------------------------------------------------------------------------
+
+def _option_value(ctx, text: str) -> float | None:
+    """An option's number: units and degree marks dropped, LaTeX and roots evaluated by the calculator."""
+    core = _UNITS.sub("", text.replace("$", "").strip())
+    if not core or not re.search(r"\d", core):
+        return None
+    try:
+        return parse_number(ctx.use("calculator", expression=core))
+    except ExpertError:
+        return None
+
+
+def _answer_compute(ctx, question, figure_text: str) -> SkillResult:
+    questions = _lib("questions")
+    relations = _lib("relations")
+    own_text = question.text if question.text != figure_text else ""
+    givens = questions.numbers_in(own_text) + [v for v in questions.numbers_in(figure_text)
+                                               if v not in questions.numbers_in(own_text)]
+    if not question.options:
+        return SkillResult(f"givens {givens}; free-form question: no option to check a relation against", None, 0.0)
+    values = [_option_value(ctx, text) for _, text in question.options]
+    pick = relations.best_option(values, relations.derive(givens, question.text))
+    listed = "; ".join(f"{k}={v:g}" for (k, _), v in zip(question.options, values) if v is not None)
+    if pick is not None:
+        index, derivation, ways = pick
+        checked = ctx.use("calculator", expression=derivation.formula)
+        key, text = question.options[index]
+        confidence = 0.45 if derivation.cost <= 2 else 0.3
+        return SkillResult(f"givens {givens}; options {listed}; {derivation.formula} = {checked} matches {text} "
+                           f"(relation cost {derivation.cost:g}, {ways} ways)", key, confidence)
+    return _option_prior(question, values, f"givens {givens}; options {listed or 'not numeric'}; no relation fits")
+
+
+def _option_prior(question, values: list[float | None], evidence: str) -> SkillResult:
+    """No relation reaches any option: answer the median-valued option (distractors tend to bracket the key), or
+    for non-numeric options the most detailed one; both are test-taking priors, hence the low confidence."""
+    numeric = [(v, i) for i, v in enumerate(values) if v is not None]
+    if len(numeric) >= 3:
+        median = statistics.median_low([v for v, _ in numeric])
+        index = next(i for v, i in numeric if v == median)
+        return SkillResult(f"{evidence}; prior: median option", question.options[index][0], 0.15)
+    index = max(range(len(question.options)), key=lambda i: len(question.options[i][1]))
+    return SkillResult(f"{evidence}; prior: most detailed option", question.options[index][0], 0.1)

@@ -1,0 +1,88 @@
+"""The `maestro` command through its public entry point: answers, machine output, and clear user errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from maestro_graph.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+CIRCLES = str(ROOT / "examples" / "circles.png")
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def test_ask_prints_answer_and_step_table():
+    result = invoke("ask", "How many circles are in the image?", "--image", CIRCLES)
+    assert result.exit_code == 0, result.output
+    assert "answer: 7" in result.output
+    assert "opencv-vision" in result.output and "counting" in result.output
+
+
+def test_ask_json_is_machine_readable():
+    result = invoke("ask", "How many circles are in the image?", "--image", CIRCLES, "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["answer"] == "7" and data["steps"][0]["skill"] == "counting"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["ask", "  ", "--image", CIRCLES], "question is empty"),
+        (["ask", "How many?", "--image", "/no/such/image.png"], "/no/such/image.png: no such file"),
+        (["ask", "How many?", "--image", CIRCLES, "--policy", "rulez"], "Did you mean 'rules'"),
+        (["ask", "How many?", "--image", CIRCLES, "--policy", "fixed:counting"], "fixed:MODEL@@SKILL"),
+        (["ask", "How many?", "--image", CIRCLES, "--registry", "/no/such.yaml"], "no such registry config"),
+    ],
+)
+def test_user_errors_exit_nonzero_and_name_the_problem(args, message):
+    result = invoke(*args)
+    assert result.exit_code == 2
+    assert message in " ".join(result.output.split())
+
+
+def test_corrupt_image_is_refused_with_its_name(tmp_path):
+    bad = tmp_path / "broken.jpg"
+    bad.write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")
+    result = invoke("ask", "How many circles?", "--image", str(bad))
+    assert result.exit_code == 2 and "broken.jpg" in result.output
+
+
+def test_predict_records_every_item_and_skips_bad_lines(tmp_path):
+    shutil.copy(CIRCLES, tmp_path / "c.png")
+    (tmp_path / "broken.png").write_bytes(b"")
+    lines = [
+        {"id": "good", "question": "How many circles are in the image?", "images": ["c.png"], "answer": "7",
+         "answer_type": "number", "source": "demo"},
+        {"id": "corrupt", "question": "How many circles?", "images": ["broken.png"], "answer": "7",
+         "answer_type": "number", "source": "demo"},
+    ]
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("\n".join(json.dumps(x) for x in lines) + "\n{broken json\n")
+    out = tmp_path / "pred.jsonl"
+    result = invoke("predict", "--tasks", str(tasks), "--out", str(out), "--policy", "rules")
+    assert result.exit_code == 0, result.output
+    records = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["id"] for r in records] == ["good", "corrupt"]
+    assert records[0]["answer"] == "7" and records[0]["score"] == 1.0
+    assert records[1]["answer"] is None and "empty" in records[1]["steps"][0]["error"]
+    assert set(records[0]) >= {"id", "answer", "steps", "cost", "latency_s"}
+    assert "skipped" in result.output and "malformed JSON" in result.output
+
+
+def test_registry_show_and_skills_list():
+    shown = invoke("registry", "show", "--json")
+    assert shown.exit_code == 0
+    info = json.loads(shown.output)
+    assert "rapidocr@@chart-qa" in info["pairs"] and "opencv-vision@@counting" in info["pairs"]
+    listed = invoke("skills", "list")
+    assert listed.exit_code == 0 and "table-qa" in listed.output
