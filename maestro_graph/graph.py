@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypedDict
 
 import numpy as np
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
 from langgraph.runtime import Runtime
 from langgraph.types import Checkpointer, Command
 
@@ -18,8 +20,9 @@ from .policy import DEFAULT_POLICY, ActionSpace, EpisodeView, Policy, best_candi
 from .registry import Registry
 from .types import Answer, Invoke, Step
 
-__all__ = ["MaestroContext", "MaestroInput", "MaestroOutput", "MaestroState", "build_graph", "ROUTER", "ANSWER"]
+__all__ = ["MaestroContext", "MaestroInput", "MaestroOutput", "MaestroState", "build_graph", "INTAKE", "ROUTER", "ANSWER"]
 
+INTAKE = "intake"
 ROUTER = "router"
 ANSWER = "answer"
 
@@ -37,19 +40,45 @@ class MaestroContext:
 
 
 class MaestroInput(TypedDict, total=False):
+    """Either `question` (+ `images`, `choices`) or a chat `messages` list whose last human message holds the text
+    and image parts (what LangGraph Studio's chat panel sends)."""
+
     question: str
     images: list[str]
     choices: list[str] | None
+    messages: Annotated[list[AnyMessage], add_messages]
 
 
 class MaestroOutput(TypedDict, total=False):
     answer: str | None
     steps: Annotated[list[dict], operator.add]
     stop_reason: str
+    messages: Annotated[list[AnyMessage], add_messages]
 
 
 class MaestroState(MaestroInput, MaestroOutput, total=False):
     pending: dict | None
+
+
+def _from_messages(messages: list[AnyMessage]) -> tuple[str, list[str]]:
+    """Question text and image references from the last human message (OpenAI/LangChain content parts)."""
+    human = next((m for m in reversed(messages) if isinstance(m, HumanMessage)), None)
+    if human is None:
+        return "", []
+    if isinstance(human.content, str):
+        return human.content, []
+    texts, images = [], []
+    for part in human.content:
+        if isinstance(part, str):
+            texts.append(part)
+        elif part.get("type") == "text":
+            texts.append(part.get("text", ""))
+        elif part.get("type") == "image_url":
+            url = part.get("image_url")
+            images.append(url.get("url", "") if isinstance(url, dict) else str(url))
+        elif part.get("type") == "image" and part.get("base64"):
+            images.append(f"data:{part.get('mime_type', 'image/png')};base64,{part['base64']}")
+    return "\n".join(t for t in texts if t), images
 
 
 def _steps(state: dict) -> list[Step]:
@@ -78,7 +107,7 @@ def build_graph(
     """Compile the Maestro graph. `policy` defaults to the rules baseline; a run's context may name another."""
     default_policy = policy or make_policy(DEFAULT_POLICY)
     skill_nodes = [s.name for s in registry.tier1]
-    clash = {ROUTER, ANSWER} & set(skill_nodes)
+    clash = {INTAKE, ROUTER, ANSWER} & set(skill_nodes)
     if clash:
         raise ConfigError(f"skill names {sorted(clash)} are reserved for graph nodes; rename the skill folder")
     named: dict[str, Policy] = {}
@@ -89,6 +118,13 @@ def build_graph(
         if context.policy not in named:
             named[context.policy] = make_policy(context.policy)
         return named[context.policy]
+
+    def intake(state: MaestroState) -> dict:
+        """A chat request (`messages`) becomes a question with images; a plain request passes through."""
+        if state.get("question") or not state.get("messages"):
+            return {}
+        question, images = _from_messages(state["messages"])
+        return {"question": question, "images": [*(state.get("images") or []), *images]}
 
     def router(state: MaestroState, runtime: Runtime[MaestroContext]) -> Command[Literal["answer"]]:
         context = runtime.context or MaestroContext()
@@ -136,17 +172,22 @@ def build_graph(
         final = state.get("answer")
         reason = state.get("stop_reason") or "policy"
         runtime.stream_writer({"event": "answer", "answer": final, "stop_reason": reason})
-        return {"answer": final, "stop_reason": reason}
+        update: dict = {"answer": final, "stop_reason": reason}
+        if state.get("messages"):
+            update["messages"] = [AIMessage(content=final if final is not None else "(no answer)")]
+        return update
 
     builder = StateGraph(
         MaestroState, context_schema=MaestroContext, input_schema=MaestroInput, output_schema=MaestroOutput
     )
+    builder.add_node(INTAKE, intake)
     builder.add_node(ROUTER, router, destinations=(*skill_nodes, ANSWER, ROUTER))
     for skill in skill_nodes:
         builder.add_node(skill, make_skill_node(skill))
         builder.add_edge(skill, ROUTER)
     builder.add_node(ANSWER, answer)
-    builder.add_edge(START, ROUTER)
+    builder.add_edge(START, INTAKE)
+    builder.add_edge(INTAKE, ROUTER)
     builder.add_edge(ANSWER, END)
     return builder.compile(checkpointer=checkpointer, name=name)
 

@@ -31,7 +31,7 @@ def test_graph_shape_has_one_node_per_tier1_skill(registry, graph):
         assert f"router -.-> {skill.name};" in mermaid
         assert f"{skill.name} --> router;" in mermaid
     assert "router -.-> answer;" in mermaid and "answer --> __end__;" in mermaid
-    assert "__start__ --> router;" in mermaid
+    assert "__start__ --> intake;" in mermaid and "intake --> router;" in mermaid
 
 
 def test_rules_policy_answers_and_streams_each_step(graph):
@@ -138,3 +138,16 @@ def test_sqlite_checkpointer_keeps_thread_history(registry, tmp_path):
     assert len(state.values["steps"]) == len(result.steps)
     history = list(graph.get_state_history(config))
     assert len(history) >= 3  # input, router, skill, router, answer checkpoints
+
+
+def test_chat_messages_input_gets_an_ai_answer(graph):
+    import base64
+
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    data = base64.b64encode(Path(CIRCLES).read_bytes()).decode()
+    message = HumanMessage(content=[{"type": "text", "text": COUNT_Q},
+                                    {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}}])
+    out = graph.invoke({"messages": [message]}, context=MaestroContext())
+    assert out["answer"] == "7"
+    assert isinstance(out["messages"][-1], AIMessage) and out["messages"][-1].content == "7"

@@ -14,7 +14,7 @@ from PIL import Image
 __all__ = ["clean_for_ocr", "OCR_SCALE"]
 
 OCR_SCALE = 3  # enlargement factor; boxes found on the cleaned image are divided by it
-_INK_THRESHOLD = 40  # grey-level difference from the background that counts as ink when finding grid lines
+_INK_THRESHOLD = 15  # grey-level difference from the background that counts as ink when finding grid lines
 _LINE_LENGTH = 25  # px (before scaling): ink runs at least this long and one pixel thin are grid lines
 
 
