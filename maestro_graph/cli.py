@@ -120,6 +120,7 @@ def predict(
     max_turns: int = typer.Option(4, min=1),
     max_cost: float = typer.Option(10.0, min=0),
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N items."),
+    workers: int = typer.Option(2, min=1, help="Episodes run at once (per-model limits still apply)."),
     cache_dir: Path = typer.Option(Path(".maestro-cache"), help="Persistent cache of expert calls."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Call every expert afresh."),
 ) -> None:
@@ -135,7 +136,7 @@ def predict(
             make_policy(policy)
         except MaestroError as exc:
             _fail(str(exc))
-    summary = run_predict(reg, tasks, out, policy=policy, limit=limit,
+    summary = run_predict(reg, tasks, out, policy=policy, limit=limit, workers=workers,
                           context=MaestroContext(max_turns=max_turns, max_cost=max_cost))
     for problem in summary.skipped:
         err.print(f"[yellow]skipped[/yellow] {problem.file}:{problem.line} ({problem.id}): {problem.error}")
@@ -148,6 +149,68 @@ def predict(
         stats = reg.cache.stats
         console.print(f"expert cache {reg.cache.root}: {stats.hits} hits, {stats.misses} misses "
                       f"({stats.hit_rate:.0%} hit rate), {stats.corrupt} corrupt")
+
+
+@app.command("eval")
+def eval_(
+    tasks: list[Path] = typer.Option(..., "--tasks", "-t", exists=True, dir_okay=False, help="Task file (repeat)."),
+    policy: list[str] = typer.Option(..., "--policy", "-p",
+                                     help="rules | random | fixed:MODEL@@SKILL | best-single | knn | classifier | oracle (repeat)"),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for results.json, report.md, predictions, plots."),
+    train_tasks: Optional[Path] = typer.Option(None, exists=True, dir_okay=False,
+                                               help="Training task file for best-single, knn and classifier."),
+    registry: Optional[Path] = RegistryOpt,
+    max_turns: int = typer.Option(4, min=1),
+    max_cost: float = typer.Option(10.0, min=0),
+    limit: Optional[int] = typer.Option(None, min=1, help="Only the first N items (of all files together)."),
+    workers: int = typer.Option(2, min=1, help="Episodes run at once (per-model limits still apply)."),
+    cache_dir: Path = typer.Option(Path(".maestro-cache"), help="Persistent cache of expert calls."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Call every expert afresh."),
+) -> None:
+    """Evaluate several policies through the same graph on the same items; write a report with tables and plots."""
+    _threads()
+    from .evaluation.evaluate import evaluate
+    from .evaluation.report import write_report
+    from .graph import MaestroContext
+    from .policy import TRAINED_POLICIES, make_policy
+
+    reg = _registry(registry, None if no_cache else cache_dir)
+    for name in policy:
+        if name == "oracle" or name in TRAINED_POLICIES:
+            continue
+        try:
+            make_policy(name)
+        except MaestroError as exc:
+            _fail(str(exc))
+    if any(p in TRAINED_POLICIES for p in policy) and train_tasks is None:
+        _fail(f"policies {[p for p in policy if p in TRAINED_POLICIES]} are trained: pass --train-tasks FILE")
+    try:
+        run = evaluate(reg, tasks, policy, train_tasks=train_tasks, workers=workers, limit=limit,
+                       context=MaestroContext(max_turns=max_turns, max_cost=max_cost))
+    except ValueError as exc:
+        _fail(str(exc))
+    results = write_report(run, out)
+    table = Table("policy", "macro acc", "accuracy", "mean cost", "calls/ep", "p50 s", "cache hits", "wall s",
+                  title=f"evaluation -> {out}/report.md")
+    for name, m in results["policies"].items():
+        table.add_row(name, f"{m['macro_accuracy']:.3f}", f"{m['accuracy']:.3f}", f"{m['mean_cost']:.2f}",
+                      f"{m['calls_per_episode']:.2f}", f"{m['latency_p50_s']:.2f}", str(m["cache_hits"]),
+                      f"{m['wall_s']:.0f}")
+    console.print(table)
+    if run.skipped:
+        console.print(f"[yellow]{len(run.skipped)} items skipped[/yellow] (listed in results.json)")
+
+
+cache_app = typer.Typer(help="The persistent cache of expert calls.", no_args_is_help=True)
+app.add_typer(cache_app, name="cache")
+
+
+@cache_app.command("clear")
+def cache_clear(cache_dir: Path = typer.Option(Path(".maestro-cache"), help="The cache folder.")) -> None:
+    """Delete every cached expert call."""
+    from .cache import ExpertCache
+
+    console.print(f"removed {ExpertCache(cache_dir).clear()} entries from {cache_dir}")
 
 
 @skills_app.command("list")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import time
+import zlib
+from concurrent.futures import ThreadPoolExecutor
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -12,13 +14,14 @@ from typing import Any, Iterator
 from tqdm import tqdm
 
 from .graph import MaestroContext, build_graph
-from .policy import OraclePolicy, Policy, make_policy
+from .evaluation.outcomes import PairOutcomes
+from .policy import OraclePolicy, make_policy
 from .registry import Registry
 from .scoring import score
 from .tasks import Task, TaskProblem, load_tasks
 from .types import Step
 
-__all__ = ["EpisodeResult", "run_episode", "predict", "PredictSummary"]
+__all__ = ["EpisodeResult", "run_episode", "run_tasks", "predict", "PredictSummary"]
 
 
 @dataclass
@@ -93,18 +96,41 @@ class PredictSummary:
         return {src: sum(v) / len(v) for src, v in sorted(self.by_source.items()) if v}
 
 
-def _episodes(registry: Registry, tasks: list[Task], policy_name: str, context: MaestroContext
-              ) -> Iterator[tuple[Task, EpisodeResult]]:
+def _task_context(context: MaestroContext, task: Task) -> MaestroContext:
+    """Each task gets its own sampling seed, so results do not depend on the order episodes run in."""
+    return replace(context, seed=zlib.crc32(task.id.encode()) ^ (context.seed or 0))
+
+
+def run_tasks(
+    registry: Registry,
+    tasks: list[Task],
+    policy_name: str,
+    *,
+    context: MaestroContext | None = None,
+    outcomes: PairOutcomes | None = None,
+    workers: int = 1,
+) -> Iterator[tuple[Task, EpisodeResult]]:
+    """Episodes of one policy over tasks, `workers` at a time (per-model concurrency limits still hold), yielded
+    in task order; results are the same as a serial run."""
+    context = context or MaestroContext()
     if policy_name == "oracle":
         # the oracle tries every pair: give it a turn per pair and no cost cap
         context = replace(context, max_turns=len(registry.pairs()) + 1, max_cost=float("inf"))
-        for task in tasks:
-            yield task, _safe_episode(build_graph(registry, OraclePolicy(_judge(task))), task, context)
+
+        def one(task: Task) -> EpisodeResult:
+            graph = build_graph(registry, OraclePolicy(_judge(task)))
+            return _safe_episode(graph, task, _task_context(context, task))
+    else:
+        graph = build_graph(registry, make_policy(policy_name, outcomes=outcomes))
+
+        def one(task: Task) -> EpisodeResult:
+            return _safe_episode(graph, task, _task_context(context, task))
+
+    if workers <= 1:
+        yield from ((task, one(task)) for task in tasks)
         return
-    policy: Policy = make_policy(policy_name)
-    graph = build_graph(registry, policy)
-    for task in tasks:
-        yield task, _safe_episode(graph, task, context)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        yield from zip(tasks, pool.map(one, tasks))
 
 
 def _safe_episode(graph: Any, task: Task, context: MaestroContext) -> EpisodeResult:
@@ -122,6 +148,7 @@ def predict(
     policy: str,
     context: MaestroContext | None = None,
     limit: int | None = None,
+    workers: int = 1,
     progress: bool = True,
 ) -> PredictSummary:
     """Write one prediction per task; bad lines of the task file are reported and skipped."""
@@ -132,7 +159,7 @@ def predict(
     out_path.parent.mkdir(parents=True, exist_ok=True)
     bar = tqdm(total=len(tasks), desc=f"predict {policy}", unit="item", disable=not progress)
     with out_path.open("w", encoding="utf-8") as out:
-        for task, result in _episodes(registry, tasks, policy, context or MaestroContext()):
+        for task, result in run_tasks(registry, tasks, policy, context=context, workers=workers):
             record = result.prediction(task.id)
             if task.answer is not None:
                 record["score"] = score(result.answer, task.answer, task.answer_type, tolerance=task.tolerance,

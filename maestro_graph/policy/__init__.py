@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import difflib
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from .base import ActionSpace, Distribution, EpisodeView, Policy, best_candidate
 from .oracle import OraclePolicy
-from .simple import FixedPolicy, RandomPolicy, RulesPolicy
+from .simple import FixedPolicy, RandomPolicy, RankingPolicy, RulesPolicy
+
+if TYPE_CHECKING:
+    from ..evaluation.outcomes import PairOutcomes
 
 __all__ = [
     "ActionSpace",
@@ -17,19 +21,23 @@ __all__ = [
     "OraclePolicy",
     "Policy",
     "RandomPolicy",
+    "RankingPolicy",
     "RulesPolicy",
     "best_candidate",
     "make_policy",
     "POLICY_NAMES",
+    "TRAINED_POLICIES",
     "DEFAULT_POLICY",
 ]
 
-POLICY_NAMES = ("rules", "random", "fixed:MODEL@@SKILL", "oracle")
+TRAINED_POLICIES = ("best-single", "knn", "classifier")
+POLICY_NAMES = ("rules", "random", "fixed:MODEL@@SKILL", *TRAINED_POLICIES, "oracle")
 DEFAULT_POLICY = "rules"
 
 
-def make_policy(name: str) -> Policy:
-    """A policy by name. `oracle` is refused here: it needs a per-task judge (see OraclePolicy)."""
+def make_policy(name: str, *, outcomes: "PairOutcomes | None" = None) -> Policy:
+    """A policy by name. Trained routers need the pair outcomes of a training file; `oracle` is refused here
+    because it needs a per-task judge (see OraclePolicy)."""
     if name == "rules":
         return RulesPolicy()
     if name == "random":
@@ -39,8 +47,15 @@ def make_policy(name: str) -> Policy:
             return FixedPolicy(name.removeprefix("fixed:"))
         except ValueError as exc:
             raise ConfigError(f"{exc}; write fixed:MODEL@@SKILL, e.g. fixed:rapidocr@@chart-qa", field="policy") from exc
+    if name in TRAINED_POLICIES:
+        if outcomes is None:
+            raise ConfigError(f"policy {name!r} is trained on a task file: pass --train-tasks FILE", field="policy")
+        from .routers import BestSinglePolicy, ClassifierPolicy, KnnPolicy
+
+        return {"best-single": BestSinglePolicy, "knn": KnnPolicy, "classifier": ClassifierPolicy}[name](outcomes)
     if name == "oracle":
-        raise ConfigError("the oracle policy needs the answer key: use it with `maestro predict` only", field="policy")
-    close = difflib.get_close_matches(name, ["rules", "random", "oracle", "fixed:"], n=1)
+        raise ConfigError("the oracle policy needs the answer key: use it with `maestro predict` or `maestro eval`",
+                          field="policy")
+    close = difflib.get_close_matches(name, ["rules", "random", "oracle", "fixed:", *TRAINED_POLICIES], n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     raise ConfigError(f"unknown policy {name!r}; valid: {', '.join(POLICY_NAMES)}.{hint}", field="policy")

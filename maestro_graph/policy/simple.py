@@ -1,4 +1,5 @@
-"""Baseline policies that need no training: one fixed pair, uniform random, and keyword rules."""
+"""Policies that need no training: one fixed pair, uniform random, and the ranking routers' shared loop with its
+keyword-rules instance."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from ..registry import Pair
 from ..types import Answer, Invoke, split_pair
 from .base import ActionSpace, Distribution, EpisodeView, best_candidate
 
-__all__ = ["FixedPolicy", "RandomPolicy", "RulesPolicy"]
+__all__ = ["FixedPolicy", "RandomPolicy", "RankingPolicy", "RulesPolicy"]
 
 _WORD_RE = re.compile(r"[a-z0-9]+")
 
@@ -48,32 +49,40 @@ class RandomPolicy:
         return Distribution.uniform(space.actions)
 
 
+class RankingPolicy:
+    """A router that ranks the pairs for the question and calls the best untried one; it answers as soon as a step
+    returns a candidate, or when the input itself is broken (another pair cannot read a corrupt image either).
+    Subclasses only say how to score pairs (higher is better)."""
+
+    name = "ranking"
+
+    def pair_scores(self, view: EpisodeView, pairs: list[Pair]) -> list[float]:
+        raise NotImplementedError
+
+    def distribution(self, view: EpisodeView, space: ActionSpace) -> Distribution:
+        if view.candidates() or any(s.error_kind == "input" for s in view.steps):
+            return _answer_best(view)
+        untried = [p for p in space.pairs if not view.called(p.id)]
+        if not untried:
+            return _answer_best(view)
+        scores = self.pair_scores(view, untried)
+        # ties go to the cheaper model, then to registry order
+        best = max(range(len(untried)), key=lambda i: (scores[i], -untried[i].model.cost.per_call, -i))
+        return Distribution.certain(Invoke(untried[best].model.name, untried[best].skill.name))
+
+
 def _keyword_hits(question: str, pair: Pair) -> int:
     """How many of the skill's keywords (SKILL.md `metadata.keywords`) occur in the question."""
     words = " ".join(_WORD_RE.findall(question.lower()))
     return sum(1 for kw in pair.skill.keywords if re.search(rf"\b{re.escape(kw.lower())}\b", words))
 
 
-@dataclass
-class RulesPolicy:
-    """Keyword rules: the skill whose card keywords best match the question, on its cheapest model; answer as soon
-    as a step returns a candidate; on failure try the next best untried pair. Keywords live in the skill cards, so
-    new skills take part without code changes."""
+class RulesPolicy(RankingPolicy):
+    """Keyword rules. Keywords live in the skill cards, so new skills take part without code changes; text-only
+    chat skills rank last when there are images and first when there are none."""
 
-    name: str = "rules"
+    name = "rules"
 
-    def distribution(self, view: EpisodeView, space: ActionSpace) -> Distribution:
-        # a candidate ends the episode; so does a broken input (another pair cannot read a corrupt image either)
-        if view.candidates() or not space.pairs or any(s.error_kind == "input" for s in view.steps):
-            return _answer_best(view)
-        untried = [p for p in space.pairs if not view.called(p.id)]
-        if not untried:
-            return _answer_best(view)
-        needs_image = bool(view.images)
-        # most keyword hits first; then text-only chat skills last when there are images (first when there are none)
-        ranked = sorted(
-            untried,
-            key=lambda p: (-_keyword_hits(view.question, p), needs_image == ("chat" in p.skill.requires), p.model.cost.per_call),
-        )
-        best = ranked[0]
-        return Distribution.certain(Invoke(best.model.name, best.skill.name))
+    def pair_scores(self, view: EpisodeView, pairs: list[Pair]) -> list[float]:
+        has_image = bool(view.images)
+        return [_keyword_hits(view.question, p) + 0.5 * (has_image != ("chat" in p.skill.requires)) for p in pairs]

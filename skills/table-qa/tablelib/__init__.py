@@ -1,0 +1,1 @@
+"""Table QA building blocks: image cleaning for OCR, grid rebuilding from boxes, question solving."""

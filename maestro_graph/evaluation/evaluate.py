@@ -1,0 +1,154 @@
+"""`maestro eval`: every policy through the same graph on the same items in one run, with metrics per policy."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from ..graph import MaestroContext
+from ..policy import TRAINED_POLICIES
+from ..registry import Registry
+from ..runner import EpisodeResult, run_tasks
+from ..scoring import score
+from ..tasks import Task, TaskProblem, load_tasks
+from .outcomes import PairOutcomes, measure_pairs
+
+__all__ = ["PolicyResult", "EvalRun", "evaluate", "load_task_files"]
+
+
+@dataclass
+class PolicyResult:
+    """Per-episode records of one policy and the metrics derived from them."""
+
+    policy: str
+    records: list[dict] = field(default_factory=list)
+    cache_hits: int = 0
+    cache_misses: int = 0
+    wall_s: float = 0.0
+
+    def metrics(self) -> dict:
+        by_source: dict[str, list[float]] = defaultdict(list)
+        by_domain: dict[str, list[float]] = defaultdict(list)
+        pairs: Counter[str] = Counter()
+        routing: dict[str, Counter[str]] = defaultdict(Counter)
+        for r in self.records:
+            by_source[r["source"]].append(r["score"])
+            by_domain[r["domain"]].append(r["score"])
+            called = {f"{s['model']}@@{s['skill']}" for s in r["steps"]}
+            pairs.update(called)
+            routing[r["source"]].update(called)
+        n = max(1, len(self.records))
+        latencies = [r["latency_s"] for r in self.records] or [0.0]
+        source_acc = {s: float(np.mean(v)) for s, v in sorted(by_source.items())}
+        return {
+            "items": len(self.records),
+            "accuracy": float(np.mean([r["score"] for r in self.records])) if self.records else 0.0,
+            "macro_accuracy": float(np.mean(list(source_acc.values()))) if source_acc else 0.0,
+            "accuracy_by_source": source_acc,
+            "accuracy_by_domain": {d: float(np.mean(v)) for d, v in sorted(by_domain.items())},
+            "mean_cost": float(np.mean([r["cost"] for r in self.records])) if self.records else 0.0,
+            "latency_p50_s": float(np.percentile(latencies, 50)),
+            "latency_p95_s": float(np.percentile(latencies, 95)),
+            "calls_per_episode": float(np.mean([len(r["steps"]) for r in self.records])) if self.records else 0.0,
+            "pair_share": {p: c / n for p, c in pairs.most_common()},
+            "routing": {s: {p: c / len(by_source[s]) for p, c in cnt.items()} for s, cnt in routing.items()},
+            "failures": sum(1 for r in self.records if r.get("error")),
+            "no_answer": sum(1 for r in self.records if r["answer"] is None),
+            "cache_hits": self.cache_hits,
+            "cache_misses": self.cache_misses,
+            "wall_s": self.wall_s,
+        }
+
+
+@dataclass
+class EvalRun:
+    results: list[PolicyResult]
+    skipped: list[TaskProblem]
+    train_file: str | None
+    task_files: list[str]
+    best_single_pair: str | None = None
+
+
+def load_task_files(files: list[Path]) -> tuple[list[Task], list[TaskProblem]]:
+    """Tasks of several files; ids are prefixed with the file stem when files are combined, so they stay unique."""
+    tasks: list[Task] = []
+    problems: list[TaskProblem] = []
+    for path in files:
+        got, bad = load_tasks(path)
+        if len(files) > 1:
+            got = [t.model_copy(update={"id": f"{Path(path).stem}:{t.id}"}) for t in got]
+        tasks += got
+        problems += bad
+    return tasks, problems
+
+
+def evaluate(
+    registry: Registry,
+    task_files: list[Path],
+    policies: list[str],
+    *,
+    train_tasks: Path | None = None,
+    context: MaestroContext | None = None,
+    workers: int = 2,
+    limit: int | None = None,
+    progress: bool = True,
+) -> EvalRun:
+    tasks, skipped = load_task_files(task_files)
+    tasks = tasks[:limit] if limit else tasks
+    outcomes: PairOutcomes | None = None
+    if any(p in TRAINED_POLICIES for p in policies):
+        if train_tasks is None:
+            raise ValueError(f"policies {[p for p in policies if p in TRAINED_POLICIES]} need --train-tasks FILE")
+        if Path(train_tasks).resolve() in {Path(f).resolve() for f in task_files}:
+            raise ValueError("the training file is also an evaluated file: evaluation items would leak into training")
+        train, _ = load_tasks(train_tasks)
+        outcomes = measure_pairs(registry, train, workers=workers, progress=progress)
+    results = []
+    for policy in policies:
+        results.append(_run_policy(registry, tasks, policy, context, outcomes, workers, progress))
+    return EvalRun(results, skipped, str(train_tasks) if train_tasks else None, [str(f) for f in task_files],
+                   outcomes.best_single() if outcomes else None)
+
+
+def _run_policy(registry: Registry, tasks: list[Task], policy: str, context: MaestroContext | None,
+                outcomes: PairOutcomes | None, workers: int, progress: bool) -> PolicyResult:
+    result = PolicyResult(policy)
+    stats = registry.cache.stats if registry.cache else None
+    hits0, misses0 = (stats.hits, stats.misses) if stats else (0, 0)
+    start = time.perf_counter()
+    bar = tqdm(total=len(tasks), desc=f"eval {policy}", unit="item", disable=not progress)
+    for task, episode in run_tasks(registry, tasks, policy, context=context, outcomes=outcomes, workers=workers):
+        result.records.append(_record(task, episode))
+        acc = np.mean([r["score"] for r in result.records])
+        bar.set_postfix(acc=f"{acc:.3f}", cache_hits=(stats.hits - hits0) if stats else "off")
+        bar.update()
+    bar.close()
+    result.wall_s = time.perf_counter() - start
+    if stats:
+        result.cache_hits, result.cache_misses = stats.hits - hits0, stats.misses - misses0
+    return result
+
+
+def _record(task: Task, episode: EpisodeResult) -> dict:
+    record = episode.prediction(task.id)
+    record["score"] = score(episode.answer, task.answer or "", task.answer_type, tolerance=task.tolerance,
+                            choices=task.choices) if task.answer is not None else 0.0
+    record["source"] = task.source or "unknown"
+    record["domain"] = task.domain or "unknown"
+    return record
+
+
+def write_predictions(run: EvalRun, out_dir: Path) -> None:
+    pred_dir = out_dir / "predictions"
+    pred_dir.mkdir(parents=True, exist_ok=True)
+    for result in run.results:
+        name = result.policy.replace(":", "_").replace("@@", "__").replace("/", "_")
+        with (pred_dir / f"{name}.jsonl").open("w", encoding="utf-8") as fh:
+            for record in result.records:
+                fh.write(json.dumps(record, ensure_ascii=False) + "\n")

@@ -1,0 +1,85 @@
+"""Which pair gets which training item right: the supervision of the `best-single`, `knn` and `classifier`
+routers, measured by running every pair once on every item of a training task file (the expert cache makes a
+second measurement free)."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from ..registry import Registry
+from ..scoring import score
+from ..tasks import Task
+from ..types import Invoke, split_pair
+
+__all__ = ["PairOutcomes", "measure_pairs"]
+
+
+@dataclass
+class PairOutcomes:
+    """scores[i, j]: score of pair j on training item i; costs likewise."""
+
+    task_ids: list[str]
+    questions: list[str]
+    images: list[list[str]]
+    choices: list[list[str] | None]
+    sources: list[str]
+    pairs: list[str]
+    scores: np.ndarray
+    costs: np.ndarray
+
+    def macro_accuracy(self) -> np.ndarray:
+        """Per pair: mean over sources of the accuracy within each source (the paper's macro average)."""
+        by_source: dict[str, list[int]] = defaultdict(list)
+        for i, src in enumerate(self.sources):
+            by_source[src].append(i)
+        return np.mean([self.scores[idx].mean(axis=0) for idx in by_source.values()], axis=0)
+
+    def best_single(self) -> str:
+        return self.pairs[int(np.argmax(self.macro_accuracy()))]
+
+    def save(self, path: str | Path) -> None:
+        data = {k: getattr(self, k) for k in ("task_ids", "questions", "images", "choices", "sources", "pairs")}
+        data["scores"] = self.scores.tolist()
+        data["costs"] = self.costs.tolist()
+        Path(path).write_text(json.dumps(data))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "PairOutcomes":
+        data = json.loads(Path(path).read_text())
+        return cls(**{**data, "scores": np.asarray(data["scores"]), "costs": np.asarray(data["costs"])})
+
+
+def measure_pairs(registry: Registry, tasks: list[Task], *, workers: int = 2, progress: bool = True) -> PairOutcomes:
+    """Run every available pair once on every task (concurrently over tasks; per-model limits still apply)."""
+    pairs = registry.pair_ids()
+
+    def one(task: Task) -> tuple[list[float], list[float]]:
+        scores, costs = [], []
+        for pair in pairs:
+            model, skill = split_pair(pair)
+            step = registry.run(Invoke(model, skill), question=task.question, images=task.images, choices=task.choices)
+            scores.append(score(step.answer, task.answer or "", task.answer_type, tolerance=task.tolerance,
+                                choices=task.choices))
+            costs.append(step.cost)
+        return scores, costs
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        rows = list(tqdm(pool.map(one, tasks), total=len(tasks), desc="measuring pairs", unit="item",
+                         disable=not progress))
+    return PairOutcomes(
+        task_ids=[t.id for t in tasks],
+        questions=[t.question for t in tasks],
+        images=[list(t.images) for t in tasks],
+        choices=[t.choices for t in tasks],
+        sources=[t.source or "unknown" for t in tasks],
+        pairs=pairs,
+        scores=np.asarray([r[0] for r in rows], dtype=np.float32).reshape(len(tasks), len(pairs)),
+        costs=np.asarray([r[1] for r in rows], dtype=np.float32).reshape(len(tasks), len(pairs)),
+    )

@@ -1,0 +1,117 @@
+"""Writing an evaluation run: results.json, a readable report.md, and PNG plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .evaluate import EvalRun, write_predictions
+
+__all__ = ["write_report"]
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def write_report(run: EvalRun, out_dir: Path) -> dict:
+    """Write everything under `out_dir`; returns the results dictionary written to results.json."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    metrics = {r.policy: r.metrics() for r in run.results}
+    results = {
+        "task_files": run.task_files,
+        "train_file": run.train_file,
+        "best_single_pair": run.best_single_pair,
+        "skipped_items": [p.__dict__ for p in run.skipped],
+        "policies": metrics,
+    }
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2))
+    write_predictions(run, out_dir)
+    sources = sorted({s for m in metrics.values() for s in m["accuracy_by_source"]})
+    plots = _plots(metrics, sources, out_dir)
+    main = _table(
+        ["policy", "macro acc", "accuracy", "mean cost", "calls/ep", "p50 s", "p95 s", "failed", "no answer",
+         "cache hits", "wall s"],
+        [[p, f"{m['macro_accuracy']:.3f}", f"{m['accuracy']:.3f}", f"{m['mean_cost']:.2f}",
+          f"{m['calls_per_episode']:.2f}", f"{m['latency_p50_s']:.2f}", f"{m['latency_p95_s']:.2f}",
+          str(m["failures"]), str(m["no_answer"]), f"{m['cache_hits']}/{m['cache_hits'] + m['cache_misses']}",
+          f"{m['wall_s']:.0f}"] for p, m in metrics.items()],
+    )
+    per_source = _table(["source", *metrics], [[s, *(f"{m['accuracy_by_source'].get(s, float('nan')):.3f}"
+                                                     for m in metrics.values())] for s in sources])
+    domains = sorted({d for m in metrics.values() for d in m["accuracy_by_domain"]})
+    per_domain = _table(["domain", *metrics], [[d, *(f"{m['accuracy_by_domain'].get(d, float('nan')):.3f}"
+                                                     for m in metrics.values())] for d in domains])
+    text = [
+        "# Evaluation report", "",
+        f"Tasks: {', '.join(run.task_files)}" + (f"; routers trained on {run.train_file}" if run.train_file else ""),
+        f"Best single pair (chosen on the training file): {run.best_single_pair}" if run.best_single_pair else "",
+        f"Items skipped (bad lines or missing images): {len(run.skipped)}", "",
+        "## Policies (macro accuracy = mean over sources)", "", main, "",
+        "## Accuracy per source", "", per_source, "", "## Accuracy per domain", "", per_domain, "",
+        "## Plots", "", *[f"![{p.stem}]({p.name})" for p in plots], "",
+    ]
+    (out_dir / "report.md").write_text("\n".join(text))
+    return results
+
+
+def _plots(metrics: dict, sources: list[str], out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    policies = list(metrics)
+    fig, ax = plt.subplots(figsize=(max(6, len(sources) * 1.1), 4))
+    width = 0.8 / max(1, len(policies))
+    for i, policy in enumerate(policies):
+        ax.bar(np.arange(len(sources)) + i * width, [metrics[policy]["accuracy_by_source"].get(s, 0) for s in sources],
+               width, label=policy)
+    ax.set_xticks(np.arange(len(sources)) + 0.4 - width / 2, sources, rotation=30, ha="right")
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=7, ncol=2)
+    ax.set_title("accuracy per source")
+    fig.tight_layout()
+    paths.append(out_dir / "accuracy_by_source.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for policy in policies:
+        m = metrics[policy]
+        ax.scatter(m["mean_cost"], m["macro_accuracy"])
+        ax.annotate(policy, (m["mean_cost"], m["macro_accuracy"]), fontsize=7)
+    ax.set_xlabel("mean cost per episode")
+    ax.set_ylabel("macro accuracy")
+    ax.set_title("accuracy against cost")
+    fig.tight_layout()
+    paths.append(out_dir / "accuracy_vs_cost.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    for policy in policies:
+        if policy.startswith("fixed:"):
+            continue
+        routing = metrics[policy]["routing"]
+        pairs = sorted({p for r in routing.values() for p in r})
+        if not pairs:
+            continue
+        grid = np.array([[routing.get(s, {}).get(p, 0.0) for p in pairs] for s in sources])
+        fig, ax = plt.subplots(figsize=(max(6, len(pairs) * 0.45), max(3, len(sources) * 0.4)))
+        im = ax.imshow(grid, cmap="viridis", vmin=0, vmax=1, aspect="auto")
+        ax.set_xticks(range(len(pairs)), pairs, rotation=60, ha="right", fontsize=7)
+        ax.set_yticks(range(len(sources)), sources, fontsize=8)
+        ax.set_title(f"routing of {policy}: share of episodes calling each pair")
+        fig.colorbar(im, ax=ax)
+        fig.tight_layout()
+        name = policy.replace(":", "_").replace("@@", "__")
+        paths.append(out_dir / f"routing_{name}.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    return paths

@@ -1,0 +1,49 @@
+"""Cheap state features shared by learned routers: question embeddings and a few image descriptors.
+
+Only what a policy may see goes in: the question, the choices and the images (never answer, source, domain, meta).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from .embeddings import EMBED_DIM, embed
+from .errors import InputError
+from .images import load_image
+
+__all__ = ["IMAGE_DIM", "image_descriptors", "question_features", "QUESTION_DIM"]
+
+IMAGE_DIM = 8
+QUESTION_DIM = EMBED_DIM + IMAGE_DIM
+
+
+@lru_cache(maxsize=4096)
+def _describe(ref: str) -> tuple[float, ...]:
+    try:
+        image = load_image(ref)
+    except InputError:
+        return (1.0, 0, 0, 0, 0, 0, 0, 1.0)  # an unreadable image is itself a feature
+    small = np.asarray(image.resize((128, 128))).astype(np.float32) / 255.0
+    gray = small.mean(axis=2)
+    white = float((gray > 0.92).mean())
+    chroma = float((small.max(axis=2) - small.min(axis=2)).mean())
+    edges = float((np.abs(np.diff(gray, axis=0)) > 0.15).mean() + (np.abs(np.diff(gray, axis=1)) > 0.15).mean())
+    w, h = image.size
+    return (1.0, np.log1p(w) / 8, np.log1p(h) / 8, float(np.log(w / h)), white, chroma, edges, 0.0)
+
+
+def image_descriptors(images: list[str] | tuple[str, ...]) -> np.ndarray:
+    """[has image, log width, log height, log aspect, white share, colourfulness, edge density, unreadable]
+    of the first image (zeros when there is none)."""
+    if not images:
+        return np.zeros(IMAGE_DIM, dtype=np.float32)
+    return np.asarray(_describe(images[0]), dtype=np.float32)
+
+
+def question_features(questions: list[str], images: list[list[str]] | list[tuple[str, ...]],
+                      choices: list | None = None) -> np.ndarray:
+    """Embedding of the question (with its options, when any) next to the image descriptors."""
+    texts = [q + (" Options: " + " | ".join(c) if c else "") for q, c in zip(questions, choices or [None] * len(questions))]
+    return np.hstack([embed(texts), np.stack([image_descriptors(i) for i in images])]).astype(np.float32)

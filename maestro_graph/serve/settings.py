@@ -1,0 +1,57 @@
+"""Settings of `maestro serve`, separate from the app they configure. Every limit is a named, documented field."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["ServeSettings"]
+
+
+class ServeSettings(BaseModel):
+    """How the OpenAI-compatible app runs episodes and what it accepts. Defaults suit one CPU machine on loopback."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model_name: str = Field("maestro", min_length=1, description="the model id clients send and /v1/models lists")
+    api_key_env: str = Field(
+        "MAESTRO_API_KEY",
+        description="environment variable holding the API key; when it is set and non-empty every /v1 and "
+        "/maestro request needs `Authorization: Bearer <key>`",
+    )
+    policy: str = Field("rules", description="default policy (a request may name another)")
+    max_turns: int = Field(4, ge=1, le=64, description="default and largest turn budget of an episode")
+    max_cost: float = Field(10.0, ge=0, description="default cost budget of an episode")
+    max_body_bytes: int = Field(20_000_000, gt=0, description="largest request body (413 above)")
+    max_image_bytes: int = Field(8_000_000, gt=0, description="largest decoded image (413 above)")
+    max_images: int = Field(8, ge=1, description="most images in one request (413 above)")
+    max_episodes: int = Field(
+        64, ge=1, description="episodes admitted at once, running or queued for a worker (429 when full)"
+    )
+    workers: int = Field(2, ge=1, description="threads that run episodes; the rest of the admitted ones wait")
+    request_timeout_s: float = Field(300.0, gt=0, description="wall-clock limit of one request, queueing included")
+    allowed_image_hosts: tuple[str, ...] = Field(
+        (),
+        description="hosts (`name` or `name:port`) whose http(s) image URLs are fetched; every other remote URL "
+        "and every local path is refused",
+    )
+    fetch_timeout_s: float = Field(10.0, gt=0, description="time limit for fetching one allow-listed image URL")
+    checkpoint_db: Path | None = Field(
+        None, description="SQLite file for checkpoints: episodes get thread ids and resume after a crash"
+    )
+    langserve_path: str = Field("/maestro", pattern=r"^/[a-z0-9/_-]*$", description="where LangServe routes go")
+
+    @model_validator(mode="after")
+    def _check(self) -> "ServeSettings":
+        if self.workers > self.max_episodes:
+            raise ValueError(
+                f"workers={self.workers} exceeds max_episodes={self.max_episodes}; a worker would never get work. "
+                "Lower workers or raise max_episodes"
+            )
+        return self
+
+    def api_key(self) -> str | None:
+        """The key from the environment, read per request so a restart is not needed to rotate it."""
+        return os.environ.get(self.api_key_env) or None

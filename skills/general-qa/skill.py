@@ -1,0 +1,96 @@
+"""Tier-1 general QA on a text-only chat model: OCR text of the images as context, a short answer parsed back.
+
+The SKILL.md body is the system message. The model never sees pixels: when the episode has images and the registry
+has an OCR model, the text read in them is passed in the user message. Replies of small models ramble, so the
+answer is cut down to what the question asks for: an option, a number when it asks for a quantity, else the first
+clause.
+"""
+
+from __future__ import annotations
+
+import re
+
+from maestro_graph.scoring import normalize_text, parse_number
+from maestro_graph.types import SkillResult
+
+MAX_CONTEXT_CHARS = 1500
+"""OCR text passed to the model is cut to this many characters (small models have short, weak context)."""
+MAX_EVIDENCE_CHARS = 300
+CONFIDENCE = 0.2
+"""A small chat model's answer is a weak guess: the policy should prefer a specialised skill's answer."""
+
+_NUMBER_QUESTION_RE = re.compile(
+    r"\b(how (many|much|long|far|old|tall)|what (is|was) the (total|sum|difference|number|value|cost|price|area|"
+    r"length|perimeter|average|mean|median|percentage|ratio)|calculate|compute)\b",
+    re.I,
+)
+_ANSWER_IS_RE = re.compile(r"\b(?:final answer|answer)\s*(?:is|:)\s*(.+)", re.I)
+_LETTER_RE = re.compile(r"(?:^|[\s(\[])([A-Ha-h])(?:[)\].:,]|\s|$)")
+
+
+def _ocr_context(ctx) -> str:
+    """Text read in every image, or "" when the episode has no image or the registry no OCR model."""
+    if not ctx.image_refs or "ocr" not in ctx.registry.skills or ctx.registry.model_with("ocr") is None:
+        return ""
+    pages = [ctx.use("ocr", image=image).text for image in ctx.images]
+    text = "\n\n".join(f"[image {i + 1}]\n{page}" if len(pages) > 1 else page for i, page in enumerate(pages))
+    return text[:MAX_CONTEXT_CHARS]
+
+
+def _option_label(index: int) -> str:
+    return chr(ord("A") + index)
+
+
+def _user_message(question: str, choices: list[str] | None, context: str) -> str:
+    parts = []
+    if context.strip():
+        parts.append(f"Text in the image:\n{context.strip()}\n")
+    parts.append(f"Question: {question.strip()}")
+    if choices:
+        parts.append("Options:\n" + "\n".join(f"{_option_label(i)}. {c}" for i, c in enumerate(choices)))
+        parts.append("Reply with the letter of the correct option.")
+    return "\n".join(parts)
+
+
+def _short_answer(reply: str, question: str) -> str | None:
+    """The answer stated in a free-text reply: after "the answer is" when present, else the first line; a number
+    when the question asks for a quantity."""
+    text = reply.strip()
+    said = _ANSWER_IS_RE.search(text)
+    if said:
+        text = said.group(1)
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    if not line:
+        return None
+    if _NUMBER_QUESTION_RE.search(question):
+        match = re.search(r"[-+]?\$?\d[\d,]*(?:\.\d+)?%?", line) or re.search(r"[-+]?\$?\d[\d,]*(?:\.\d+)?%?", text)
+        if match and parse_number(match.group(0)) is not None:
+            return match.group(0).lstrip("$")
+    return line.rstrip(".").strip() or None
+
+
+def _pick_option(reply: str, choices: list[str]) -> str | None:
+    """The option a reply names: by its letter, else the only option whose text it contains. Returns the option
+    text, or its letter when the options are letters."""
+    letters = [chr(ord("A") + i) for i in range(len(choices))]
+    match = _LETTER_RE.search(reply.strip())
+    if match and match.group(1).upper() in letters:
+        return choices[letters.index(match.group(1).upper())]
+    said = normalize_text(reply)
+    named = [c for c in choices if len(normalize_text(c)) > 1 and normalize_text(c) in said]
+    return named[0] if len(named) == 1 else None
+
+
+def run(ctx) -> SkillResult:
+    question = ctx.request
+    context = _ocr_context(ctx)
+    messages = [
+        {"role": "system", "content": ctx.instructions},
+        {"role": "user", "content": _user_message(question, ctx.choices, context)},
+    ]
+    reply = ctx.model.chat(messages).text
+    answer = _pick_option(reply, ctx.choices) if ctx.choices else _short_answer(reply, question)
+    evidence = f"{ctx.model.name} replied: {reply[:MAX_EVIDENCE_CHARS]!r}"
+    if context:
+        evidence += f" (given {len(context)} characters of OCR text)"
+    return SkillResult(evidence=evidence, answer=answer, confidence=CONFIDENCE if answer else 0.0)

@@ -1,0 +1,46 @@
+"""Tier-1 table QA: OCR the table image, rebuild its grid, turn the question into one exact operation over it."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from maestro_graph.experts.protocols import TextBox
+from maestro_graph.types import SkillResult
+
+
+def _load_lib():
+    """Import the skill's own `tablelib` package (skill entry files are loaded by path, not as a package)."""
+    name = "maestro_skill_table_qa_lib"
+    if name not in sys.modules:
+        folder = Path(__file__).with_name("tablelib")
+        spec = importlib.util.spec_from_file_location(name, folder / "__init__.py", submodule_search_locations=[str(folder)])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+_load_lib()
+from maestro_skill_table_qa_lib.image import OCR_SCALE, clean_for_ocr  # noqa: E402
+from maestro_skill_table_qa_lib.layout import build_table  # noqa: E402
+from maestro_skill_table_qa_lib.solve import solve  # noqa: E402
+
+_EVIDENCE_CHARS = 600  # the table rendering in the evidence is cut to this length
+
+
+def run(ctx) -> SkillResult:
+    page = ctx.use("ocr", image=clean_for_ocr(ctx.image))
+    lines = [[TextBox(b.text, tuple(v / OCR_SCALE for v in b.box), b.confidence) for b in line.boxes]
+             for line in page.lines]
+    table = build_table(lines)
+    if not table.rows:
+        return SkillResult(evidence="no table text found", answer=None, confidence=0.0)
+    shown = table.describe()[:_EVIDENCE_CHARS]
+    solution = solve(table, ctx.question, ctx.choices)
+    if solution is None:
+        return SkillResult(evidence=f"table: {shown}; no operation recognised for the question", answer=None,
+                           confidence=0.0)
+    return SkillResult(evidence=f"table: {shown}; operation: {solution.operation}", answer=solution.answer,
+                       confidence=solution.confidence)
