@@ -1,7 +1,9 @@
-"""A persistent on-disk cache of expert calls, so repeated episodes (oracle, evaluation, rollouts) are cheap.
+"""A persistent on-disk cache of expert calls and of whole skill steps, so repeated episodes (oracle, evaluation,
+rollouts, training) are cheap.
 
-Key: model name and card version, method, and the arguments, with images hashed by their pixel content. Only calls
-that succeeded are stored; a card with `cacheable: false` is never cached. Entries are written atomically (temp
+Expert calls are keyed by model name and card version, method and arguments (images by pixel content); steps by
+model and card version, skill and a hash of its folder's files, the request and the image files' bytes. Only
+successes are stored; a card with `cacheable: false` is never cached. Entries are written atomically (temp
 file + rename); an unreadable entry is reported as corrupt, removed and recomputed, never silently used.
 """
 
@@ -21,7 +23,7 @@ from typing import Any
 
 from PIL import Image
 
-__all__ = ["ExpertCache", "CacheStats", "cache_key", "Uncacheable"]
+__all__ = ["ExpertCache", "CacheStats", "cache_key", "file_digest", "Uncacheable"]
 
 
 class Uncacheable(TypeError):
@@ -43,9 +45,20 @@ def _canonical(value: Any) -> Any:
     raise Uncacheable(f"cannot hash an argument of type {type(value).__name__}")
 
 
-def cache_key(model: str, version: str, method: str, args: tuple, kwargs: dict) -> str:
-    payload = json.dumps([model, version, method, _canonical(list(args)), _canonical(kwargs)], sort_keys=True)
+def cache_key(*parts: Any) -> str:
+    """A content key: images by pixel hash, everything else by value (Uncacheable for other objects)."""
+    payload = json.dumps(_canonical(list(parts)), sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def file_digest(ref: str) -> str:
+    """Content hash of an image reference: the file's bytes, or the data URL itself (missing file: its path)."""
+    if ref.startswith("data:"):
+        return hashlib.sha256(ref.encode()).hexdigest()
+    try:
+        return hashlib.sha256(Path(ref).read_bytes()).hexdigest()
+    except OSError:
+        return f"unreadable:{ref}"
 
 
 @dataclass

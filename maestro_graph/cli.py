@@ -240,6 +240,46 @@ def registry_show(registry: Optional[Path] = RegistryOpt,
     console.print(f"[bold]{len(info['pairs'])} pairs:[/bold] " + ", ".join(info["pairs"]))
 
 
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", help="Interface to listen on (loopback by default)."),
+    port: int = typer.Option(8000, min=1, max=65535, help="TCP port."),
+    registry: Optional[Path] = RegistryOpt,
+    policy: str = typer.Option("rules", "--policy", "-p", help="Default policy: rules | random | fixed:MODEL@@SKILL"),
+    checkpoint_db: Optional[Path] = typer.Option(None, help="SQLite file for checkpoints (thread ids, resume)."),
+    api_key_env: str = typer.Option("MAESTRO_API_KEY", help="Environment variable holding the API key."),
+    allow_image_host: list[str] = typer.Option([], "--allow-image-host", help="Host whose image URLs may be fetched."),
+    max_episodes: int = typer.Option(64, min=1, help="Episodes admitted at once (429 beyond)."),
+    workers: int = typer.Option(2, min=1, help="Threads running episodes."),
+    timeout_s: float = typer.Option(300.0, min=0.1, help="Time limit of one request, in seconds."),
+    max_body_bytes: int = typer.Option(20_000_000, min=1, help="Largest request body (413 beyond)."),
+    max_image_bytes: int = typer.Option(8_000_000, min=1, help="Largest image (413 beyond)."),
+    max_turns: int = typer.Option(4, min=1, help="Default and largest turn budget."),
+    cache_dir: Optional[Path] = typer.Option(None, help="Persistent cache of expert calls (default: none)."),
+    log_level: str = typer.Option("info", help="uvicorn log level."),
+) -> None:
+    """Serve an OpenAI-compatible endpoint (/v1/chat/completions, model `maestro`), /healthz, and LangServe routes
+    at /maestro when the `langserve` extra is installed."""
+    _threads()
+    import uvicorn
+    from pydantic import ValidationError
+
+    from .policy import make_policy
+    from .serve import ServeSettings, create_app
+
+    try:
+        make_policy(policy)
+        settings = ServeSettings(
+            policy=policy, checkpoint_db=checkpoint_db, api_key_env=api_key_env,
+            allowed_image_hosts=tuple(allow_image_host), max_episodes=max_episodes, workers=workers,
+            request_timeout_s=timeout_s, max_body_bytes=max_body_bytes, max_image_bytes=max_image_bytes,
+            max_turns=max_turns,
+        )
+    except (MaestroError, ValidationError) as exc:
+        _fail(str(exc))
+    uvicorn.run(create_app(_registry(registry, cache_dir), settings), host=host, port=port, log_level=log_level)
+
+
 def main() -> None:  # pragma: no cover - console entry for `python -m maestro_graph.cli`
     sys.exit(app())
 

@@ -73,6 +73,7 @@ class Step(BaseModel):
     error: str | None = None
     error_kind: ErrorKind | None = None
     calls: list[dict] = Field(default_factory=list, description="expert calls made inside the skill")
+    cached: bool = Field(False, description="replayed from the step cache (latency is the replay's)")
 
     @property
     def pair(self) -> str:

@@ -57,3 +57,58 @@ def test_card_can_opt_out(tmp_path):
     expert.ocr(_image("NO CACHE"))
     expert.ocr(_image("NO CACHE"))
     assert cache.stats.hits == cache.stats.misses == 0 and not list(tmp_path.glob("*/*.pkl"))
+
+
+def test_step_cache_replays_and_invalidates_on_version_change(tmp_path):
+    import shutil
+    import textwrap
+    from pathlib import Path
+
+    from maestro_graph.registry import Registry
+    from maestro_graph.types import Invoke
+
+    skills = tmp_path / "skills"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "skills" / "ocr", skills / "ocr")
+    reader = skills / "first-line"
+    reader.mkdir()
+    (reader / "SKILL.md").write_text(textwrap.dedent("""\
+        ---
+        name: first-line
+        description: The first line of text.
+        metadata: {tier: "1", requires: "ocr", entry: "skill.py:run"}
+        ---
+        Read the first line.
+        """))
+    (reader / "skill.py").write_text(textwrap.dedent("""\
+        from maestro_graph.types import SkillResult
+
+        def run(ctx):
+            page = ctx.use("ocr")
+            return SkillResult(evidence=page.text, answer=page.lines[0].text if page.lines else None)
+        """))
+    config = tmp_path / "reg.yaml"
+    config.write_text(textwrap.dedent("""\
+        skill_dirs: [skills]
+        models:
+          - name: rapidocr
+            description: PP-OCR
+            capabilities: [ocr]
+            version: "1"
+            backend: {type: python, entry: "maestro_graph.experts.rapid_ocr:RapidOCRExpert"}
+        """))
+    image = tmp_path / "text.png"
+    _image("TOTAL 42.50").save(image)
+    cache = ExpertCache(tmp_path / "cache")
+
+    def run():
+        return Registry.load(config, cache=cache).run(Invoke("rapidocr", "first-line"), question="q", images=[str(image)])
+
+    first, second = run(), run()
+    assert not first.cached and second.cached and second.answer == first.answer
+    assert "42.50" in first.answer
+    (reader / "skill.py").write_text((reader / "skill.py").read_text() + "\n# changed\n")
+    assert not run().cached  # skill code changed: the step is recomputed (the OCR call itself still hits)
+    config.write_text(config.read_text().replace('version: "1"', 'version: "2"'))
+    hits_before = cache.stats.hits
+    third = run()
+    assert not third.cached and cache.stats.hits == hits_before  # new model version: nothing replayed

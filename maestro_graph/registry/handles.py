@@ -131,7 +131,7 @@ class ExpertHandle:
         key = None
         if self.cache is not None:
             try:
-                key = cache_key(self.name, self.card.version, method, args, kwargs)
+                key = cache_key("call", self.name, self.card.version, method, list(args), kwargs)
             except Uncacheable:
                 key = None
         if key is not None:

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..cache import ExpertCache
+from ..cache import ExpertCache, cache_key, file_digest
 from ..errors import ConfigError, ExpertError, InputError, SkillError
 from ..types import Invoke, SkillResult, Step, pair_id
 from .config import ModelCard, PythonBackend, RegistryConfig, load_config
@@ -133,6 +133,11 @@ class Registry:
         if reason:
             step.error, step.error_kind = reason, "policy"
             return step
+        key = self._step_key(action, question, images, choices)
+        if key is not None:
+            hit, cached = self.cache.get(key)
+            if hit:
+                return cached.model_copy(update={"latency_s": time.perf_counter() - start, "cached": True})
         ledger = Ledger()
         ctx = SkillContext(
             registry=self,
@@ -162,7 +167,17 @@ class Registry:
         step.cost = ledger.cost
         step.calls = [c.__dict__ for c in ledger.calls]
         step.latency_s = time.perf_counter() - start
+        if key is not None and step.error is None and all(self.models[c.model].card.cacheable for c in ledger.calls):
+            self.cache.put(key, step)
         return step
+
+    def _step_key(self, action: Invoke, question: str, images: list[str], choices: list[str] | None) -> str | None:
+        card = self.models[action.model].card
+        if self.cache is None or not card.cacheable:
+            return None
+        skill = self.skills[action.skill]
+        return cache_key("step", card.name, card.version, skill.name, skill.code_hash, action.input, question,
+                         list(choices or []), [file_digest(ref) for ref in images])
 
     def describe(self) -> dict:
         """Models (with availability), skills and pairs, for `maestro registry show`."""

@@ -12,10 +12,14 @@ and the code are read on first use. Our own keys live under `metadata:` (strings
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import re
+import sys
+import types
 import threading
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,6 +33,7 @@ MAX_NAME = 64
 MAX_DESCRIPTION = 1024
 _NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _ALLOWED_TOP = {"name", "description", "license", "compatibility", "metadata", "allowed-tools"}
+_SKILLS_PACKAGE = "maestro_skills"
 _FRONT_RE = re.compile(r"\A---\s*\n(.*?)\n---\s*(?:\n|\Z)(.*)\Z", re.S)
 
 
@@ -53,6 +58,15 @@ class SkillSpec:
     _func: Callable[..., Any] | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
+    @cached_property
+    def code_hash(self) -> str:
+        """Hash of every file in the folder: a cached step is invalid once the skill's code or prompt changes."""
+        digest = hashlib.sha256()
+        for path in sorted(p for p in self.folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+            digest.update(str(path.relative_to(self.folder)).encode())
+            digest.update(path.read_bytes())
+        return digest.hexdigest()[:16]
+
     @property
     def skill_md(self) -> Path:
         return self.folder / "SKILL.md"
@@ -74,15 +88,27 @@ class SkillSpec:
             return self._func
 
     def _import(self) -> Callable[..., Any]:
+        """Import the entry file as a module of a package made of the skill folder, so skill code can split itself
+        into modules and use relative imports (`from .parse import table`)."""
         path = self.folder / self.entry_file
-        module_name = f"maestro_skill_{self.name.replace('-', '_')}"
+        package = f"{_SKILLS_PACKAGE}.{self.name.replace('-', '_')}"
+        if _SKILLS_PACKAGE not in sys.modules:
+            root = types.ModuleType(_SKILLS_PACKAGE)
+            root.__path__ = []
+            sys.modules[_SKILLS_PACKAGE] = root
+        folder_pkg = types.ModuleType(package)
+        folder_pkg.__path__ = [str(self.folder)]
+        sys.modules[package] = folder_pkg
+        module_name = f"{package}.{path.stem}"
         spec = importlib.util.spec_from_file_location(module_name, path)
         if spec is None or spec.loader is None:
             raise SkillError(f"cannot import {path}", file=str(self.skill_md), field="metadata.entry")
         module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module  # dataclasses and pickling look classes up by module name
         try:
             spec.loader.exec_module(module)
         except Exception as exc:  # skill code is third-party: report whose fault it was
+            sys.modules.pop(module_name, None)
             raise SkillError(
                 f"importing {path} failed: {exc.__class__.__name__}: {exc}",
                 file=str(self.skill_md),

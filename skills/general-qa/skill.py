@@ -41,13 +41,19 @@ def _option_label(index: int) -> str:
     return chr(ord("A") + index)
 
 
+def _letters_only(choices: list[str]) -> bool:
+    """Options that are bare letters ("a", "b", ...): the option texts are in the question itself."""
+    return all(len(c.strip()) == 1 and c.strip().isalpha() for c in choices)
+
+
 def _user_message(question: str, choices: list[str] | None, context: str) -> str:
     parts = []
     if context.strip():
         parts.append(f"Text in the image:\n{context.strip()}\n")
     parts.append(f"Question: {question.strip()}")
     if choices:
-        parts.append("Options:\n" + "\n".join(f"{_option_label(i)}. {c}" for i, c in enumerate(choices)))
+        if not _letters_only(choices):
+            parts.append("Options:\n" + "\n".join(f"{_option_label(i)}. {c}" for i, c in enumerate(choices)))
         parts.append("Reply with the letter of the correct option.")
     return "\n".join(parts)
 
@@ -72,7 +78,7 @@ def _short_answer(reply: str, question: str) -> str | None:
 def _pick_option(reply: str, choices: list[str]) -> str | None:
     """The option a reply names: by its letter, else the only option whose text it contains. Returns the option
     text, or its letter when the options are letters."""
-    letters = [chr(ord("A") + i) for i in range(len(choices))]
+    letters = [c.strip().upper() if _letters_only(choices) else _option_label(i) for i, c in enumerate(choices)]
     match = _LETTER_RE.search(reply.strip())
     if match and match.group(1).upper() in letters:
         return choices[letters.index(match.group(1).upper())]

@@ -6,6 +6,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from PIL import Image
+
 from maestro_graph.experts.protocols import TextBox
 from maestro_graph.types import SkillResult
 
@@ -24,17 +26,30 @@ def _load_lib():
 
 _load_lib()
 from maestro_skill_table_qa_lib.image import OCR_SCALE, clean_for_ocr  # noqa: E402
-from maestro_skill_table_qa_lib.layout import build_table  # noqa: E402
+from maestro_skill_table_qa_lib.layout import Table, build_table, merge_readings  # noqa: E402
 from maestro_skill_table_qa_lib.solve import solve  # noqa: E402
 
 _EVIDENCE_CHARS = 600  # the table rendering in the evidence is cut to this length
 
 
+def _read(ctx, image: Image.Image, scale: int) -> list[TextBox]:
+    """OCR boxes of `image` (drawn `scale` times larger than the original), in the original's pixels."""
+    page = ctx.use("ocr", image=image)
+    return [TextBox(b.text, tuple(v / scale for v in b.box), b.confidence) for b in page.boxes]
+
+
+def read_table(ctx) -> Table:
+    """Read the image as it is; when cells come out empty (small digits, white text on colour), also read an
+    enlarged, cleaned copy and add what only that reading found."""
+    boxes = _read(ctx, ctx.image, 1)
+    table = build_table(boxes)
+    if table.complete:
+        return table
+    return build_table(merge_readings(boxes, _read(ctx, clean_for_ocr(ctx.image), OCR_SCALE)))
+
+
 def run(ctx) -> SkillResult:
-    page = ctx.use("ocr", image=clean_for_ocr(ctx.image))
-    lines = [[TextBox(b.text, tuple(v / OCR_SCALE for v in b.box), b.confidence) for b in line.boxes]
-             for line in page.lines]
-    table = build_table(lines)
+    table = read_table(ctx)
     if not table.rows:
         return SkillResult(evidence="no table text found", answer=None, confidence=0.0)
     shown = table.describe()[:_EVIDENCE_CHARS]

@@ -5,8 +5,6 @@ side). Cutting the image into tiles and enlarging them gives the detector readab
 scale then map every box back to the source image so the caller can merge results from several views.
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 from PIL import Image

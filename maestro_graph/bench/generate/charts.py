@@ -17,7 +17,7 @@ _CATEGORY_POOLS = (
     ("Laptops", "Phones", "Tablets", "Monitors", "Printers", "Cameras"),
     ("Bus", "Car", "Bike", "Train", "Walk", "Ferry"),
 )
-_SERIES_POOL = ("Store A", "Store B", "Online", "Men", "Women", "Urban", "Rural", "2019", "2020", "Team X", "Team Y")
+_SERIES_POOL = ("Store A", "Store B", "Online", "Men", "Women", "Urban", "Rural", "Team X", "Team Y")
 _MEASURES = ("Sales (units)", "Revenue ($M)", "Share (%)", "Visitors (thousands)", "Score", "Count")
 _TITLES = ("Quarterly overview", "Survey results", "Annual report", "Market snapshot", "", "Comparison by group")
 
@@ -56,18 +56,25 @@ QUESTIONS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _values(rng: random.Random, k: int, labelled: bool) -> tuple[list[float], float]:
-    """`k` distinct values and the grid step; unlabelled values sit on multiples of the step."""
-    if labelled:
-        decimals = rng.choice((0, 0, 1))
-        values = [round(rng.uniform(5, 95), decimals) for _ in range(k)]
-        step = 10.0
-    else:
-        step = rng.choice((5.0, 10.0))
-        values = [step * rng.randint(1, int(100 // step)) for _ in range(k)]
-    if len(set(values)) < k:  # distinct values keep argmax/argmin/compare unambiguous
-        return _values(rng, k, labelled)
-    return values, step
+def _values(rng: random.Random, k: int, labelled: bool, step: float) -> list[float]:
+    """`k` distinct values (distinct so that argmax, argmin and comparisons are unambiguous); unlabelled values sit
+    on multiples of the grid step so they can be read exactly off the axis."""
+    while True:
+        if labelled:
+            decimals = rng.choice((0, 0, 1))
+            values = [round(rng.uniform(5, 95), decimals) for _ in range(k)]
+        else:
+            values = [step * rng.randint(1, int(100 // step)) for _ in range(k)]
+        if len(set(values)) == k and len(set(_pie_percents(values))) == k:
+            return values
+
+
+def _pie_percents(values: list[float]) -> list[float]:
+    """Shares in percent with one decimal, adjusted so that the printed shares add up to exactly 100."""
+    total = sum(values)
+    percents = [round(100 * v / total, 1) for v in values]
+    percents[-1] = round(100 - sum(percents[:-1]), 1)
+    return percents
 
 
 def _series_part(series: str | None) -> str:
@@ -85,12 +92,10 @@ def make(rng: random.Random) -> Draft:
         cats = rng.sample(rng.choice(_CATEGORY_POOLS), rng.randint(3, 5 if kind == "grouped" else 6))
     n_series = rng.randint(2, 3) if kind == "grouped" or (kind == "line" and rng.random() < 0.5) else 1
     series_names = rng.sample(_SERIES_POOL, n_series) if n_series > 1 else [None]
-    data = {s: _values(rng, len(cats), labelled)[0] for s in series_names}
-    step = 10.0 if labelled else rng.choice((5.0, 10.0))
-    if not labelled:
-        data = {s: [step * rng.randint(1, int(100 // step)) for _ in cats] for s in series_names}
-        while any(len(set(v)) < len(cats) for v in data.values()):
-            data = {s: [step * rng.randint(1, int(100 // step)) for _ in cats] for s in series_names}
+    step = rng.choice((5.0, 10.0))
+    data = {s: _values(rng, len(cats), labelled, step) for s in series_names}
+    if kind == "pie":
+        data = {s: _pie_percents(v) for s, v in data.items()}
     colors = pick_colors(rng, n_series if kind != "pie" else len(cats), exclude=("black",))
     image = _draw(rng, kind, cats, data, colors, labelled, step)
 
@@ -127,26 +132,25 @@ def _draw(rng: random.Random, kind: str, cats: list[str], data: dict, colors: li
           step: float):
     fig = new_figure(rng, rng.uniform(5.0, 8.0), rng.uniform(3.6, 5.5))
     ax = fig.add_subplot(111)
+    from matplotlib.ticker import MultipleLocator
+
     rgb = [tuple(c / 255 for c in COLORS[name]) for name in colors]
     names = list(data)
     fmt = "%g"
     if kind == "pie":
-        shares = data[names[0]]
-        total = sum(shares)
-        percents = [round(100 * v / total, 1) for v in shares]
-        percents[-1] = round(100 - sum(percents[:-1]), 1)  # printed shares add up to exactly 100
-        data[names[0]] = percents
-        ax.pie(percents, labels=cats, colors=rgb, autopct=lambda p: "", startangle=rng.choice((0, 90, 140)),
-               counterclock=rng.random() < 0.5)
-        for text, value in zip(ax.texts[1::2], percents):
+        percents = data[names[0]]
+        _, _, autotexts = ax.pie(percents, labels=cats, colors=rgb, autopct=lambda p: "",
+                                 startangle=rng.choice((0, 90, 140)), counterclock=rng.random() < 0.5)
+        for text, value in zip(autotexts, percents):
             text.set_text(f"{value:g}%")
         ax.axis("equal")
     elif kind == "line":
         for name, color in zip(names, rgb):
-            ax.plot(cats, data[name], marker=rng.choice("osD^"), color=color, label=name, linewidth=2)
+            ax.plot(range(len(cats)), data[name], marker=rng.choice("osD^"), color=color, label=name, linewidth=2)
             if labelled:
-                for x, y in zip(cats, data[name]):
+                for x, y in enumerate(data[name]):
                     ax.annotate(fmt % y, (x, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
+        ax.set_xticks(range(len(cats)), cats)
     else:
         width = 0.8 / len(names)
         for i, (name, color) in enumerate(zip(names, rgb)):
@@ -159,8 +163,7 @@ def _draw(rng: random.Random, kind: str, cats: list[str], data: dict, colors: li
         ticks(range(len(cats)), cats)
     if kind != "pie":
         value_axis = ax.xaxis if kind == "barh" else ax.yaxis
-        value_axis.set_major_locator(__import__("matplotlib.ticker", fromlist=["MultipleLocator"])
-                                     .MultipleLocator(step * (2 if labelled else 1)))
+        value_axis.set_major_locator(MultipleLocator(step * (2 if labelled else 1)))
         limit = (ax.set_xlim if kind == "barh" else ax.set_ylim)
         limit(0, 110)
         ax.grid(axis="x" if kind == "barh" else "y", alpha=rng.uniform(0.2, 0.6))

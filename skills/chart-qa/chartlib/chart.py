@@ -134,11 +134,10 @@ class Chart:
         return ext.top
 
     def label_near(self, name: Name) -> float | None:
-        """The data label closest to a name's box (pie slices, labelled points)."""
-        if not self.labels:
-            return None
-        value, _ = min(self.labels, key=lambda vb: np.hypot(vb[1].cx - name.box.cx, vb[1].cy - name.box.cy))
-        return value
+        """The data label closest to any box with the name's text (pie slices, labelled points)."""
+        same = [b for b in self.words if text.normalize(b.text) == text.normalize(name.box.text)] or [name.box]
+        pairs = [(np.hypot(vb[1].cx - b.cx, vb[1].cy - b.cy), vb[0]) for b in same for vb in self.labels]
+        return min(pairs)[1] if pairs else None
 
     def value_of(self, entity: Name, context: list[Name]) -> float | None:
         """The value for `entity` given the other names in the question (its series or its category)."""

@@ -164,7 +164,10 @@ def judge_claim(chart: Chart, question: str) -> Verdict:
             return verdict
     stated = stated_number(claim)
     names = chart.mentioned(claim, exclude={stated} if stated is not None else set())
-    for verdict in (_compare(chart, lowered, names), _highest(chart, lowered, names, stated),
+    compared = _compare(chart, lowered, chart.mentioned(claim))
+    if compared is not None:
+        return compared
+    for verdict in (_highest(chart, lowered, names, stated),
                     _value(chart, names, stated) if stated is not None else None):
         if verdict is not None:
             return verdict

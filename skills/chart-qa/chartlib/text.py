@@ -35,9 +35,16 @@ def parse_number(text: str) -> float | None:
 
 
 def split_tokens(boxes: list[TextBox]) -> list[TextBox]:
-    """Split multi-token boxes whose tokens are all numbers (a Tesseract line of tick labels) by character offsets."""
+    """Split multi-token boxes whose tokens are all numbers (a Tesseract line of tick labels), and 'Name: 35' labels,
+    into one box per part by character offsets."""
     out: list[TextBox] = []
     for b in boxes:
+        labelled = re.fullmatch(r"(.*\S)\s*[:=]\s*(\S+)", b.text)
+        if labelled and parse_number(labelled.group(2)) is not None and parse_number(labelled.group(1)) is None:
+            cut = b.box[0] + (b.box[2] - b.box[0]) * len(labelled.group(1)) / len(b.text)
+            out.append(TextBox(labelled.group(1), (b.box[0], b.box[1], cut, b.box[3]), b.confidence))
+            out.append(TextBox(labelled.group(2), (cut, b.box[1], b.box[2], b.box[3]), b.confidence))
+            continue
         tokens = b.text.split()
         if len(tokens) < 2 or not all(parse_number(t) is not None for t in tokens):
             out.append(b)

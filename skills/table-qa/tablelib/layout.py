@@ -15,7 +15,7 @@ from maestro_graph.experts.protocols import TextBox
 
 from .values import parse_number, parse_time
 
-__all__ = ["Table", "build_table"]
+__all__ = ["Table", "build_table", "merge_readings"]
 
 _OVERLAP = 0.3  # share of the narrower box's width two boxes must share to sit in one column
 _YEAR_RANGE = (1800, 2100)
@@ -33,6 +33,18 @@ class Table:
     @property
     def width(self) -> int:
         return max([len(self.header)] + [len(r) for r in self.rows] + [0])
+
+    @property
+    def filled(self) -> int:
+        """How much was read: non-empty cells (or plot values); the better of two readings has more."""
+        if self.values is not None:
+            return len(self.values) + len(self.header) + 1
+        return sum(1 for r in [self.header] + self.rows for c in r if c)
+
+    @property
+    def complete(self) -> bool:
+        """At least two columns and two rows and no empty body cell: a second reading would not add anything."""
+        return self.width >= 2 and len(self.rows) >= 2 and all(c for r in self.rows for c in r)
 
     def column(self, j: int) -> list[str]:
         return [r[j] if j < len(r) else "" for r in self.rows]
@@ -94,6 +106,22 @@ def _find_columns(rows: list[list[TextBox]]) -> list[tuple[float, float]]:
     return [(c[0], c[1]) for c in merged] or [(0.0, float("inf"))]
 
 
+_TRAILING_VALUE = re.compile(
+    r"\s(?:\d{1,2}\s?[:.]\s?\d{2}\s?[AaPp]\.?\s?[Mm]\.?|[-−]?\$?\d[\d,]*(?:\.\d+)?)$"
+)
+
+
+def _split_merged(cells: list[str], numeric: list[bool]) -> list[str]:
+    """Move a trailing value into the empty cell on its right when OCR read two cells as one box
+    ("Medical research $4" | "", "8:30 A.M. 9:35 A.M." | "")."""
+    cells = list(cells)
+    for j in range(len(cells) - 2, -1, -1):
+        m = _TRAILING_VALUE.search(cells[j])
+        if m and not cells[j + 1] and numeric[j + 1]:
+            cells[j], cells[j + 1] = cells[j][: m.start()].strip(), m.group(0).strip()
+    return cells
+
+
 def _column_of(box: TextBox, columns: list[tuple[float, float]]) -> int:
     span = (box.box[0], box.box[2])
     scores = [min(span[1], c[1]) - max(span[0], c[0]) for c in columns]
@@ -115,11 +143,18 @@ def _is_year(cell: str) -> bool:
     return bool(re.fullmatch(r"\d{4}", cell.strip())) and _YEAR_RANGE[0] <= int(cell) <= _YEAR_RANGE[1]
 
 
+def _is_data(cell: str) -> bool:
+    """A cell that states one value ("$4 per lb", "19,600", "8:30 A.M."), not a label that holds numbers
+    ("Under age 12", "13 to 30 years old") nor a year used as a column name."""
+    if parse_time(cell) is not None:
+        return True
+    numbers = re.findall(r"\d[\d,.]*", cell)
+    return len(numbers) == 1 and bool(re.match(r"\s*[-−–]?\$?\s?\d", cell)) and not _is_year(cell)
+
+
 def _is_header(row: list[str], body: list[list[str]]) -> bool:
-    """A first row is a header when it has no values (years count as labels) and some row below has values."""
-    if not any(_is_value(c) for r in body for c in r):
-        return False
-    return not any(_is_value(c) and not _is_year(c) for c in row)
+    """A first row is a header when it states no values and some row below does."""
+    return any(_is_data(c) for r in body for c in r) and not any(_is_data(c) for c in row)
 
 
 def _digits(text: str) -> list[int]:
@@ -141,9 +176,33 @@ def _stem_leaf_values(rows: list[list[str]]) -> list[Fraction]:
     return sorted(values)
 
 
-def build_table(lines: list[list[TextBox]]) -> Table:
-    """The table drawn by `lines` (OCR lines in reading order, each a list of boxes from left to right)."""
-    lines = [line for line in lines if line]
+def _intersects(a: TextBox, b: TextBox) -> bool:
+    return min(a.box[2], b.box[2]) > max(a.box[0], b.box[0]) and min(a.box[3], b.box[3]) > max(a.box[1], b.box[1])
+
+
+def merge_readings(base: list[TextBox], extra: list[TextBox]) -> list[TextBox]:
+    """`base` plus the boxes of a second reading that lie where `base` found nothing (cells it missed)."""
+    return base + [b for b in extra if not any(_intersects(b, a) for a in base)]
+
+
+def _rows(boxes: list[TextBox]) -> list[list[TextBox]]:
+    """Boxes grouped into table rows, top to bottom, each left to right: a box joins the row above when its
+    vertical centre lies within that row's extent or the row's centre lies within the box."""
+    rows: list[list[TextBox]] = []
+    for box in sorted(boxes, key=lambda b: b.cy):
+        if rows:
+            top, bottom = min(b.box[1] for b in rows[-1]), max(b.box[3] for b in rows[-1])
+            centre = sum(b.cy for b in rows[-1]) / len(rows[-1])
+            if top <= box.cy <= bottom or box.box[1] <= centre <= box.box[3]:
+                rows[-1].append(box)
+                continue
+        rows.append([box])
+    return [sorted(r, key=lambda b: b.box[0]) for r in rows]
+
+
+def build_table(boxes: list[TextBox]) -> Table:
+    """The table drawn by OCR `boxes` (pixel boxes of one image)."""
+    lines = _rows(boxes)
     if not lines:
         return Table()
     columns = _find_columns(lines)
@@ -157,6 +216,8 @@ def build_table(lines: list[list[TextBox]]) -> Table:
             j = _column_of(box, columns)
             cells[j] = f"{cells[j]} {_clean(box.text)}".strip()
         grid.append(cells)
+    numeric = [sum(1 for r in grid if j < len(r) and _is_value(r[j])) >= 2 for j in range(len(columns))]
+    grid = [_split_merged(r, numeric) if len(r) == len(columns) else r for r in grid]
     title_parts = []
     while len(grid) > 1 and len(columns) > 1 and len([c for c in grid[0] if c]) == 1:
         text = next(c for c in grid[0] if c)

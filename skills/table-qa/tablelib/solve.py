@@ -208,10 +208,11 @@ def _counting(table: Table, q: _Question) -> Solution | None:
         v = max(dist, key=lambda p: p[1])[0]
         return Solution(format_number(v), "value with the largest count", 0.7)
     if table.values is None and q.has(r"how many"):
+        counts = dict(dist)
         numbers = [number_from_match(m) for m in NUMBER_RE.finditer(q.text)]
-        hits = [(v, n) for v, n in dist if v in numbers]
-        if len(hits) == 1:
-            return Solution(format_number(hits[0][1]), f"frequency of {format_number(hits[0][0])}", 0.75)
+        asked = next((v for v in reversed(numbers) if v in counts), None)
+        if asked is not None:
+            return Solution(format_number(counts[asked]), f"frequency of {format_number(asked)}", 0.75)
     return None
 
 
@@ -294,10 +295,11 @@ def _schedule(table: Table, q: _Question) -> Solution | None:
     asked = parse_time(q.text)
     rows = find_mentions(q.text, _labels(table))
     if asked is not None and rows and q.has(r"\bnext\b"):
-        times = [t for c in table.rows[rows[0].index][1:] if (t := parse_time(c)) is not None]
-        later = [t for t in times if t > asked]
-        if later:
-            return Solution(_to_choice(format_time(later[0]), q), f"row {table.rows[rows[0].index][0]}: next after", 0.75)
+        row = table.rows[rows[0].index]
+        times = [t for c in row[1:] if (t := parse_time(c)) is not None]
+        if asked in times[:-1]:  # the cell to the right: schedules run left to right, even past midnight
+            after = times[times.index(asked) + 1]
+            return Solution(_to_choice(format_time(after), q), f"row {row[0]}: after {format_time(asked)}", 0.75)
     if asked is not None:
         col = _column_for(table, q, list(range(1, table.width))) if table.header else None
         for r in table.rows:
@@ -354,6 +356,11 @@ def _named_cells(table: Table, q: _Question) -> list[tuple[str, Fraction]] | Non
         cells = [(table.rows[m.index][0], _lookup(table, m.index, col)) for m in rows]
     elif len(rows) == 1 and len(cols) >= 2:
         cells = [(table.header[c.index], _lookup(table, rows[0].index, c.index)) for c in cols]
+    elif len(rows) == 1 and not cols and len(_value_columns(table)) > 1 and q.has(r"how many"):
+        row = table.rows[rows[0].index]  # "how many did X sell" over several kinds: the whole row
+        cells = [(f"{row[0]} {table.header[j] if j < len(table.header) else j}", _lookup(table, rows[0].index, j))
+                 for j in _value_columns(table)]
+        return None if any(v is None for _, v in cells) else [(row[0], sum(v for _, v in cells))]
     elif len(rows) == 1:
         col = cols[0].index if cols else _pick_column(table, q, skip=(0,))
         cells = [] if col is None else [(table.rows[rows[0].index][0], _lookup(table, rows[0].index, col))]

@@ -1,0 +1,109 @@
+"""Maestro inside a larger agent: three ways to embed it, and the graph `langgraph.json` serves as `maestro-agent`.
+
+1. As a subgraph node. The agent's state shares Maestro's keys (`question`, `images`, `choices` in; `answer`,
+   `steps`, `stop_reason` out), so the compiled Maestro graph is added as a node as it is: LangGraph passes the
+   shared keys in and merges Maestro's output back. The agent's own nodes read and write its own keys (`request`,
+   `report`). The run context (`MaestroContext`: budget, policy) flows into the subgraph unchanged.
+2. The same agent over the network: `remote_agent(url)` puts a `RemoteGraph` of a running Agent Server's `maestro`
+   graph where the local subgraph was.
+3. As a LangChain tool: `maestro_tool(maestro)` is a `StructuredTool` with a typed schema (question, images,
+   choices) that a tool-calling model can pick; a `ToolNode` runs it.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+from typing import Annotated, Any, Literal, TypedDict
+
+from langchain_core.tools import StructuredTool
+from langgraph.graph import END, START, StateGraph
+from langgraph.pregel.remote import RemoteGraph
+from pydantic import BaseModel, Field
+
+from maestro_graph.graph import MaestroContext, build_graph
+from maestro_graph.registry import Registry
+
+__all__ = ["AgentState", "AskMaestro", "build_agent", "remote_agent", "maestro_tool", "graph"]
+
+
+class AgentState(TypedDict, total=False):
+    request: str
+    """The agent's own input: a task in the user's words."""
+    images: list[str]
+    question: str
+    choices: list[str] | None
+    answer: str | None
+    steps: Annotated[list[dict], operator.add]
+    stop_reason: str
+    report: str
+    """The agent's own output, written after Maestro has answered (or been skipped)."""
+
+
+def plan(state: AgentState) -> dict[str, Any]:
+    """The agent's first node: turn its task into Maestro's question (the task's last sentence that asks)."""
+    request = (state.get("request") or state.get("question") or "").strip()
+    sentences = [s.strip() for s in request.replace("\n", " ").split(". ") if s.strip()]
+    asking = [s for s in sentences if s.endswith("?")]
+    return {"question": (asking or sentences or [""])[-1]}
+
+
+def route(state: AgentState) -> Literal["maestro", "report"]:
+    """Without an image there is nothing for Maestro to look at: the agent answers that itself."""
+    return "maestro" if state.get("images") else "report"
+
+
+def report(state: AgentState) -> dict[str, Any]:
+    """The agent's last node: a sentence built from Maestro's answer and trace."""
+    if not state.get("images"):
+        return {"report": "No image was given, so there is nothing to look at."}
+    pairs = [f"{s['model']}@@{s['skill']}" for s in state.get("steps", [])]
+    answer = state.get("answer")
+    cost = sum(s.get("cost", 0.0) for s in state.get("steps", []))
+    used = f"via {', '.join(pairs)}" if pairs else "without calling an expert"
+    head = f"Answer: {answer}" if answer is not None else "Maestro found no answer"
+    return {"report": f"{head} ({used}; cost {cost:.2f}; stop: {state.get('stop_reason', '')})."}
+
+
+def build_agent(maestro: Any, *, checkpointer: Any = None) -> Any:
+    """The agent graph with `maestro` (a compiled Maestro graph or a RemoteGraph of one) as its `maestro` node."""
+    builder = StateGraph(AgentState, context_schema=MaestroContext)
+    builder.add_node("plan", plan)
+    builder.add_node("maestro", maestro)
+    builder.add_node("report", report)
+    builder.add_edge(START, "plan")
+    builder.add_conditional_edges("plan", route)
+    builder.add_edge("maestro", "report")
+    builder.add_edge("report", END)
+    return builder.compile(checkpointer=checkpointer, name="maestro-agent")
+
+
+def remote_agent(url: str, *, api_key: str | None = None, assistant: str = "maestro") -> Any:
+    """The same agent, its Maestro node served by an Agent Server (`langgraph dev` / `langgraph up`) at `url`."""
+    return build_agent(RemoteGraph(assistant, url=url, api_key=api_key))
+
+
+class AskMaestro(BaseModel):
+    """Arguments of the Maestro tool, as a tool-calling model sees them."""
+
+    question: str = Field(description="a short question about the images, e.g. 'How many circles are there?'")
+    images: list[str] = Field(min_length=1, description="the images: file paths or data:image/...;base64 URLs")
+    choices: list[str] | None = Field(None, description="the options of a multiple-choice question, if any")
+
+
+def maestro_tool(maestro: Any, *, max_turns: int = 4) -> StructuredTool:
+    """Maestro as a tool: it answers a question about images by orchestrating expert models."""
+
+    def ask_maestro(question: str, images: list[str], choices: list[str] | None = None) -> str:
+        out = maestro.invoke({"question": question, "images": images, "choices": choices},
+                             context=MaestroContext(max_turns=max_turns))
+        return out.get("answer") or "(no answer)"
+
+    return StructuredTool.from_function(
+        ask_maestro, name="ask_maestro", args_schema=AskMaestro,
+        description="Answer a question about one or more images (counting, reading text, charts, tables, "
+        "barcodes, geometry) by orchestrating local expert models. Returns a short answer.",
+    )
+
+
+graph = build_agent(build_graph(Registry.load(os.environ.get("MAESTRO_REGISTRY") or None)))

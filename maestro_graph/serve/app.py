@@ -1,0 +1,209 @@
+"""The OpenAI-compatible app: `/v1/models`, `/v1/chat/completions` (plain and SSE streaming), `/v1/threads/{id}`,
+`/healthz`, and the LangServe routes when the `langserve` extra is installed.
+
+Every refusal is an OpenAI-style JSON error with the status that says whose fault it was; nothing a client sends
+can take the server down, and episodes never run on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import importlib.util
+import json
+import logging
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
+
+from fastapi import Depends, FastAPI, Header, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..registry import Registry
+from .episodes import THREAD_HEADER, Episode, EpisodeService, open_checkpointer
+from .images import resolve_images
+from .limits import BodyLimitMiddleware
+from .protocol import ApiError, ChatRequest, chunk_body, completion_body, new_completion_id, parse_request
+from .settings import ServeSettings
+
+__all__ = ["create_app", "langserve_installed"]
+
+log = logging.getLogger("maestro.serve")
+
+
+def langserve_installed() -> bool:
+    """Whether the optional `langserve` extra is importable (then its routes are mounted; /healthz says so)."""
+    return importlib.util.find_spec("langserve") is not None
+
+
+def create_app(registry: Registry, settings: ServeSettings | None = None) -> FastAPI:
+    """Build the app. Nothing loads until the first request needs an expert; the worker pool and the checkpoint
+    database close with the app."""
+    settings = settings or ServeSettings()
+    service = EpisodeService(
+        registry, settings,
+        checkpointer=open_checkpointer(settings.checkpoint_db) if settings.checkpoint_db else None,
+    )
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        service.close()
+
+    app = FastAPI(title="Maestro-Graph", version="1", lifespan=lifespan)
+    app.state.service = service
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    _install_error_handlers(app)
+
+    def require_key(authorization: str | None = Header(None)) -> None:
+        key = settings.api_key()
+        if key is None:
+            return
+        scheme, _, given = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), key.encode()):
+            raise ApiError(401, "invalid_api_key", "missing or wrong API key (send `Authorization: Bearer <key>`)",
+                           headers={"WWW-Authenticate": "Bearer"})
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, Any]:
+        return {"status": "ok", "episodes_in_flight": service.in_flight, "max_episodes": settings.max_episodes,
+                "persistence": service.persistent, "langserve": langserve_installed()}
+
+    @app.get("/v1/models", dependencies=[Depends(require_key)])
+    def models() -> dict[str, Any]:
+        return {"object": "list",
+                "data": [{"id": settings.model_name, "object": "model", "created": 0, "owned_by": "maestro-graph"}]}
+
+    @app.get("/v1/threads/{thread_id}", dependencies=[Depends(require_key)])
+    async def thread(thread_id: str) -> dict[str, Any]:
+        return await run_in_threadpool(service.history, thread_id)
+
+    @app.post("/v1/chat/completions", dependencies=[Depends(require_key)])
+    async def chat_completions(request: Request):
+        body = await _json_body(request)
+        try:
+            chat = ChatRequest.model_validate(body)
+        except ValidationError as exc:
+            raise _validation_error(exc) from exc
+        if chat.model != settings.model_name:
+            raise ApiError(404, "model_not_found",
+                           f"model {chat.model!r} does not exist; this server serves {settings.model_name!r}",
+                           param="model")
+        parsed = parse_request(chat)
+        if not parsed.question.strip() and not parsed.image_urls:
+            raise ApiError(400, "empty_request", "the user message has neither text nor images",
+                           param="messages")
+        header_thread = request.headers.get(THREAD_HEADER)
+        if header_thread and chat.thread_id and header_thread != chat.thread_id:
+            raise ApiError(400, "thread_id_conflict", f"the {THREAD_HEADER} header and `thread_id` differ",
+                           param="thread_id")
+        context = service.context(policy=chat.policy, max_turns=chat.max_turns, max_cost=chat.max_cost)
+        images = await run_in_threadpool(resolve_images, parsed.image_urls, settings)
+        episode = Episode(parsed.question, images, chat.choices, context,
+                          service.thread_for(chat.thread_id or header_thread))
+        headers = {THREAD_HEADER: episode.thread_id} if episode.thread_id else {}
+        completion_id = new_completion_id()
+        if not chat.stream:
+            outcome = await service.complete(episode)
+            return JSONResponse(completion_body(completion_id, settings.model_name, outcome.answer, outcome.trace()),
+                                headers=headers)
+        service.admit(episode.thread_id)
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+        def emit(event: dict[str, Any]) -> None:
+            loop.call_soon_threadsafe(events.put_nowait, event)
+
+        future = asyncio.wrap_future(await run_in_threadpool(service.start, episode, emit))
+        stream = _sse(completion_id, settings, episode, future, events, loop.time() + settings.request_timeout_s)
+        return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
+
+    if langserve_installed():
+        from .langserve_routes import mount_langserve
+
+        mount_langserve(app, service, settings.langserve_path, Depends(require_key))
+    return app
+
+
+async def _sse(completion_id: str, settings: ServeSettings, episode: Episode, future: asyncio.Future,
+               events: asyncio.Queue, deadline: float) -> AsyncIterator[str]:
+    """Steps as `maestro` chunks with an empty delta, then the answer as content, then `[DONE]`."""
+    model = settings.model_name
+    loop = asyncio.get_running_loop()
+
+    def data(body: dict[str, Any]) -> str:
+        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+    try:
+        yield data(chunk_body(completion_id, model, {"role": "assistant", "content": ""}))
+        while not (future.done() and events.empty()):
+            getter = asyncio.ensure_future(events.get())
+            done, _ = await asyncio.wait({getter, future}, timeout=max(0.0, deadline - loop.time()),
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if getter in done:
+                yield data(chunk_body(completion_id, model, {}, maestro=getter.result()))
+                continue
+            getter.cancel()
+            if not done:
+                episode.cancel.set()
+                error = ApiError(504, "timeout", f"the episode did not finish within {settings.request_timeout_s:g} s")
+                yield data(error.body())
+                return
+        outcome = future.result()
+        yield data(chunk_body(completion_id, model, {"content": outcome.answer or ""}))
+        yield data(chunk_body(completion_id, model, {}, finish_reason="stop", maestro={"event": "done",
+                                                                                       **outcome.trace()}))
+        yield "data: [DONE]\n\n"
+    except ApiError as exc:
+        yield data(exc.body())
+    except Exception as exc:  # process boundary: the episode crashed; the client gets the error, the log the trace
+        log.exception("episode failed")
+        yield data(ApiError(500, "episode_failed", f"{exc.__class__.__name__}: {exc}").body())
+    finally:
+        if not future.done():  # the client disconnected: stop the episode at its next step
+            episode.cancel.set()
+
+
+async def _json_body(request: Request) -> Any:
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type != "application/json":
+        raise ApiError(415, "unsupported_media_type",
+                       f"send the request as application/json (got {content_type or 'no content type'!r})")
+    raw = await request.body()
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(400, "invalid_json", f"the request body is not valid JSON ({exc})") from exc
+
+
+def _validation_error(exc: ValidationError | RequestValidationError) -> ApiError:
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    param = ".".join(str(p) for p in first["loc"] if p != "body") or None
+    more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
+    return ApiError(400, "invalid_request", f"{param or 'body'}: {first['msg']}{more}", param=param)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        error = _validation_error(exc)
+        return JSONResponse(error.body(), status_code=error.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        error = ApiError(exc.status_code, f"http_{exc.status_code}", str(exc.detail))
+        return JSONResponse(error.body(), status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def crash(_: Request, exc: Exception) -> JSONResponse:  # process boundary: recorded, not swallowed
+        log.exception("request failed")
+        error = ApiError(500, "internal_error", f"{exc.__class__.__name__}: {exc}")
+        return JSONResponse(error.body(), status_code=500)

@@ -1,0 +1,260 @@
+"""Episodes for the HTTP app: admission (a cap on episodes in flight), a small worker pool that runs the graph off
+the event loop, per-request cancellation, and thread ids backed by the SQLite checkpointer.
+
+A request that names a thread id is idempotent: an unfinished thread resumes from its last checkpoint (so an
+episode cut off by a crash or a timeout loses nothing), a finished thread replays its stored result, and an unknown
+thread starts a new episode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+from langgraph.checkpoint.sqlite import SqliteSaver
+from starlette.concurrency import run_in_threadpool
+
+from ..errors import MaestroError
+from ..graph import MaestroContext, build_graph
+from ..policy import make_policy
+from ..registry import Registry
+from .protocol import ApiError
+from .settings import ServeSettings
+
+__all__ = ["Episode", "EpisodeOutcome", "EpisodeService", "open_checkpointer", "THREAD_HEADER"]
+
+THREAD_HEADER = "X-Maestro-Thread-Id"
+"""Request header naming the thread of an episode (same as the body's `thread_id`); responses echo it."""
+
+Emit = Callable[[dict[str, Any]], None]
+"""Receives each stream event of an episode (decision, step, answer); called from the worker thread."""
+
+
+def open_checkpointer(path: Path) -> SqliteSaver:
+    """A SQLite checkpointer shared by the worker threads (SqliteSaver serialises access with its own lock)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    saver = SqliteSaver(sqlite3.connect(str(path), check_same_thread=False))
+    saver.setup()
+    return saver
+
+
+@dataclass
+class Episode:
+    """One admitted request: what to ask, under which budget, and on which thread (None: no checkpoint)."""
+
+    question: str
+    images: list[str]
+    choices: list[str] | None
+    context: MaestroContext
+    thread_id: str | None
+    cancel: threading.Event = field(default_factory=threading.Event)
+    mode: Literal["new", "resume", "replay"] = "new"
+
+
+@dataclass
+class EpisodeOutcome:
+    answer: str | None
+    steps: list[dict[str, Any]]
+    stop_reason: str
+    thread_id: str | None
+    resumed: bool
+    replayed: bool
+    latency_s: float
+
+    def trace(self) -> dict[str, Any]:
+        """The `maestro` extra field of a completion."""
+        return {
+            "thread_id": self.thread_id,
+            "stop_reason": self.stop_reason,
+            "steps": self.steps,
+            "cost": round(sum(s.get("cost", 0.0) for s in self.steps), 6),
+            "latency_s": round(self.latency_s, 4),
+            "resumed": self.resumed,
+            "replayed": self.replayed,
+        }
+
+
+class EpisodeService:
+    """Runs episodes of one compiled graph. `admit` must succeed before `start`; the slot is released when the
+    worker finishes (not when a client gives up), so the cap bounds the threads really busy."""
+
+    def __init__(self, registry: Registry, settings: ServeSettings, *, checkpointer: SqliteSaver | None = None):
+        self.settings = settings
+        self.checkpointer = checkpointer
+        self.graph = build_graph(registry, make_policy(settings.policy), checkpointer=checkpointer)
+        self._slots = threading.BoundedSemaphore(settings.max_episodes)
+        self._pool = ThreadPoolExecutor(settings.workers, thread_name_prefix="maestro-episode")
+        self._lock = threading.Lock()
+        self._busy_threads: set[str] = set()
+        self.in_flight = 0
+
+    @property
+    def persistent(self) -> bool:
+        return self.checkpointer is not None
+
+    def context(self, *, policy: str | None, max_turns: int | None, max_cost: float | None) -> MaestroContext:
+        """The run context of a request: its own budget within the server's, and a policy checked now."""
+        if policy is not None:
+            try:
+                make_policy(policy)
+            except MaestroError as exc:  # a bad policy name is the client's error
+                raise ApiError(400, "invalid_policy", str(exc), param="policy") from exc
+        turns = min(max_turns or self.settings.max_turns, self.settings.max_turns)
+        cost = min(self.settings.max_cost if max_cost is None else max_cost, self.settings.max_cost)
+        return MaestroContext(max_turns=turns, max_cost=cost, policy=policy, greedy=True)
+
+    def thread_for(self, requested: str | None) -> str | None:
+        """The thread id of a request: the client's, a new one when checkpointing is on, or None."""
+        if requested is None:
+            return f"thread-{uuid.uuid4().hex}" if self.persistent else None
+        if not self.persistent:
+            raise ApiError(400, "persistence_disabled",
+                           "thread ids need checkpoints: start the server with --checkpoint-db", param="thread_id")
+        return requested
+
+    def admit(self, thread_id: str | None) -> None:
+        """Claim the thread (409 when it is running an episode) and take an episode slot (429 when all are taken)."""
+        with self._lock:
+            if thread_id is not None and thread_id in self._busy_threads:
+                raise ApiError(409, "thread_busy", f"thread {thread_id!r} is running an episode now",
+                               param="thread_id")
+            if not self._slots.acquire(blocking=False):
+                raise ApiError(429, "too_many_episodes",
+                               f"all {self.settings.max_episodes} episode slots are busy; retry later",
+                               headers={"Retry-After": "1"})
+            if thread_id is not None:
+                self._busy_threads.add(thread_id)
+            self.in_flight += 1
+
+    def _release(self, thread_id: str | None) -> None:
+        with self._lock:
+            self._busy_threads.discard(thread_id)  # type: ignore[arg-type]
+            self.in_flight -= 1
+        self._slots.release()
+
+    def start(self, episode: Episode, emit: Emit) -> Future:
+        """Run an admitted episode on a worker; the future holds its EpisodeOutcome. Reads the thread's checkpoint
+        first (blocking: call it off the event loop); on any refusal the slot is given back."""
+        try:
+            self._classify(episode)
+            future = self._pool.submit(self._run, episode, emit)
+        except BaseException:
+            self._release(episode.thread_id)
+            raise
+        future.add_done_callback(lambda _: self._release(episode.thread_id))
+        return future
+
+    def _config(self, episode: Episode) -> dict[str, Any]:
+        config: dict[str, Any] = {"recursion_limit": 2 * episode.context.max_turns + 6}
+        if episode.thread_id is not None:
+            config["configurable"] = {"thread_id": episode.thread_id}
+        return config
+
+    def _classify(self, episode: Episode) -> None:
+        """New, interrupted (resume) or finished (replay) thread; a thread asked a different question is refused."""
+        if episode.thread_id is None:
+            return
+        snapshot = self.graph.get_state(self._config(episode))
+        if not snapshot.values:
+            return
+        stored = snapshot.values.get("question") or ""
+        if stored != episode.question:
+            raise ApiError(409, "thread_mismatch",
+                           f"thread {episode.thread_id!r} holds another question ({stored[:80]!r}); use a new thread id",
+                           param="thread_id")
+        episode.mode = "resume" if snapshot.next else "replay"
+
+    def _run(self, episode: Episode, emit: Emit) -> EpisodeOutcome:
+        start = time.perf_counter()
+        config = self._config(episode)
+        graph_input: dict[str, Any] | None = {
+            "question": episode.question, "images": episode.images, "choices": episode.choices,
+        }
+        if episode.mode != "new":
+            values = self.graph.get_state(config).values
+            for step in values.get("steps", []):
+                emit({"event": "step", **_public(step), "restored": True})
+            if episode.mode == "replay":
+                emit({"event": "answer", "answer": values.get("answer"), "stop_reason": values.get("stop_reason")})
+                return self._outcome(values, episode, start, finished=True)
+            graph_input = None  # an interrupted episode continues from its last checkpoint
+        values = {}
+        if not episode.cancel.is_set():
+            for mode, chunk in self.graph.stream(graph_input, config, context=episode.context,
+                                                 stream_mode=["custom", "values"]):
+                if mode == "custom":
+                    emit(chunk)
+                else:
+                    values = chunk
+                if episode.cancel.is_set():  # the client is gone or timed out: stop at this step boundary
+                    break
+        finished = bool(values.get("stop_reason")) and not episode.cancel.is_set()
+        return self._outcome(values, episode, start, finished=finished)
+
+    @staticmethod
+    def _outcome(values: dict[str, Any], episode: Episode, start: float, *, finished: bool) -> EpisodeOutcome:
+        return EpisodeOutcome(
+            answer=values.get("answer"),
+            steps=[_public(s) for s in values.get("steps", [])],
+            stop_reason=values.get("stop_reason", "") if finished else "cancelled",
+            thread_id=episode.thread_id, resumed=episode.mode == "resume", replayed=episode.mode == "replay",
+            latency_s=time.perf_counter() - start,
+        )
+
+    async def complete(self, episode: Episode, emit: Emit = lambda _: None) -> EpisodeOutcome:
+        """Admit, run on a worker and wait, within the request timeout (504 after it: the episode stops at its
+        next step and, with checkpoints, can be resumed by its thread id)."""
+        self.admit(episode.thread_id)
+        future = asyncio.wrap_future(await run_in_threadpool(self.start, episode, emit))
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout=self.settings.request_timeout_s)
+        except TimeoutError:
+            episode.cancel.set()
+            resume = f"; resume it with thread id {episode.thread_id}" if episode.thread_id else ""
+            raise ApiError(504, "timeout",
+                           f"the episode did not finish within {self.settings.request_timeout_s:g} s{resume}",
+                           headers={THREAD_HEADER: episode.thread_id} if episode.thread_id else None) from None
+        except asyncio.CancelledError:  # the client went away: stop the episode at its next step
+            episode.cancel.set()
+            raise
+
+    def history(self, thread_id: str) -> dict[str, Any]:
+        """A thread's current result and its checkpoints, newest first (404 when unknown)."""
+        if not self.persistent:
+            raise ApiError(400, "persistence_disabled", "thread history needs --checkpoint-db")
+        config = {"configurable": {"thread_id": thread_id}}
+        snapshot = self.graph.get_state(config)
+        if not snapshot.values:
+            raise ApiError(404, "thread_not_found", f"no thread {thread_id!r}", param="thread_id")
+        values = snapshot.values
+        return {
+            "thread_id": thread_id,
+            "finished": not snapshot.next,
+            "next": list(snapshot.next),
+            "question": values.get("question"),
+            "answer": values.get("answer"),
+            "stop_reason": values.get("stop_reason"),
+            "steps": [_public(s) for s in values.get("steps", [])],
+            "checkpoints": [
+                {"checkpoint_id": s.config["configurable"]["checkpoint_id"], "step": s.metadata.get("step"),
+                 "next": list(s.next), "steps_done": len(s.values.get("steps", []))}
+                for s in self.graph.get_state_history(config)
+            ],
+        }
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self.checkpointer is not None:
+            self.checkpointer.conn.close()
+
+
+def _public(step: dict[str, Any]) -> dict[str, Any]:
+    """A step as clients see it: the recorded fields without the per-call ledger."""
+    return {k: v for k, v in step.items() if k != "calls"}

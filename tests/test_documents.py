@@ -1,0 +1,93 @@
+"""Documents and text reading: the zoom building block, document-fields on real receipts (both OCR models) and
+text-reading on rendered signs, all with the real OCR engines."""
+
+from __future__ import annotations
+
+import pytest
+from PIL import Image, ImageDraw, ImageFont
+
+from maestro_graph.registry.context import SkillContext
+from maestro_graph.registry.handles import BoundExpert, Ledger
+from maestro_graph.scoring import score
+from maestro_graph.types import Invoke
+
+from conftest import real_tasks
+
+# RapidOCR takes several seconds per receipt on a shared CPU: it reads the smaller items, Tesseract all of them
+RAPID_SAMPLE = ["sroie-155ebf8b95", "sroie-21212be8f0", "sroie-d4d3148943", "sroie-fd7efa294e", "sroie-757ecbcbfc"]
+
+
+def _render(size: tuple[int, int], texts: list[tuple[str, tuple[int, int], int]]) -> Image.Image:
+    """A white image with black text: (text, top-left, font size) each."""
+    image = Image.new("RGB", size, "white")
+    draw = ImageDraw.Draw(image)
+    for text, xy, font_size in texts:
+        draw.text(xy, text, fill="black", font=ImageFont.load_default(size=font_size))
+    return image
+
+
+@pytest.fixture
+def zoom_ctx(registry):
+    return SkillContext(
+        registry=registry,
+        skill=registry.skills["text-reading"],
+        model=BoundExpert(registry.models["tesseract"], Ledger()),
+        question="",
+        image_refs=[],
+    )
+
+
+def test_zoom_views_map_back_to_source(zoom_ctx):
+    image = Image.new("RGB", (2500, 1200), "white")
+    tiles = zoom_ctx.use("zoom", op="tiles", image=image, tile=1000, overlap=0.2, factor=1.5)
+    assert len(tiles) == 3 * 2
+    assert all(t.image.size == (1500, 1500) and t.scale == 1.5 for t in tiles)
+    covered = {(t.to_source((0, 0, 1500, 1500))) for t in tiles}
+    assert max(box[2] for box in covered) == 2500 and max(box[3] for box in covered) == 1200
+    crop = zoom_ctx.use("zoom", op="crop", image=image, region=(100, 50, 300, 150), pad=10)
+    assert crop.offset == (90, 40) and crop.to_source((0, 0, 10, 10)) == (90, 40, 100, 50)
+    big = zoom_ctx.use("zoom", op="upscale", image=image, factor=10)  # capped by the maximum side
+    assert max(big.image.size) == 4096 and big.to_source((0, 0, 4096, 0))[2] == pytest.approx(2500)
+    with pytest.raises(ValueError, match="zoom op"):
+        zoom_ctx.use("zoom", op="rotate", image=image)
+
+
+@pytest.mark.parametrize("model, floor", [("rapidocr", 4), ("tesseract", 3)])
+def test_document_fields_on_real_receipts(registry, model, floor):
+    tasks = real_tasks("documents")
+    if model == "rapidocr":
+        tasks = [t for t in tasks if t.id in RAPID_SAMPLE]
+    right = 0
+    for t in tasks:
+        step = registry.run(Invoke(model, "document-fields"), question=t.question, images=t.images)
+        assert step.error is None, step.error
+        right += score(step.answer, t.answer, t.answer_type, tolerance=t.tolerance)
+    assert right >= floor, f"{model}: {right}/{len(tasks)}"
+
+
+def test_document_fields_key_lookup_and_blank_page(registry, tmp_path):
+    form = _render((900, 400), [("ACME SUPPLIES", (40, 30), 40), ("Invoice No: INV-2041", (40, 120), 30),
+                                ("Cashier: ANNA", (40, 180), 30), ("Date: 12/03/2024", (40, 240), 30)])
+    form.save(tmp_path / "form.png")
+    blank = tmp_path / "blank.png"
+    Image.new("RGB", (600, 400), "white").save(blank)
+    run = lambda q, img: registry.run(Invoke("tesseract", "document-fields"), question=q, images=[str(img)])
+    assert run("What is the invoice number?", tmp_path / "form.png").answer == "INV-2041"
+    assert run("Who is the cashier?", tmp_path / "form.png").answer == "ANNA"
+    assert run("What is the date on this form?", tmp_path / "form.png").answer == "12/03/2024"
+    empty = run("What is the total amount?", blank)
+    assert empty.error is None and empty.answer is None
+    missing = run("What is the total?", tmp_path / "nope.png")
+    assert missing.error_kind == "input"
+
+
+def test_text_reading_finds_small_text_in_a_large_image(registry, tmp_path):
+    sign = _render((2400, 1600), [("GRAND OPENING", (500, 80), 150), ("Gate 42", (2200, 1540), 16)])
+    sign.save(tmp_path / "sign.png")
+    run = lambda q, **kw: registry.run(Invoke("rapidocr", "text-reading"), question=q, images=[str(tmp_path / "sign.png")], **kw)
+    title = run("What is the title?")
+    assert title.answer == "GRAND OPENING", title.evidence
+    number = run("What is the number in the image?")
+    assert number.answer == "42", number.evidence  # only legible in the enlarged tiles
+    choice = run("Which word is written at the top?", choices=["CLOSING", "OPENING", "SALE"])
+    assert choice.answer == "OPENING"

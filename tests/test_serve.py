@@ -1,0 +1,243 @@
+"""`maestro serve`'s app on real loopback servers (uvicorn in a thread): the `openai` client plain and streaming,
+LangServe's RemoteRunnable, every bad input of the issue with its status and JSON error body, the episode cap, the
+timeout and resuming a thread from its checkpoint."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import http.server
+import io
+import os
+import threading
+import time
+
+import httpx
+import numpy as np
+import openai
+import pytest
+from PIL import Image
+
+from maestro_graph.registry import Registry
+from maestro_graph.serve import THREAD_HEADER, ServeSettings, create_app
+from servers import EXAMPLES, SLOW_QUESTION, data_url, running_app, slow_registry
+
+KEY_ENV = "MAESTRO_TEST_SERVE_KEY"
+KEY = "test-key-123"
+QR_QUESTION = "What text does the QR code encode?"
+
+
+@pytest.fixture(scope="module")
+def image_host():
+    """A loopback HTTP server holding the example images: the allow-listed remote host."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(EXAMPLES))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def base_url(registry, image_host):
+    os.environ[KEY_ENV] = KEY
+    settings = ServeSettings(api_key_env=KEY_ENV, max_body_bytes=1_000_000, max_image_bytes=200_000,
+                             allowed_image_hosts=(image_host,), request_timeout_s=120)
+    with running_app(create_app(registry, settings)) as url:
+        yield url
+    del os.environ[KEY_ENV]
+
+
+@pytest.fixture()
+def client(base_url):
+    return openai.OpenAI(base_url=f"{base_url}/v1", api_key=KEY, max_retries=0)
+
+
+def _user(text: str, *urls: str) -> list[dict]:
+    return [{"role": "user", "content": [{"type": "text", "text": text},
+                                         *({"type": "image_url", "image_url": {"url": u}} for u in urls)]}]
+
+
+def test_models_and_health(client, base_url):
+    assert [m.id for m in client.models.list()] == ["maestro"]
+    health = httpx.get(f"{base_url}/healthz").json()
+    assert health["status"] == "ok" and health["langserve"] is True and health["persistence"] is False
+
+
+def test_plain_completion_answers_with_the_step_trace(client):
+    reply = client.chat.completions.create(model="maestro", messages=_user(QR_QUESTION, data_url(EXAMPLES / "qrcode.png")))
+    assert reply.choices[0].message.content == "Wikipedia"
+    trace = reply.model_extra["maestro"]
+    assert trace["stop_reason"] == "policy" and trace["thread_id"] is None
+    assert trace["steps"][0]["model"] == "zxing" and trace["steps"][0]["skill"] == "barcode-reading"
+    assert trace["cost"] > 0
+
+
+def test_streaming_sends_steps_then_the_answer(client):
+    chunks = list(client.chat.completions.create(
+        model="maestro", stream=True, messages=_user(QR_QUESTION, data_url(EXAMPLES / "qrcode.png"))))
+    events = [c.model_extra.get("maestro", {}).get("event") for c in chunks]
+    assert events.index("decision") < events.index("step") < events.index("answer") < events.index("done")
+    content = "".join(c.choices[0].delta.content or "" for c in chunks)
+    assert content == "Wikipedia"
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    assert chunks[-1].model_extra["maestro"]["steps"][0]["answer"] == "Wikipedia"
+
+
+def test_allow_listed_remote_image_is_fetched(client, image_host):
+    reply = client.chat.completions.create(model="maestro", messages=_user(QR_QUESTION, f"http://{image_host}/qrcode.png"))
+    assert reply.choices[0].message.content == "Wikipedia"
+
+
+def test_langserve_remote_runnable(base_url):
+    from langserve import RemoteRunnable
+
+    remote = RemoteRunnable(f"{base_url}/maestro/", headers={"Authorization": f"Bearer {KEY}"})
+    out = remote.invoke({"question": QR_QUESTION, "images": [data_url(EXAMPLES / "qrcode.png")]})
+    assert out["answer"] == "Wikipedia" and out["steps"][0]["model"] == "zxing"
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        remote.invoke({"question": QR_QUESTION, "images": ["/etc/passwd"]})
+    assert refused.value.response.status_code == 400
+    assert refused.value.response.json()["error"]["code"] == "local_path_not_allowed"
+    unauthorised = RemoteRunnable(f"{base_url}/maestro/")
+    with pytest.raises(httpx.HTTPStatusError) as denied:
+        unauthorised.invoke({"question": QR_QUESTION, "images": []})
+    assert denied.value.response.status_code == 401
+
+
+def _png(size: tuple[int, int], noise: bool) -> bytes:
+    pixels = np.random.default_rng(0).integers(0, 255, (*size, 3), dtype=np.uint8) if noise else \
+        np.zeros((*size, 3), np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _b64(data: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(data).decode()
+
+
+def _body(*urls: str, **extra) -> dict:
+    return {"model": "maestro", "messages": _user(QR_QUESTION, *urls), **extra}
+
+
+AUTH = {"Authorization": f"Bearer {KEY}"}
+QR = (EXAMPLES / "qrcode.png").read_bytes()
+
+BAD_INPUTS = {
+    # name: (method, path, headers, kwargs for httpx, status, error code)
+    "missing key": ("POST", "/v1/chat/completions", {}, {"json": _body()}, 401, "invalid_api_key"),
+    "wrong key": ("POST", "/v1/chat/completions", {"Authorization": "Bearer nope"}, {"json": _body()}, 401,
+                  "invalid_api_key"),
+    "wrong key on models": ("GET", "/v1/models", {"Authorization": "Bearer nope"}, {}, 401, "invalid_api_key"),
+    "malformed json": ("POST", "/v1/chat/completions", {**AUTH, "Content-Type": "application/json"},
+                       {"content": b'{"model": "maestro", "messages": ['}, 400, "invalid_json"),
+    "form content type": ("POST", "/v1/chat/completions", AUTH, {"data": {"model": "maestro"}}, 415,
+                          "unsupported_media_type"),
+    "no messages": ("POST", "/v1/chat/completions", AUTH, {"json": {"model": "maestro"}}, 400, "invalid_request"),
+    "unknown model": ("POST", "/v1/chat/completions", AUTH, {"json": {**_body(), "model": "gpt-5"}}, 404,
+                      "model_not_found"),
+    "audio part": ("POST", "/v1/chat/completions", AUTH,
+                   {"json": {"model": "maestro", "messages": [{"role": "user", "content": [
+                       {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]}]}},
+                   400, "unsupported_content_type"),
+    "empty message": ("POST", "/v1/chat/completions", AUTH,
+                      {"json": {"model": "maestro", "messages": [{"role": "user", "content": "  "}]}}, 400,
+                      "empty_request"),
+    "not an image": ("POST", "/v1/chat/completions", AUTH, {"json": _body(_b64(b"hello, not a png"))}, 400,
+                     "invalid_image"),
+    "truncated image": ("POST", "/v1/chat/completions", AUTH, {"json": _body(_b64(QR[: len(QR) // 2]))}, 400,
+                        "invalid_image"),
+    "bad base64": ("POST", "/v1/chat/completions", AUTH, {"json": _body("data:image/png;base64,@@@")}, 400,
+                   "invalid_image"),
+    "remote host": ("POST", "/v1/chat/completions", AUTH, {"json": _body("https://example.com/cat.png")}, 400,
+                    "image_url_not_allowed"),
+    "local path": ("POST", "/v1/chat/completions", AUTH, {"json": _body(str(EXAMPLES / "qrcode.png"))}, 400,
+                   "local_path_not_allowed"),
+    "file url": ("POST", "/v1/chat/completions", AUTH, {"json": _body("file:///etc/passwd")}, 400,
+                 "local_path_not_allowed"),
+    "oversized body": ("POST", "/v1/chat/completions", AUTH,
+                       {"json": _body(_b64(b"x" * 900_000))}, 413, "request_too_large"),
+    "oversized chunked body": ("POST", "/v1/chat/completions", {**AUTH, "Content-Type": "application/json"},
+                               {"content": iter([b"[" + b" " * 600_000, b" " * 600_000 + b"]"])}, 413,
+                               "request_too_large"),
+    "oversized image": ("POST", "/v1/chat/completions", AUTH, {"json": _body(_b64(_png((300, 300), True)))}, 413,
+                        "image_too_large"),
+    "too many images": ("POST", "/v1/chat/completions", AUTH, {"json": _body(*[_b64(QR)] * 9)}, 413,
+                        "too_many_images"),
+    "thread without checkpoints": ("POST", "/v1/chat/completions", AUTH,
+                                   {"json": _body(_b64(QR), thread_id="t1")}, 400, "persistence_disabled"),
+    "bad policy": ("POST", "/v1/chat/completions", AUTH, {"json": _body(_b64(QR), policy="smart")}, 400,
+                   "invalid_policy"),
+    "wrong method": ("GET", "/v1/chat/completions", AUTH, {}, 405, "http_405"),
+    "unknown path": ("GET", "/v2/nothing", AUTH, {}, 404, "http_404"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_gets_status_and_json_error_and_server_keeps_serving(base_url, case):
+    method, path, headers, kwargs, status, code = BAD_INPUTS[case]
+    response = httpx.request(method, f"{base_url}{path}", headers=headers, timeout=60, **kwargs)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["code"] == code and error["message"] and error["type"]
+    assert httpx.get(f"{base_url}/v1/models", headers=AUTH).status_code == 200
+
+
+def test_openai_client_raises_typed_errors(base_url, client):
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=f"{base_url}/v1", api_key="wrong", max_retries=0).models.list()
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.chat.completions.create(model="maestro", messages=_user(QR_QUESTION, "http://example.com/a.png"))
+    assert bad.value.code == "image_url_not_allowed"
+    assert client.chat.completions.create(
+        model="maestro", messages=_user(QR_QUESTION, data_url(EXAMPLES / "qrcode.png"))).choices[0].message.content \
+        == "Wikipedia"
+
+
+@pytest.fixture(scope="module")
+def slow_url(tmp_path_factory):
+    """One worker, one episode slot, a 1.5 s timeout, checkpoints, and an episode whose second step takes 3 s."""
+    folder = tmp_path_factory.mktemp("slow")
+    settings = ServeSettings(max_episodes=1, workers=1, request_timeout_s=1.5, checkpoint_db=folder / "ckpt.sqlite")
+    with running_app(create_app(Registry.load(slow_registry(folder, delay_s=3.0)), settings)) as url:
+        yield url
+
+
+def _wait_idle(url: str) -> None:
+    deadline = time.time() + 30
+    while httpx.get(f"{url}/healthz").json()["episodes_in_flight"] and time.time() < deadline:
+        time.sleep(0.1)
+
+
+def test_timeout_cap_and_resume_from_checkpoint(slow_url):
+    body = {"model": "maestro", "messages": _user(SLOW_QUESTION, data_url(EXAMPLES / "circles.png"))}
+    post = functools.partial(httpx.post, f"{slow_url}/v1/chat/completions", timeout=30)
+    first = post(json={**body, "thread_id": "t-slow"})
+    assert first.status_code == 504 and first.json()["error"]["code"] == "timeout"
+    assert first.headers[THREAD_HEADER] == "t-slow"
+    busy = post(json={**body, "thread_id": "t-slow"})  # the worker still runs the slow step
+    assert busy.status_code == 409 and busy.json()["error"]["code"] == "thread_busy"
+    full = post(json=body)
+    assert full.status_code == 429 and full.json()["error"]["code"] == "too_many_episodes"
+    _wait_idle(slow_url)
+
+    history = httpx.get(f"{slow_url}/v1/threads/t-slow").json()
+    assert history["finished"] is False and history["checkpoints"]
+    done_before = history["steps"]
+    assert done_before and done_before[0]["model"] == "crashing-ocr"
+
+    resumed = post(json=body, headers={THREAD_HEADER: "t-slow"})
+    assert resumed.status_code == 200, resumed.text
+    trace = resumed.json()["maestro"]
+    assert trace["resumed"] is True and trace["stop_reason"] == "policy"
+    assert trace["steps"][: len(done_before)] == done_before  # nothing re-run, nothing lost
+    assert [s["model"] for s in trace["steps"]] == ["crashing-ocr", "slow-ocr"]
+    assert resumed.json()["choices"][0]["message"]["content"] == "late"
+
+    replay = post(json={**body, "thread_id": "t-slow"})
+    assert replay.json()["maestro"]["replayed"] is True and replay.json()["maestro"]["steps"] == trace["steps"]
+    other = post(json={**body, "messages": _user("Another question?", data_url(EXAMPLES / "circles.png")),
+                       "thread_id": "t-slow"})
+    assert other.status_code == 409 and other.json()["error"]["code"] == "thread_mismatch"
+    assert httpx.get(f"{slow_url}/v1/threads/t-slow").json()["finished"] is True
+    assert httpx.get(f"{slow_url}/v1/threads/nope").status_code == 404
