@@ -17,7 +17,8 @@ import shutil
 import tempfile
 import threading
 import warnings
-from dataclasses import dataclass, field, is_dataclass, asdict
+from dataclasses import asdict, dataclass, field, is_dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +57,19 @@ def file_digest(ref: str) -> str:
     if ref.startswith("data:"):
         return hashlib.sha256(ref.encode()).hexdigest()
     try:
-        return hashlib.sha256(Path(ref).read_bytes()).hexdigest()
+        stat = Path(ref).stat()
     except OSError:
         return f"unreadable:{ref}"
+    return _file_digest(ref, stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=8192)
+def _file_digest(path: str, mtime_ns: int, size: int) -> str:
+    """Memoised by modification time and size, so a rewritten file is hashed again."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return f"unreadable:{path}"
 
 
 @dataclass

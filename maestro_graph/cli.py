@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -56,7 +57,8 @@ def ask(
     question: str = typer.Argument(..., help="The question, e.g. 'How many circles are there?'"),
     image: list[Path] = typer.Option([], "--image", "-i", help="An image file (repeat for several)."),
     choice: list[str] = typer.Option([], "--choice", "-c", help="A multiple-choice option (repeat)."),
-    policy: str = typer.Option("rules", "--policy", "-p", help="rules | random | fixed:MODEL@@SKILL"),
+    policy: Optional[str] = typer.Option(None, "--policy", "-p",
+                                         help="neural (default once trained) | rules | random | fixed:MODEL@@SKILL"),
     registry: Optional[Path] = RegistryOpt,
     max_turns: int = typer.Option(4, min=1, help="Most expert calls before answering."),
     max_cost: float = typer.Option(10.0, min=0, help="Cost budget of the episode, in card cost units."),
@@ -68,9 +70,10 @@ def ask(
     _threads()
     from .graph import MaestroContext, build_graph
     from .images import load_image
-    from .policy import make_policy
+    from .policy import DEFAULT_POLICY, make_policy
     from .runner import run_episode
 
+    policy = policy or DEFAULT_POLICY
     if not question.strip():
         _fail("the question is empty; ask something about the image, e.g. 'What is the total?'")
     for path in image:
@@ -199,6 +202,51 @@ def eval_(
     console.print(table)
     if run.skipped:
         console.print(f"[yellow]{len(run.skipped)} items skipped[/yellow] (listed in results.json)")
+
+
+@app.command()
+def train(
+    tasks: list[Path] = typer.Option(..., "--tasks", "-t", exists=True, dir_okay=False, help="Training task file (repeat)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for checkpoints, train_log.jsonl and curves.png."),
+    registry: Optional[Path] = RegistryOpt,
+    steps: int = typer.Option(60, min=1, help="Optimiser steps."),
+    tasks_per_step: int = typer.Option(16, min=1),
+    group_size: int = typer.Option(8, min=2, help="Episodes per task (G)."),
+    lr: float = typer.Option(3e-3),
+    cost_weight: float = typer.Option(0.0, min=0, help="Reward = score - cost_weight * cost."),
+    entropy_coef: float = typer.Option(0.01, min=0),
+    registry_dropout: float = typer.Option(0.15, min=0, max=0.99),
+    paraphrase_prob: float = typer.Option(0.5, min=0, max=1),
+    max_turns: int = typer.Option(4, min=1),
+    seed: int = typer.Option(0),
+    resume: bool = typer.Option(True, help="Continue from OUT/checkpoint.pt when it exists."),
+    cache_dir: Path = typer.Option(Path(".maestro-cache"), help="Persistent cache of expert calls."),
+) -> None:
+    """Train the neural policy with GRPO on task files (outcome reward only); OUT/policy.pt is the result."""
+    _threads()
+    import torch
+
+    from .evaluation.evaluate import load_task_files
+    from .rl.grpo import GRPOConfig, GRPOTrainer
+
+    torch.set_num_threads(1)
+    reg = _registry(registry, cache_dir)
+    items, problems = load_task_files(tasks)
+    for problem in problems:
+        err.print(f"[yellow]skipped[/yellow] {problem.file}:{problem.line}: {problem.error}")
+    try:
+        config = GRPOConfig(steps=steps, tasks_per_step=tasks_per_step, group_size=group_size, lr=lr,
+                            cost_weight=cost_weight, entropy_coef=entropy_coef, registry_dropout=registry_dropout,
+                            paraphrase_prob=paraphrase_prob, max_turns=max_turns, seed=seed)
+        trainer = GRPOTrainer(reg, items, config, out)
+        if resume and trainer.resume():
+            console.print(f"resuming from {trainer.checkpoint_path} at step {trainer.step}")
+    except MaestroError as exc:
+        _fail(str(exc))
+    start = time.perf_counter()
+    trainer.train()
+    console.print(f"trained {trainer.step} steps in {time.perf_counter() - start:.0f}s -> {out / 'policy.pt'} "
+                  f"(curves: {out / 'curves.png'}, log: {out / 'train_log.jsonl'})")
 
 
 cache_app = typer.Typer(help="The persistent cache of expert calls.", no_args_is_help=True)

@@ -84,7 +84,7 @@ def test_document_fields_key_lookup_and_blank_page(registry, tmp_path):
 def test_text_reading_finds_small_text_in_a_large_image(registry, tmp_path):
     sign = _render((2400, 1600), [("GRAND OPENING", (500, 80), 150), ("Gate 42", (2200, 1540), 16)])
     sign.save(tmp_path / "sign.png")
-    run = lambda q, **kw: registry.run(Invoke("rapidocr", "text-reading"), question=q, images=[str(tmp_path / "sign.png")], **kw)
+    run = lambda q, **kw: registry.run(Invoke("tesseract", "text-reading"), question=q, images=[str(tmp_path / "sign.png")], **kw)
     title = run("What is the title?")
     assert title.answer == "GRAND OPENING", title.evidence
     number = run("What is the number in the image?")

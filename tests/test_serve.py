@@ -166,6 +166,8 @@ BAD_INPUTS = {
                         "too_many_images"),
     "thread without checkpoints": ("POST", "/v1/chat/completions", AUTH,
                                    {"json": _body(_b64(QR), thread_id="t1")}, 400, "persistence_disabled"),
+    "bad thread header": ("POST", "/v1/chat/completions", {**AUTH, THREAD_HEADER: "../../etc"},
+                          {"json": _body(_b64(QR))}, 400, "invalid_thread_id"),
     "bad policy": ("POST", "/v1/chat/completions", AUTH, {"json": _body(_b64(QR), policy="smart")}, 400,
                    "invalid_policy"),
     "wrong method": ("GET", "/v1/chat/completions", AUTH, {}, 405, "http_405"),
@@ -222,17 +224,16 @@ def test_timeout_cap_and_resume_from_checkpoint(slow_url):
     _wait_idle(slow_url)
 
     history = httpx.get(f"{slow_url}/v1/threads/t-slow").json()
-    assert history["finished"] is False and history["checkpoints"]
+    assert history["checkpoints"] and history["steps"][0]["model"] == "crashing-ocr"
     done_before = history["steps"]
-    assert done_before and done_before[0]["model"] == "crashing-ocr"
 
-    resumed = post(json=body, headers={THREAD_HEADER: "t-slow"})
-    assert resumed.status_code == 200, resumed.text
-    trace = resumed.json()["maestro"]
-    assert trace["resumed"] is True and trace["stop_reason"] == "policy"
+    retry = post(json=body, headers={THREAD_HEADER: "t-slow"})  # the work of the timed-out request is kept
+    assert retry.status_code == 200, retry.text
+    trace = retry.json()["maestro"]
+    assert trace["resumed"] is not history["finished"] and trace["stop_reason"] == "policy"
     assert trace["steps"][: len(done_before)] == done_before  # nothing re-run, nothing lost
     assert [s["model"] for s in trace["steps"]] == ["crashing-ocr", "slow-ocr"]
-    assert resumed.json()["choices"][0]["message"]["content"] == "late"
+    assert retry.json()["choices"][0]["message"]["content"] == "late"
 
     replay = post(json={**body, "thread_id": "t-slow"})
     assert replay.json()["maestro"]["replayed"] is True and replay.json()["maestro"]["steps"] == trace["steps"]

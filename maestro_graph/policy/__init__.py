@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
@@ -28,16 +29,23 @@ __all__ = [
     "POLICY_NAMES",
     "TRAINED_POLICIES",
     "DEFAULT_POLICY",
+    "SHIPPED_CHECKPOINT",
 ]
 
 TRAINED_POLICIES = ("best-single", "knn", "classifier")
-POLICY_NAMES = ("rules", "random", "fixed:MODEL@@SKILL", *TRAINED_POLICIES, "oracle")
-DEFAULT_POLICY = "rules"
+POLICY_NAMES = ("neural", "neural:CHECKPOINT", "rules", "random", "fixed:MODEL@@SKILL", *TRAINED_POLICIES, "oracle")
+SHIPPED_CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "neural.pt"
+"""The policy trained by the project's own `maestro train` (see the README for the command)."""
+DEFAULT_POLICY = "neural" if SHIPPED_CHECKPOINT.is_file() else "rules"
 
 
 def make_policy(name: str, *, outcomes: "PairOutcomes | None" = None) -> Policy:
     """A policy by name. Trained routers need the pair outcomes of a training file; `oracle` is refused here
     because it needs a per-task judge (see OraclePolicy)."""
+    if name == "neural" or name.startswith("neural:"):
+        from .neural import NeuralPolicy
+
+        return NeuralPolicy.load(name.partition(":")[2] or SHIPPED_CHECKPOINT)
     if name == "rules":
         return RulesPolicy()
     if name == "random":
@@ -56,6 +64,6 @@ def make_policy(name: str, *, outcomes: "PairOutcomes | None" = None) -> Policy:
     if name == "oracle":
         raise ConfigError("the oracle policy needs the answer key: use it with `maestro predict` or `maestro eval`",
                           field="policy")
-    close = difflib.get_close_matches(name, ["rules", "random", "oracle", "fixed:", *TRAINED_POLICIES], n=1)
+    close = difflib.get_close_matches(name, ["neural", "rules", "random", "oracle", "fixed:", *TRAINED_POLICIES], n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     raise ConfigError(f"unknown policy {name!r}; valid: {', '.join(POLICY_NAMES)}.{hint}", field="policy")

@@ -70,6 +70,16 @@ class Registry:
             skills = {name: spec for name, spec in skills.items() if name in config.skills}
         return cls(config, skills, cache=cache)
 
+    def without(self, *, models: set[str] = frozenset(), skills: set[str] = frozenset()) -> "Registry":
+        """A view of this registry with some models and skills left out, sharing the loaded experts (training's
+        registry dropout, and experiments that add an expert after training)."""
+        view = Registry.__new__(Registry)
+        view.config = self.config
+        view.cache = self.cache
+        view.models = {name: h for name, h in self.models.items() if name not in models}
+        view.skills = {name: s for name, s in self.skills.items() if name not in skills}
+        return view
+
     # -- the action space ---------------------------------------------------------------------------------------
     def available(self, model: str) -> bool:
         handle = self.models.get(model)

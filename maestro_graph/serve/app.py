@@ -12,6 +12,7 @@ import hmac
 import importlib.util
 import json
 import logging
+import re
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
@@ -26,7 +27,15 @@ from ..registry import Registry
 from .episodes import THREAD_HEADER, Episode, EpisodeService, open_checkpointer
 from .images import resolve_images
 from .limits import BodyLimitMiddleware
-from .protocol import ApiError, ChatRequest, chunk_body, completion_body, new_completion_id, parse_request
+from .protocol import (
+    THREAD_ID_PATTERN,
+    ApiError,
+    ChatRequest,
+    chunk_body,
+    completion_body,
+    new_completion_id,
+    parse_request,
+)
 from .settings import ServeSettings
 
 __all__ = ["create_app", "langserve_installed"]
@@ -97,6 +106,9 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
             raise ApiError(400, "empty_request", "the user message has neither text nor images",
                            param="messages")
         header_thread = request.headers.get(THREAD_HEADER)
+        if header_thread is not None and not re.fullmatch(THREAD_ID_PATTERN, header_thread):
+            raise ApiError(400, "invalid_thread_id", f"{THREAD_HEADER} must match {THREAD_ID_PATTERN}",
+                           param="thread_id")
         if header_thread and chat.thread_id and header_thread != chat.thread_id:
             raise ApiError(400, "thread_id_conflict", f"the {THREAD_HEADER} header and `thread_id` differ",
                            param="thread_id")

@@ -169,7 +169,7 @@ class EpisodeService:
             raise ApiError(409, "thread_mismatch",
                            f"thread {episode.thread_id!r} holds another question ({stored[:80]!r}); use a new thread id",
                            param="thread_id")
-        episode.mode = "resume" if snapshot.next else "replay"
+        episode.mode = "replay" if _finished(snapshot) else "resume"
 
     def _run(self, episode: Episode, emit: Emit) -> EpisodeOutcome:
         start = time.perf_counter()
@@ -236,7 +236,7 @@ class EpisodeService:
         values = snapshot.values
         return {
             "thread_id": thread_id,
-            "finished": not snapshot.next,
+            "finished": _finished(snapshot),
             "next": list(snapshot.next),
             "question": values.get("question"),
             "answer": values.get("answer"),
@@ -253,6 +253,13 @@ class EpisodeService:
         self._pool.shutdown(wait=False, cancel_futures=True)
         if self.checkpointer is not None:
             self.checkpointer.conn.close()
+
+
+def _finished(snapshot: Any) -> bool:
+    """An episode ended when the answer node has written its stop reason and nothing is left to run. (A thread
+    whose last task finished just before the process stopped may show no next node yet no stop reason: its
+    results are pending writes, and resuming carries on from them.)"""
+    return bool(snapshot.values.get("stop_reason")) and not snapshot.next
 
 
 def _public(step: dict[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,10 @@ __all__ = [
     "completion_body",
     "chunk_body",
     "new_completion_id",
+    "THREAD_ID_PATTERN",
 ]
+
+THREAD_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
 
 
 class ApiError(Exception):
@@ -66,7 +69,7 @@ class ChatRequest(BaseModel):
     model: str
     messages: list[ChatMessage] = Field(min_length=1)
     stream: bool = False
-    thread_id: str | None = Field(None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
+    thread_id: str | None = Field(None, pattern=THREAD_ID_PATTERN)
     choices: list[str] | None = Field(None, description="multiple-choice options (answered with the option text)")
     policy: str | None = None
     max_turns: int | None = Field(None, ge=1)

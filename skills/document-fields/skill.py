@@ -23,10 +23,11 @@ _DATE_RES = [
     re.compile(rf"(?<!\d)(\d{{1,2}})[\s/-]?((?:{_MONTHS})[A-Z]*)[\s/,-]*(\d{{4}}|\d{{2}})(?!\d)", re.I),  # 14 MAY 2018
     re.compile(rf"\b((?:{_MONTHS})[A-Z]*)\s?(\d{{1,2}}),?\s?(\d{{4}})(?!\d)", re.I),  # May 14, 2018
 ]
-_TOTAL_RE = re.compile(r"\b(?:grand|nett?|net)?\s*total\b|\bamount\s*(?:due|payable)\b|\btotal\s*payable\b", re.I)
+_PAY_KEY = r"amount\s*(?:due|payable|to\s*be\s*paid|to\s*pay|paid)"
+_TOTAL_RE = re.compile(rf"\b(?:grand|nett?|net)?\s*total\b|\b{_PAY_KEY}\b", re.I)
 _STRONG_TOTAL_RE = re.compile(
     r"grand\s*total|nett?\s*total|total\s*(?:amount|amt|payable|due|sales|incl|inc\b|includes?|inclusive|rm|\(rm\))"
-    r"|round(?:ed|ing)?\s*total|total\s*round|amount\s*(?:due|payable)",
+    rf"|round(?:ed|ing)?\s*total|total\s*round|{_PAY_KEY}",
     re.I,
 )
 _NOT_TOTAL_RE = re.compile(
@@ -40,6 +41,7 @@ _COMPANY_SUFFIX_RE = re.compile(
     r"SUPERMARKET|KEDAI|FOOD|BOOKS?)\b",
     re.I,
 )
+_LEGAL_END_RE = re.compile(r"\b(?:SDN\.?\s*BHD|BHD|BERHAD|S/B|LTD|LIMITED|INC|CORP|LLC|GMBH)\.?\s*$", re.I)
 _NOT_NAME_RE = re.compile(
     r"\b(?:tax\s*invoice|invoice|receipt|welcome|cash\s*bill|official|simplified|tel|fax|phone|gst|reg|co\.?\s*no|"
     r"company\s*no|roc|no\.|jalan|jln|lot|taman|date|email|www)\b|@",
@@ -48,8 +50,10 @@ _NOT_NAME_RE = re.compile(
 _GLUED_WORD_RE = re.compile(
     r"(SUPERMARKET|STATIONERY|ENTERPRISE|TRADING|RESTAURANT|RESTORAN|HARDWARE|BAKERIES|BAKERY|PHARMACY|MARKET|"
     r"SHOP|STORE|MART|CAFE)", re.I)
-_SDN_RE = re.compile(r"\bS[DO0]N\.?\s*BH[DO0]\b\.?", re.I)  # "SON BHO" is how OCR often misreads SDN BHD
-_REG_NO_RE = re.compile(r"\s*[(\[]?\s*(?:co\.?\s*(?:reg\.?\s*)?no\.?|company\s*no\.?|roc)?\s*:?\s*\d[\d\s]*-?\s*[A-Z]\s*[)\]]?\s*$", re.I)
+_SDN_RE = re.compile(r"\bS[BDO0]N\.?\s*[B3]H[DO0]\b\.?", re.I)  # "SON BHO" is how OCR often misreads SDN BHD
+_REG_NO_RE = re.compile(  # a registration number ends the name: "(519537-X)", "CO.REG: 704427-T" and what follows
+    r"\s*[(\[]?\s*(?:co\.?\s*(?:reg\.?\s*)?no\.?|company\s*no\.?|roc)?\s*:?\s*\d{4,}[\d\s]*-?\s*[A-Z]\b.*$", re.I
+)
 _KEY_SYNONYMS = {"number": "(?:number|no\\.?|num|#)", "no": "(?:number|no\\.?|num|#)", "amount": "(?:amount|amt)"}
 
 
@@ -144,19 +148,22 @@ def _largest_repeated(lines) -> Found | None:
 
 
 def find_date(lines) -> Found | None:
-    """The date as written; a date on a line labelled "date" wins over the first date of the document."""
+    """The date as written. Preferred: on a line labelled "date", then followed by a time of day, then printed
+    without stray spaces; among equals the first one."""
     candidates: list[tuple[int, int, str, str]] = []
     for i, line in enumerate(lines):
         for pattern in _DATE_RES:
             for match in pattern.finditer(line.text):
                 value = _clean_date(match)
                 if value:
-                    labelled = 1 if re.search(r"\bdate\b|\btarikh\b", line.text, re.I) else 0
-                    candidates.append((labelled, -i, value, line.text))
+                    rank = (2 * bool(re.search(r"\bdate\b|\btarikh\b", line.text, re.I))
+                            + bool(re.match(r"\s*\d{1,2}:\d{2}", line.text[match.end():]))
+                            + (value == match.group(0)))
+                    candidates.append((rank, -i, value, line.text))
     if not candidates:
         return None
-    labelled, _, value, text = max(candidates)
-    return Found(value, text, 0.85 if labelled else 0.7)
+    rank, _, value, text = max(candidates)
+    return Found(value, text, 0.85 if rank >= 2 else 0.7)
 
 
 def _clean_date(match: re.Match) -> str | None:
@@ -177,6 +184,7 @@ def find_company(lines) -> Found | None:
     header = []
     for line in lines[:HEADER_LINES]:
         text = _split_glued(_SDN_RE.sub("SDN BHD", line.text.strip(" .,:;*-_|'\"")))
+        text = re.sub(r"(?<=[A-Za-z.])\(", " (", re.sub(r"\)(?=[A-Za-z])", ") ", text))
         if sum(ch.isalpha() for ch in text) >= 3:
             header.append(text)
     found = None
@@ -185,6 +193,10 @@ def find_company(lines) -> Found | None:
             name = _REG_NO_RE.sub("", text)
             if k > 0 and re.match(r"^(?:\(|SDN|BHD|S/B|CO\b)", name, re.I) and not _NOT_NAME_RE.search(header[k - 1]):
                 name = f"{header[k - 1]} {name}"
+            for more in header[k + 1 :]:  # a long name wraps: "AIK HUAT HARDWARE" / "ENTERPRISE (SETIA ALAM) SDN BHD"
+                if _LEGAL_END_RE.search(name) or not _COMPANY_SUFFIX_RE.search(more) or _NOT_NAME_RE.search(more):
+                    break
+                name = f"{name} {_REG_NO_RE.sub('', more)}"
             found = Found(name.strip(), text, 0.75)
             break
     else:

@@ -2,32 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 from PIL import Image
 
 from maestro_graph.experts.protocols import TextBox
 from maestro_graph.types import SkillResult
 
-
-def _load_lib():
-    """Import the skill's own `tablelib` package (skill entry files are loaded by path, not as a package)."""
-    name = "maestro_skill_table_qa_lib"
-    if name not in sys.modules:
-        folder = Path(__file__).with_name("tablelib")
-        spec = importlib.util.spec_from_file_location(name, folder / "__init__.py", submodule_search_locations=[str(folder)])
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-_load_lib()
-from maestro_skill_table_qa_lib.image import OCR_SCALE, clean_for_ocr  # noqa: E402
-from maestro_skill_table_qa_lib.layout import Table, build_table, merge_readings  # noqa: E402
-from maestro_skill_table_qa_lib.solve import solve  # noqa: E402
+from .tablelib.image import OCR_SCALE, clean_for_ocr
+from .tablelib.layout import Table, build_table, merge_readings
+from .tablelib.solve import solve
 
 _EVIDENCE_CHARS = 600  # the table rendering in the evidence is cut to this length
 

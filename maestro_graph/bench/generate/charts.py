@@ -89,7 +89,8 @@ def make(rng: random.Random) -> Draft:
         start = rng.randint(2000, 2016)
         cats = [str(start + i) for i in range(rng.randint(4, 7))]
     else:
-        cats = rng.sample(rng.choice(_CATEGORY_POOLS), rng.randint(3, 5 if kind == "grouped" else 6))
+        pool = rng.choice(_CATEGORY_POOLS)
+        cats = rng.sample(pool, min(len(pool), rng.randint(3, 5 if kind == "grouped" else 6)))
     n_series = rng.randint(2, 3) if kind == "grouped" or (kind == "line" and rng.random() < 0.5) else 1
     series_names = rng.sample(_SERIES_POOL, n_series) if n_series > 1 else [None]
     step = rng.choice((5.0, 10.0))

@@ -40,8 +40,11 @@ def make(rng: random.Random) -> Draft:
     width, height = rng.choice(((1600, 1200), (2000, 1500), (2400, 1600), (1800, 1800)))
     noise_rng = np.random.default_rng(rng.getrandbits(32))
     base = noise_rng.integers(120, 255, size=3)
-    pixels = np.clip(base + noise_rng.normal(0, rng.uniform(8, 30), (height, width, 3)), 0, 255).astype(np.uint8)
-    image = Image.fromarray(pixels)
+    # blotchy texture: noise drawn at a quarter of the size and enlarged, plus fine grain
+    coarse = base + noise_rng.normal(0, rng.uniform(10, 35), (height // 4, width // 4, 3))
+    image = Image.fromarray(np.clip(coarse, 0, 255).astype(np.uint8)).resize((width, height), Image.BILINEAR)
+    grain = noise_rng.normal(0, rng.uniform(2, 8), (height, width, 3))
+    image = Image.fromarray(np.clip(np.asarray(image, dtype=np.float32) + grain, 0, 255).astype(np.uint8))
     draw = ImageDraw.Draw(image)
     for _ in range(rng.randint(20, 80)):  # clutter: shapes of every colour and size, never over the text
         x, y, r = rng.uniform(0, width), rng.uniform(0, height), rng.uniform(10, 120)

@@ -74,7 +74,7 @@ class Table:
 def _clean(text: str) -> str:
     """Cell text without the grid-line and quote marks OCR reads at cell borders ("|Finn", "'Denver", "Clubs |")."""
     text = re.sub(r"(?<!\w)[|‘’'“”\"!_—]+|[|‘’“”\"_—:;]+(?!\w)", " ", text)
-    return " ".join(text.split())
+    return " ".join(w for w in text.split() if w == "?" or any(ch.isalnum() for ch in w))
 
 
 def _overlap(a: tuple[float, float], b: tuple[float, float]) -> float:
@@ -103,7 +103,8 @@ def _find_columns(rows: list[list[TextBox]]) -> list[tuple[float, float]]:
             merged[-1][2] |= c[2]
         else:
             merged.append(list(c))
-    return [(c[0], c[1]) for c in merged] or [(0.0, float("inf"))]
+    supported = [c for c in merged if len(c[2]) >= 2] or merged  # a one-row "column" is a title's word
+    return [(c[0], c[1]) for c in supported] or [(0.0, float("inf"))]
 
 
 _TRAILING_VALUE = re.compile(
@@ -218,6 +219,11 @@ def build_table(boxes: list[TextBox]) -> Table:
         grid.append(cells)
     numeric = [sum(1 for r in grid if j < len(r) and _is_value(r[j])) >= 2 for j in range(len(columns))]
     grid = [_split_merged(r, numeric) if len(r) == len(columns) else r for r in grid]
+    stem_row = next((i for i, r in enumerate(grid) if re.search(r"stem.*leaf", " ".join(r), re.IGNORECASE)), None)
+    if stem_row is not None:
+        title = " ".join(c for r in grid[:stem_row] for c in r if c)
+        body = [r + [""] * (2 - len(r)) for r in grid[stem_row + 1:]]
+        return Table(title=title, header=["Stem", "Leaf"], rows=body, values=_stem_leaf_values(body))
     title_parts = []
     while len(grid) > 1 and len(columns) > 1 and len([c for c in grid[0] if c]) == 1:
         text = next(c for c in grid[0] if c)
@@ -228,7 +234,4 @@ def build_table(boxes: list[TextBox]) -> Table:
     table = Table(title=" ".join(title_parts), rows=grid)
     if grid and _is_header(grid[0], grid[1:]):
         table.header, table.rows = grid[0], grid[1:]
-    header_text = " ".join([table.title] + table.header).lower()
-    if "stem" in header_text and "leaf" in header_text:
-        table.values = _stem_leaf_values([r + [""] * (2 - len(r)) for r in table.rows])
     return table

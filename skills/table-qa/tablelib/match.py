@@ -16,6 +16,7 @@ from .values import NUMBER_RE, number_from_match
 __all__ = ["Mention", "tokens", "find_mentions", "similarity", "contains_words", "quantity_before", "number_condition"]
 
 _SIMILAR = 0.84  # minimum SequenceMatcher ratio for two names to be the same
+_EXACT_BELOW = 5  # names this short must match exactly ("may" is not "many")
 _STOP = {"a", "an", "the", "of", "to", "at", "on", "in", "for"}
 
 
@@ -71,7 +72,7 @@ def find_mentions(question: str, labels: list[str]) -> list[Mention]:
             for s in range(0, len(words) - size + 1):
                 window = " ".join(qtok[s : s + size])
                 ratio = SequenceMatcher(None, window, target).ratio()
-                if ratio >= _SIMILAR or (window == target):
+                if window == target or (ratio >= _SIMILAR and len(target) > _EXACT_BELOW):
                     found.append((ratio, len(target), Mention(i, words[s][1], words[s + size - 1][2], ratio)))
     found.sort(key=lambda f: (-f[0], -f[1]))
     chosen: list[Mention] = []
@@ -96,7 +97,7 @@ def quantity_before(question: str, start: int, limit: int) -> Fraction:
 
 
 _CONDITIONS = [
-    (r"at least (\S+) but (?:fewer|less) than (\S+)", lambda a, b: lambda v: a <= v < b),
+    (r"at least (\S+)(?: [a-z]+)? but (?:fewer|less) than (\S+)", lambda a, b: lambda v: a <= v < b),
     (r"at least (\S+)", lambda a: lambda v: v >= a),
     (r"(\S+) or more", lambda a: lambda v: v >= a),
     (r"at most (\S+)", lambda a: lambda v: v <= a),

@@ -209,9 +209,9 @@ def _counting(table: Table, q: _Question) -> Solution | None:
         return Solution(format_number(v), "value with the largest count", 0.7)
     if table.values is None and q.has(r"how many"):
         counts = dict(dist)
-        numbers = [number_from_match(m) for m in NUMBER_RE.finditer(q.text)]
-        asked = next((v for v in reversed(numbers) if v in counts), None)
-        if asked is not None:
+        numbers = [number_from_match(m) for m in NUMBER_RE.finditer(q.text[q.lower.rfind("how many"):])]
+        asked = numbers[-1] if numbers else None
+        if asked in counts:
             return Solution(format_number(counts[asked]), f"frequency of {format_number(asked)}", 0.75)
     return None
 
@@ -316,7 +316,7 @@ def _schedule(table: Table, q: _Question) -> Solution | None:
 
 
 def _choose_extreme(table: Table, q: _Question) -> Solution | None:
-    """Which option has the most/least: options matched to rows (or columns), values compared."""
+    """Which option has the most/least: options matched to row labels, their values compared."""
     if not q.choices or not q.has(r"\b(most|least|fewest|highest|lowest|largest|smallest|more|less|fewer|greater|"
                                   r"closer|farther|further)\b"):
         return None
@@ -324,24 +324,28 @@ def _choose_extreme(table: Table, q: _Question) -> Solution | None:
     index = {}
     for c in q.choices:
         best = max(range(len(labels)), key=lambda i: similarity(labels[i], c), default=None)
-        if best is None:
-            return None
-        score = max(similarity(labels[best], c), 0.9 if contains_words(labels[best], c) else 0)
-        if score < 0.7:
-            return None
-        index[c] = best
+        if best is not None and max(similarity(labels[best], c), 0.9 * contains_words(labels[best], c)) >= 0.7:
+            index[c] = best
+    unlabeled = [i for i, label in enumerate(labels) if not label]
+    missing = [c for c in q.choices if c not in index]
+    if len(missing) == 1 and len(unlabeled) == 1:  # OCR lost one label: the one unnamed row is the one option left
+        index[missing[0]] = unlabeled[0]
+    elif missing:
+        return None
     col = _pick_column(table, q, skip=(0,))
     if col is None:
         return None
-    values = {c: _lookup(table, i, col) for c, i in index.items()}
-    if any(v is None for v in values.values()):
+    values = {c: v for c, i in index.items() if (v := _lookup(table, i, col)) is not None}
+    unread = len(q.choices) - len(values)
+    if unread > 1 or len(values) < 2:
         return None
     if min(values.values()) < 0 < max(values.values()) or q.has(r"closer|farther|further"):
         values = {c: abs(v) for c, v in values.items()}
     smallest = q.has(r"\b(least|fewest|lowest|smallest|less|fewer|closer)\b")
     pick = (min if smallest else max)(values, key=values.get)
     shown = ", ".join(f"{c}={format_number(v)}" for c, v in values.items())
-    return Solution(pick, f"{'min' if smallest else 'max'} of {shown}", 0.8)
+    unsure = f" ({unread} option unread)" if unread else ""
+    return Solution(pick, f"{'min' if smallest else 'max'} of {shown}{unsure}", 0.4 if unread else 0.8)
 
 
 def _named_cells(table: Table, q: _Question) -> list[tuple[str, Fraction]] | None:

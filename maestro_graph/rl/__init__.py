@@ -1,0 +1,1 @@
+"""Reinforcement learning of the orchestration policy: rollouts through the graph, rewards, GRPO."""

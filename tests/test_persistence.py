@@ -1,0 +1,52 @@
+"""Killing `maestro serve` in the middle of an episode and starting it again on the same SQLite checkpoint file
+resumes the thread from its last step: the finished step is kept as it was, the rest runs, the history reads back."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from servers import EXAMPLES, SLOW_QUESTION, data_url, maestro_serve, slow_registry
+
+pytestmark = pytest.mark.slow
+
+
+def test_killed_server_resumes_the_thread_after_restart(tmp_path):
+    registry = slow_registry(tmp_path, delay_s=4.0)
+    db = tmp_path / "checkpoints.sqlite"
+    args = ["--registry", str(registry), "--checkpoint-db", str(db)]
+    log = tmp_path / "serve.log"
+    messages = [{"role": "user", "content": [
+        {"type": "text", "text": SLOW_QUESTION},
+        {"type": "image_url", "image_url": {"url": data_url(EXAMPLES / "circles.png")}}]}]
+
+    with maestro_serve(args, log) as (proc, url):
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        seen = []
+        with pytest.raises((openai.APIError, httpx.HTTPError)):
+            for chunk in client.chat.completions.create(model="maestro", messages=messages, stream=True,
+                                                        extra_body={"thread_id": "t-crash"}):
+                event = chunk.model_extra.get("maestro") or {}
+                seen.append(event.get("event"))
+                if event.get("event") == "decision" and event["action"].get("pair") == "slow-ocr@@text-reading":
+                    proc.kill()  # SIGKILL while the slow second step runs: no chance to clean up
+                    proc.wait(timeout=10)
+        assert seen.count("step") == 1  # the first step finished (and was checkpointed) before the kill
+
+    with maestro_serve(args, log) as (_, url):
+        before = httpx.get(f"{url}/v1/threads/t-crash").json()
+        assert before["finished"] is False and before["answer"] is None
+        assert [s["model"] for s in before["steps"]] == ["crashing-ocr"]
+
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        reply = client.chat.completions.create(model="maestro", messages=messages, extra_body={"thread_id": "t-crash"})
+        trace = reply.model_extra["maestro"]
+        assert trace["resumed"] is True and trace["thread_id"] == "t-crash"
+        assert trace["steps"][0] == before["steps"][0]  # the step done before the crash is kept, not re-run
+        assert [s["model"] for s in trace["steps"]] == ["crashing-ocr", "slow-ocr"]
+        assert reply.choices[0].message.content == "late"
+
+        after = httpx.get(f"{url}/v1/threads/t-crash").json()
+        assert after["finished"] is True and after["answer"] == "late"
+        assert len(after["checkpoints"]) > len(before["checkpoints"])
