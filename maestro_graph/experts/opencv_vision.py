@@ -15,12 +15,14 @@ Ink is every pixel that differs from the background colour (the most common colo
 from __future__ import annotations
 
 import importlib.util
+import sys
 from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image
 
-__all__ = ["OpenCVVisionExpert", "Color", "Circle", "Polygon", "Crossing", "Grid", "color_name", "COLOR_NAMES"]
+__all__ = ["OpenCVVisionExpert", "CONTACT_TOLERANCE_PX", "Color", "Circle", "CirclePair", "Polygon", "Crossing", "Grid", "color_name",
+           "COLOR_NAMES", "POLYGON_SIDES", "SHAPE_NAMES", "shape_kind"]
 
 INK_CONTRAST = 40
 """A pixel is ink when one channel differs from the background by more than this (0..255): keeps anti-aliasing."""
@@ -30,6 +32,8 @@ NEW_INK = 0.5
 """A verified shape is kept only when at least this share of its outline is not explained by shapes kept before it."""
 OUTLINE_TOLERANCE_PX = 2
 """How far (pixels) a proposed outline may stray from the ink and still count as lying on it."""
+CONTACT_TOLERANCE_PX = 2.0
+"""Circles whose gap is within this many pixels of zero are tangent: touching, not overlapping (fits are sub-pixel)."""
 MIN_COLOR_SHARE = 0.01
 """Colours covering less of the ink than this are anti-aliasing noise, not colours of the figure."""
 
@@ -38,6 +42,21 @@ COLOR_NAMES = ("red", "orange", "yellow", "green", "cyan", "blue", "purple", "ma
 _HUE_BINS = ((15, "red"), (45, "orange"), (70, "yellow"), (165, "green"), (195, "cyan"), (255, "blue"),
              (280, "purple"), (320, "magenta"), (345, "pink"), (360, "red"))
 """Upper hue bounds in degrees for saturated colours; matplotlib's and the web's named colours fall in the bins."""
+POLYGON_SIDES = {"triangle": 3, "square": 4, "pentagon": 5, "hexagon": 6, "heptagon": 7, "octagon": 8,
+                 "nonagon": 9, "decagon": 10}
+"""Regular polygons by name (the kinds `polygons` finds); circles are the other kind."""
+_CIRCLE_NAMES = ("circle", "ring", "disc", "disk")
+SHAPE_NAMES = (*_CIRCLE_NAMES, *POLYGON_SIDES)
+"""Every shape noun this analyser understands (singular); `shape_kind` maps them, and plurals, to a kind."""
+
+
+def shape_kind(word: str) -> str | None:
+    """'Pentagons' -> 'pentagon', 'rings' -> 'circle'; None for a word that names no shape kind here."""
+    word = word.lower().strip()
+    singular = word[:-1] if word.endswith("s") and word[:-1] in SHAPE_NAMES else word
+    if singular not in SHAPE_NAMES:
+        return None
+    return "circle" if singular in _CIRCLE_NAMES else singular
 
 
 @dataclass(frozen=True)
@@ -59,6 +78,25 @@ class Circle:
     color: str
     filled: bool
     support: float
+
+
+@dataclass(frozen=True)
+class CirclePair:
+    """Two circles and the gap between their rims in pixels (negative: they overlap by that much)."""
+
+    first: Circle
+    second: Circle
+    gap: float
+
+    @property
+    def touching(self) -> bool:
+        """Rims meet or overlap (tangent circles touch)."""
+        return self.gap <= CONTACT_TOLERANCE_PX
+
+    @property
+    def overlapping(self) -> bool:
+        """Areas overlap (tangent circles do not)."""
+        return self.gap < -CONTACT_TOLERANCE_PX
 
 
 @dataclass(frozen=True)
@@ -231,7 +269,8 @@ class OpenCVVisionExpert:
 
     @classmethod
     def unavailable_reason(cls, **_: object) -> str | None:
-        if importlib.util.find_spec("cv2") is None:
+        # cv2 mid-import (another thread) has __spec__ None, and find_spec would raise: sys.modules first
+        if "cv2" not in sys.modules and importlib.util.find_spec("cv2") is None:
             return "Python package 'opencv-python-headless' (cv2) is not installed"
         return None
 
@@ -279,6 +318,16 @@ class OpenCVVisionExpert:
             candidates.append((support, outline, circle))
         return fig.keep_explaining(candidates)
 
+    def circle_pairs(self, image: Image.Image) -> list[CirclePair]:
+        """Every pair of circles found, with the gap between their rims; closest pairs first."""
+        found = self.circles(image)
+        pairs = [
+            CirclePair(a, b, float(np.hypot(a.cx - b.cx, a.cy - b.cy) - a.r - b.r))
+            for i, a in enumerate(found)
+            for b in found[i + 1:]
+        ]
+        return sorted(pairs, key=lambda p: p.gap)
+
     @staticmethod
     def _edges(fig: _Figure) -> np.ndarray:
         """Colour edges: Canny on each channel, so discs of equal grey level still part."""
@@ -289,7 +338,7 @@ class OpenCVVisionExpert:
     @staticmethod
     def _refine_circle(edges: np.ndarray, cx: float, cy: float, r: float, stroke: float) -> tuple[float, float, float]:
         """Sub-pixel circle from the colour edges near a Hough proposal (both sides of an outline average out)."""
-        band = max(3.0, stroke + 2)
+        band = 2 + min(stroke, 0.15 * r)  # a filled disc "stroke" is its radius
         near = edges[np.abs(np.hypot(edges[:, 0] - cx, edges[:, 1] - cy) - r) <= band]
         if len(near) < 12:
             return float(cx), float(cy), float(r)
@@ -396,7 +445,7 @@ class OpenCVVisionExpert:
             contours, _ = cv2.findContours(mask, cv2.RETR_LIST, cv2.CHAIN_APPROX_NONE)
             perimeter = sum(cv2.arcLength(c, True) for c in contours)
             widths.append(2 * float(mask.sum()) / perimeter if perimeter else 0.0)
-        # the line drawn on top hides the other one where they cross: reach across its whole width
+        # the line drawn on top hides the other where they cross: reach across its whole width
         reach = int(np.ceil(max(widths) / 2)) + OUTLINE_TOLERANCE_PX
         kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * reach + 1, 2 * reach + 1))
         contact = cv2.dilate(masks[0], kernel) & cv2.dilate(masks[1], kernel)

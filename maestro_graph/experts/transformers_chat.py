@@ -140,7 +140,7 @@ class TransformersChatExpert:
                     **encoded,
                     max_new_tokens=self.max_new_tokens,
                     do_sample=False,
-                    pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+                    pad_token_id=tokenizer.eos_token_id if tokenizer.pad_token_id is None else tokenizer.pad_token_id,
                 )
         completion = output[0, prompt_tokens:]
         text = tokenizer.decode(completion, skip_special_tokens=True).strip()

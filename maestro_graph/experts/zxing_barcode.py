@@ -124,7 +124,8 @@ class ZXingBarcodeExpert:
         reads = []
         for r in results:
             pos = r.position
-            corners = [variant.to_original((p.x, p.y)) for p in (pos.top_left, pos.top_right, pos.bottom_right, pos.bottom_left)]
+            quad = (pos.top_left, pos.top_right, pos.bottom_right, pos.bottom_left)
+            corners = [variant.to_original((p.x, p.y)) for p in quad]
             xs, ys = [c[0] for c in corners], [c[1] for c in corners]
             box = (min(xs), min(ys), max(xs), max(ys))
             reads.append(_Read(Barcode(text=r.text, format=str(r.format), box=box), r.symbology_identifier))

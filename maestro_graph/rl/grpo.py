@@ -72,6 +72,10 @@ class GRPOConfig:
                 raise ConfigError(f"{name}={getattr(self, name)!r} {why}", field=name)
 
 
+_EXTENDABLE = {"steps", "checkpoint_every"}
+"""Settings a resumed run may change (training longer does not change what was done so far)."""
+
+
 @dataclass
 class Decision:
     """One policy decision of a sampled episode, enough to re-score it under new weights."""
@@ -147,9 +151,12 @@ class GRPOTrainer:
             return False
         self.policy = NeuralPolicy.load(self.checkpoint_path)
         state = torch.load(self.checkpoint_path, map_location="cpu", weights_only=False)["trainer"]
-        if state["config"] != asdict(self.config):
-            raise ConfigError("the checkpoint was trained with another config; use a new --out or the same settings",
-                              file=str(self.checkpoint_path), field="trainer.config")
+        mine = {k: v for k, v in asdict(self.config).items() if k not in _EXTENDABLE}
+        theirs = {k: v for k, v in state["config"].items() if k not in _EXTENDABLE}
+        if mine != theirs:
+            differ = sorted(k for k in mine if mine[k] != theirs.get(k))
+            raise ConfigError(f"the checkpoint was trained with another config ({differ}); use a new --out or the "
+                              "same settings", file=str(self.checkpoint_path), field="trainer.config")
         self.optim = torch.optim.Adam(self.policy.net.parameters(), lr=self.config.lr)
         self.optim.load_state_dict(state["optim"])
         self.step = state["step"]
@@ -221,7 +228,7 @@ class GRPOTrainer:
                 ratio = torch.exp(log_prob - d.old_log_prob)
                 surrogate = torch.min(ratio * d.advantage, torch.clamp(ratio, 1 - cfg.clip, 1 + cfg.clip) * d.advantage)
                 losses.append(-surrogate - cfg.entropy_coef * entropy)
-                entropies.append(float(entropy))
+                entropies.append(float(entropy.detach()))
             torch.stack(losses).mean().backward()
             torch.nn.utils.clip_grad_norm_(self.policy.net.parameters(), 1.0)
             self.optim.step()

@@ -187,8 +187,11 @@ class EpisodeService:
             graph_input = None  # an interrupted episode continues from its last checkpoint
         values = {}
         if not episode.cancel.is_set():
+            # "sync" durability: a step's checkpoint is on disk before the next step starts, so a crash loses
+            # at most the step that was running (LangGraph refuses the option when there is no checkpointer)
+            durability = {"durability": "sync"} if self.persistent else {}
             for mode, chunk in self.graph.stream(graph_input, config, context=episode.context,
-                                                 stream_mode=["custom", "values"]):
+                                                 stream_mode=["custom", "values"], **durability):
                 if mode == "custom":
                     emit(chunk)
                 else:

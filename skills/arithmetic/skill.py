@@ -23,22 +23,24 @@ _WORD_NUMBERS = {
     "dozen": 12, "half": 0.5, "twice": 2, "double": 2, "triple": 3,
 }
 _NUMBER_RE = re.compile(
-    r"(?P<cur>[$€£]|\brm\s?)?(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)\s*(?P<pct>%|percent\b|per cent\b)?"
+    r"(?P<cur>[$€£]|\brm\s?)?(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
+    r"\s*(?P<pct>%|percent\b|per cent\b)?"
     r"|\b(?P<word>" + "|".join(_WORD_NUMBERS) + r")\b",
     re.I,
 )
 # sentences that only say how to answer ("Round to two decimals.", "Answer with a number.") hold no quantities
 _INSTRUCTION_RE = re.compile(r"^\s*(answer|round|give|reply|respond|please|select|choose|pick|write|express)\b", re.I)
-_RATE_AFTER = re.compile(r"^\s*(?:[a-z-]+\s+){0,3}?(each|apiece|a piece|per|every|an? (hour|day|week|month|minute|year))\b"
-                         r"|^\s*(?:[a-z]+)?\s*/\s*[a-z]+|^\s*(mph|kph)\b", re.I)
+_RATE_AFTER = re.compile(r"^\s*(?:[a-z-]+\s+){0,3}?(each|apiece|a piece|per|every|"
+                         r"an? (hour|day|week|month|minute|year))\b|^\s*(?:[a-z]+)?\s*/\s*[a-z]+|^\s*(mph|kph)\b", re.I)
 # "each mug is priced at $5", "a box holds 24", "one bus carries 40": the amount of one unit
-_UNIT_BEFORE = re.compile(r"\b(each|every|per|one|a|an)\s+(?P<unit>[\w-]+)\s+(is\s+)?(costs?|priced at|sells? for|is|holds?|"
-                          r"contains?|fits?|carries|carry|can (hold|carry|fit)|weighs?|has)\s*$", re.I)
+_UNIT_BEFORE = re.compile(r"\b(each|every|per|one|a|an)\s+(?P<unit>[\w-]+)\s+(is\s+)?(costs?|priced at|sells? for|is|"
+                          r"holds?|contains?|fits?|carries|carry|can (hold|carry|fit)|weighs?|has)\s*$", re.I)
 _UNIT_WORD_AFTER = re.compile(r"^\s*[\w-]+\s+(costs?|is priced|sells)\b", re.I)
 _PAYMENT_BEFORE = re.compile(r"(pays?|paid|paying|hands?( over)?|gives? the cashier|with an?|tender\w*)\s*$", re.I)
 _PAYMENT_AFTER = re.compile(r"^\s*(bill|note|banknote)", re.I)
-_SHARE_RE = re.compile(r"\b(equal|equally|evenly|split|divid\w*|shar\w*|distribut\w*)\b|\b(in|for|to|per|on) each\b|"
-                       r"\beach \w+( \w+)? (gets?|receives?|has|have|pays?)\b|\bper (person|child|friend|student)\b", re.I)
+_SHARE_RE = re.compile(r"\b(equal|equally|evenly|split|divid\w*|shar\w*|distribut\w*)\b|\b(in|for|to|per|on) each\b"
+                       r"|\beach \w+( \w+)? (gets?|receives?|has|have|pays?)\b|\bper (person|child|friend|student)\b",
+                       re.I)
 _GROUP = r"(groups?|teams?|cartons?|boxes|box|bags?|rows?|packs?|piles?|sets?|trays?|shelves|shelf|tables?|cars?|buses)"
 _GROUPING_RE = re.compile(rf"\b(into|in) (\w+ )?{_GROUP}\b|\b{_GROUP} of \d", re.I)
 _GROUP_QUESTION_RE = re.compile(rf"\bhow many (\w+ )?{_GROUP}\b|\beach\b", re.I)
@@ -60,6 +62,8 @@ _ASKS_LOSS_RE = re.compile(r"\b(sell|sold|spend|spent|eat|ate|use|used|give|gave
 _REMAINDER_QUESTION_RE = re.compile(r"\b(left|remain\w*|now|still|end up|after)\b", re.I)
 _DISCOUNT_RE = re.compile(r"\b(off|discount\w*|reduc\w*|decreas\w*|sale|cheaper|markdown)\b", re.I)
 _INCREASE_RE = re.compile(r"\b(increas\w*|rais\w*|tax|tip|markup|grows?|grew|interest)\b", re.I)
+# "How much do you save?" or "How much is the tip?" asks for the percentage part itself, not the new amount
+_ASKS_PART_RE = re.compile(r"\b(save|saved|saving|discount|tax|tip|interest)\b", re.I)
 _APPLIED_RE = re.compile(r"\b(new|final|after|sale price|now|total|in all|altogether|pay|costs?|price)\b", re.I)
 
 
@@ -73,7 +77,6 @@ class Quantity:
     percent: bool
     before: str
     after: str
-    in_question: bool
 
     @property
     def rate(self) -> bool:
@@ -118,14 +121,13 @@ def parse_problem(text: str) -> tuple[list[Quantity], str]:
                 value = float(m.group("num").replace(",", ""))
                 money, percent = bool(m.group("cur")), bool(m.group("pct"))
             quantities.append(Quantity(value, m.group(0).strip(), money, percent, sentence[max(0, m.start() - 30):
-                                       m.start()], sentence[m.end():m.end() + 30], sentence is asked))
+                                       m.start()], sentence[m.end():m.end() + 30]))
     return quantities, asked
 
 
 def plan(text: str) -> tuple[str, str, float] | None:
     """(operation, calculator expression, confidence) for a word problem, or None without two quantities."""
-    quantities, asked = parse_problem(text)
-    given = [q for q in quantities if not (q.in_question and not q.percent and len(quantities) > 2 and q.rate)]
+    given, asked = parse_problem(text)
     if len(given) < 2:
         return None
     v = [_num(q.value) for q in given]
@@ -134,10 +136,10 @@ def plan(text: str) -> tuple[str, str, float] | None:
     if percents and others:
         base = max(others, key=lambda q: (q.money, q.value))
         p = _num(percents[0].value)
-        if _DISCOUNT_RE.search(text) and _APPLIED_RE.search(asked) and not re.search(r"\b(save|discount)\b", asked, re.I):
+        applied = _APPLIED_RE.search(asked) and not _ASKS_PART_RE.search(asked)
+        if applied and _DISCOUNT_RE.search(text):
             return "percent decrease", f"{_num(base.value)}*(1 - {p}/100)", 0.8
-        if _INCREASE_RE.search(text) and _APPLIED_RE.search(asked) and not re.search(r"\b(tax|tip|interest)\b", asked,
-                                                                                    re.I):
+        if applied and _INCREASE_RE.search(text):
             return "percent increase", f"{_num(base.value)}*(1 + {p}/100)", 0.7
         return "percent of", f"{_num(base.value)}*{p}/100", 0.8
     payment = next((q for q in given if q.payment), None)

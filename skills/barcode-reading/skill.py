@@ -26,7 +26,9 @@ _KINDS = {  # words a question may use for a kind of code -> a pattern over form
     r"\bcode\s*39\b": r"code ?39",
 }
 _COUNT_RE = re.compile(r"\b(how many|number of|count)\b[^?]*\b(codes?|barcodes?|symbols?)\b", re.I)
-_EXISTS_RE = re.compile(r"^\s*(is|are) there\b|^\s*(does|do) (the|this|these) (image|picture|photo)s? (contain|have|show)", re.I)
+_EXISTS_RE = re.compile(
+    r"^\s*(is|are) there\b|^\s*(does|do) (the|this|these) (image|picture|photo)s? (contain|have|show)", re.I
+)
 _FORMAT_RE = re.compile(r"\b(format|symbology|type|kind)\b", re.I)
 _VALUE_RE = re.compile(r"\b(encoded|encode|value|text|content|contents|says?|read|data|url|link|digits)\b", re.I)
 
@@ -81,7 +83,8 @@ def run(ctx) -> SkillResult:
     codes = [code for image in ctx.images for code in ctx.use("barcode", image=image)]
     kind = _kind_pattern(question)
     of_kind = [c for c in codes if kind is None or re.search(kind, c.format, re.I)]
-    evidence = f"{ctx.model.name} decoded {len(codes)} code(s)" + (f": {_describe(codes)}" if codes else " (none found)")
+    found = f": {_describe(codes)}" if codes else " (none found)"
+    evidence = f"{ctx.model.name} decoded {len(codes)} code(s){found}"
     intent = _intent(question)
 
     if intent == "count":

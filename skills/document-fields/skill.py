@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from maestro_graph.types import SkillResult
 
 MAX_SIDE = 2400  # larger scans are shrunk first: OCR time grows with the area, receipt text stays readable
-MIN_WIDTH = 900  # narrow receipts are enlarged so small print has enough pixels for the recogniser
 HEADER_LINES = 8  # the issuer's name is printed within the first lines of a receipt
 
 _AMOUNT_RE = re.compile(r"(?<![\d.,])-?(?:RM|\$)?\s?(\d{1,3}(?:,\d{3})+|\d+)\s?[.,]\s?(\d{2})(?![\d])", re.I)
@@ -179,34 +178,47 @@ def _clean_date(match: re.Match) -> str | None:
 
 
 def find_company(lines) -> Found | None:
-    """The issuer: among the header lines, the first with a company suffix (joined with the line above when it
-    continues it), else the first line that looks like a name."""
-    header = []
-    for line in lines[:HEADER_LINES]:
-        text = _split_glued(_SDN_RE.sub("SDN BHD", line.text.strip(" .,:;*-_|'\"")))
-        text = re.sub(r"(?<=[A-Za-z.])\(", " (", re.sub(r"\)(?=[A-Za-z])", ") ", text))
-        if sum(ch.isalpha() for ch in text) >= 3:
-            header.append(text)
-    found = None
-    for k, text in enumerate(header):
-        if _COMPANY_SUFFIX_RE.search(text) and not _NOT_NAME_RE.search(text):
-            name = _REG_NO_RE.sub("", text)
-            if k > 0 and re.match(r"^(?:\(|SDN|BHD|S/B|CO\b)", name, re.I) and not _NOT_NAME_RE.search(header[k - 1]):
-                name = f"{header[k - 1]} {name}"
-            for more in header[k + 1 :]:  # a long name wraps: "AIK HUAT HARDWARE" / "ENTERPRISE (SETIA ALAM) SDN BHD"
-                if _LEGAL_END_RE.search(name) or not _COMPANY_SUFFIX_RE.search(more) or _NOT_NAME_RE.search(more):
-                    break
-                name = f"{name} {_REG_NO_RE.sub('', more)}"
-            found = Found(name.strip(), text, 0.75)
-            break
+    """The issuer. In the block of name-like lines at the top (before the address), a legal name ("... SDN BHD")
+    wins, joined with the line above when it starts mid-name ("ENTERPRISE (SETIA ALAM) SDN BHD"); else the first
+    line with a trade word (SHOP, TRADING...), joined with a wrapped second line; else, anywhere in the header, the
+    first line with a trade word, then the first name-like line."""
+    header = [_clean_header(line.text) for line in lines[:HEADER_LINES]]
+    header = [text for text in header if sum(ch.isalpha() for ch in text) >= 3]
+    names = [k for k, text in enumerate(header) if _is_name(text)]
+    block = [k for n, k in enumerate(names) if k - n == names[0]] if names else []
+    legal = [k for k in block if _LEGAL_END_RE.search(_REG_NO_RE.sub("", header[k]))]
+    trade = [k for k in block if _COMPANY_SUFFIX_RE.search(header[k])]
+    if legal:
+        k = legal[0]
+        name = _REG_NO_RE.sub("", header[k])
+        if k - 1 in block and re.match(rf"\(|{_COMPANY_SUFFIX_RE.pattern}", name, re.I):
+            name = f"{header[k - 1]} {name}"
+        found = Found(name, header[k], 0.8)
+    elif trade:
+        k = trade[0]
+        name = _REG_NO_RE.sub("", header[k])
+        if k + 1 in block and _COMPANY_SUFFIX_RE.search(header[k + 1]):
+            name = f"{name} {_REG_NO_RE.sub('', header[k + 1])}"
+        found = Found(name, header[k], 0.75)
     else:
-        for text in header:
-            if not _NOT_NAME_RE.search(text) and not re.search(r"\d{3,}", text):
-                found = Found(_REG_NO_RE.sub("", text).strip(), text, 0.45)
-                break
-    if found is None:
-        return None
-    return Found(_respace(found.value, " ".join(line.text for line in lines)), found.line, found.confidence)
+        anywhere = [t for t in header if _COMPANY_SUFFIX_RE.search(t) and not _NOT_NAME_RE.search(t)]
+        first = anywhere or [header[k] for k in names]
+        if not first:
+            return None
+        found = Found(_REG_NO_RE.sub("", first[0]), first[0], 0.6 if anywhere else 0.45)
+    value = _respace(found.value.strip(), " ".join(line.text for line in lines))
+    return Found(value, found.line, found.confidence)
+
+
+def _clean_header(text: str) -> str:
+    """Undo common OCR slips in a header line: "SON BHO" for SDN BHD, glued trade words, "NAME(KL)"."""
+    text = _split_glued(_SDN_RE.sub("SDN BHD", text.strip(" .,:;*-_|'\"")))
+    return re.sub(r"(?<=[A-Za-z.])\(", " (", re.sub(r"\)(?=[A-Za-z])", ") ", text))
+
+
+def _is_name(text: str) -> bool:
+    """Looks like a name: no address, phone or document words, no long numbers once a registration number is cut."""
+    return not _NOT_NAME_RE.search(text) and not re.search(r"\d{3,}", _REG_NO_RE.sub("", text))
 
 
 def _split_glued(text: str) -> str:
@@ -268,10 +280,9 @@ def find_key(lines, key: str) -> Found | None:
 
 
 def read_lines(ctx):
-    """OCR lines of the document, after bringing the scan to a size the recogniser reads well."""
-    image = ctx.image
-    factor = max(1.0, MIN_WIDTH / image.width)
-    view = ctx.use("zoom", op="upscale", image=image, factor=factor, max_side=MAX_SIDE)
+    """OCR lines of the document. Huge scans are shrunk first; receipts are not enlarged (on the real-dev receipts
+    enlarging made Tesseract slower and no more accurate)."""
+    view = ctx.use("zoom", op="upscale", image=ctx.image, factor=1.0, max_side=MAX_SIDE)
     return ctx.use("ocr", image=view.image).lines
 
 

@@ -3,7 +3,7 @@
 The SKILL.md body is the system message. The model never sees pixels: when the episode has images and the registry
 has an OCR model, the text read in them is passed in the user message. Replies of small models ramble, so the
 answer is cut down to what the question asks for: an option, a number when it asks for a quantity, else the first
-clause.
+line without a restatement of the question.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ _NUMBER_QUESTION_RE = re.compile(
     re.I,
 )
 _ANSWER_IS_RE = re.compile(r"\b(?:final answer|answer)\s*(?:is|:)\s*(.+)", re.I)
+_RESTATED_RE = re.compile(r"^(?P<subject>.+?)\s+(?:is|are|was|were)\s+(?P<rest>.+)$", re.I)
 _LETTER_RE = re.compile(r"(?:^|[\s(\[])([A-Ha-h])(?:[)\].:,]|\s|$)")
 
 
@@ -72,18 +73,29 @@ def _short_answer(reply: str, question: str) -> str | None:
         match = re.search(r"[-+]?\$?\d[\d,]*(?:\.\d+)?%?", line) or re.search(r"[-+]?\$?\d[\d,]*(?:\.\d+)?%?", text)
         if match and parse_number(match.group(0)) is not None:
             return match.group(0).lstrip("$")
-    return line.rstrip(".").strip() or None
+    return _drop_restatement(line.rstrip(".").strip(), question) or None
+
+
+def _drop_restatement(line: str, question: str) -> str:
+    """"The capital of France is Paris" -> "Paris" when the words before "is" restate the question."""
+    match = _RESTATED_RE.match(line)
+    if not match:
+        return line
+    subject = {w for w in re.findall(r"[a-z0-9]+", match.group("subject").lower()) if len(w) > 3}
+    asked = set(re.findall(r"[a-z0-9]+", question.lower()))
+    return match.group("rest") if subject and subject <= asked else line
 
 
 def _pick_option(reply: str, choices: list[str]) -> str | None:
     """The option a reply names: by its letter, else the only option whose text it contains. Returns the option
     text, or its letter when the options are letters."""
     letters = [c.strip().upper() if _letters_only(choices) else _option_label(i) for i, c in enumerate(choices)]
-    match = _LETTER_RE.search(reply.strip())
+    said = _ANSWER_IS_RE.search(reply)  # "A. 50°  The answer is D." -> the concluding letter wins
+    match = _LETTER_RE.search(said.group(1) if said else reply.strip()) or _LETTER_RE.search(reply.strip())
     if match and match.group(1).upper() in letters:
         return choices[letters.index(match.group(1).upper())]
-    said = normalize_text(reply)
-    named = [c for c in choices if len(normalize_text(c)) > 1 and normalize_text(c) in said]
+    text = normalize_text(reply)
+    named = [c for c in choices if len(normalize_text(c)) > 1 and normalize_text(c) in text]
     return named[0] if len(named) == 1 else None
 
 

@@ -10,42 +10,27 @@ Free-form questions without options get no answer unless a relation is certain, 
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import math
 import re
 import statistics
-import sys
-from pathlib import Path
-from types import ModuleType
 
 from maestro_graph.errors import ExpertError
 from maestro_graph.scoring import parse_number
 from maestro_graph.types import SkillResult
 
-_PACKAGE = "maestro_skill_visual_math_lib"
+from .mathlib import figure as figures
+from .mathlib import questions
+from .mathlib import relations
+
 _UNITS = re.compile(r"\s*(?:°|度|\^\\circ|\\circ|[a-zA-Z]{1,3}[23²³]?|平方\S*)\s*$")
 _FIGURE_KINDS = {"angle", "length", "area", "polygon", "diameter"}
 
 
-def _lib(module: str) -> ModuleType:
-    """Import a module of the skill's own `mathlib/` package (skill folders are not on sys.path)."""
-    if _PACKAGE not in sys.modules:
-        folder = Path(__file__).parent / "mathlib"
-        spec = importlib.util.spec_from_file_location(_PACKAGE, folder / "__init__.py",
-                                                      submodule_search_locations=[str(folder)])
-        package = importlib.util.module_from_spec(spec)
-        sys.modules[_PACKAGE] = package
-        spec.loader.exec_module(package)
-    return importlib.import_module(f"{_PACKAGE}.{module}")
-
-
 def run(ctx) -> SkillResult:
-    questions = _lib("questions")
     page = ctx.use("ocr", image=ctx.image)
     question = questions.parse_question(ctx.question, ctx.choices, figure_text=page.text)
     if question.kind in _FIGURE_KINDS:
-        figure = _lib("figure").read_figure(ctx.image, page.boxes)
+        figure = figures.read_figure(ctx.image, page.boxes)
         return _answer_figure(question, figure)
     return _answer_compute(ctx, question, page.text)
 
@@ -112,7 +97,6 @@ def _figure_prior(question, evidence: str) -> SkillResult:
 
 
 def _nearest_option(question, measured: float, evidence: str, log_scale: bool = True) -> SkillResult:
-    questions = _lib("questions")
     best, best_gap = None, math.inf
     for key, text in question.options:
         values = questions.numbers_in(text)
@@ -144,11 +128,10 @@ def _option_value(ctx, text: str) -> float | None:
 
 
 def _answer_compute(ctx, question, figure_text: str) -> SkillResult:
-    questions = _lib("questions")
-    relations = _lib("relations")
     own_text = question.text if question.text != figure_text else ""
-    givens = questions.numbers_in(own_text) + [v for v in questions.numbers_in(figure_text)
-                                               if v not in questions.numbers_in(own_text)]
+    # single-glyph readings in a figure are mostly point labels misread (O as 0, S as 5): keep longer numbers
+    figure_numbers = questions.numbers_in(" ".join(w for w in figure_text.split() if len(w) > 1))
+    givens = questions.numbers_in(own_text) + [v for v in figure_numbers if v not in questions.numbers_in(own_text)]
     if not question.options:
         return SkillResult(f"givens {givens}; free-form question: no option to check a relation against", None, 0.0)
     values = [_option_value(ctx, text) for _, text in question.options]

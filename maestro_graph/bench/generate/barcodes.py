@@ -8,7 +8,7 @@ import string
 
 from PIL import Image
 
-from .base import Domain, Draft, ask, canvas, degrade, font
+from .base import Draft, ask, canvas, degrade, font
 
 # format name -> (what the question calls it, content maker)
 _DIGITS = string.digits

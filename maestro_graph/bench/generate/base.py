@@ -9,10 +9,11 @@ from __future__ import annotations
 import io
 import math
 import random
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
@@ -108,28 +109,28 @@ def pick_colors(rng: random.Random, k: int, *, exclude: tuple[str, ...] = ()) ->
     return rng.sample([c for c in COLORS if c not in exclude], k)
 
 
-def new_figure(rng: random.Random, width: float, height: float):
-    """A matplotlib figure on the Agg backend with a random font family among the files found here."""
+@contextmanager
+def new_figure(rng: random.Random, width: float, height: float) -> Iterator:
+    """A matplotlib figure drawn by the Agg canvas, in a random font among the files found here. No pyplot and
+    no global state: the font applies inside the `with` block only, so the caller renders the figure there."""
     import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib import font_manager
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     path = rng.choice([p for p in font_paths() if "Mono" not in p] or list(font_paths()))
     font_manager.fontManager.addfont(path)
     name = font_manager.FontProperties(fname=path).get_name()
-    plt.rcParams["font.family"] = name
-    return plt.figure(figsize=(width, height), dpi=100)
+    with matplotlib.rc_context({"font.family": name}):
+        fig = Figure(figsize=(width, height), dpi=100)
+        FigureCanvasAgg(fig)
+        yield fig
 
 
 def figure_to_image(fig) -> Image.Image:
-    """Render and close a matplotlib figure; PNG metadata is dropped so the bytes depend on the drawing only."""
-    import matplotlib.pyplot as plt
-
+    """Render a matplotlib figure; PNG metadata is dropped so the pixels depend on the drawing only."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
-    plt.close(fig)
     buf.seek(0)
     return Image.open(buf).convert("RGB")
 

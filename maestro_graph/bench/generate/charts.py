@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from .base import COLORS, Domain, Draft, ask, degrade, figure_to_image, fmt_num, new_figure, pick_colors
+from .base import COLORS, Draft, ask, degrade, figure_to_image, fmt_num, new_figure, pick_colors
 
 _CATEGORY_POOLS = (
     ("Apples", "Bananas", "Cherries", "Grapes", "Mangoes", "Pears", "Plums", "Kiwis"),
@@ -131,49 +131,49 @@ def make(rng: random.Random) -> Draft:
 
 def _draw(rng: random.Random, kind: str, cats: list[str], data: dict, colors: list[str], labelled: bool,
           step: float):
-    fig = new_figure(rng, rng.uniform(5.0, 8.0), rng.uniform(3.6, 5.5))
-    ax = fig.add_subplot(111)
     from matplotlib.ticker import MultipleLocator
 
-    rgb = [tuple(c / 255 for c in COLORS[name]) for name in colors]
-    names = list(data)
-    fmt = "%g"
-    if kind == "pie":
-        percents = data[names[0]]
-        _, _, autotexts = ax.pie(percents, labels=cats, colors=rgb, autopct=lambda p: "",
-                                 startangle=rng.choice((0, 90, 140)), counterclock=rng.random() < 0.5)
-        for text, value in zip(autotexts, percents):
-            text.set_text(f"{value:g}%")
-        ax.axis("equal")
-    elif kind == "line":
-        for name, color in zip(names, rgb):
-            ax.plot(range(len(cats)), data[name], marker=rng.choice("osD^"), color=color, label=name, linewidth=2)
-            if labelled:
-                for x, y in enumerate(data[name]):
-                    ax.annotate(fmt % y, (x, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
-        ax.set_xticks(range(len(cats)), cats)
-    else:
-        width = 0.8 / len(names)
-        for i, (name, color) in enumerate(zip(names, rgb)):
-            positions = [j + (i - (len(names) - 1) / 2) * width for j in range(len(cats))]
-            draw = ax.barh if kind == "barh" else ax.bar
-            bars = draw(positions, data[name], width * 0.95, color=color, label=name)
-            if labelled:
-                ax.bar_label(bars, fmt=fmt, fontsize=8, padding=2)
-        ticks = ax.set_yticks if kind == "barh" else ax.set_xticks
-        ticks(range(len(cats)), cats)
-    if kind != "pie":
-        value_axis = ax.xaxis if kind == "barh" else ax.yaxis
-        value_axis.set_major_locator(MultipleLocator(step * (2 if labelled else 1)))
-        limit = (ax.set_xlim if kind == "barh" else ax.set_ylim)
-        limit(0, 110)
-        ax.grid(axis="x" if kind == "barh" else "y", alpha=rng.uniform(0.2, 0.6))
-        ax.set_axisbelow(True)
-        (ax.set_xlabel if kind == "barh" else ax.set_ylabel)(rng.choice(_MEASURES))
-        if len(names) > 1:
-            ax.legend(loc=rng.choice(("upper left", "upper right", "best")), fontsize=8)
-    title = rng.choice(_TITLES)
-    if title:
-        ax.set_title(title)
-    fig.tight_layout()
-    return degrade(figure_to_image(fig), rng, noise=6.0, max_rotation=1.0, blur=0.5)
+    with new_figure(rng, rng.uniform(5.0, 8.0), rng.uniform(3.6, 5.5)) as fig:
+        ax = fig.add_subplot(111)
+        rgb = [tuple(c / 255 for c in COLORS[name]) for name in colors]
+        names = list(data)
+        fmt = "%g"
+        if kind == "pie":
+            percents = data[names[0]]
+            _, _, autotexts = ax.pie(percents, labels=cats, colors=rgb, autopct=lambda p: "",
+                                     startangle=rng.choice((0, 90, 140)), counterclock=rng.random() < 0.5)
+            for text, value in zip(autotexts, percents):
+                text.set_text(f"{value:g}%")
+            ax.axis("equal")
+        elif kind == "line":
+            for name, color in zip(names, rgb):
+                ax.plot(range(len(cats)), data[name], marker=rng.choice("osD^"), color=color, label=name, linewidth=2)
+                if labelled:
+                    for x, y in enumerate(data[name]):
+                        ax.annotate(fmt % y, (x, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
+            ax.set_xticks(range(len(cats)), cats)
+        else:
+            width = 0.8 / len(names)
+            for i, (name, color) in enumerate(zip(names, rgb)):
+                positions = [j + (i - (len(names) - 1) / 2) * width for j in range(len(cats))]
+                draw = ax.barh if kind == "barh" else ax.bar
+                bars = draw(positions, data[name], width * 0.95, color=color, label=name)
+                if labelled:
+                    ax.bar_label(bars, fmt=fmt, fontsize=8, padding=2)
+            ticks = ax.set_yticks if kind == "barh" else ax.set_xticks
+            ticks(range(len(cats)), cats)
+        if kind != "pie":
+            value_axis = ax.xaxis if kind == "barh" else ax.yaxis
+            value_axis.set_major_locator(MultipleLocator(step * (2 if labelled else 1)))
+            limit = (ax.set_xlim if kind == "barh" else ax.set_ylim)
+            limit(0, 110)
+            ax.grid(axis="x" if kind == "barh" else "y", alpha=rng.uniform(0.2, 0.6))
+            ax.set_axisbelow(True)
+            (ax.set_xlabel if kind == "barh" else ax.set_ylabel)(rng.choice(_MEASURES))
+            if len(names) > 1:
+                ax.legend(loc=rng.choice(("upper left", "upper right", "best")), fontsize=8)
+        title = rng.choice(_TITLES)
+        if title:
+            ax.set_title(title)
+        fig.tight_layout()
+        return degrade(figure_to_image(fig), rng, noise=6.0, max_rotation=1.0, blur=0.5)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import random
 
-from .base import COLORS, Domain, Draft, ask, canvas, degrade, pick_colors
+from .base import COLORS, Draft, ask, canvas, degrade, pick_colors
 
 Point = tuple[float, float]
 _MARGIN = 10.0  # pixels: the least clearance between things that must read as separate (or as crossing)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import random
 
-from .base import COLORS, Domain, Draft, ask, canvas, degrade, fmt_num, font
+from .base import COLORS, Draft, ask, canvas, degrade, fmt_num, font
 
 Point = tuple[float, float]
 _TRIPLES = ((3, 4, 5), (5, 12, 13), (8, 15, 17), (7, 24, 25), (6, 8, 10), (9, 12, 15), (20, 21, 29))
@@ -120,7 +120,8 @@ def make(rng: random.Random) -> Draft:
         draw.ellipse((cx - 4, cy - 4, cx + 4, cy + 4), fill=ink)
         start = cx - radius_px if diameter else cx
         draw.line((start, cy, cx + radius_px, cy), fill=ink, width=line_w)
-        label(((start + cx + radius_px) / 2, cy - 20), f"{'d' if diameter else 'r'} = {length(2 * r if diameter else r)}")
+        given = f"d = {length(2 * r)}" if diameter else f"r = {length(r)}"
+        label(((start + cx + radius_px) / 2, cy - 20), given)
         qtype = rng.choice(("circle-area", "circumference"))
         value = math.pi * r * r if qtype == "circle-area" else 2 * math.pi * r
         tolerance, fields = 0.01, {}

@@ -9,7 +9,7 @@ import string
 import numpy as np
 from PIL import Image, ImageDraw
 
-from .base import Domain, Draft, ask, font
+from .base import Draft, ask, font
 
 _WORDS = ("harbor", "violet", "copper", "lantern", "meadow", "falcon", "orbit", "cobalt", "saffron", "glacier",
           "pepper", "tundra", "marble", "quartz", "willow", "ember")

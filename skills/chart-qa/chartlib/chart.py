@@ -77,6 +77,8 @@ class Chart:
             colour = pixels.swatch_colour(self.arr, b, self.bg) if number is None else None
             found.append(Name(b, idx, colour, number))
         found.sort(key=lambda n: (n.position, -len(text.normalize(n.box.text)), n.colour is None))
+        if self.value_axis is not None:  # axis titles and headings are not categories: keep labels in a row
+            found = [n for n in found if n.is_series or n.number is not None or len(self.category_row(n)) >= 2]
         kept: list[Name] = []
         for n in found:
             start, end = n.position, n.position + len(text.normalize(n.box.text))
@@ -92,6 +94,8 @@ class Chart:
     def category_row(self, name: Name) -> list[TextBox]:
         """The labels aligned with `name` along the category axis (same row, or same column when horizontal)."""
         b = name.box
+        if "x" in self.axes and not self.horizontal and b in self.axes["x"].ticks:
+            return self.axes["x"].ticks
         if self.horizontal:
             return sorted([o for o in self.boxes if abs(o.box[2] - b.box[2]) < 2 * b.height and o not in self._ticks],
                           key=lambda o: o.cy)
@@ -145,7 +149,7 @@ class Chart:
             return self.label_near(entity)
         if entity.is_series:
             cats = [c for c in context if not c.is_series]
-            return self.read(entity, cats[0]) if cats else None
+            return self.read(entity, cats[-1]) if cats else None
         series = [s for s in context if s.is_series]
         return self.read(series[0] if series else None, entity)
 

@@ -53,7 +53,8 @@ def swatch_colour(arr: np.ndarray, label: TextBox, bg: np.ndarray) -> np.ndarray
             q = (coloured // 24).astype(np.int32)
             keys = q[:, 0] * 4096 + q[:, 1] * 64 + q[:, 2]
             mode = np.bincount(keys - keys.min()).argmax() + keys.min()
-            return coloured[keys == mode].mean(axis=0)
+            if (keys == mode).sum() >= 0.2 * h * h:  # a solid swatch, not a stray tick or letter
+                return coloured[keys == mode].mean(axis=0)
     return None
 
 

@@ -166,7 +166,8 @@ def data_labels(boxes: list[TextBox], axes: dict[str, Axis]) -> list[tuple[float
 
 
 def normalize(text: str) -> str:
-    return re.sub(r"[^a-z0-9.%+-]+", " ", text.lower()).strip()
+    """Lower case words and numbers; a '.' survives only inside a number."""
+    return re.sub(r"(?:[^a-z0-9.%+-]|\.(?!\d)|(?<!\d)\.)+", " ", text.lower()).strip()
 
 
 def similarity(a: str, b: str) -> float:

@@ -1,8 +1,9 @@
 """Rebuilding a table (title, header, rows and columns) from OCR boxes by their geometry.
 
-Rows are the OCR reading-order lines. Columns are found from the boxes of multi-cell rows, narrowest first, so that
-numbers (which sit inside one column) define the columns and wide spanning boxes (titles, merged headers) do not
-glue two columns together. A stem-and-leaf plot is recognised by its header and unrolled into its data values.
+Rows are boxes whose vertical centres line up. Columns are found from the boxes of multi-cell rows, narrowest
+first, so that numbers (which sit inside one column) define the columns and wide spanning boxes (titles, merged
+headers) do not glue two columns together; a "column" seen in one row only is a title's word. A stem-and-leaf plot is
+recognised by its header and unrolled into its values. A second OCR reading can fill cells the first one missed.
 """
 
 from __future__ import annotations
@@ -33,13 +34,6 @@ class Table:
     @property
     def width(self) -> int:
         return max([len(self.header)] + [len(r) for r in self.rows] + [0])
-
-    @property
-    def filled(self) -> int:
-        """How much was read: non-empty cells (or plot values); the better of two readings has more."""
-        if self.values is not None:
-            return len(self.values) + len(self.header) + 1
-        return sum(1 for r in [self.header] + self.rows for c in r if c)
 
     @property
     def complete(self) -> bool:

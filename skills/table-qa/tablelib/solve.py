@@ -349,32 +349,24 @@ def _choose_extreme(table: Table, q: _Question) -> Solution | None:
 
 
 def _named_cells(table: Table, q: _Question) -> list[tuple[str, Fraction]] | None:
-    """Cells the question names, in its order: several rows in one column, or one row in several columns."""
+    """Cells the question names, in its order: several rows in one column, one row in several columns, or one
+    row (all its value columns added up when it asks "how many" and names no column)."""
     rows = find_mentions(q.text, _labels(table))
-    cols = find_mentions(q.text, table.header) if table.header else []
-    cols = [c for c in cols if c.index > 0]
-    if len(rows) >= 2:
+    cols = [c for c in find_mentions(q.text, table.header) if c.index > 0] if table.header else []
+    if not rows:
+        return None
+    first = table.rows[rows[0].index]
+    if len(rows) == 1 and len(cols) >= 2:
+        cells = [(table.header[c.index], _lookup(table, rows[0].index, c.index)) for c in cols]
+    elif len(rows) == 1 and not cols and len(_value_columns(table)) > 1 and q.has(r"how many"):
+        parts = [_lookup(table, rows[0].index, j) for j in _value_columns(table)]
+        cells = [(first[0], None if None in parts else sum(parts))]
+    else:
         col = cols[0].index if cols else _pick_column(table, q, skip=(0,))
         if col is None:
             return None
         cells = [(table.rows[m.index][0], _lookup(table, m.index, col)) for m in rows]
-    elif len(rows) == 1 and len(cols) >= 2:
-        cells = [(table.header[c.index], _lookup(table, rows[0].index, c.index)) for c in cols]
-    elif len(rows) == 1 and not cols and len(_value_columns(table)) > 1 and q.has(r"how many"):
-        row = table.rows[rows[0].index]  # "how many did X sell" over several kinds: the whole row
-        cells = [(f"{row[0]} {table.header[j] if j < len(table.header) else j}", _lookup(table, rows[0].index, j))
-                 for j in _value_columns(table)]
-        return None if any(v is None for _, v in cells) else [(row[0], sum(v for _, v in cells))]
-    elif len(rows) == 1:
-        col = cols[0].index if cols else _pick_column(table, q, skip=(0,))
-        cells = [] if col is None else [(table.rows[rows[0].index][0], _lookup(table, rows[0].index, col))]
-    elif len(cols) == 1 and table.rows:
-        return None
-    else:
-        return None
-    if any(v is None for _, v in cells):
-        return None
-    return cells
+    return None if any(v is None for _, v in cells) else cells
 
 
 def _money_in_question(q: _Question) -> Fraction | None:

@@ -69,12 +69,13 @@ def derive(givens: list[float], question: str) -> list[Derivation]:
     """Every positive value reachable by one relation (or two chained) from the givens, with its cost."""
     favoured = frozenset().union(*(ops for cue, ops in _CUES if re.search(cue, question)))
     weight = lambda op: 1.0 if op in favoured else 2.0  # noqa: E731 - a one-line cost rule
-    givens = givens[:_MAX_GIVENS]
     out: list[Derivation] = []
 
     def add(value: float, cost: float, formula: str) -> None:
         if value > 0 and math.isfinite(value):
             out.append(Derivation(value, cost, formula))
+
+    givens = [g for g in givens if g > 0][:_MAX_GIVENS]  # zero is never a given length or angle (and divides)
 
     for x in givens:
         add(x, _GIVEN_COST, f"{x:g}")

@@ -1,0 +1,105 @@
+"""Counting and geometric perception on drawn figures: shapes, line crossings, grid size, circle contact.
+
+The question says what to measure (see question.py); the pair's `vision-cv` model measures it; the answer is written
+the way the question asks (a number, {n}, "(rows,columns)", Yes/No), or as the matching option when there are choices.
+"""
+
+from __future__ import annotations
+
+import re
+
+from maestro_graph.experts.opencv_vision import CONTACT_TOLERANCE_PX
+from maestro_graph.scoring import parse_number
+from maestro_graph.types import SkillResult
+
+from .question import Request, parse
+
+NO_MEASURE = (
+    "counting: the question asks for no count or check this skill knows "
+    "(shapes, line crossings, rows/columns, circle contact)"
+)
+
+
+def run(ctx) -> SkillResult:
+    request = parse(ctx.request)
+    if request is None:
+        return SkillResult(evidence=NO_MEASURE, answer=None, confidence=0.0)
+    measure = {"grid": _grid, "crossings": _crossings, "contact": _contact, "shapes": _shapes}[request.measure]
+    evidence, answer, confidence = measure(ctx, request)
+    if answer is not None and ctx.choices:
+        answer, confidence = _as_choice(answer, ctx.choices, confidence)
+    return SkillResult(evidence=evidence, answer=answer, confidence=confidence)
+
+
+def _number(value: int, request: Request) -> str:
+    return f"{{{value}}}" if request.braces else str(value)
+
+
+def _grid(ctx, request: Request) -> tuple[str, str | None, float]:
+    grid = ctx.model.grid(ctx.image)
+    if grid.rows == 0 or grid.columns == 0:
+        return "no ruled grid found (need full-width horizontal and full-height vertical rules)", None, 0.0
+    values = {"rows": grid.rows, "columns": grid.columns, "cells": grid.rows * grid.columns}
+    evidence = f"grid of {grid.rows} rows x {grid.columns} columns ({len(grid.row_rules)} horizontal and " \
+               f"{len(grid.column_rules)} vertical rules)"
+    parts = [p for p in request.grid_parts if p != "cells"] if len(request.grid_parts) > 1 else request.grid_parts
+    if len(parts) == 1:
+        return evidence, _number(values[parts[0]], request), 0.85
+    return evidence, "(" + ",".join(str(values[p]) for p in parts) + ")", 0.85
+
+
+def _crossings(ctx, request: Request) -> tuple[str, str | None, float]:
+    colors = list(request.colors[:2])
+    if len(colors) < 2:  # the question names fewer than two colours: take the figure's main colours
+        main = [c.name for c in ctx.model.colors(ctx.image) if c.name not in ("white", "black", "gray")]
+        colors += [c for c in main if c not in colors][: 2 - len(colors)]
+    if len(colors) < 2:
+        return "fewer than two line colours in the figure", None, 0.0
+    found = ctx.model.line_crossings(ctx.image, colors[0], colors[1])
+    where = ", ".join(f"({c.x:.0f},{c.y:.0f})" for c in found)
+    evidence = f"{colors[0]} and {colors[1]} lines meet {len(found)} time(s)" + (f" at {where}" if where else "")
+    return evidence, _number(len(found), request), 0.8
+
+
+def _contact(ctx, request: Request) -> tuple[str, str | None, float]:
+    pairs = ctx.model.circle_pairs(ctx.image)
+    if not pairs:
+        return "fewer than two circles found", None, 0.0
+    pair = pairs[0]
+    verdict = pair.overlapping if request.overlap else pair.touching
+    relation = "overlap" if pair.overlapping else "touch (tangent)" if pair.touching else "are apart"
+    evidence = (f"closest circles ({pair.first.color} r={pair.first.r:.1f}, {pair.second.color} r={pair.second.r:.1f} px) "
+                f"{relation}: gap between rims {pair.gap:.1f} px")
+    clear = abs(pair.gap) > 3 * CONTACT_TOLERANCE_PX
+    return evidence, "Yes" if verdict else "No", 0.9 if clear else 0.6
+
+
+def _shapes(ctx, request: Request) -> tuple[str, str | None, float]:
+    color = request.colors[0] if request.colors else None
+    found = ctx.use("shapes", shape=request.shape, color=color)
+    noun = f"{color + ' ' if color else ''}{request.shape}(s)"
+    if not found:
+        return f"no {noun} found", _number(0, request), 0.4
+    colors = sorted({s.color for s in found})
+    support = min(s.support for s in found)
+    evidence = f"{len(found)} {noun} found (colours: {', '.join(colors)}; least drawn outline {support:.0%})"
+    return evidence, _number(len(found), request), 0.85
+
+
+def _as_choice(answer: str, choices: list[str], confidence: float) -> tuple[str, float]:
+    """The option that says the same as `answer` (same number, pair or yes/no); unchanged, less sure, if none does."""
+    key = _key(answer)
+    for option in choices:
+        if _key(option) == key:
+            return option, confidence
+    return answer, confidence * 0.5
+
+
+def _key(text: str) -> tuple:
+    numbers = re.findall(r"-?\d+(?:\.\d+)?", text)
+    if len(numbers) >= 2:
+        return tuple(float(n) for n in numbers[:2])
+    value = parse_number(text)
+    if value is not None:
+        return (value,)
+    return (text.strip().lower().rstrip("."),)

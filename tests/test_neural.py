@@ -1,0 +1,115 @@
+"""The neural policy and its GRPO trainer: checkpoints, unseen cards, weights that change, exact resume."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from maestro_graph.cache import ExpertCache
+from maestro_graph.errors import ConfigError
+from maestro_graph.policy.base import ActionSpace, EpisodeView
+from maestro_graph.policy.neural import NeuralPolicy
+from maestro_graph.registry import Registry
+from maestro_graph.rl.grpo import GRPOConfig, GRPOTrainer
+from maestro_graph.tasks import load_tasks
+from maestro_graph.types import Step
+
+ROOT = Path(__file__).resolve().parents[1]
+CIRCLES = str(ROOT / "examples" / "circles.png")
+QRCODE = str(ROOT / "examples" / "qrcode.png")
+
+
+def _view(question: str, image: str, steps=()) -> EpisodeView:
+    return EpisodeView(question, (image,), None, tuple(steps), 4, 10.0)
+
+
+def test_distribution_is_valid_and_masks_called_pairs(registry):
+    policy = NeuralPolicy()
+    view = _view("How many circles are in the image?", CIRCLES)
+    space = ActionSpace.build(registry, view)
+    dist = policy.distribution(view, space)
+    assert np.isclose(dist.probs.sum(), 1.0)
+    assert {a.pair for a in dist.actions} == set(registry.pair_ids())  # no candidate yet: invoking only
+    step = Step(model="opencv-vision", skill="counting", answer="7", confidence=0.9)
+    later = _view("How many circles are in the image?", CIRCLES, [step])
+    dist = policy.distribution(later, ActionSpace.build(registry, later))
+    names = [getattr(a, "pair", None) for a in dist.actions]
+    assert "opencv-vision@@counting" not in names and any(getattr(a, "text", None) == "7" for a in dist.actions)
+
+
+def test_a_card_never_seen_is_scored(registry):
+    """Leaving the barcode expert and skill out, then adding them back: the policy scores the new pairs, and the
+    question-card similarity already favours them for a barcode question."""
+    policy = NeuralPolicy()
+    view = _view("What is the value encoded in this barcode?", QRCODE)
+    full = policy.distribution(view, ActionSpace.build(registry, view))
+    barcode = sum(p for a, p in zip(full.actions, full.probs) if getattr(a, "skill", "") == "barcode-reading")
+    uniform = sum(1 for a in full.actions if getattr(a, "skill", "") == "barcode-reading") / len(full.actions)
+    assert barcode > uniform
+
+
+def test_checkpoint_round_trip_and_clear_errors(tmp_path, registry):
+    policy = NeuralPolicy()
+    path = tmp_path / "p.pt"
+    policy.save(path)
+    loaded = NeuralPolicy.load(path)
+    for a, b in zip(policy.net.state_dict().values(), loaded.net.state_dict().values()):
+        assert torch.equal(a, b)
+    with pytest.raises(ConfigError, match="no such policy checkpoint"):
+        NeuralPolicy.load(tmp_path / "missing.pt")
+    (tmp_path / "bad.pt").write_bytes(b"garbage")
+    with pytest.raises(ConfigError, match="corrupt policy checkpoint") as info:
+        NeuralPolicy.load(tmp_path / "bad.pt")
+    assert "bad.pt" in str(info.value)
+    data = torch.load(path, weights_only=False)
+    data["question_dim"] = 999
+    torch.save(data, tmp_path / "other.pt")
+    with pytest.raises(ConfigError, match="feature size 999"):
+        NeuralPolicy.load(tmp_path / "other.pt")
+
+
+def _tiny_tasks(tmp_path: Path) -> Path:
+    shutil.copy(CIRCLES, tmp_path / "circles.png")
+    shutil.copy(QRCODE, tmp_path / "qr.png")
+    rows = [
+        {"id": "c1", "question": "How many circles are in the image?", "images": ["circles.png"], "answer": "7",
+         "answer_type": "number"},
+        {"id": "q1", "question": "What is the value encoded in this code?", "images": ["qr.png"],
+         "answer": "Wikipedia", "answer_type": "text"},
+        {"id": "c2", "question": "Count the circles.", "images": ["circles.png"], "answer": "7", "answer_type": "number"},
+    ]
+    path = tmp_path / "train.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+@pytest.mark.slow
+def test_grpo_changes_weights_and_resume_is_exact(tmp_path):
+    tasks, _ = load_tasks(_tiny_tasks(tmp_path))
+    cache = ExpertCache(tmp_path / "cache")
+    registry = Registry.load(cache=cache).without(models={"smollm2"})  # keep the test fast: no LM
+    config = GRPOConfig(steps=2, tasks_per_step=3, group_size=4, checkpoint_every=1, seed=3)
+
+    straight = GRPOTrainer(registry, tasks, config, tmp_path / "a")
+    before = {k: v.clone() for k, v in straight.policy.net.state_dict().items()}
+    straight.train(progress=False)
+    after = straight.policy.net.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before), "GRPO did not change the weights"
+    assert (tmp_path / "a" / "curves.png").is_file() and len(straight.history) == 2
+    assert {"reward", "accuracy", "calls", "cost", "entropy", "skipped_groups"} <= set(straight.history[0])
+
+    first = GRPOTrainer(registry, tasks, GRPOConfig(**{**config.__dict__, "steps": 1}), tmp_path / "b")
+    first.train(progress=False)
+    other = GRPOTrainer(registry, tasks, GRPOConfig(**{**config.__dict__, "lr": 0.1}), tmp_path / "b")
+    with pytest.raises(ConfigError, match="another config"):
+        other.resume()  # a different learning rate: refuse to mix runs
+    resumed = GRPOTrainer(registry, tasks, config, tmp_path / "b")
+    assert resumed.resume() and resumed.step == 1
+    resumed.train(progress=False)
+    for key, value in straight.policy.net.state_dict().items():
+        assert torch.allclose(value, resumed.policy.net.state_dict()[key], atol=1e-6), key
