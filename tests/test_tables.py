@@ -6,12 +6,14 @@ import pytest
 from PIL import Image
 
 from maestro_graph.scoring import score
-from maestro_graph.types import Invoke
+from maestro_graph.tasks import Task
+from maestro_graph.types import Invoke, Step
 from tests.conftest import REAL, real_tasks
 
 OCR_MODELS = ["rapidocr", "tesseract"]
-# Accuracy floors on the 11-item sample (measured: see the report); each leaves a margin of at least one item.
-FLOORS = {"rapidocr": 9, "tesseract": 6}
+# Accuracy floors on the 11-item sample; when written rapidocr answered 11/11 and tesseract 10/11 (it misses the
+# single-digit stems of the stem-and-leaf plot).
+FLOORS = {"rapidocr": 9, "tesseract": 7}
 
 
 def _price_list() -> Image.Image:
@@ -26,31 +28,52 @@ def test_ocr_expert_reads_a_price_list(registry, model):
     assert "cockatoo" in text and "119" in text
 
 
+@pytest.fixture(scope="module")
+def answered(registry):
+    """Each OCR model's table-qa steps on the sample, run once per module (OCR is the slow part)."""
+    memo: dict[str, list[tuple[Task, Step]]] = {}
+
+    def run(model: str) -> list[tuple[Task, Step]]:
+        if model not in memo:
+            memo[model] = [
+                (t, registry.run(Invoke(model, "table-qa"), question=t.question, images=t.images, choices=t.choices))
+                for t in real_tasks("tables")
+            ]
+        return memo[model]
+
+    return run
+
+
 @pytest.mark.parametrize("model", OCR_MODELS)
-def test_table_qa_accuracy_floor(registry, model):
-    tasks = real_tasks("tables")
+def test_table_qa_accuracy_floor(answered, model):
     right, misses = 0, []
-    for task in tasks:
-        step = registry.run(Invoke(model, "table-qa"), question=task.question, images=task.images, choices=task.choices)
+    for task, step in answered(model):
         assert step.error is None, step.error
-        ok = score(step.answer, task.answer, task.answer_type, tolerance=task.tolerance, choices=task.choices)
-        right += int(ok)
-        if not ok:
-            misses.append((task.id, step.answer, task.answer))
+        if score(step.answer, task.answer, task.answer_type, tolerance=task.tolerance, choices=task.choices):
+            right += 1
+        else:
+            misses.append((task.id, step.answer, task.answer, step.evidence))
     assert right >= FLOORS[model], (right, misses)
 
 
-def test_answers_multiple_choice_with_option_text_and_shows_operation(registry):
-    task = next(t for t in real_tasks("tables") if t.choices and "highest" in t.question)
-    step = registry.run(Invoke("rapidocr", "table-qa"), question=task.question, images=task.images, choices=task.choices)
+def _step_for(answered, model: str, words: str) -> tuple[Task, Step]:
+    return next((t, s) for t, s in answered(model) if words in t.question)
+
+
+def test_answers_multiple_choice_with_option_text_and_shows_operation(answered):
+    task, step = _step_for(answered, "rapidocr", "highest score")
     assert step.answer in task.choices
     assert "max of" in step.evidence and "table:" in step.evidence
 
 
-def test_exact_money_arithmetic_with_mixed_fraction_quantity(registry):
-    task = next(t for t in real_tasks("tables") if "3+1/2" in t.question)
-    step = registry.run(Invoke("rapidocr", "table-qa"), question=task.question, images=task.images)
+def test_exact_money_arithmetic_with_mixed_fraction_quantity(answered):
+    task, step = _step_for(answered, "rapidocr", "3+1/2 pounds")
     assert step.answer == "10.50", step.evidence
+
+
+def test_stem_and_leaf_plot_is_unrolled_into_values(answered):
+    task, step = _step_for(answered, "rapidocr", "exactly 64")
+    assert "stem-and-leaf values" in step.evidence and step.answer == task.answer
 
 
 def test_blank_image_gives_no_answer(registry, tmp_path):

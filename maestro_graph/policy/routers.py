@@ -78,7 +78,7 @@ class ClassifierPolicy(RankingPolicy):
             loss = torch.nn.functional.binary_cross_entropy_with_logits(self.model(x), y)
             loss.backward()
             optim.step()
-        self.final_loss = float(loss)
+        self.final_loss = float(loss.detach())
         self.model.eval()
 
     def pair_scores(self, view: EpisodeView, pairs: list[Pair]) -> list[float]:

@@ -19,6 +19,7 @@ _MONTHS = "JAN|FEB|MAR|APR|MAY|JUN|JUL|AUG|SEP|SEPT|OCT|NOV|DEC"
 _DATE_RES = [
     re.compile(r"(?<!\d)(\d{1,2})\s?([/.-])\s?(\d{1,2})\s?\2\s?(\d{4}|\d{2})(?!\d)"),  # 25/01/2018, 01-03-18
     re.compile(r"(?<!\d)(\d{4})\s?([/.-])\s?(\d{1,2})\s?\2\s?(\d{1,2})(?!\d)"),  # 2016/05/01
+    re.compile(r"(?<![\d/.-])(\d{2}) (\d{2})([/.-])(\d{4}|\d{2})(?!\d)"),  # 05 02-18: OCR lost the first separator
     re.compile(rf"(?<!\d)(\d{{1,2}})[\s/-]?((?:{_MONTHS})[A-Z]*)[\s/,-]*(\d{{4}}|\d{{2}})(?!\d)", re.I),  # 14 MAY 2018
     re.compile(rf"\b((?:{_MONTHS})[A-Z]*)\s?(\d{{1,2}}),?\s?(\d{{4}})(?!\d)", re.I),  # May 14, 2018
 ]
@@ -51,7 +52,7 @@ _GLUED_WORD_RE = re.compile(
     r"SHOP|STORE|MART|CAFE)", re.I)
 _SDN_RE = re.compile(r"\bS[BDO0]N\.?\s*[B3]H[DO0]\b\.?", re.I)  # "SON BHO" is how OCR often misreads SDN BHD
 _REG_NO_RE = re.compile(  # a registration number ends the name: "(519537-X)", "CO.REG: 704427-T" and what follows
-    r"\s*[(\[]?\s*(?:co\.?\s*(?:reg\.?\s*)?no\.?|company\s*no\.?|roc)?\s*:?\s*\d{4,}[\d\s]*-?\s*[A-Z]\b.*$", re.I
+    r"\s*[(\[]?\s*(?:co\.?\s*(?:reg\.?\s*)?no\.?|company\s*no\.?|roc)?\s*:?\s*[A-Z]?\d{4,}[\d\s]*-?\s*[A-Z]\b.*$", re.I
 )
 _KEY_SYNONYMS = {"number": "(?:number|no\\.?|num|#)", "no": "(?:number|no\\.?|num|#)", "amount": "(?:amount|amt)"}
 
@@ -168,6 +169,8 @@ def find_date(lines) -> Found | None:
 def _clean_date(match: re.Match) -> str | None:
     """Plausible dates only (day 1-31, month 1-12 in either order); numeric dates lose OCR's stray spaces."""
     text = match.group(0)
+    if re.fullmatch(r"\d{2} \d{2}[/.-]\d+", text):
+        text = text.replace(" ", match.group(3))
     if any(ch.isalpha() for ch in text):
         return re.sub(r"\s+", " ", text).strip()
     parts = [int(p) for p in re.findall(r"\d+", text)]
@@ -230,7 +233,7 @@ def _respace(name: str, text: str) -> str:
     """Restore spaces OCR dropped inside a name ("FUYIMINI MARKET") from another place where the same letters are
     printed with spaces (receipts repeat the shop's name in the footer)."""
     key = re.sub(r"[^a-z0-9]", "", name.lower())
-    if len(key) < 6:
+    if len(key) < 6 or not re.search(r"[A-Za-z0-9]{8,}", name):  # only names with glued words
         return name
     words = text.split()
     for i in range(len(words)):

@@ -24,6 +24,7 @@ _NUMBER_QUESTION_RE = re.compile(
     r"length|perimeter|average|mean|median|percentage|ratio)|calculate|compute)\b",
     re.I,
 )
+_NUMBER_RE = re.compile(r"[-+]?\$?\d+(?:,\d{3})*(?:\.\d+)?%?")
 _ANSWER_IS_RE = re.compile(r"\b(?:final answer|answer)\s*(?:is|:)\s*(.+)", re.I)
 _RESTATED_RE = re.compile(r"^(?P<subject>.+?)\s+(?:is|are|was|were)\s+(?P<rest>.+)$", re.I)
 _LETTER_RE = re.compile(r"(?:^|[\s(\[])([A-Ha-h])(?:[)\].:,]|\s|$)")
@@ -70,7 +71,7 @@ def _short_answer(reply: str, question: str) -> str | None:
     if not line:
         return None
     if _NUMBER_QUESTION_RE.search(question):
-        match = re.search(r"[-+]?\$?\d[\d,]*(?:\.\d+)?%?", line) or re.search(r"[-+]?\$?\d[\d,]*(?:\.\d+)?%?", text)
+        match = _NUMBER_RE.search(line) or _NUMBER_RE.search(text)
         if match and parse_number(match.group(0)) is not None:
             return match.group(0).lstrip("$")
     return _drop_restatement(line.rstrip(".").strip(), question) or None

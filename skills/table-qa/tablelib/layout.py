@@ -20,6 +20,7 @@ __all__ = ["Table", "build_table", "merge_readings"]
 
 _OVERLAP = 0.3  # share of the narrower box's width two boxes must share to sit in one column
 _YEAR_RANGE = (1800, 2100)
+_HEADER_SEARCH = 3  # rows from the top in which to look for the header row
 
 
 @dataclass
@@ -221,11 +222,14 @@ def build_table(boxes: list[TextBox]) -> Table:
     title_parts = []
     while len(grid) > 1 and len(columns) > 1 and len([c for c in grid[0] if c]) == 1:
         text = next(c for c in grid[0] if c)
-        if _is_value(text):
+        if _is_data(text):
             break
         title_parts.append(text)
         grid = grid[1:]
-    table = Table(title=" ".join(title_parts), rows=grid)
-    if grid and _is_header(grid[0], grid[1:]):
-        table.header, table.rows = grid[0], grid[1:]
-    return table
+    # the header is the first row (of the first few: OCR noise may come first) that names columns above values
+    top = next((k for k in range(min(_HEADER_SEARCH, len(grid)))
+                if _is_header(grid[k], grid[k + 1:]) and (k == 0 or sum(1 for c in grid[k] if c) >= 2)), None)
+    if top is None:
+        return Table(title=" ".join(title_parts), rows=grid)
+    title_parts += [c for r in grid[:top] for c in r if c]
+    return Table(title=" ".join(title_parts), header=grid[top], rows=grid[top + 1:])

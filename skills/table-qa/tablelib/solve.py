@@ -282,7 +282,7 @@ def _rate_of_change(table: Table, q: _Question) -> Solution | None:
 def _after_taxes(table: Table, q: _Question) -> Solution | None:
     if not q.has(r"after taxes|net income|net pay|take-home"):
         return None
-    values = [v for r in table.rows for c in r[1:] if (v := _num(c)) is not None]
+    values = [v for r in [table.header] + table.rows for c in r if "$" in c and (v := _num(c)) is not None]
     if len(values) < 2:
         return None
     value = values[0] - sum(values[1:])

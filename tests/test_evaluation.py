@@ -1,0 +1,92 @@
+"""`maestro eval`: all policies on the same items in one run, report files, concurrency equal to serial."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from maestro_graph.cli import app
+from maestro_graph.registry import Registry
+from maestro_graph.runner import run_tasks
+from maestro_graph.tasks import load_tasks
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """A registry without the LM (fast), and small train/eval task files built from the bundled examples."""
+    tmp = tmp_path_factory.mktemp("eval")
+    config = yaml.safe_load((ROOT / "maestro_graph" / "default_registry.yaml").read_text())
+    config["models"] = [m for m in config["models"] if m["name"] != "smollm2"]
+    config["skill_dirs"] = [str(ROOT / "skills")]
+    (tmp / "registry.yaml").write_text(yaml.safe_dump(config))
+    shutil.copy(ROOT / "examples" / "circles.png", tmp / "circles.png")
+    shutil.copy(ROOT / "examples" / "qrcode.png", tmp / "qr.png")
+    rows = [("How many circles are in the image?", "circles.png", "7", "number", "shapes"),
+            ("What is the value encoded in this code?", "qr.png", "Wikipedia", "text", "codes"),
+            ("Count the circles in the picture.", "circles.png", "7", "number", "shapes"),
+            ("Decode the QR code.", "qr.png", "Wikipedia", "text", "codes")]
+
+    def write(name, subset):
+        lines = [json.dumps({"id": f"{name}{i}", "question": q, "images": [img], "answer": a, "answer_type": t,
+                             "source": s, "domain": s}) for i, (q, img, a, t, s) in enumerate(subset)]
+        (tmp / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
+
+    write("train", rows[:2])
+    write("test", rows[2:])
+    return tmp
+
+
+def test_eval_writes_report_for_every_policy(files):
+    out = files / "report"
+    policies = ["rules", "random", "fixed:opencv-vision@@counting", "best-single", "knn", "classifier", "oracle"]
+    args = ["eval", "--tasks", str(files / "test.jsonl"), "--train-tasks", str(files / "train.jsonl"),
+            "--out", str(out), "--registry", str(files / "registry.yaml"), "--cache-dir", str(files / "cache")]
+    for p in policies:
+        args += ["--policy", p]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "results.json").read_text())
+    assert list(data["policies"]) == policies
+    oracle = data["policies"]["oracle"]
+    assert oracle["accuracy"] == 1.0 and set(oracle["accuracy_by_source"]) == {"shapes", "codes"}
+    for name, metrics in data["policies"].items():
+        assert {"macro_accuracy", "accuracy_by_domain", "mean_cost", "latency_p50_s", "latency_p95_s",
+                "calls_per_episode", "pair_share", "failures", "cache_hits"} <= set(metrics), name
+    assert data["policies"]["fixed:opencv-vision@@counting"]["accuracy_by_source"] == {"codes": 0.0, "shapes": 1.0}
+    assert data["best_single_pair"] in {"opencv-vision@@counting", "zxing@@barcode-reading",
+                                        "opencv-barcode@@barcode-reading"}
+    report = (out / "report.md").read_text()
+    assert "| oracle |" in report and "## Accuracy per source" in report
+    assert (out / "accuracy_by_source.png").is_file() and (out / "accuracy_vs_cost.png").is_file()
+    assert (out / "routing_knn.png").is_file() and not (out / "routing_fixed_opencv-vision__counting.png").exists()
+    assert len((out / "predictions" / "knn.jsonl").read_text().splitlines()) == 2
+
+
+def test_training_file_cannot_be_an_evaluated_file(files):
+    result = CliRunner().invoke(app, ["eval", "--tasks", str(files / "train.jsonl"), "--train-tasks",
+                                      str(files / "train.jsonl"), "--policy", "knn", "--out", str(files / "x"),
+                                      "--registry", str(files / "registry.yaml"), "--no-cache"])
+    assert result.exit_code == 2 and "leak" in result.output
+
+
+def test_unknown_policy_lists_valid_ones(files):
+    result = CliRunner().invoke(app, ["eval", "--tasks", str(files / "test.jsonl"), "--policy", "smart",
+                                      "--out", str(files / "y")])
+    assert result.exit_code == 2 and "valid: neural" in " ".join(result.output.split())
+
+
+def test_concurrent_run_equals_serial(files):
+    registry = Registry.load(files / "registry.yaml")
+    tasks, _ = load_tasks(files / "test.jsonl")
+    tasks = tasks * 3
+    serial = [(r.answer, [s.pair for s in r.steps]) for _, r in run_tasks(registry, tasks, "random", workers=1)]
+    parallel = [(r.answer, [s.pair for s in r.steps]) for _, r in run_tasks(registry, tasks, "random", workers=4)]
+    assert serial == parallel
