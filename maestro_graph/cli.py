@@ -99,7 +99,17 @@ def ask(
     else:
         saver = None
     graph = build_graph(reg, pol, checkpointer=saver)
-    result = run_episode(graph, question, images, list(choice) or None, context=context, config=config)
+    resume = False
+    if saver is not None:
+        state = graph.get_state(config)
+        if state.values:
+            if state.values.get("question") != question:
+                _fail(f"thread {thread or 'default'!r} in {checkpoint_db} holds another question; use a new --thread")
+            resume = bool(state.next)
+            if not resume:
+                err.print(f"thread {thread or 'default'!r} is finished; showing its stored result")
+    result = run_episode(graph, question, images, list(choice) or None, context=context, config=config,
+                         resume=resume)
     if as_json:
         print(json.dumps({"answer": result.answer, "stop_reason": result.stop_reason,
                           "steps": [s.model_dump() for s in result.steps],

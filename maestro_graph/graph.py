@@ -18,7 +18,7 @@ from langgraph.types import Checkpointer, Command
 from .errors import ConfigError
 from .policy import DEFAULT_POLICY, ActionSpace, EpisodeView, Policy, best_candidate, make_policy
 from .registry import Registry
-from .types import Answer, Invoke, Step
+from .types import Answer, InvalidAction, Invoke, Step
 
 __all__ = ["MaestroContext", "MaestroInput", "MaestroOutput", "MaestroState", "build_graph", "INTAKE", "ROUTER", "ANSWER"]
 
@@ -146,6 +146,10 @@ def build_graph(
                "log_prob": dist.log_prob(action)})
         if isinstance(action, Answer):
             return Command(goto=ANSWER, update={"answer": action.text, "stop_reason": "policy"})
+        if isinstance(action, InvalidAction):  # no action at all (e.g. malformed LM output): same treatment
+            step = Step(model="", skill="", input=action.text, error=action.reason, error_kind="policy")
+            write({"event": "step", **step.model_dump(exclude={"calls"})})
+            return Command(goto=ROUTER, update={"steps": [step.model_dump()]})
         reason = registry.invalid_reason(action)
         if reason:  # the policy's mistake becomes an observation and costs a turn
             step = Step(model=action.model, skill=action.skill, input=action.input, error=reason, error_kind="policy")
@@ -192,7 +196,9 @@ def build_graph(
     return builder.compile(checkpointer=checkpointer, name=name)
 
 
-def _describe(action: Invoke | Answer) -> dict:
+def _describe(action: Invoke | Answer | InvalidAction) -> dict:
     if isinstance(action, Answer):
         return {"type": "answer", "text": action.text}
+    if isinstance(action, InvalidAction):
+        return {"type": "invalid", "text": action.text, "reason": action.reason}
     return {"type": "invoke", "pair": action.pair, "input": action.input}

@@ -64,12 +64,20 @@ def run_episode(
     *,
     context: MaestroContext | None = None,
     config: dict | None = None,
+    resume: bool = False,
 ) -> EpisodeResult:
-    """Run one episode to its end. The recursion limit follows the turn budget (two supersteps per turn)."""
+    """Run one episode to its end. The recursion limit follows the turn budget (two supersteps per turn).
+    `resume=True` continues the checkpointed thread in `config` from its last step instead of starting over; a
+    finished thread returns its stored result."""
     context = context or MaestroContext()
     run_config = {"recursion_limit": 2 * context.max_turns + 6, **(config or {})}
     start = time.perf_counter()
-    out = graph.invoke({"question": question, "images": images, "choices": choices}, run_config, context=context)
+    stored = graph.get_state(run_config) if graph.checkpointer is not None and config else None
+    if stored is not None and stored.values and not stored.next:
+        out = stored.values  # a finished thread: its stored result
+    else:
+        payload = None if resume else {"question": question, "images": images, "choices": choices}
+        out = graph.invoke(payload, run_config, context=context)
     return EpisodeResult(
         answer=out.get("answer"),
         steps=[Step.model_validate(s) for s in out.get("steps", [])],

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-__all__ = ["PAIR_SEP", "Invoke", "Answer", "Action", "SkillResult", "Step", "pair_id", "split_pair"]
+__all__ = ["PAIR_SEP", "Invoke", "Answer", "Action", "InvalidAction", "SkillResult", "Step", "pair_id", "split_pair"]
 
 PAIR_SEP = "@@"
 
@@ -47,6 +47,16 @@ class Answer:
 
 
 Action = Invoke | Answer
+
+
+@dataclass(frozen=True)
+class InvalidAction:
+    """A policy output that is no action (an LM completion without one well-formed tag, or an LM endpoint that
+    failed). The router records it as an error step (error_kind "policy") that costs a turn and is penalised; it is
+    never re-routed to a guessed action. `text` is the raw output, `reason` the observation the policy reads next."""
+
+    text: str
+    reason: str
 
 
 @dataclass

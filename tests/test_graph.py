@@ -151,3 +151,19 @@ def test_chat_messages_input_gets_an_ai_answer(graph):
     out = graph.invoke({"messages": [message]}, context=MaestroContext())
     assert out["answer"] == "7"
     assert isinstance(out["messages"][-1], AIMessage) and out["messages"][-1].content == "7"
+
+
+def test_interrupted_episode_resumes_from_its_last_step(registry, tmp_path):
+    """Stop an episode after its first step (as a crash would), then resume the thread: the step is not re-run."""
+    db = str(tmp_path / "ckpt.sqlite")
+    config = {"configurable": {"thread_id": "t2"}}
+    first = build_graph(registry, checkpointer=SqliteSaver(sqlite3.connect(db, check_same_thread=False)))
+    for chunk in first.stream({"question": COUNT_Q, "images": [CIRCLES]}, config, stream_mode="updates",
+                              context=MaestroContext()):
+        if "counting" in chunk:
+            break  # the process "dies" right after the skill step was checkpointed
+    again = build_graph(registry, checkpointer=SqliteSaver(sqlite3.connect(db, check_same_thread=False)))
+    assert again.get_state(config).next == ("router",)
+    result = run_episode(again, COUNT_Q, [CIRCLES], config=config, resume=True)
+    assert result.answer == "7" and len(result.steps) == 1
+    assert run_episode(again, COUNT_Q, [CIRCLES], config=config).answer == "7"  # finished: stored result

@@ -61,7 +61,7 @@ def _node_link(chart: Chart, claim: str) -> Verdict | None:
         return None
     a, b = text.find_name(chart.words, m.group(1)), text.find_name(chart.words, m.group(4))
     if a is None or b is None:
-        return Verdict(None, 0.0, f"could not find node labels {m.group(1)!r} / {m.group(4)!r}")
+        return Verdict("No", 0.3, f"could not find node labels {m.group(1)!r} / {m.group(4)!r}; unconfirmed claims default to No")
     score, direction = pixels.node_link(chart.arr, a, b, chart.words)
     linked = score > 0.8
     if linked and m.group(3).startswith("point"):

@@ -20,7 +20,7 @@ __all__ = ["Table", "build_table", "merge_readings"]
 
 _OVERLAP = 0.3  # share of the narrower box's width two boxes must share to sit in one column
 _YEAR_RANGE = (1800, 2100)
-_HEADER_SEARCH = 3  # rows from the top in which to look for the header row
+_HEADER_SEARCH = 3  # most header lines above the first row of values
 
 
 @dataclass
@@ -148,11 +148,6 @@ def _is_data(cell: str) -> bool:
     return len(numbers) == 1 and bool(re.match(r"\s*[-−–]?\$?\s?\d", cell)) and not _is_year(cell)
 
 
-def _is_header(row: list[str], body: list[list[str]]) -> bool:
-    """A first row is a header when it states no values and some row below does."""
-    return any(_is_data(c) for r in body for c in r) and not any(_is_data(c) for c in row)
-
-
 def _digits(text: str) -> list[int]:
     return [int(ch) for ch in text if ch.isdigit()]
 
@@ -226,10 +221,10 @@ def build_table(boxes: list[TextBox]) -> Table:
             break
         title_parts.append(text)
         grid = grid[1:]
-    # the header is the first row (of the first few: OCR noise may come first) that names columns above values
-    top = next((k for k in range(min(_HEADER_SEARCH, len(grid)))
-                if _is_header(grid[k], grid[k + 1:]) and (k == 0 or sum(1 for c in grid[k] if c) >= 2)), None)
-    if top is None:
+    # the rows above the first row of values (after the title) are the header; a header cell may wrap onto
+    # several lines, so they are joined column by column
+    first_data = next((k for k, r in enumerate(grid) if any(_is_data(c) for c in r)), None)
+    if first_data is None or not 1 <= first_data <= _HEADER_SEARCH:
         return Table(title=" ".join(title_parts), rows=grid)
-    title_parts += [c for r in grid[:top] for c in r if c]
-    return Table(title=" ".join(title_parts), header=grid[top], rows=grid[top + 1:])
+    header = [" ".join(r[j] for r in grid[:first_data] if j < len(r) and r[j]) for j in range(len(columns))]
+    return Table(title=" ".join(title_parts), header=header, rows=grid[first_data:])
