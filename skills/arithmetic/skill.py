@@ -45,7 +45,7 @@ _GROUP = r"(groups?|teams?|cartons?|boxes|box|bags?|rows?|packs?|piles?|sets?|tr
 _GROUPING_RE = re.compile(rf"\b(into|in) (\w+ )?{_GROUP}\b|\b{_GROUP} of \d", re.I)
 _GROUP_QUESTION_RE = re.compile(rf"\bhow many (\w+ )?{_GROUP}\b|\beach\b", re.I)
 _AVERAGE_RE = re.compile(r"\b(average|mean)\b", re.I)
-_TIMES_RE = re.compile(r"\btimes (as|more)\b", re.I)
+_TIMES_RE = re.compile(r"\b(times (as|more)|twice|double|triple|half)\b", re.I)
 # verbs that take away from or add to a running amount, read next to each quantity
 _LOSS_RE = re.compile(r"\b(gave|give|gives|given|sold|sells|spent|spends|lost|loses|ate|eats|used|uses|broke|"
                       r"donated|took|takes|removed|get off|gets off|got off|left|leave|leaves|paid|pays|minus|"
@@ -92,11 +92,18 @@ class Quantity:
     def counts(self, unit: str) -> bool:
         """Whether this quantity counts `unit`s ('5 boxes' counts 'box')."""
         word = re.match(r"\s*([\w-]+)", self.after)
-        return bool(word) and word.group(1).lower().rstrip("s").rstrip("e") == unit.rstrip("s").rstrip("e")
+        return bool(word) and _singular(word.group(1)) == _singular(unit)
 
     @property
     def payment(self) -> bool:
         return self.money and bool(_PAYMENT_BEFORE.search(self.before) or _PAYMENT_AFTER.match(self.after))
+
+
+def _singular(word: str) -> str:
+    word = word.lower()
+    if re.search(r"(x|s|ch|sh)es$", word):
+        return word[:-2]
+    return word[:-1] if word.endswith("s") and not word.endswith("ss") else word
 
 
 def _sentences(text: str) -> list[str]:

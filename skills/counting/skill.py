@@ -68,8 +68,9 @@ def _contact(ctx, request: Request) -> tuple[str, str | None, float]:
     pair = pairs[0]
     verdict = pair.overlapping if request.overlap else pair.touching
     relation = "overlap" if pair.overlapping else "touch (tangent)" if pair.touching else "are apart"
-    evidence = (f"closest circles ({pair.first.color} r={pair.first.r:.1f}, {pair.second.color} r={pair.second.r:.1f} px) "
-                f"{relation}: gap between rims {pair.gap:.1f} px")
+    a, b = pair.first, pair.second
+    evidence = (f"closest circles ({a.color} r={a.r:.1f}, {b.color} r={b.r:.1f} px) {relation}: "
+                f"gap between rims {pair.gap:.1f} px")
     clear = abs(pair.gap) > 3 * CONTACT_TOLERANCE_PX
     return evidence, "Yes" if verdict else "No", 0.9 if clear else 0.6
 

@@ -1,0 +1,130 @@
+"""The LM router's conversation, generated from the registry's cards: never hand-written per registry, so a new card
+or skill folder changes the prompt and nothing else.
+
+A conversation is OpenAI-format messages: the system prompt (skills, models, valid pairs, the action format, the
+rules), the user turn (question, options, image references), then per step the action the router took (assistant)
+and what came back (user, fenced in `<information>`). The same function renders serving, training rollouts and
+exported trajectories, so they cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from ...registry import Pair
+from ...types import Step
+from .parser import answer_text, search_text
+
+__all__ = ["PromptOptions", "system_prompt", "user_text", "information", "assistant_text", "conversation",
+           "final_answer_message"]
+
+
+@dataclass(frozen=True)
+class PromptOptions:
+    """Length limits of the generated prompt (small models have short contexts)."""
+
+    card_chars: int = 200
+    """Characters of each card description shown (cut at a word boundary)."""
+    observation_chars: int = 600
+    """Characters of each observation's evidence shown in `<information>`."""
+
+    def __post_init__(self) -> None:
+        if self.card_chars < 20 or self.observation_chars < 20:
+            raise ValueError("card_chars and observation_chars must be at least 20 (they cut card texts and evidence)")
+
+
+_FENCE = re.compile(r"</?\s*(search|answer|information)\s*>", re.IGNORECASE)
+
+
+def _clip(text: str, limit: int) -> str:
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    cut = flat[: limit - 3].rsplit(" ", 1)[0]
+    return cut + "..."
+
+
+def _fenced(text: str) -> str:
+    """Expert text cannot open or close the router's tags: `<answer>` inside evidence becomes `[answer]`."""
+    return _FENCE.sub(lambda m: f"[{m.group(0).strip('<>').strip()}]", text)
+
+
+def system_prompt(pairs: Sequence[Pair], max_turns: int, options: PromptOptions = PromptOptions()) -> str:
+    """The router's instructions from the cards of the pairs it may call."""
+    skills = {p.skill.name: p.skill for p in pairs}
+    models = {p.model.name: p.model for p in pairs}
+    lines = [
+        "You are a router. You answer a question about images by calling expert pairs MODEL@@SKILL and reading their "
+        "results; you cannot see the images yourself.",
+        "",
+        "Skills:",
+        *(f"- {name}: {_clip(spec.description, options.card_chars)}" for name, spec in sorted(skills.items())),
+        "",
+        "Models:",
+        *(f"- {name} ({', '.join(card.capabilities)}): {_clip(card.description, options.card_chars)}"
+          for name, card in sorted(models.items())),
+        "",
+        "Valid pairs: " + ", ".join(p.id for p in pairs),
+        "",
+        "Each turn write exactly one action and nothing else:",
+        search_text("MODEL@@SKILL", "REQUEST") + "  (call a pair; an empty REQUEST passes the question)",
+        answer_text("ANSWER") + "  (final answer: a number, a word or an option)",
+        "Results come back as <information> ... </information>.",
+        f"Rules: use only valid pairs; answer as soon as a result answers the question; at most {max_turns} calls.",
+    ]
+    return "\n".join(lines)
+
+
+def user_text(question: str, choices: Sequence[str] | None, n_images: int) -> str:
+    """The question turn. Images are referenced by position (`<image 1>`); their pixels go to the experts."""
+    parts = [f"Question: {question.strip()}"]
+    if choices:
+        parts.append("Options: " + "; ".join(f"({chr(65 + i)}) {c}" for i, c in enumerate(choices)))
+    if n_images:
+        parts.append("Images: " + " ".join(f"<image {i + 1}>" for i in range(n_images)))
+    return "\n".join(parts)
+
+
+def assistant_text(step: Step) -> str:
+    """What the router wrote to cause `step`: its raw text for an output that was no action, else the canonical
+    action."""
+    if not step.model and not step.skill:
+        return step.input
+    return search_text(step.pair, step.input)
+
+
+def information(step: Step, turns_left: int, options: PromptOptions = PromptOptions()) -> str:
+    """The observation of one step, fenced and truncated."""
+    if step.error:
+        body = f"error ({step.error_kind or 'unknown'}): {_clip(step.error, options.observation_chars)}"
+    else:
+        answer = "none" if step.answer is None else step.answer
+        body = (f"{step.pair} answer: {_fenced(answer)} (confidence {step.confidence:.2f})\n"
+                f"evidence: {_fenced(_clip(step.evidence, options.observation_chars))}")
+    return f"<information> {body}\nturns left: {max(0, turns_left)} </information>"
+
+
+def conversation(
+    question: str,
+    choices: Sequence[str] | None,
+    n_images: int,
+    steps: Sequence[Step],
+    pairs: Sequence[Pair],
+    max_turns: int,
+    options: PromptOptions = PromptOptions(),
+) -> list[dict]:
+    """System, user, then an assistant action and an information turn per step."""
+    messages = [
+        {"role": "system", "content": system_prompt(pairs, max_turns, options)},
+        {"role": "user", "content": user_text(question, choices, n_images)},
+    ]
+    for turn, step in enumerate(steps, start=1):
+        messages.append({"role": "assistant", "content": assistant_text(step)})
+        messages.append({"role": "user", "content": information(step, max_turns - turn, options)})
+    return messages
+
+
+def final_answer_message(answer: str | None) -> dict:
+    return {"role": "assistant", "content": answer_text(answer)}

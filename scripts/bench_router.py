@@ -1,0 +1,71 @@
+#!/usr/bin/env python
+"""Benchmark the router: decision latency of a policy (p50/p95) and the share of episode time spent outside the
+experts (graph, policy, skill code), with a cold expert cache. Prints figures; asserts nothing.
+
+    .venv/bin/python scripts/bench_router.py --tasks TASKS.jsonl --policy neural --n 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from maestro_graph.graph import build_graph  # noqa: E402
+from maestro_graph.policy import make_policy  # noqa: E402
+from maestro_graph.registry import Registry  # noqa: E402
+from maestro_graph.runner import run_episode  # noqa: E402
+from maestro_graph.tasks import load_tasks  # noqa: E402
+
+
+class Timed:
+    """Wraps a policy and records how long each decision takes."""
+
+    def __init__(self, policy):
+        self.policy = policy
+        self.name = policy.name
+        self.seconds: list[float] = []
+
+    def distribution(self, view, space):
+        start = time.perf_counter()
+        dist = self.policy.distribution(view, space)
+        self.seconds.append(time.perf_counter() - start)
+        return dist
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", required=True)
+    parser.add_argument("--policy", default="neural")
+    parser.add_argument("--registry", default=None)
+    parser.add_argument("--n", type=int, default=40, help="episodes")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    registry = Registry.load(args.registry)  # no cache: cold expert calls
+    policy = Timed(make_policy(args.policy))
+    graph = build_graph(registry, policy)
+    tasks, _ = load_tasks(args.tasks)
+    tasks = [t for t in tasks if t.images][: args.n]
+    run_episode(graph, tasks[0].question, tasks[0].images, tasks[0].choices)  # load models once, not measured
+    policy.seconds.clear()
+    episode_s, expert_s = [], []
+    for task in tasks:
+        result = run_episode(graph, task.question, task.images, task.choices)
+        episode_s.append(result.latency_s)
+        expert_s.append(sum(c["latency_s"] for s in result.steps for c in s.calls))
+    decisions = np.asarray(policy.seconds) * 1000
+    outside = 1 - sum(expert_s) / sum(episode_s)
+    print(f"policy {policy.name}: {len(decisions)} decisions, p50 {np.percentile(decisions, 50):.2f} ms, "
+          f"p95 {np.percentile(decisions, 95):.2f} ms")
+    print(f"{len(tasks)} episodes, {sum(episode_s):.1f} s in all, {sum(expert_s):.1f} s inside expert calls: "
+          f"{outside:.1%} of episode time outside the experts (graph, policy, skill code)")
+
+
+if __name__ == "__main__":
+    main()
