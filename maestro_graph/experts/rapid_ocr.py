@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import threading
 
 import numpy as np
@@ -16,8 +17,9 @@ __all__ = ["RapidOCRExpert"]
 class RapidOCRExpert:
     """PP-OCR detection + recognition. The engine loads on the first call (~1 s) and is shared."""
 
-    def __init__(self, min_confidence: float = 0.3):
+    def __init__(self, min_confidence: float = 0.3, threads: int | None = None):
         self.min_confidence = min_confidence
+        self.threads = threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0) or -1
         self._engine = None
         self._lock = threading.Lock()
 
@@ -32,7 +34,12 @@ class RapidOCRExpert:
         if self._engine is None:
             from rapidocr import RapidOCR
 
-            self._engine = RapidOCR(params={"Global.log_level": "critical"})
+            # onnxruntime ignores OMP_NUM_THREADS: pass the thread count explicitly (-1 = all cores)
+            self._engine = RapidOCR(params={
+                "Global.log_level": "critical",
+                "EngineConfig.onnxruntime.intra_op_num_threads": self.threads,
+                "EngineConfig.onnxruntime.inter_op_num_threads": 1,
+            })
         return self._engine
 
     def ocr(self, image: Image.Image) -> list[TextBox]:

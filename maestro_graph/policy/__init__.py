@@ -33,7 +33,8 @@ __all__ = [
 ]
 
 TRAINED_POLICIES = ("best-single", "knn", "classifier")
-POLICY_NAMES = ("neural", "neural:CHECKPOINT", "rules", "random", "fixed:MODEL@@SKILL", *TRAINED_POLICIES, "oracle")
+POLICY_NAMES = ("neural", "neural:CHECKPOINT", "rules", "random", "fixed:MODEL@@SKILL", *TRAINED_POLICIES, "oracle",
+                "lm:transformers", "lm:openai:BASE_URL|MODEL", "lm:FILE.yaml")
 SHIPPED_CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "neural.pt"
 """The policy trained by the project's own `maestro train` (see the README for the command)."""
 DEFAULT_POLICY = "neural" if SHIPPED_CHECKPOINT.is_file() else "rules"
@@ -61,9 +62,13 @@ def make_policy(name: str, *, outcomes: "PairOutcomes | None" = None) -> Policy:
         from .routers import BestSinglePolicy, ClassifierPolicy, KnnPolicy
 
         return {"best-single": BestSinglePolicy, "knn": KnnPolicy, "classifier": ClassifierPolicy}[name](outcomes)
+    if name.startswith("lm:"):  # the LM router (policy/lm): its own name grammar, see make_lm_policy
+        from .lm import make_lm_policy
+
+        return make_lm_policy(name)
     if name == "oracle":
         raise ConfigError("the oracle policy needs the answer key: use it with `maestro predict` or `maestro eval`",
                           field="policy")
-    close = difflib.get_close_matches(name, ["neural", "rules", "random", "oracle", "fixed:", *TRAINED_POLICIES], n=1)
+    close = difflib.get_close_matches(name, ["neural", "rules", "random", "oracle", "fixed:", "lm:", *TRAINED_POLICIES], n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     raise ConfigError(f"unknown policy {name!r}; valid: {', '.join(POLICY_NAMES)}.{hint}", field="policy")

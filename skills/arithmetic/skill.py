@@ -35,6 +35,7 @@ _RATE_AFTER = re.compile(r"^\s*(?:[a-z-]+\s+){0,3}?(each|apiece|a piece|per|ever
 # "each mug is priced at $5", "a box holds 24", "one bus carries 40": the amount of one unit
 _UNIT_BEFORE = re.compile(r"\b(each|every|per|one|a|an)\s+(?P<unit>[\w-]+)\s+(is\s+)?(costs?|priced at|sells? for|is|"
                           r"holds?|contains?|fits?|carries|carry|can (hold|carry|fit)|weighs?|has)\s*$", re.I)
+_PREPOSITION_BEFORE = re.compile(r"\b(in|on|at|of|for|from|to|into|with|per)\s+$", re.I)
 _UNIT_WORD_AFTER = re.compile(r"^\s*[\w-]+\s+(costs?|is priced|sells)\b", re.I)
 _PAYMENT_BEFORE = re.compile(r"(pays?|paid|paying|hands?( over)?|gives? the cashier|with an?|tender\w*)\s*$", re.I)
 _PAYMENT_AFTER = re.compile(r"^\s*(bill|note|banknote)", re.I)
@@ -63,7 +64,8 @@ _REMAINDER_QUESTION_RE = re.compile(r"\b(left|remain\w*|now|still|end up|after)\
 _DISCOUNT_RE = re.compile(r"\b(off|discount\w*|reduc\w*|decreas\w*|sale|cheaper|markdown)\b", re.I)
 _INCREASE_RE = re.compile(r"\b(increas\w*|rais\w*|tax|tip|markup|grows?|grew|interest)\b", re.I)
 # "How much do you save?" or "How much is the tip?" asks for the percentage part itself, not the new amount
-_ASKS_PART_RE = re.compile(r"\b(save|saved|saving|discount|tax|tip|interest)\b", re.I)
+_ASKS_PART_RE = re.compile(r"\b(save|saved|saving|savings)\b|\b(how much|what) (is|was|will be) the (amount of )?"
+                           r"(discount|tax|tip|interest)\b|\bhow much (discount|tax|tip|interest)\b", re.I)
 _APPLIED_RE = re.compile(r"\b(new|final|after|sale price|now|total|in all|altogether|pay|costs?|price)\b", re.I)
 
 
@@ -92,18 +94,20 @@ class Quantity:
     def counts(self, unit: str) -> bool:
         """Whether this quantity counts `unit`s ('5 boxes' counts 'box')."""
         word = re.match(r"\s*([\w-]+)", self.after)
-        return bool(word) and _singular(word.group(1)) == _singular(unit)
+        return bool(word) and _same_noun(word.group(1), unit)
 
     @property
     def payment(self) -> bool:
         return self.money and bool(_PAYMENT_BEFORE.search(self.before) or _PAYMENT_AFTER.match(self.after))
 
 
-def _singular(word: str) -> str:
-    word = word.lower()
-    if re.search(r"(x|s|ch|sh)es$", word):
-        return word[:-2]
-    return word[:-1] if word.endswith("s") and not word.endswith("ss") else word
+def _same_noun(a: str, b: str) -> bool:
+    """'boxes' ~ 'box', 'buses' ~ 'bus', 'cakes' ~ 'cake' (plural endings only, no dictionary)."""
+    def forms(word: str) -> set[str]:
+        word = word.lower()
+        return {word, word[:-1] if word.endswith("s") else word, word[:-2] if word.endswith("es") else word}
+
+    return bool(forms(a) & forms(b))
 
 
 def _sentences(text: str) -> list[str]:
@@ -121,8 +125,9 @@ def parse_problem(text: str) -> tuple[list[Quantity], str]:
                 word = m.group("word").lower()
                 if word in ("half", "double", "twice", "triple") and not quantities:
                     continue  # a multiplier with nothing before it to scale
-                if word == "one" and _UNIT_WORD_AFTER.match(sentence[m.end():]):
-                    continue  # "One ticket costs $8": the price of one, not a quantity to compute with
+                if word == "one" and (_UNIT_WORD_AFTER.match(sentence[m.end():]) or
+                                      _PREPOSITION_BEFORE.search(sentence[:m.start()])):
+                    continue  # "One ticket costs $8", "in one box": naming a unit, not a quantity to compute with
                 value, money, percent = float(_WORD_NUMBERS[word]), False, False
             else:
                 value = float(m.group("num").replace(",", ""))

@@ -69,7 +69,7 @@ class Found:
 def field_of(question: str) -> tuple[str, str]:
     """What the question asks for: ("company"|"date"|"total", "") or ("key", <key words>)."""
     q = question.lower()
-    if re.search(r"\b(?:company|store|shop|vendor|merchant|seller|business|restaurant|issuer|issued)\b", q):
+    if re.search(r"\b(?:company|store|shop|vendor|merchant|seller|business|restaurant|issuer)\b|\bwho issued\b", q):
         return "company", ""
     if re.search(r"\btotal\b|\bhow much\b|\bamount (?:paid|due|payable)\b|\bpaid\b", q):
         return "total", ""

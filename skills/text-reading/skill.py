@@ -103,16 +103,16 @@ def choose(question: str, boxes: list[TextBox], choices: list[str] | None) -> tu
     if re.search(r"\bnumbers?\b|\bdigits?\b|\bhow much\b|\bprice\b|\byear\b", q):
         numeric = [TextBox(m.group(0), b.box, b.confidence) for b in boxes for m in _NUMBER_RE.finditer(b.text)]
         pool = numeric or boxes
+
+    def line_of(box: TextBox) -> str:
+        """A number stands alone; a text box brings its whole line."""
+        return box.text if pool is not boxes else _text(next(ln for ln in lines if box in ln))
+
     position = next((p for p in _POSITIONS if re.search(rf"\b{p}(?:most)?\b", q)), None)
     if position:
-        best = min(pool, key=_POSITIONS[position])
-        line = next(ln for ln in lines if best in ln) if pool is boxes else [best]
-        answer = _text(line) if pool is boxes and not re.search(r"\bword\b", q) else best.text
-        return _one_word(answer, q), 0.6
+        return _one_word(line_of(min(pool, key=_POSITIONS[position])), q), 0.6
     if pool is not boxes or re.search(r"\btitle\b|\bheading\b|\bheadline\b|\bname\b|\bbrand\b|\blargest\b|\bbiggest\b", q):
-        best = max(pool, key=lambda b: (b.height, -b.box[1]))
-        line = [best] if pool is not boxes else next(ln for ln in lines if best in ln)
-        return _one_word(_text(line), q), 0.6
+        return _one_word(line_of(max(pool, key=lambda b: (b.height, -b.box[1]))), q), 0.6
     words = sum(len(b.text.split()) for b in boxes)
     if words <= MAX_ALL_WORDS:
         return _one_word(" ".join(_text(ln) for ln in lines), q), 0.55

@@ -9,10 +9,8 @@ import re
 
 from ...types import Answer, InvalidAction, Invoke, split_pair
 
-__all__ = ["ACTION_TAGS", "parse_action", "search_text", "answer_text", "closing_repair"]
+__all__ = ["parse_action", "search_text", "answer_text"]
 
-ACTION_TAGS = ("search", "answer")
-"""The tags an LM router writes; `<information>` is written by the environment only."""
 MAX_QUOTED = 120
 """Characters of a malformed completion quoted back in the error observation."""
 
@@ -63,11 +61,3 @@ def parse_action(text: str) -> Invoke | Answer | InvalidAction:
         return InvalidAction(text, f"{exc} in <search>; write <search> MODEL@@SKILL: REQUEST </search>")
     return Invoke(model, skill, request.strip())
 
-
-def closing_repair(text: str) -> str:
-    """Close a trailing open action tag. Only for a completion that the generator stopped *at* a closing tag it was
-    told to stop at (so the tag was written but not returned), never for a completion that merely ran out."""
-    tags = list(_TAG.finditer(text))
-    if tags and tags[-1].group(1) == "" and tags[-1].group(2).lower() in ACTION_TAGS:
-        return f"{text.rstrip()} </{tags[-1].group(2).lower()}>"
-    return text

@@ -100,7 +100,8 @@ def _compare(chart: Chart, claim: str, names: list[Name]) -> Verdict | None:
     return _yes(flag, 0.6, f"{a.box.text}={va:.4g}, {b.box.text}={vb:.4g}")
 
 
-def _competitors(chart: Chart, entity: Name, names: list[Name]) -> list[Name]:
+def _competitors(chart: Chart, entity: Name) -> list[Name]:
+    """The names an entity competes with for "highest": the other legend entries, or the other categories."""
     if entity.is_series:
         legend = [Name(b, 0, pixels.swatch_colour(chart.arr, b, chart.bg)) for b in chart.words
                   if abs(b.cy - entity.box.cy) < entity.box.height or abs(b.box[0] - entity.box.box[0]) < entity.box.height]
@@ -122,7 +123,7 @@ def _highest(chart: Chart, claim: str, names: list[Name], stated: float | None) 
         return None
     entity = names[0]
     context = [n for n in names[1:] if n.is_series != entity.is_series]
-    others = _competitors(chart, entity, names)
+    others = _competitors(chart, entity)
     values = {n.box.text: chart.value_of(n, context) for n in others}
     values[entity.box.text] = chart.value_of(entity, context)
     values = {k: v for k, v in values.items() if v is not None}

@@ -1,0 +1,234 @@
+"""Where an LM router's text comes from: a local `transformers` model or any OpenAI-compatible endpoint (`vllm serve`).
+
+Both take OpenAI-format messages. `complete` writes one action; constrained decoding keeps a small model inside the
+action space: the transformers backend scores every valid action's tokens (`score`), the endpoint backend asks vLLM
+for `structured_outputs` (a choice list or a regex). An endpoint that is down, slow or answers garbage is retried
+with exponential backoff and then raises `BackendError`, which the policy turns into an error observation.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
+
+from ...errors import MaestroError
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["BackendError", "LMBackend", "TransformersLM", "OpenAILM", "STOP_STRINGS"]
+
+STOP_STRINGS = ("</search>", "</answer>")
+"""Generation stops after the first closed action (the parser executes only the first one anyway)."""
+
+
+class BackendError(MaestroError):
+    """The router's LM could not produce text (endpoint down, timed out, garbage reply, image refused)."""
+
+
+class LMBackend(Protocol):
+    """Extension point: writes the router's next action text for a conversation.
+
+    `complete` returns the completion; `choices` (exact texts) or `regex` constrain it where the backend can."""
+
+    def complete(self, messages: list[dict], images: Sequence[str] = (), *, choices: Sequence[str] | None = None,
+                 regex: str | None = None) -> str: ...
+
+
+class TransformersLM:
+    """A local causal LM. Built from loaded objects (training shares the trainer's model), or lazily from a model
+    folder / packaged GGUF with `TransformersLM.from_source` (loading goes through the chat expert's loader)."""
+
+    def __init__(self, model: Any = None, tokenizer: Any = None, *, temperature: float = 0.0,
+                 max_new_tokens: int = 48, source: dict | None = None):
+        if (model is None) != (tokenizer is None) or (model is None) == (source is None):
+            raise ValueError("give either a loaded model and tokenizer, or `source` to load lazily")
+        self._model, self._tokenizer = model, tokenizer
+        self._source = source
+        self.temperature = temperature
+        self.max_new_tokens = max_new_tokens
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_source(cls, model: str | None = None, gguf_package: str | None = None, gguf_file: str | None = None,
+                    **kwargs: Any) -> "TransformersLM":
+        from ...experts.transformers_chat import TransformersChatExpert
+
+        reason = TransformersChatExpert.unavailable_reason(model=model, gguf_package=gguf_package, gguf_file=gguf_file)
+        if reason:
+            raise BackendError(f"cannot load the router LM: {reason}")
+        return cls(source={"model": model, "gguf_package": gguf_package, "gguf_file": gguf_file}, **kwargs)
+
+    def loaded(self) -> tuple[Any, Any]:
+        """(model, tokenizer), loading them on first use."""
+        with self._lock:
+            if self._model is None:
+                from ...experts.transformers_chat import TransformersChatExpert
+
+                expert = TransformersChatExpert(**self._source)
+                self._model, self._tokenizer = expert._model, expert._tokenizer
+            return self._model, self._tokenizer
+
+    def _prompt_ids(self, messages: list[dict]) -> Any:
+        _, tokenizer = self.loaded()
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
+                                             return_dict=True)["input_ids"]
+
+    def complete(self, messages: list[dict], images: Sequence[str] = (), *, choices: Sequence[str] | None = None,
+                 regex: str | None = None) -> str:
+        if regex is not None:
+            raise BackendError("the transformers backend constrains with a choice list, not a regex")
+        if choices is not None:
+            scores = self.score(messages, choices)
+            return choices[max(range(len(choices)), key=scores.__getitem__)]
+        import torch
+
+        model, tokenizer = self.loaded()
+        prompt = self._prompt_ids(messages)
+        sample = self.temperature > 0
+        with self._lock, torch.inference_mode():
+            output = model.generate(
+                input_ids=prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=self.max_new_tokens,
+                do_sample=sample, temperature=self.temperature if sample else None, top_p=None, top_k=None,
+                stop_strings=list(STOP_STRINGS), tokenizer=tokenizer,
+                pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+            )
+        return tokenizer.decode(output[0, prompt.shape[1]:], skip_special_tokens=True).strip()
+
+    def score(self, messages: list[dict], continuations: Sequence[str]) -> list[float]:
+        """Total log-probability of each continuation as the assistant's reply. The prompt is encoded once and its
+        key/value cache shared by all continuations (one batched forward pass)."""
+        import torch
+
+        model, tokenizer = self.loaded()
+        prompt = self._prompt_ids(messages)
+        pieces = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in continuations]
+        width = max(len(p) for p in pieces)
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        batch = torch.tensor([p + [pad] * (width - len(p)) for p in pieces])
+        mask = torch.tensor([[1] * len(p) + [0] * (width - len(p)) for p in pieces])
+        n = len(pieces)
+        with self._lock, torch.inference_mode():
+            head = model(input_ids=prompt, use_cache=True)
+            cache = head.past_key_values
+            cache.batch_repeat_interleave(n)
+            full_mask = torch.cat([torch.ones(n, prompt.shape[1], dtype=torch.long), mask], dim=1)
+            tail = model(input_ids=batch, past_key_values=cache, attention_mask=full_mask).logits
+        first = torch.log_softmax(head.logits[0, -1].float(), dim=-1)
+        rest = torch.log_softmax(tail[:, :-1].float(), dim=-1)
+        scores = []
+        for i, piece in enumerate(pieces):
+            total = first[piece[0]]
+            if len(piece) > 1:
+                total = total + rest[i, torch.arange(len(piece) - 1), torch.tensor(piece[1:])].sum()
+            scores.append(float(total))
+        return scores
+
+
+@dataclass
+class OpenAILM:
+    """POSTs `{base_url}/chat/completions`. With `vision`, the question's images go in the user turn as data URLs,
+    downscaled to `max_image_side` and refused beyond `max_image_bytes` (a clear error instead of a 413)."""
+
+    base_url: str
+    model: str
+    api_key_env: str | None = None
+    temperature: float = 0.0
+    max_tokens: int = 48
+    timeout_s: float = 60.0
+    retries: int = 2
+    backoff_s: float = 1.0
+    vision: bool = False
+    max_image_side: int = 1024
+    max_image_bytes: int = 4_000_000
+
+    def __post_init__(self) -> None:
+        self.url = self.base_url.rstrip("/") + "/chat/completions"
+        self._client: "httpx.Client | None" = None
+        self._lock = threading.Lock()
+
+    def _http(self) -> "httpx.Client":
+        import httpx
+
+        with self._lock:
+            if self._client is None:
+                headers = {}
+                if self.api_key_env:
+                    key = os.environ.get(self.api_key_env)
+                    if not key:
+                        raise BackendError(f"environment variable {self.api_key_env} (the API key) is not set")
+                    headers["Authorization"] = f"Bearer {key}"
+                self._client = httpx.Client(headers=headers, timeout=self.timeout_s)
+            return self._client
+
+    def image_url(self, ref: str) -> str:
+        """A data URL of the image, downscaled to fit `max_image_side`; BackendError when still too large."""
+        from ...images import load_image
+
+        image = load_image(ref)
+        image.thumbnail((self.max_image_side, self.max_image_side))
+        buffer = io.BytesIO()
+        image.save(buffer, format="JPEG", quality=90)
+        if buffer.tell() > self.max_image_bytes:
+            raise BackendError(f"image {ref} is {buffer.tell()} bytes after resizing to {self.max_image_side}px, over "
+                               f"max_image_bytes={self.max_image_bytes}; lower max_image_side or raise the limit")
+        import base64
+
+        return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+    def request_body(self, messages: list[dict], images: Sequence[str] = (), *,
+                     choices: Sequence[str] | None = None, regex: str | None = None) -> dict[str, Any]:
+        sent = [dict(m) for m in messages]
+        if self.vision and images:
+            user = next(i for i, m in enumerate(sent) if m["role"] == "user")
+            sent[user]["content"] = [{"type": "text", "text": sent[user]["content"]},
+                                     *({"type": "image_url", "image_url": {"url": self.image_url(r)}} for r in images)]
+        body: dict[str, Any] = {"model": self.model, "messages": sent, "max_tokens": self.max_tokens,
+                                "temperature": self.temperature}
+        if choices is not None:
+            body["structured_outputs"] = {"choice": list(choices)}
+        elif regex is not None:
+            body["structured_outputs"] = {"regex": regex}
+        else:
+            body["stop"] = list(STOP_STRINGS)
+        return body
+
+    def complete(self, messages: list[dict], images: Sequence[str] = (), *, choices: Sequence[str] | None = None,
+                 regex: str | None = None) -> str:
+        body = self.request_body(messages, images, choices=choices, regex=regex)
+        problem = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                return self._once(body)
+            except BackendError as exc:
+                problem = str(exc)
+        raise BackendError(f"{problem} (after {self.retries + 1} attempts)")
+
+    def _once(self, body: dict[str, Any]) -> str:
+        import httpx
+
+        try:
+            response = self._http().post(self.url, json=body)
+        except httpx.TimeoutException as exc:
+            raise BackendError(f"POST {self.url} timed out after {self.timeout_s:g}s") from exc
+        except httpx.TransportError as exc:
+            raise BackendError(f"cannot reach {self.url}: {exc.__class__.__name__}: {exc}") from exc
+        if response.status_code >= 400:
+            raise BackendError(f"POST {self.url} returned HTTP {response.status_code}: {response.text[:200]}")
+        try:
+            choice = response.json()["choices"][0]
+            text = choice["message"]["content"] or ""
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise BackendError(f"POST {self.url} returned a reply that is not a chat completion: "
+                               f"{response.text[:200]!r}") from exc
+        # vLLM reports the stop string it stopped at (`stop_reason`); the string is not part of the text, so it is
+        # put back. A server that does not say which one leaves the tag unclosed, and the parser reports that.
+        if choice.get("stop_reason") in STOP_STRINGS:
+            text = f"{text.rstrip()} {choice['stop_reason']}"
+        return text.strip()

