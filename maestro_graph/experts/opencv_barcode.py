@@ -7,13 +7,12 @@ zxing-cpp's spelling ("QR Code", "EAN-13", "UPC-A") so skills can compare expert
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 
 import numpy as np
 from PIL import Image
 
-from .protocols import Barcode
+from .protocols import Barcode, missing_package
 from .zxing_barcode import Variant, image_variants
 
 __all__ = ["OpenCVBarcodeExpert"]
@@ -39,7 +38,7 @@ class OpenCVBarcodeExpert:
 
     @classmethod
     def unavailable_reason(cls, **_: object) -> str | None:
-        if importlib.util.find_spec("cv2") is None:
+        if missing_package("cv2"):
             return "Python package 'opencv-python-headless' is not installed"
         import cv2
 

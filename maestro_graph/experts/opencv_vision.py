@@ -14,12 +14,12 @@ Ink is every pixel that differs from the background colour (the most common colo
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image
+
+from .protocols import missing_package
 
 __all__ = ["OpenCVVisionExpert", "Color", "Circle", "CirclePair", "Polygon", "Crossing", "Grid", "color_name",
            "shape_kind", "COLOR_NAMES", "POLYGON_SIDES", "SHAPE_NAMES", "CONTACT_TOLERANCE_PX"]
@@ -269,8 +269,7 @@ class OpenCVVisionExpert:
 
     @classmethod
     def unavailable_reason(cls, **_: object) -> str | None:
-        # cv2 mid-import (another thread) has __spec__ None, and find_spec would raise: sys.modules first
-        if "cv2" not in sys.modules and importlib.util.find_spec("cv2") is None:
+        if missing_package("cv2"):
             return "Python package 'opencv-python-headless' (cv2) is not installed"
         return None
 

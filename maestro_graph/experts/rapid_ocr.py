@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import threading
 
 import numpy as np
 from PIL import Image
 
-from .protocols import TextBox
+from .protocols import TextBox, missing_package
 
 __all__ = ["RapidOCRExpert"]
 
@@ -25,10 +24,8 @@ class RapidOCRExpert:
 
     @classmethod
     def unavailable_reason(cls, **_: object) -> str | None:
-        for module in ("rapidocr", "onnxruntime"):
-            if importlib.util.find_spec(module) is None:
-                return f"Python package {module!r} is not installed"
-        return None
+        missing = missing_package("rapidocr", "onnxruntime")
+        return f"Python package {missing!r} is not installed" if missing else None
 
     def _get_engine(self):
         if self._engine is None:

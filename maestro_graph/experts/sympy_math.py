@@ -10,12 +10,12 @@ refused first: nothing outside that namespace can be called. Timeouts are applie
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from functools import cached_property
 from typing import Any
 
 from ..errors import ExpertError
+from .protocols import missing_package
 
 __all__ = ["SympyMathExpert", "GEOMETRY_FORMULAS", "MAX_EXPRESSION_CHARS"]
 
@@ -110,7 +110,7 @@ class SympyMathExpert:
 
     @classmethod
     def unavailable_reason(cls, **_: object) -> str | None:
-        return None if importlib.util.find_spec("sympy") is not None else "Python package 'sympy' is not installed"
+        return "Python package 'sympy' is not installed" if missing_package("sympy") else None
 
     @cached_property
     def _namespace(self) -> dict[str, Any]:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 
 from PIL import Image
 
-from .protocols import TextBox
+from .protocols import TextBox, missing_package
 
 __all__ = ["TesseractExpert"]
 
@@ -24,7 +23,7 @@ class TesseractExpert:
     def unavailable_reason(cls, **_: object) -> str | None:
         if shutil.which("tesseract") is None:
             return "the `tesseract` binary is not on PATH (install Debian package tesseract-ocr)"
-        if importlib.util.find_spec("pytesseract") is None:
+        if missing_package("pytesseract"):
             return "Python package 'pytesseract' is not installed"
         return None
 

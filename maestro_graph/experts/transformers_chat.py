@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ExpertError
-from .protocols import ChatReply
+from .protocols import ChatReply, missing_package
 
 __all__ = ["TransformersChatExpert"]
 
@@ -93,9 +93,9 @@ class TransformersChatExpert:
     ) -> str | None:
         """Cheap: checks packages and files, never loads weights."""
         needed = ["torch", "transformers"] + (["gguf"] if gguf_package or gguf_file else [])
-        for module in needed:
-            if importlib.util.find_spec(module) is None:
-                return f"Python package {module!r} is not installed"
+        missing = missing_package(*needed)
+        if missing:
+            return f"Python package {missing!r} is not installed"
         try:
             source, file = _resolve(model, gguf_package, gguf_file)
         except ValueError as exc:
@@ -106,7 +106,7 @@ class TransformersChatExpert:
             probe = file or "config.json"
             if not isinstance(try_to_load_from_cache(source, probe), str):
                 return f"{source!r} is not a local folder and {probe} is not in the local Hugging Face cache"
-        if (gguf_package or file) and importlib.util.find_spec("accelerate") is None:
+        if (gguf_package or file) and missing_package("accelerate"):
             return "Python package 'accelerate' is not installed (needed to load GGUF weights)"
         return None
 

@@ -9,7 +9,6 @@ read (two agreeing reads), because a lone add-on read on a sharpened copy can be
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -17,7 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from PIL import Image, ImageFilter
 
-from .protocols import Barcode
+from .protocols import Barcode, missing_package
 
 __all__ = ["ZXingBarcodeExpert", "Variant", "image_variants"]
 
@@ -98,7 +97,7 @@ class ZXingBarcodeExpert:
 
     @classmethod
     def unavailable_reason(cls, **_: object) -> str | None:
-        if importlib.util.find_spec("zxingcpp") is None:
+        if missing_package("zxingcpp"):
             return "Python package 'zxing-cpp' is not installed"
         return None
 

@@ -9,7 +9,6 @@ sampling in rollouts, and the log-probabilities and entropy of GRPO:
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path

@@ -69,16 +69,18 @@ class ExpertHandle:
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(card.concurrency)
         self._unavailable: str | None | bool = False  # False = not checked yet
+        self._check_lock = threading.Lock()
 
     @property
     def name(self) -> str:
         return self.card.name
 
     def unavailable_reason(self) -> str | None:
-        """Why this expert cannot run here, or None. Cheap: it does not load the model."""
-        if self._unavailable is False:
-            self._unavailable = self._check()
-        return self._unavailable  # type: ignore[return-value]
+        """Why this expert cannot run here, or None. Cheap: it does not load the model. Checked once."""
+        with self._check_lock:
+            if self._unavailable is False:
+                self._unavailable = self._check()
+            return self._unavailable  # type: ignore[return-value]
 
     def _check(self) -> str | None:
         backend = self.card.backend
@@ -115,7 +117,7 @@ class ExpertHandle:
         if isinstance(backend, OpenAIBackend):
             from ..experts.openai_chat import OpenAIChatExpert
 
-            return OpenAIChatExpert(**backend.model_dump(exclude={"type"}))
+            return OpenAIChatExpert(**backend.model_dump(exclude={"type"}), timeout_s=self.card.timeout_s)
         from ..experts.transformers_chat import TransformersChatExpert
 
         return TransformersChatExpert(**backend.model_dump(exclude={"type"}))
@@ -147,7 +149,7 @@ class ExpertHandle:
             func = getattr(expert, method, None)
             if not callable(func):
                 raise ExpertError(f"model {self.name!r} has no method {method!r} (check its capabilities)")
-            deadline = start + self.card.timeout_s
+            deadline = time.perf_counter() + self.card.timeout_s  # loading the model does not eat the call's time
             if not self._slots.acquire(timeout=self.card.timeout_s):
                 raise ExpertTimeout(f"model {self.name!r}: no free slot within {self.card.timeout_s}s")
             future = _POOL.submit(func, *args, **kwargs)
