@@ -1,0 +1,39 @@
+#!/usr/bin/env python
+"""Split a task file into train/test halves by a hash of each item's id (stable, no seed to remember), writing
+image paths as absolute paths so the halves can live anywhere.
+
+    .venv/bin/python scripts/split_tasks.py ../shared/benchmarks/real-dev/tasks.jsonl --out runs/real-dev --test-share 0.5
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("tasks", type=Path)
+    parser.add_argument("--out", required=True, type=Path, help="folder for train.jsonl and test.jsonl")
+    parser.add_argument("--test-share", type=float, default=0.5)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    base = args.tasks.resolve().parent
+    counts = {"train": 0, "test": 0}
+    with (args.out / "train.jsonl").open("w") as train, (args.out / "test.jsonl").open("w") as test:
+        for line in args.tasks.read_text().splitlines():
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            row["images"] = [str((base / p).resolve()) for p in row.get("images", [])]
+            bucket = int(hashlib.sha256(str(row["id"]).encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+            split = "test" if bucket < args.test_share else "train"
+            counts[split] += 1
+            (test if split == "test" else train).write(json.dumps(row, ensure_ascii=False) + "\n")
+    print(f"{counts['train']} train, {counts['test']} test -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()
