@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import ConfigError
 
@@ -17,6 +17,9 @@ __all__ = [
     "TransformersBackend",
     "Backend",
     "ModelCard",
+    "Retries",
+    "CircuitBreaker",
+    "Faults",
     "RegistryConfig",
     "load_config",
     "default_config_path",
@@ -70,6 +73,45 @@ class TransformersBackend(_Strict):
 Backend = Annotated[PythonBackend | OpenAIBackend | TransformersBackend, Field(discriminator="type")]
 
 
+class Retries(_Strict):
+    """Retries of transient expert failures (timeouts, dropped connections, injected faults); never of an expert's
+    deterministic crash, which would fail the same way again. Each attempt is charged."""
+
+    attempts: int = Field(1, ge=1, le=10, description="calls in all, the first included (1 = no retry)")
+    backoff_s: float = Field(0.2, ge=0, description="wait before the first retry; doubles for each further one")
+    max_backoff_s: float = Field(5.0, ge=0, description="longest wait between two attempts")
+    jitter: float = Field(0.5, ge=0, le=1, description="each wait is scaled by a random factor in [1-jitter, 1]")
+
+
+class CircuitBreaker(_Strict):
+    """Stop calling an expert that keeps failing: after `failures` failed calls in a row it is reported unavailable
+    (the policy's action space drops its pairs) for `open_s` seconds, then one trial call decides."""
+
+    failures: int = Field(5, ge=1, description="consecutive failed calls that open the breaker")
+    open_s: float = Field(30.0, gt=0, description="how long the breaker stays open before a trial call")
+
+
+class Faults(_Strict):
+    """Fault injection for tests and `maestro reliability` (maestro_graph.registry.faults): each call of the expert
+    independently fails, hangs, returns garbage or an oversized result with these probabilities."""
+
+    error_rate: float = Field(0.0, ge=0, le=1, description="raise a transient error")
+    hang_rate: float = Field(0.0, ge=0, le=1, description="sleep `hang_s` (longer than the card's timeout)")
+    hang_s: float = Field(5.0, gt=0, description="how long an injected hang lasts")
+    latency_s: float = Field(0.0, ge=0, description="extra latency added to every call")
+    garbage_rate: float = Field(0.0, ge=0, le=1, description="return an object of the wrong type")
+    oversized_rate: float = Field(0.0, ge=0, le=1, description="return a result far above the size cap")
+    seed: int = Field(0, description="seed of the fault draws (one stream per model)")
+
+    @model_validator(mode="after")
+    def _rates_sum(self) -> "Faults":
+        total = self.error_rate + self.hang_rate + self.garbage_rate + self.oversized_rate
+        if total > 1:
+            raise ValueError(f"error_rate + hang_rate + garbage_rate + oversized_rate = {total:g} exceeds 1; "
+                             "lower one of them")
+        return self
+
+
 class ModelCard(_Strict):
     """What a policy and the registry know about one expert model."""
 
@@ -82,6 +124,9 @@ class ModelCard(_Strict):
     concurrency: int = Field(1, ge=1)
     cacheable: bool = Field(True, description="deterministic results may be cached")
     version: str = "1"
+    retries: Retries = Field(default_factory=Retries)
+    breaker: CircuitBreaker = Field(default_factory=CircuitBreaker)
+    faults: Faults | None = Field(None, description="inject faults into this expert (tests and reliability runs)")
 
 
 class RegistryConfig(_Strict):
@@ -90,6 +135,7 @@ class RegistryConfig(_Strict):
     models: list[ModelCard]
     skill_dirs: list[str] = Field(default_factory=lambda: ["skills"])
     skills: list[str] | None = Field(None, description="enable only these skills (default: every skill found)")
+    skill_timeout_s: float = Field(300.0, gt=0, description="time limit of one skill step, its expert calls included")
     base_dir: Path = Field(Path("."), exclude=True)
     source: str = Field("<memory>", exclude=True)
 
