@@ -136,6 +136,7 @@ def predict(
     workers: int = typer.Option(2, min=1, help="Episodes run at once (per-model limits still apply)."),
     cache_dir: Path = typer.Option(Path(".maestro-cache"), help="Persistent cache of expert calls."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Call every expert afresh."),
+    resume: bool = typer.Option(False, "--resume", help="Keep the predictions already in OUT; run only the rest."),
 ) -> None:
     """Run POLICY over every item of a task file and write the prediction file; prints accuracy per source."""
     _threads()
@@ -149,7 +150,7 @@ def predict(
             make_policy(policy)
         except MaestroError as exc:
             _fail(str(exc))
-    summary = run_predict(reg, tasks, out, policy=policy, limit=limit, workers=workers,
+    summary = run_predict(reg, tasks, out, policy=policy, limit=limit, workers=workers, resume=resume,
                           context=MaestroContext(max_turns=max_turns, max_cost=max_cost))
     for problem in summary.skipped:
         err.print(f"[yellow]skipped[/yellow] {problem.file}:{problem.line} ({problem.id}): {problem.error}")
@@ -336,6 +337,33 @@ def serve(
     except (MaestroError, ValidationError) as exc:
         _fail(str(exc))
     uvicorn.run(create_app(_registry(registry, cache_dir), settings), host=host, port=port, log_level=log_level)
+
+
+@app.command()
+def reliability(
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for reliability.md, reliability.json and the registries."),
+    episodes: int = typer.Option(200, min=1, help="Episodes per fault scenario."),
+    policy: str = typer.Option("rules", "--policy", "-p", help="The policy that runs the episodes."),
+    tasks: list[Path] = typer.Option([], "--tasks", "-t", exists=True, dir_okay=False,
+                                     help="Task files of fast items (default: the bundled barcode and vision samples)."),
+    workers: int = typer.Option(4, min=1, help="Episodes run at once."),
+    seed: int = typer.Option(0, help="Seed of the injected faults."),
+) -> None:
+    """Run the expert-fault and bad-input suites; write a table of faults survived, inputs rejected, episodes
+    completed and lost. Exits 1 when anything was lost or an input was not handled as expected."""
+    _threads()
+    from .policy import make_policy
+    from .reliability import run_reliability
+
+    try:
+        make_policy(policy)
+    except MaestroError as exc:
+        _fail(str(exc))
+    results = run_reliability(out, episodes=episodes, policy=policy, workers=workers, task_files=list(tasks) or None,
+                              seed=seed, progress=lambda m: err.print(f"[dim]{m}[/dim]"))
+    console.print((out / "reliability.md").read_text())
+    if not results["passed"]:
+        raise typer.Exit(1)
 
 
 def main() -> None:  # pragma: no cover - console entry for `python -m maestro_graph.cli`

@@ -17,6 +17,7 @@ from langgraph.types import Checkpointer, Command
 
 from .errors import ConfigError
 from .policy import DEFAULT_POLICY, ActionSpace, EpisodeView, Policy, best_candidate, make_policy
+from .questions import clean_question, question_problem
 from .registry import Registry
 from .types import Answer, InvalidAction, Invoke, Step
 
@@ -120,11 +121,13 @@ def build_graph(
         return named[context.policy]
 
     def intake(state: MaestroState) -> dict:
-        """A chat request (`messages`) becomes a question with images; a plain request passes through."""
+        """A chat request (`messages`) becomes a question with images; control characters leave the question."""
         if state.get("question") or not state.get("messages"):
-            return {}
+            question = state.get("question") or ""
+            cleaned = clean_question(question)
+            return {"question": cleaned} if cleaned != question else {}
         question, images = _from_messages(state["messages"])
-        return {"question": question, "images": [*(state.get("images") or []), *images]}
+        return {"question": clean_question(question), "images": [*(state.get("images") or []), *images]}
 
     def router(state: MaestroState, runtime: Runtime[MaestroContext]) -> Command[Literal["answer"]]:
         context = runtime.context or MaestroContext()
@@ -132,6 +135,9 @@ def build_graph(
         write = runtime.stream_writer
         if not view.question.strip() and not view.images:
             return Command(goto=ANSWER, update={"answer": None, "stop_reason": "input error: empty question and no image"})
+        problem = question_problem(view.question)
+        if problem:
+            return Command(goto=ANSWER, update={"answer": None, "stop_reason": f"input error: {problem}"})
         if view.turns_left <= 0 or view.cost_left <= 0:
             return Command(goto=ANSWER, update={"answer": best_candidate(view.steps), "stop_reason": "budget"})
         space = ActionSpace.build(registry, view)

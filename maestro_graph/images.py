@@ -1,20 +1,34 @@
-"""Loading images from paths or data URLs with errors that name the problem, never a crash."""
+"""Loading images from paths or data URLs with errors that name the problem, never a crash.
+
+Hostile files are refused with an InputError naming the image: empty, truncated or non-image bytes, more pixels
+than the cap (a decompression bomb is refused from its header, before decoding), extreme aspect ratios, and remote
+URLs (fetching is the server's job, from allow-listed hosts only). An animated or multi-page file is read as its
+first frame, and the returned image says so in `info["maestro_note"]`.
+"""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import io
+import logging
+import re
 from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
 
 from .errors import InputError
 
-__all__ = ["MAX_PIXELS", "load_image", "image_to_data_url"]
+__all__ = ["MAX_PIXELS", "MAX_ASPECT", "load_image", "image_to_data_url"]
 
 MAX_PIXELS = 40_000_000
 """Images above this many pixels are refused (decompression-bomb guard)."""
+MAX_ASPECT = 100
+"""Images whose long side is more than this many times the short side are refused (no expert reads a 1-pixel
+strip; tiling one would make thousands of calls)."""
+
+log = logging.getLogger("maestro.images")
+_REMOTE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def _open_bytes(data: bytes, name: str) -> Image.Image:
@@ -27,14 +41,24 @@ def _open_bytes(data: bytes, name: str) -> Image.Image:
                 raise InputError(
                     f"image {name}: {width}x{height} pixels is above the cap of {MAX_PIXELS:,} pixels"
                 )
+            if max(width, height) > MAX_ASPECT * min(width, height):
+                raise InputError(
+                    f"image {name}: {width}x{height} has an extreme aspect ratio (above {MAX_ASPECT}:1)"
+                )
+            frames = getattr(probe, "n_frames", 1)
             probe.seek(0)
             image = probe.convert("RGB")
     except InputError:
         raise
-    except (UnidentifiedImageError, Image.DecompressionBombError) as exc:
+    except Image.DecompressionBombError as exc:
+        raise InputError(f"image {name}: above the cap of {MAX_PIXELS:,} pixels (decompression bomb)") from exc
+    except UnidentifiedImageError as exc:
         raise InputError(f"image {name}: not a readable image ({exc.__class__.__name__})") from exc
     except (OSError, SyntaxError, ValueError) as exc:
         raise InputError(f"image {name}: corrupt or truncated image ({exc})") from exc
+    if frames > 1:
+        image.info["maestro_note"] = f"image {name} has {frames} frames; only the first is read"
+        log.warning(image.info["maestro_note"])
     return image
 
 
@@ -49,6 +73,9 @@ def load_image(ref: str) -> Image.Image:
         except (binascii.Error, ValueError) as exc:
             raise InputError(f"image data URL: invalid base64 ({exc})") from exc
         return _open_bytes(data, "data URL")
+    if _REMOTE_RE.match(ref):
+        raise InputError(f"image {ref}: remote URLs are not fetched here; download the image first, or send it to "
+                         "`maestro serve`, which fetches from allow-listed hosts")
     path = Path(ref)
     if not path.is_file():
         raise InputError(f"image {ref}: no such file")

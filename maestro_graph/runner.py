@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -158,15 +159,26 @@ def predict(
     limit: int | None = None,
     workers: int = 1,
     progress: bool = True,
+    resume: bool = False,
 ) -> PredictSummary:
-    """Write one prediction per task; bad lines of the task file are reported and skipped."""
+    """Write one prediction per task; bad lines of the task file are reported and skipped. With `resume`, the
+    predictions already in `out_file` (from an interrupted run) are kept and their items skipped, so an interruption
+    loses at most the episodes that were running; a torn last line and failed episodes are redone."""
     tasks, problems = load_tasks(tasks_file)
     tasks = tasks[:limit] if limit else tasks
     summary = PredictSummary(total=len(tasks), skipped=problems)
     out_path = Path(out_file)
     out_path.parent.mkdir(parents=True, exist_ok=True)
+    kept = _finished_records(out_path, {t.id for t in tasks}) if resume else []
+    _rewrite(out_path, kept)
+    for record in kept:
+        if "score" in record:
+            task = next(t for t in tasks if t.id == record["id"])
+            summary.by_source[task.source or "unknown"].append(record["score"])
+    done = {r["id"] for r in kept}
+    tasks = [t for t in tasks if t.id not in done]
     bar = tqdm(total=len(tasks), desc=f"predict {policy}", unit="item", disable=not progress)
-    with out_path.open("w", encoding="utf-8") as out:
+    with out_path.open("a", encoding="utf-8") as out:
         for task, result in run_tasks(registry, tasks, policy, context=context, workers=workers):
             record = result.prediction(task.id)
             if task.answer is not None:
@@ -184,3 +196,25 @@ def predict(
             bar.update()
     bar.close()
     return summary
+
+
+def _finished_records(out_path: Path, ids: set[str]) -> list[dict]:
+    """The complete, successful predictions of `ids` in an existing prediction file (first one per id)."""
+    if not out_path.is_file():
+        return []
+    records: dict[str, dict] = {}
+    for line in out_path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:  # the line being written when the run was killed
+            continue
+        if isinstance(record, dict) and record.get("id") in ids and record.get("error") is None:
+            records.setdefault(record["id"], record)
+    return list(records.values())
+
+
+def _rewrite(out_path: Path, records: list[dict]) -> None:
+    """Replace the file atomically with `records` (none: an empty file), dropping torn and superseded lines."""
+    tmp = out_path.with_name(f".{out_path.name}.tmp")
+    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    os.replace(tmp, out_path)

@@ -1,11 +1,15 @@
-"""Task files (JSONL, image paths relative to the file), read item by item so one bad line loses nothing else."""
+"""Task files (JSONL, image paths relative to the file), read item by item so one bad line loses nothing else.
+
+Image paths must stay inside the allowed directories (by default the task file's own folder), after resolving `..`
+and symbolic links: a task file cannot make an episode read `/etc/passwd` or another user's files. Remote URLs are
+refused (download the images next to the task file)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
@@ -51,10 +55,24 @@ class TaskProblem:
     error: str
 
 
-def load_tasks(path: str | Path, *, check_images: bool = True) -> tuple[list[Task], list[TaskProblem]]:
-    """Parse a task file. Image paths become absolute; bad lines are returned as problems, not raised."""
+def _image_problem(ref: str, base: Path, allowed: list[Path]) -> str | None:
+    if "://" in ref:
+        return f"image {ref!r}: remote URLs are not allowed in task files; download the image next to the file"
+    resolved = (base / ref).resolve()
+    if not any(resolved.is_relative_to(root) for root in allowed):
+        return (f"image {ref!r} resolves to {resolved}, outside the allowed directories "
+                f"{[str(r) for r in allowed]}")
+    return None
+
+
+def load_tasks(
+    path: str | Path, *, check_images: bool = True, allowed_dirs: Sequence[str | Path] | None = None
+) -> tuple[list[Task], list[TaskProblem]]:
+    """Parse a task file. Image paths become absolute and must lie inside `allowed_dirs` (default: the task file's
+    folder); bad lines are returned as problems, not raised."""
     path = Path(path)
     base = path.parent.resolve()
+    allowed = [Path(d).resolve() for d in allowed_dirs] if allowed_dirs is not None else [base]
     tasks: list[Task] = []
     problems: list[TaskProblem] = []
     seen: set[str] = set()
@@ -80,6 +98,11 @@ def load_tasks(path: str | Path, *, check_images: bool = True) -> tuple[list[Tas
                 continue
             if task.id in seen:
                 problems.append(TaskProblem(str(path), number, task.id, f"duplicate id {task.id!r}"))
+                continue
+            outside = next((m for m in (_image_problem(p, base, allowed) for p in task.images
+                                        if not p.startswith("data:")) if m), None)
+            if outside:
+                problems.append(TaskProblem(str(path), number, task.id, outside))
                 continue
             images = [str((base / p).resolve()) if not p.startswith("data:") else p for p in task.images]
             missing = [p for p in images if check_images and not p.startswith("data:") and not Path(p).is_file()]

@@ -1,27 +1,43 @@
-"""Expert handles: lazy construction, per-card timeout and concurrency, and cost accounting of every call.
+"""Expert handles: lazy construction, per-card timeout and concurrency, retries, a circuit breaker, result checks,
+and cost accounting of every call.
 
 Skills never hold an expert object directly; they call methods on a `BoundExpert`, which records each call (cost,
 latency, error) in the step's ledger. A call that exceeds the card's timeout raises `ExpertTimeout`; the worker
-thread cannot be killed and finishes in the background, but the episode goes on without it.
+thread cannot be killed and finishes in the background, but the episode goes on without it. Transient failures
+(timeouts, dropped connections) are retried with exponential backoff and jitter as the card's `retries` says; every
+attempt is charged. After `breaker.failures` failed calls in a row the breaker opens: calls are refused (uncharged)
+and `live_unavailable_reason()` reports the expert unavailable, so the action space drops its pairs until a trial
+call after `breaker.open_s` succeeds. A result of the wrong type (against the method's return annotation) or above
+the size caps is the expert's error, not the skill's.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
+import random
 import threading
 import time
+import types
+import typing
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from ..cache import ExpertCache, Uncacheable, cache_key
 from ..errors import ConfigError, ExpertError, ExpertTimeout, ExpertUnavailable
 from ..experts.protocols import ChatReply
-from .config import ModelCard, OpenAIBackend, PythonBackend, TransformersBackend
+from .config import CircuitBreaker, ModelCard, OpenAIBackend, PythonBackend, TransformersBackend
 
-__all__ = ["ExpertHandle", "BoundExpert", "CallRecord", "Ledger"]
+__all__ = ["ExpertHandle", "BoundExpert", "Breaker", "CallRecord", "Ledger", "MAX_RESULT_ITEMS", "MAX_RESULT_CHARS"]
+
+MAX_RESULT_ITEMS = 100_000
+"""An expert result (list) with more items than this is refused as oversized."""
+MAX_RESULT_CHARS = 1_000_000
+"""An expert result (text, or a chat reply's text) longer than this is refused as oversized."""
 
 _POOL = ThreadPoolExecutor(max_workers=max(8, (os.cpu_count() or 2) * 4), thread_name_prefix="maestro-expert")
 
@@ -36,6 +52,57 @@ def _import_entry(entry: str) -> type:
     if cls is None:
         raise ConfigError(f"{module_name!r} has no attribute {attr!r}", field="backend.entry")
     return cls
+
+
+def _transient(exc: BaseException | None) -> bool:
+    """A failure worth retrying: a timeout or a lost connection anywhere in the cause chain, or an exception that
+    says so (`transient = True`). An expert's deterministic crash is not: it would fail the same way again."""
+    while exc is not None:
+        if isinstance(exc, (ExpertTimeout, ConnectionError, TimeoutError)) or getattr(exc, "transient", False):
+            return True
+        exc = exc.__cause__
+    return False
+
+
+@lru_cache(maxsize=512)
+def _declared_return(func: Any) -> type | tuple[type, ...] | None:
+    """The outer type(s) a method's return annotation promises, or None when it promises nothing checkable."""
+    try:
+        hint = typing.get_type_hints(func).get("return")
+    except Exception:  # unresolvable annotations: nothing to check against
+        return None
+    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    outer = tuple(type(None) if o is None else (typing.get_origin(o) or o) for o in options)
+    return outer if hint is not None and all(isinstance(t, type) for t in outer) else None
+
+
+class Breaker:
+    """A consecutive-failure circuit breaker. Open: calls are refused until `open_s` has passed; the next call is
+    the trial (success closes it, failure opens it again at once)."""
+
+    def __init__(self, config: CircuitBreaker):
+        self.config = config
+        self.failures = 0
+        self.trips = 0
+        self._open_until = 0.0
+        self._lock = threading.Lock()
+
+    def reason(self) -> str | None:
+        with self._lock:
+            left = self._open_until - time.monotonic()
+            if left <= 0:
+                return None
+            return f"circuit breaker open for {left:.1f}s more after {self.failures} failed calls in a row"
+
+    def record(self, ok: bool) -> None:
+        with self._lock:
+            if ok:
+                self.failures = 0
+                return
+            self.failures += 1
+            if self.failures >= self.config.failures:
+                self._open_until = time.monotonic() + self.config.open_s
+                self.trips += 1
 
 
 @dataclass
@@ -70,6 +137,7 @@ class ExpertHandle:
         self._slots = threading.BoundedSemaphore(card.concurrency)
         self._unavailable: str | None | bool = False  # False = not checked yet
         self._check_lock = threading.Lock()
+        self.breaker = Breaker(card.breaker)
 
     @property
     def name(self) -> str:
@@ -81,6 +149,10 @@ class ExpertHandle:
             if self._unavailable is False:
                 self._unavailable = self._check()
             return self._unavailable  # type: ignore[return-value]
+
+    def live_unavailable_reason(self) -> str | None:
+        """`unavailable_reason()` or an open circuit breaker: what the action space uses now (not memoised)."""
+        return self.unavailable_reason() or self.breaker.reason()
 
     def _check(self) -> str | None:
         backend = self.card.backend
@@ -111,6 +183,14 @@ class ExpertHandle:
             return self._expert
 
     def _build(self) -> Any:
+        expert = self._build_backend()
+        if self.card.faults is None:
+            return expert
+        from .faults import FaultyExpert
+
+        return FaultyExpert(expert, self.card.faults, self.name)
+
+    def _build_backend(self) -> Any:
         backend = self.card.backend
         if isinstance(backend, PythonBackend):
             return _import_entry(backend.entry)(**backend.options)
@@ -128,8 +208,26 @@ class ExpertHandle:
             cost += self.card.cost.per_1k_tokens * result.tokens / 1000
         return cost
 
+    def _check_result(self, method: str, func: Any, result: Any) -> None:
+        """An oversized result or one of another type than the method declares is the expert's error."""
+        where = f"model {self.name!r}.{method}"
+        if isinstance(result, (list, tuple, dict)) and len(result) > MAX_RESULT_ITEMS:
+            raise ExpertError(f"{where} returned an oversized result: {len(result):,} items, cap {MAX_RESULT_ITEMS:,}")
+        text = result.text if isinstance(result, ChatReply) else result
+        if isinstance(text, str) and len(text) > MAX_RESULT_CHARS:
+            raise ExpertError(f"{where} returned an oversized result: {len(text):,} characters, cap {MAX_RESULT_CHARS:,}")
+        declared = _declared_return(getattr(inspect.unwrap(func), "__func__", inspect.unwrap(func)))
+        if declared is not None and not isinstance(result, declared):
+            names = " | ".join(t.__name__ for t in declared)
+            raise ExpertError(f"{where} returned {type(result).__name__}, not the {names} its method declares")
+
+    def _backoff_s(self, retry: int) -> float:
+        """Exponential backoff with jitter before retry number `retry` (1 = the first retry)."""
+        policy = self.card.retries
+        return min(policy.max_backoff_s, policy.backoff_s * 2 ** (retry - 1)) * (1 - policy.jitter * random.random())
+
     def call(self, method: str, args: tuple, kwargs: dict, ledger: Ledger) -> Any:
-        """Run one expert method under the card's concurrency limit and timeout; record it in the ledger."""
+        """Run one expert method under the card's limits, retrying transient failures; record every attempt."""
         key = None
         if self.cache is not None:
             try:
@@ -141,14 +239,36 @@ class ExpertHandle:
             if hit:  # a cached call is charged as the call it replays, with no latency
                 ledger.calls.append(CallRecord(self.name, method, self._cost(value), 0.0, None, cached=True))
                 return value
+        attempts = self.card.retries.attempts
+        for attempt in range(1, attempts + 1):
+            try:
+                result = self._attempt(method, args, kwargs, ledger)
+            except ExpertError as exc:
+                if attempt == attempts or not _transient(exc):
+                    raise
+                time.sleep(self._backoff_s(attempt))
+                continue
+            if key is not None:
+                self.cache.put(key, result)
+            return result
+        raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
+
+    def _attempt(self, method: str, args: tuple, kwargs: dict, ledger: Ledger) -> Any:
+        """One call under the concurrency limit and timeout, through the circuit breaker, into the ledger."""
         start = time.perf_counter()
         cost = self.card.cost.per_call
         error: str | None = None
+        reached = False  # whether the expert itself was asked (only then does the outcome move the breaker)
         try:
+            blocked = self.breaker.reason()
+            if blocked:
+                cost = 0.0  # refused before reaching the expert: nothing to charge
+                raise ExpertUnavailable(f"model {self.name!r} is unavailable: {blocked}")
             expert = self.expert()
             func = getattr(expert, method, None)
             if not callable(func):
                 raise ExpertError(f"model {self.name!r} has no method {method!r} (check its capabilities)")
+            reached = True
             deadline = time.perf_counter() + self.card.timeout_s  # loading the model does not eat the call's time
             if not self._slots.acquire(timeout=self.card.timeout_s):
                 raise ExpertTimeout(f"model {self.name!r}: no free slot within {self.card.timeout_s}s")
@@ -162,12 +282,14 @@ class ExpertHandle:
                 raise
             except Exception as exc:  # the expert's own crash: record whose fault it was
                 raise ExpertError(f"model {self.name!r}.{method} failed: {exc.__class__.__name__}: {exc}") from exc
+            self._check_result(method, func, result)
             cost = self._cost(result)
-            if key is not None:
-                self.cache.put(key, result)
+            self.breaker.record(ok=True)
             return result
         except ExpertError as exc:
             error = str(exc)
+            if reached:
+                self.breaker.record(ok=False)
             raise
         finally:
             ledger.calls.append(CallRecord(self.name, method, cost, time.perf_counter() - start, error))

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextvars
 import importlib
+import threading
 import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 from ..cache import ExpertCache, cache_key, file_digest
 from ..errors import ConfigError, ExpertError, InputError, SkillError
@@ -44,6 +49,23 @@ def _check_entry(card: ModelCard, index: int, source: str) -> None:
         return  # a dependency of the module is missing: reported as unavailable
     if not hasattr(module, attr):
         raise ConfigError(f"module {module_name!r} has no class {attr!r} (model {card.name!r})", file=source, field=field)
+
+
+def _within(timeout_s: float, func: Callable[..., Any], *args: Any) -> Any:
+    """`func(*args)` on a daemon thread of its own, waited for at most `timeout_s` (FutureTimeout beyond). A hung
+    skill cannot be killed: it finishes in the background, and its thread is not taken from any shared pool, so a
+    hang never starves other episodes."""
+    future: Future = Future()
+    context = contextvars.copy_context()
+
+    def target() -> None:
+        try:
+            future.set_result(context.run(func, *args))
+        except BaseException as exc:  # handed to the waiting caller, which records it
+            future.set_exception(exc)
+
+    threading.Thread(target=target, name="maestro-skill", daemon=True).start()
+    return future.result(timeout=timeout_s)
 
 
 class Registry:
@@ -93,12 +115,13 @@ class Registry:
         return set(skill.requires) <= set(card.capabilities)
 
     def pairs(self) -> list[Pair]:
-        """Every available (model, tier-1 skill) whose model has all the capabilities the skill requires."""
+        """Every available (model, tier-1 skill) whose model has all the capabilities the skill requires; a model
+        whose circuit breaker is open is unavailable for now."""
         return [
             Pair(handle.card, skill)
             for skill in self.tier1
             for handle in self.models.values()
-            if self.compatible(handle.card, skill) and handle.unavailable_reason() is None
+            if self.compatible(handle.card, skill) and handle.live_unavailable_reason() is None
         ]
 
     def pair_ids(self) -> list[str]:
@@ -116,7 +139,7 @@ class Registry:
             return f"unknown skill {action.skill!r}; {hint}"
         if not self.compatible(model.card, skill):
             return f"{action.pair} is not a valid pair: {action.model} lacks {sorted(set(skill.requires) - set(model.card.capabilities))}; {hint}"
-        reason = model.unavailable_reason()
+        reason = model.live_unavailable_reason()
         if reason:
             return f"model {action.model!r} is unavailable ({reason}); {hint}"
         return None
@@ -124,13 +147,13 @@ class Registry:
     # -- helpers for skill code ------------------------------------------------------------------------------------
     def model_with(self, capability: str) -> ExpertHandle | None:
         return next(
-            (h for h in self.models.values() if capability in h.card.capabilities and h.unavailable_reason() is None),
+            (h for h in self.models.values() if capability in h.card.capabilities and h.live_unavailable_reason() is None),
             None,
         )
 
     def model_for(self, skill: SkillSpec) -> ExpertHandle | None:
         return next(
-            (h for h in self.models.values() if self.compatible(h.card, skill) and h.unavailable_reason() is None),
+            (h for h in self.models.values() if self.compatible(h.card, skill) and h.live_unavailable_reason() is None),
             None,
         )
 
@@ -160,7 +183,7 @@ class Registry:
             ledger=ledger,
         )
         try:
-            result = ctx.skill.run(ctx)
+            result = _within(self.config.skill_timeout_s, ctx.skill.run, ctx)
             if not isinstance(result, SkillResult):
                 raise SkillError(
                     f"skill {action.skill!r} returned {type(result).__name__}; a tier-1 skill returns SkillResult"
@@ -172,10 +195,15 @@ class Registry:
             step.error, step.error_kind = str(exc), "input"
         except ExpertError as exc:
             step.error, step.error_kind = str(exc), "expert"
+        except FutureTimeout:
+            step.error, step.error_kind = (
+                f"skill {action.skill!r} did not finish within {self.config.skill_timeout_s:g}s (skill_timeout_s)",
+                "skill",
+            )
         except Exception as exc:  # skill code is a plug-in: contain it and record the crash (an episode boundary)
             step.error, step.error_kind = f"skill {action.skill!r} crashed: {exc.__class__.__name__}: {exc}", "skill"
         step.cost = ledger.cost
-        step.calls = [c.__dict__ for c in ledger.calls]
+        step.calls = [c.__dict__ for c in list(ledger.calls)]
         step.latency_s = time.perf_counter() - start
         if key is not None and step.error is None and all(self.models[c.model].card.cacheable for c in ledger.calls):
             self.cache.put(key, step)

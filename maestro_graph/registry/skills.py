@@ -153,6 +153,9 @@ def _problems(folder: Path, front: dict) -> list[tuple[str, str]]:
     file_part, sep, func = entry.partition(":")
     if not sep or not file_part or not func.isidentifier():
         problems.append(("metadata.entry", f"must be `file.py:function`; got {entry!r}"))
+    elif not (folder / file_part).resolve().is_relative_to(folder.resolve()):
+        problems.append(("metadata.entry", f"file {file_part!r} is outside the skill folder {folder}; skill code "
+                                           "loads only from its own folder"))
     elif not (folder / file_part).is_file():
         problems.append(("metadata.entry", f"file {file_part!r} does not exist in {folder}"))
     return problems
@@ -201,6 +204,9 @@ def discover_skills(dirs: list[Path]) -> dict[str, SkillSpec]:
         if not base.is_dir():
             raise SkillError(f"skill directory {base} does not exist", field="skill_dirs")
         for folder in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
+            if not folder.resolve().is_relative_to(base.resolve()):
+                raise SkillError(f"skill folder {folder} links to {folder.resolve()}, outside the skill directory "
+                                 f"{base}; skills load only from the configured skill_dirs", field="skill_dirs")
             spec = load_skill(folder)
             if spec.name in skills:
                 raise SkillError(

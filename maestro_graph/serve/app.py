@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..questions import clean_question, question_problem
 from ..registry import Registry
 from .episodes import THREAD_HEADER, Episode, EpisodeService, open_checkpointer
 from .images import resolve_images
@@ -105,6 +106,9 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
         if not parsed.question.strip() and not parsed.image_urls:
             raise ApiError(400, "empty_request", "the user message has neither text nor images",
                            param="messages")
+        problem = question_problem(clean_question(parsed.question))
+        if problem:
+            raise ApiError(400, "question_too_long", problem, param="messages")
         header_thread = request.headers.get(THREAD_HEADER)
         if header_thread is not None and not re.fullmatch(THREAD_ID_PATTERN, header_thread):
             raise ApiError(400, "invalid_thread_id", f"{THREAD_HEADER} must match {THREAD_ID_PATTERN}",

@@ -17,7 +17,8 @@ HEADER_LINES = 8  # the issuer's name is printed within the first lines of a rec
 _AMOUNT_RE = re.compile(r"(?<![\d.,])-?(?:RM|\$)?\s?(\d{1,3}(?:,\d{3})+|\d+)\s?[.,]\s?(\d{2})(?![\d])", re.I)
 _MONTHS = "JAN|FEB|MAR|APR|MAY|JUN|JUL|AUG|SEP|SEPT|OCT|NOV|DEC"
 _DATE_RES = [
-    re.compile(r"(?<!\d)(\d{1,2})\s?([/.-])\s?(\d{1,2})\s?\2\s?(\d{4}|\d{2})(?!\d)"),  # 25/01/2018, 01-03-18
+    # 25/01/2018, 01-03-18, and 05/01/201813:30 (a time glued to the year)
+    re.compile(r"(?<!\d)(\d{1,2})\s?([/.-])\s?(\d{1,2})\s?\2\s?(\d{4}(?=\d{1,2}:\d{2})|(?:\d{4}|\d{2})(?!\d))"),
     re.compile(r"(?<!\d)(\d{4})\s?([/.-])\s?(\d{1,2})\s?\2\s?(\d{1,2})(?!\d)"),  # 2016/05/01
     re.compile(r"(?<![\d/.-])(\d{2}) (\d{2})([/.-])(\d{4}|\d{2})(?!\d)"),  # 05 02-18: OCR lost the first separator
     re.compile(rf"(?<!\d)(\d{{1,2}})[\s/-]?((?:{_MONTHS})[A-Z]*)[\s/,-]*(\d{{4}}|\d{{2}})(?!\d)", re.I),  # 14 MAY 2018

@@ -100,8 +100,9 @@ class TransformersLM:
         return tokenizer.decode(output[0, prompt.shape[1]:], skip_special_tokens=True).strip()
 
     def score(self, messages: list[dict], continuations: Sequence[str]) -> list[float]:
-        """Total log-probability of each continuation as the assistant's reply. The prompt is encoded once and its
-        key/value cache shared by all continuations (one batched forward pass)."""
+        """Mean per-token log-probability of each continuation as the assistant's reply (the mean, so a longer
+        action is not penalised for its length). The prompt is encoded once and its key/value cache shared by all
+        continuations (one batched forward pass)."""
         import torch
 
         model, tokenizer = self.loaded()
@@ -125,7 +126,7 @@ class TransformersLM:
             total = first[piece[0]]
             if len(piece) > 1:
                 total = total + rest[i, torch.arange(len(piece) - 1), torch.tensor(piece[1:])].sum()
-            scores.append(float(total))
+            scores.append(float(total) / len(piece))
         return scores
 
 

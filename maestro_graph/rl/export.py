@@ -1,0 +1,183 @@
+"""Trajectory export: episodes of any policy (prediction files of `maestro predict`, rollouts of `maestro train-lm`)
+as TRL conversational records or as the Maestro/verl parquet layout.
+
+Each episode is rendered with the LM router's own conversation builder (system prompt from the cards, the user
+turn, an assistant action and an `<information>` turn per step, the final `<answer>`), so an exported trajectory is
+exactly what the LM policy would have read and written. Prediction files keep only each step's pair, answer and
+error; a step's observation is then re-run through the registry (a cache hit when predict ran with the same cache),
+with the question as its request.
+
+- `trl`: one JSON line per episode: `id`, `messages` (tags, or with `tool_calls=True` assistant tool calls of a
+  `search` function and `tool` turns), `tools` (the function schema, tool-call form only), `image_refs` (absolute
+  paths; TRL's own `images` column would make its trainers load pixels), `answer`, `stop_reason`, `reward` and its
+  parts `score`, `cost`, `format_errors`.
+- `verl`: parquet rows `data_source`, `prompt` (system + user, `<image>` placeholders), `ability`, `reward_model`
+  (`style: rule`, `ground_truth`), `extra_info` (id, index, question, choices, answer type, tolerance, the reward
+  parts and the trajectory as JSON), `images` (`[{"image": "file://..."}]`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Literal
+
+from ..errors import ConfigError
+from ..policy.lm.prompt import PromptOptions, conversation, final_answer_message
+from ..registry import Registry
+from ..runner import EpisodeResult
+from ..tasks import Task, load_tasks
+from ..types import Invoke, Step
+from .rewards import answer_score, cost_penalty, format_penalty
+
+__all__ = ["ExportOptions", "load_episodes", "episode_messages", "trl_record", "verl_row", "export_file",
+           "SEARCH_TOOL"]
+
+SEARCH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "search",
+        "description": "Call one expert pair MODEL@@SKILL on the question's images; returns its answer and evidence.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "pair": {"type": "string", "description": "a valid MODEL@@SKILL id"},
+                "request": {"type": "string", "description": "what to ask; empty passes the question"},
+            },
+            "required": ["pair"],
+        },
+    },
+}
+"""The tool-call form of `<search>` (the tag form is the default)."""
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    max_turns: int = 4
+    """The turn budget the episodes ran with (shown to the router as turns left)."""
+    cost_weight: float = 0.0
+    format_weight: float = 0.5
+    tool_calls: bool = False
+    prompt: PromptOptions = PromptOptions()
+
+
+def _step(raw: dict, task: Task, registry: Registry) -> Step:
+    """A full Step from a record's step: as stored when it has its observation, else re-run (cached)."""
+    if "evidence" in raw or raw.get("error") and not raw.get("model"):
+        return Step.model_validate(raw)
+    action = Invoke(raw["model"], raw["skill"], raw.get("input", ""))
+    if raw.get("error"):
+        kind = "policy" if registry.invalid_reason(action) else "expert"
+        return Step(model=action.model, skill=action.skill, input=action.input, error=raw["error"], error_kind=kind,
+                    cost=raw.get("cost", 0.0))
+    return registry.run(action, question=task.question, images=task.images, choices=task.choices)
+
+
+def load_episodes(records_file: str | Path, tasks_file: str | Path, registry: Registry) -> list[tuple[Task, EpisodeResult]]:
+    """(task, episode) for each record whose id is in the task file; an unknown id is a ConfigError."""
+    tasks, problems = load_tasks(tasks_file)
+    if problems:
+        raise ConfigError(f"{len(problems)} bad lines, first: line {problems[0].line}: {problems[0].error}",
+                          file=str(tasks_file))
+    by_id = {t.id: t for t in tasks}
+    out = []
+    for line_no, line in enumerate(Path(records_file).read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        task = by_id.get(record.get("id"))
+        if task is None:
+            raise ConfigError(f"line {line_no}: id {record.get('id')!r} is not in {tasks_file}; pass the task file "
+                              "the records came from", file=str(records_file))
+        steps = [_step(s, task, registry) for s in record.get("steps", [])]
+        out.append((task, EpisodeResult(record.get("answer"), steps, record.get("stop_reason", ""),
+                                        record.get("latency_s", 0.0), record.get("error"))))
+    return out
+
+
+def _as_tool_calls(messages: list[dict], steps: list[Step]) -> list[dict]:
+    """The tag conversation with each step's `<search>` as a `search` tool call and its observation as a tool turn
+    (outputs that were no action stay assistant text, answered by a user turn)."""
+    out = messages[:2]
+    for i, step in enumerate(steps):
+        action, observation = messages[2 + 2 * i], messages[3 + 2 * i]
+        if step.model or step.skill:
+            out.append({"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
+                "name": "search", "arguments": {"pair": step.pair, "request": step.input}}}]})
+            out.append({"role": "tool", "name": "search", "content": observation["content"]})
+        else:
+            out += [action, observation]
+    return out + messages[2 + 2 * len(steps):]
+
+
+def episode_messages(task: Task, episode: EpisodeResult, registry: Registry, options: ExportOptions) -> list[dict]:
+    messages = conversation(task.question, task.choices, len(task.images), episode.steps, registry.pairs(),
+                            options.max_turns, options.prompt)
+    if episode.stop_reason == "policy":
+        messages.append(final_answer_message(episode.answer))
+    return _as_tool_calls(messages, episode.steps) if options.tool_calls else messages
+
+
+def _reward_parts(task: Task, episode: EpisodeResult, options: ExportOptions) -> dict[str, float]:
+    score = answer_score(task, episode) if task.answer is not None else 0.0
+    cost = -cost_penalty(task, episode)
+    errors = -format_penalty(task, episode)
+    return {"reward": score - options.cost_weight * cost - options.format_weight * errors, "score": score,
+            "cost": cost, "format_errors": errors}
+
+
+def _image_refs(task: Task) -> list[str]:
+    return [ref if ref.startswith(("data:", "http://", "https://")) else str(Path(ref).resolve()) for ref in task.images]
+
+
+def trl_record(task: Task, episode: EpisodeResult, registry: Registry, options: ExportOptions) -> dict:
+    record = {"id": task.id, "messages": episode_messages(task, episode, registry, options),
+              "image_refs": _image_refs(task), "answer": episode.answer, "stop_reason": episode.stop_reason,
+              **_reward_parts(task, episode, options)}
+    if options.tool_calls:
+        record["tools"] = [SEARCH_TOOL]
+    return record
+
+
+def verl_row(index: int, task: Task, episode: EpisodeResult, registry: Registry, options: ExportOptions) -> dict:
+    messages = episode_messages(task, episode, registry, options)
+    prompt = [dict(m) for m in messages[:2]]
+    prompt[1]["content"] = re.sub(r"<image \d+>", "<image>", prompt[1]["content"])
+    parts = _reward_parts(task, episode, options)
+    return {
+        "data_source": task.source or "maestro",
+        "prompt": prompt,
+        "ability": task.domain or "multimodal-qa",
+        "reward_model": {"style": "rule", "ground_truth": task.answer or ""},
+        "extra_info": {"index": index, "id": task.id, "question": task.question, "choices": task.choices or [],
+                       "answer_type": task.answer_type, "tolerance": task.tolerance, **parts,
+                       "trajectory": json.dumps(messages, ensure_ascii=False)},
+        "images": [{"image": ref if ref.startswith(("data:", "http")) else f"file://{ref}"} for ref in _image_refs(task)],
+    }
+
+
+def export_file(records_file: str | Path, tasks_file: str | Path, out: str | Path, fmt: Literal["trl", "verl"],
+                registry: Registry, options: ExportOptions = ExportOptions()) -> int:
+    """Write the export; returns the number of episodes written."""
+    episodes = load_episodes(records_file, tasks_file, registry)
+    out_path = Path(out)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "trl":
+        _write_jsonl(out_path, (trl_record(t, e, registry, options) for t, e in episodes))
+    elif fmt == "verl":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        rows = [verl_row(i, t, e, registry, options) for i, (t, e) in enumerate(episodes)]
+        pq.write_table(pa.Table.from_pylist(rows), out_path)
+    else:
+        raise ConfigError(f"unknown export format {fmt!r}; use trl or verl", field="format")
+    return len(episodes)
+
+
+def _write_jsonl(path: Path, records: Iterable[dict]) -> None:
+    with path.open("w", encoding="utf-8") as fh:
+        for record in records:
+            fh.write(json.dumps(record, ensure_ascii=False) + "\n")

