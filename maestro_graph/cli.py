@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from .bench.cli import bench_app
 from .errors import MaestroError
 
 app = typer.Typer(
@@ -23,6 +24,7 @@ app = typer.Typer(
 skills_app = typer.Typer(help="Inspect the skill library.", no_args_is_help=True)
 registry_app = typer.Typer(help="Inspect the model registry and its action space.", no_args_is_help=True)
 app.add_typer(skills_app, name="skills")
+app.add_typer(bench_app, name="bench")
 app.add_typer(registry_app, name="registry")
 console = Console()
 err = Console(stderr=True)

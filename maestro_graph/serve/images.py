@@ -66,6 +66,9 @@ def _verified(data: bytes, param: str, settings: ServeSettings) -> str:
     try:
         with Image.open(io.BytesIO(data)) as probe:
             width, height, fmt = probe.width, probe.height, (probe.format or "png").lower()
+    except Image.DecompressionBombError as exc:  # PIL's own cap (above ours) refuses at open
+        raise ApiError(413, "image_too_large", f"{param}: exceeds the cap of {MAX_PIXELS:,} pixels ({exc})",
+                       param=param) from exc
     except (UnidentifiedImageError, OSError, ValueError) as exc:
         raise ApiError(400, "invalid_image", f"{param}: not a readable image ({exc.__class__.__name__})",
                        param=param) from exc
