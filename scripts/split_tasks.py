@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""Split a task file into train/test halves by a hash of each item's id (stable, no seed to remember), writing
-image paths as absolute paths so the halves can live anywhere.
+"""Split a task file into train/test halves by a hash of each item's id (stable, no seed to remember). The images
+are linked (hard links, else copies) next to the halves, so their paths stay relative to the task files.
 
     .venv/bin/python scripts/split_tasks.py ../shared/benchmarks/real-dev/tasks.jsonl --out runs/real-dev --test-share 0.5
 """
@@ -10,7 +10,19 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
+import shutil
 from pathlib import Path
+
+
+def _link(source: Path, target: Path) -> None:
+    if target.exists():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
 
 
 def main() -> None:
@@ -27,7 +39,8 @@ def main() -> None:
             if not line.strip():
                 continue
             row = json.loads(line)
-            row["images"] = [str((base / p).resolve()) for p in row.get("images", [])]
+            for rel in row.get("images", []):
+                _link(base / rel, args.out / rel)
             bucket = int(hashlib.sha256(str(row["id"]).encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
             split = "test" if bucket < args.test_share else "train"
             counts[split] += 1

@@ -28,9 +28,9 @@ from .prompt import PromptOptions, conversation
 __all__ = ["LMConfig", "LMPolicy", "make_lm_policy", "action_regex", "LM_POLICY_NAMES"]
 
 LM_POLICY_NAMES = ("lm:transformers[:MODEL_DIR][#choice]", "lm:openai:BASE_URL|MODEL[#choice|#regex]", "lm:FILE.yaml")
-MAX_REQUEST_CHARS = 200
-"""Longest request text the regex constraint lets an endpoint write."""
-MAX_ANSWER_CHARS = 100
+MAX_WORDS = 16
+"""Longest request (and answer) the regex constraint lets an endpoint write, in words of at most 30 characters:
+single spaces only, so a small model cannot pad to the token limit with blanks."""
 
 
 class LMConfig(BaseModel):
@@ -88,10 +88,10 @@ def action_text(action: Invoke | Answer) -> str:
 
 
 def action_regex(space: ActionSpace) -> str:
-    """Any valid pair with any short request, or any short answer."""
+    """Any valid pair with an optional short request, or a short answer."""
     pairs = "|".join(re.escape(p.id) for p in space.pairs)
-    return (rf"<search> ({pairs})(: [^<>\n]{{1,{MAX_REQUEST_CHARS}}})? </search>"
-            rf"|<answer> [^<>\n]{{1,{MAX_ANSWER_CHARS}}} </answer>")
+    words = rf"[^<>\s]{{1,30}}( [^<>\s]{{1,30}}){{0,{MAX_WORDS - 1}}}"
+    return rf"<search> ({pairs})(: {words})? </search>|<answer> {words} </answer>"
 
 
 class LMPolicy:
