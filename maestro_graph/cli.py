@@ -368,6 +368,61 @@ def reliability(
         raise typer.Exit(1)
 
 
+@app.command("export")
+def export_(
+    from_: Path = typer.Option(..., "--from", exists=True, dir_okay=False,
+                               help="Prediction or rollout file (JSONL) of any policy."),
+    tasks: Path = typer.Option(..., "--tasks", "-t", exists=True, dir_okay=False, help="The task file it came from."),
+    fmt: str = typer.Option("trl", "--format", "-f", help="trl (JSONL conversational records) | verl (parquet)"),
+    out: Path = typer.Option(..., "--out", "-o", help="File to write."),
+    registry: Optional[Path] = RegistryOpt,
+    max_turns: int = typer.Option(4, min=1, help="The turn budget the episodes ran with."),
+    cost_weight: float = typer.Option(0.0, min=0, help="Reward = score - cost_weight * cost - format_weight * errors."),
+    format_weight: float = typer.Option(0.5, min=0),
+    tool_calls: bool = typer.Option(False, "--tool-calls", help="TRL: actions as `search` tool calls, not tags."),
+    cache_dir: Path = typer.Option(Path(".maestro-cache"), help="Expert cache (re-runs steps whose observation "
+                                                                  "the file lacks)."),
+) -> None:
+    """Export trajectories for TRL or verl: the router conversation from the cards, with the reward and its parts."""
+    _threads()
+    from .rl.export import ExportOptions, export_file
+
+    if fmt not in ("trl", "verl"):
+        _fail(f"unknown format {fmt!r}; use trl or verl")
+    reg = _registry(registry, cache_dir)
+    try:
+        count = export_file(from_, tasks, out, fmt, reg, ExportOptions(
+            max_turns=max_turns, cost_weight=cost_weight, format_weight=format_weight, tool_calls=tool_calls))
+    except MaestroError as exc:
+        _fail(str(exc))
+    console.print(f"exported {count} episodes ({fmt}) -> {out}")
+
+
+@app.command("train-lm")
+def train_lm_(
+    config: Path = typer.Option(..., "--config", "-c", exists=True, dir_okay=False,
+                                help="Training config YAML (configs/train-lm-cpu.yaml, configs/train-lm-gpu.yaml)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Override the config's out_dir."),
+    steps: Optional[int] = typer.Option(None, min=1, help="Override the config's GRPO steps."),
+) -> None:
+    """Train the LM router with TRL: optional SFT warm start, then GRPO with episodes run through the graph."""
+    _threads()
+    from .rl.trl_train import load_train_config, train_lm
+
+    try:
+        cfg = load_train_config(config, out_dir=str(out) if out else None, steps=steps)
+        summary = train_lm(cfg)
+    except MaestroError as exc:
+        _fail(str(exc))
+    for phase in ("before", "after"):
+        if phase in summary:
+            m = summary[phase]
+            console.print(f"{phase}: accuracy {m['accuracy']:.3f} on {m['items']} items, "
+                          f"{m['format_errors_per_episode']:.2f} format errors per episode")
+    console.print(f"trained in {summary['train_seconds']:.0f}s -> {summary['final_model']} "
+                  f"(log, reward_curve.png, summary.json in {cfg.out_dir})")
+
+
 def main() -> None:  # pragma: no cover - console entry for `python -m maestro_graph.cli`
     sys.exit(app())
 

@@ -274,10 +274,21 @@ def _score(task: Task, answer: str | None) -> float:
     return score(answer, task.answer or "", task.answer_type, tolerance=task.tolerance, choices=task.choices)
 
 
+def _cause(error: str) -> str:
+    """A short name for what made a step fail, for the table."""
+    for needle, name in (("injected fault", "injected error"), ("timed out", "timeout"), ("no free slot", "timeout"),
+                         ("circuit breaker", "breaker open"), ("oversized", "oversized result"),
+                         ("its method declares", "garbage result"), ("is unavailable", "unavailable")):
+        if needle in error:
+            return name
+    return "other"
+
+
 def _run_scenario(registry: Registry, episodes: list[Task], policy: str, workers: int) -> dict:
     start = time.perf_counter()
     completed = lost = answered = expert_errors = 0
     scores = []
+    causes: Counter[str] = Counter()
     for task, result in run_tasks(registry, episodes, policy, context=MaestroContext(max_turns=4), workers=workers):
         if result.error is not None:
             lost += 1
@@ -285,6 +296,7 @@ def _run_scenario(registry: Registry, episodes: list[Task], policy: str, workers
         completed += 1
         answered += result.answer is not None
         expert_errors += sum(s.error_kind == "expert" for s in result.steps)
+        causes.update(_cause(s.error) for s in result.steps if s.error)
         scores.append(_score(task, result.answer))
     injected: Counter[str] = Counter()
     trips = 0
@@ -295,7 +307,7 @@ def _run_scenario(registry: Registry, episodes: list[Task], policy: str, workers
     return {"episodes": len(episodes), "completed": completed, "answered": answered,
             "no_answer": completed - answered, "lost": lost, "accuracy": sum(scores) / max(1, len(episodes)),
             "faults_injected": {k: v for k, v in sorted(injected.items()) if k != "none"},
-            "clean_calls": injected.get("none", 0), "expert_error_steps": expert_errors, "breaker_trips": trips,
+            "clean_calls": injected.get("none", 0), "expert_error_steps": expert_errors, "step_errors": dict(causes.most_common()), "breaker_trips": trips,
             "wall_s": round(time.perf_counter() - start, 1)}
 
 

@@ -61,6 +61,9 @@ class LMTrainConfig:
     format_weight: float = 0.5
     temperature: float = 1.0
     """Sampling temperature of rollouts."""
+    constrained: str | None = None
+    """`choice`: rollouts sample among the valid actions scored by the model (every action well-formed; for tiny
+    models, which rarely write a tag unaided); None: free generation, as in the paper."""
     max_new_tokens: int = 32
     card_chars: int = 120
     observation_chars: int = 300
@@ -93,6 +96,8 @@ class LMTrainConfig:
             (self.steps >= 1, "steps", "must be at least 1"),
             (self.max_turns >= 1, "max_turns", "must be at least 1"),
             (self.sft_steps == 0 or self.sft_data is not None, "sft_data", "is needed when sft_steps > 0"),
+            (self.constrained in (None, "choice"), "constrained", "must be `choice` or null"),
+            (not (self.use_vllm and self.constrained), "constrained", "scores actions locally: not with use_vllm"),
         ]
         for ok, name, why in checks:
             if not ok:
@@ -202,7 +207,8 @@ class GraphRollout:
         model = trainer.accelerator.unwrap_model(trainer.model)
         was_training = model.training
         model.eval()
-        graph = build_graph(self.registry, LMPolicy(self.backend(trainer), prompt=cfg.prompt, name="lm:train"))
+        policy = LMPolicy(self.backend(trainer), constrained=cfg.constrained, prompt=cfg.prompt, name="lm:train")
+        graph = build_graph(self.registry, policy)
         chosen: dict[str, Task] = {}
         out: dict[str, list] = {k: [] for k in ("prompt_ids", "completion_ids", "env_mask", "score", "cost",
                                                 "format_errors")}
@@ -320,9 +326,9 @@ def run_grpo(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[Tas
 
 
 def evaluate_lm(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[Task], config: LMTrainConfig) -> dict:
-    """Greedy accuracy of the LM router (free generation) through the graph, with its format-error rate."""
+    """Greedy accuracy of the LM router (decoded as in training) through the graph, with its format-error rate."""
     policy = LMPolicy(TransformersLM(model, tokenizer, temperature=0.0, max_new_tokens=config.max_new_tokens),
-                      prompt=config.prompt, name="lm:eval")
+                      constrained=config.constrained, prompt=config.prompt, name="lm:eval")
     graph = build_graph(registry, policy)
     scores, errors, answered = [], 0, 0
     context = MaestroContext(max_turns=config.max_turns, max_cost=config.max_cost)

@@ -1,0 +1,88 @@
+"""Trajectory export from a real `maestro predict` run: TRL conversational records (tags and tool calls) and the
+verl parquet layout, both loaded back with `datasets`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import REAL, real_tasks
+from maestro_graph.cli import app
+from maestro_graph.policy.lm import parse_action, system_prompt
+from maestro_graph.types import Answer, Invoke
+
+TASKS = REAL / "tables" / "tasks.jsonl"
+runner = CliRunner()
+
+
+def _ok(args: list[str]) -> str:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.fixture(scope="module")
+def predictions(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("pred") / "pred.jsonl"
+    _ok(["predict", "--tasks", str(TASKS), "--out", str(out), "--policy", "rules", "--limit", "3", "--workers", "1"])
+    return out
+
+
+def test_trl_export_loads_with_datasets_and_renders_the_router_conversation(predictions, tmp_path, registry):
+    from datasets import load_dataset
+
+    out = tmp_path / "trl.jsonl"
+    _ok(["export", "--from", str(predictions), "--tasks", str(TASKS), "--format", "trl", "--out", str(out),
+         "--cost-weight", "0.1"])
+    data = load_dataset("json", data_files=str(out), split="train")
+    preds = [json.loads(line) for line in predictions.read_text().splitlines()]
+    assert len(data) == len(preds) == 3
+    for record, pred, task in zip(data, preds, real_tasks("tables")):
+        messages = record["messages"]
+        assert messages[0] == {"role": "system", "content": system_prompt(registry.pairs(), 4)}
+        assert task.question in messages[1]["content"] and "<image 1>" in messages[1]["content"]
+        assert record["image_refs"] == [str(Path(p).resolve()) for p in task.images]
+        actions = [parse_action(m["content"]) for m in messages[2:] if m["role"] == "assistant"]
+        calls = [a for a in actions if isinstance(a, Invoke)]
+        assert [c.pair for c in calls] == [f"{s['model']}@@{s['skill']}" for s in pred["steps"]]
+        infos = [m["content"] for m in messages[2:] if m["role"] == "user"]
+        assert len(infos) == len(pred["steps"]) and all(i.startswith("<information>") for i in infos)
+        assert any("evidence:" in i for i in infos)  # the observation was recovered (re-run through the cache)
+        if pred["stop_reason"] == "policy":
+            assert actions[-1] == Answer(pred["answer"])
+        assert record["score"] == pred["score"]
+        assert record["reward"] == pytest.approx(pred["score"] - 0.1 * record["cost"] - 0.5 * record["format_errors"])
+
+
+def test_tool_call_form_and_verl_parquet(predictions, tmp_path):
+    from datasets import load_dataset
+
+    tools = tmp_path / "tools.jsonl"
+    _ok(["export", "--from", str(predictions), "--tasks", str(TASKS), "--format", "trl", "--tool-calls",
+         "--out", str(tools)])
+    record = json.loads(tools.read_text().splitlines()[0])
+    assert record["tools"][0]["function"]["name"] == "search"
+    calls = [m for m in record["messages"] if m.get("tool_calls")]
+    assert calls and calls[0]["tool_calls"][0]["function"]["arguments"]["pair"].count("@@") == 1
+    assert [m["role"] for m in record["messages"]].count("tool") == len(calls)
+
+    parquet = tmp_path / "verl.parquet"
+    _ok(["export", "--from", str(predictions), "--tasks", str(TASKS), "--format", "verl", "--out", str(parquet)])
+    rows = load_dataset("parquet", data_files=str(parquet), split="train")
+    assert set(rows.column_names) == {"data_source", "prompt", "ability", "reward_model", "extra_info", "images"}
+    task = real_tasks("tables")[0]
+    row = rows[0]
+    assert row["data_source"] == task.source and row["reward_model"] == {"style": "rule", "ground_truth": task.answer}
+    assert [m["role"] for m in row["prompt"]] == ["system", "user"] and "<image>" in row["prompt"][1]["content"]
+    assert row["images"][0]["image"].startswith("file://") and row["extra_info"]["id"] == task.id
+    assert json.loads(row["extra_info"]["trajectory"])[0]["role"] == "system"
+
+
+def test_export_refuses_records_from_another_task_file(predictions, tmp_path):
+    other = REAL / "charts" / "tasks.jsonl"
+    result = runner.invoke(app, ["export", "--from", str(predictions), "--tasks", str(other), "--out",
+                                 str(tmp_path / "x.jsonl")])
+    assert result.exit_code == 2 and "is not in" in result.output
