@@ -30,6 +30,12 @@ console = Console()
 err = Console(stderr=True)
 
 RegistryOpt = typer.Option(None, "--registry", "-r", help="Registry config YAML (default: the packaged local one).")
+MaxTurnsOpt = typer.Option(4, min=1, help="Most expert calls per episode before answering.")
+MaxCostOpt = typer.Option(10.0, min=0, help="Cost budget of an episode, in card cost units.")
+LimitOpt = typer.Option(None, min=1, help="Only the first N items.")
+WorkersOpt = typer.Option(2, min=1, help="Episodes run at once (per-model limits still apply).")
+CacheDirOpt = typer.Option(Path(".maestro-cache"), help="Persistent cache of expert calls and skill steps.")
+NoCacheOpt = typer.Option(False, "--no-cache", help="Call every expert afresh.")
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -62,8 +68,8 @@ def ask(
     policy: Optional[str] = typer.Option(None, "--policy", "-p",
                                          help="neural (default once trained) | rules | random | fixed:MODEL@@SKILL"),
     registry: Optional[Path] = RegistryOpt,
-    max_turns: int = typer.Option(4, min=1, help="Most expert calls before answering."),
-    max_cost: float = typer.Option(10.0, min=0, help="Cost budget of the episode, in card cost units."),
+    max_turns: int = MaxTurnsOpt,
+    max_cost: float = MaxCostOpt,
     as_json: bool = typer.Option(False, "--json", help="Print the answer and trace as JSON."),
     checkpoint_db: Optional[Path] = typer.Option(None, help="SQLite file to checkpoint the episode in."),
     thread: Optional[str] = typer.Option(None, help="Thread id for the checkpoint (with --checkpoint-db)."),
@@ -132,12 +138,12 @@ def predict(
     out: Path = typer.Option(..., "--out", "-o", help="Prediction file to write (JSONL)."),
     policy: str = typer.Option("rules", "--policy", "-p", help="rules | random | fixed:MODEL@@SKILL | oracle"),
     registry: Optional[Path] = RegistryOpt,
-    max_turns: int = typer.Option(4, min=1),
-    max_cost: float = typer.Option(10.0, min=0),
-    limit: Optional[int] = typer.Option(None, min=1, help="Only the first N items."),
-    workers: int = typer.Option(2, min=1, help="Episodes run at once (per-model limits still apply)."),
-    cache_dir: Path = typer.Option(Path(".maestro-cache"), help="Persistent cache of expert calls."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Call every expert afresh."),
+    max_turns: int = MaxTurnsOpt,
+    max_cost: float = MaxCostOpt,
+    limit: Optional[int] = LimitOpt,
+    workers: int = WorkersOpt,
+    cache_dir: Path = CacheDirOpt,
+    no_cache: bool = NoCacheOpt,
     resume: bool = typer.Option(False, "--resume", help="Keep the predictions already in OUT; run only the rest."),
 ) -> None:
     """Run POLICY over every item of a task file and write the prediction file; prints accuracy per source."""
@@ -176,12 +182,12 @@ def eval_(
     train_tasks: Optional[Path] = typer.Option(None, exists=True, dir_okay=False,
                                                help="Training task file for best-single, knn and classifier."),
     registry: Optional[Path] = RegistryOpt,
-    max_turns: int = typer.Option(4, min=1),
-    max_cost: float = typer.Option(10.0, min=0),
-    limit: Optional[int] = typer.Option(None, min=1, help="Only the first N items (of all files together)."),
-    workers: int = typer.Option(2, min=1, help="Episodes run at once (per-model limits still apply)."),
-    cache_dir: Path = typer.Option(Path(".maestro-cache"), help="Persistent cache of expert calls."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Call every expert afresh."),
+    max_turns: int = MaxTurnsOpt,
+    max_cost: float = MaxCostOpt,
+    limit: Optional[int] = LimitOpt,
+    workers: int = WorkersOpt,
+    cache_dir: Path = CacheDirOpt,
+    no_cache: bool = NoCacheOpt,
 ) -> None:
     """Evaluate several policies through the same graph on the same items; write a report with tables and plots."""
     _threads()
@@ -230,10 +236,10 @@ def train(
     entropy_coef: float = typer.Option(0.01, min=0),
     registry_dropout: float = typer.Option(0.15, min=0, max=0.99),
     paraphrase_prob: float = typer.Option(0.5, min=0, max=1),
-    max_turns: int = typer.Option(4, min=1),
+    max_turns: int = MaxTurnsOpt,
     seed: int = typer.Option(0),
     resume: bool = typer.Option(True, help="Continue from OUT/checkpoint.pt when it exists."),
-    cache_dir: Path = typer.Option(Path(".maestro-cache"), help="Persistent cache of expert calls."),
+    cache_dir: Path = CacheDirOpt,
 ) -> None:
     """Train the neural policy with GRPO on task files (outcome reward only); OUT/policy.pt is the result."""
     _threads()
@@ -267,7 +273,7 @@ app.add_typer(cache_app, name="cache")
 
 
 @cache_app.command("clear")
-def cache_clear(cache_dir: Path = typer.Option(Path(".maestro-cache"), help="The cache folder.")) -> None:
+def cache_clear(cache_dir: Path = CacheDirOpt) -> None:
     """Delete every cached expert call."""
     from .cache import ExpertCache
 

@@ -60,7 +60,7 @@ def test_two_grpo_steps_through_the_graph_change_the_weights(base, tmp_path):
     trainer = run_grpo(model, tokenizer, Registry.load(), real_tasks("tables")[:2], config, tmp_path)
     logs = [h for h in trainer.state.log_history if "rewards/outcome/mean" in h]
     assert trainer.state.global_step == 2 and len(logs) == 2
-    assert all("rewards/format_errors/mean" in h and "step_seconds" in h for h in logs)
+    assert all("rewards/format_errors/mean" in h and "step_time" in h for h in logs)
     assert _changed(model, before) > 0
 
 

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import yaml
-from transformers import TrainerCallback
 
 from ..errors import ConfigError
 from ..graph import MaestroContext, build_graph
@@ -275,17 +274,6 @@ def _common_args(config: LMTrainConfig, out: Path, steps: int) -> dict[str, Any]
             "save_strategy": "no", "seed": config.seed, "dataloader_num_workers": 0}
 
 
-class _StepTimer(TrainerCallback):
-    """Adds each optimiser step's wall time (`step_seconds`) to the logged metrics."""
-
-    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.start = time.perf_counter()
-
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
-        if logs is not None and hasattr(self, "start"):
-            logs["step_seconds"] = round(time.perf_counter() - self.start, 2)
-
-
 def run_sft(model: Any, tokenizer: Any, records: Sequence[dict], config: LMTrainConfig, out: Path,
             steps: int) -> Any:
     """`steps` SFT steps on the successful turns of `records`; returns the trainer."""
@@ -297,8 +285,7 @@ def run_sft(model: Any, tokenizer: Any, records: Sequence[dict], config: LMTrain
         raise ConfigError(f"no exported episode reaches score {config.sft_min_score}: nothing to warm-start on",
                           field="sft_data")
     args = SFTConfig(**_common_args(config, out, steps), max_length=2048)
-    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples), processing_class=tokenizer,
-                         callbacks=[_StepTimer()])
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples), processing_class=tokenizer)
     trainer.train()
     return trainer
 
@@ -319,8 +306,7 @@ def run_grpo(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[Tas
                       use_vllm=config.use_vllm, **({"vllm_mode": config.vllm_mode} if config.use_vllm else {}),
                       **config.extra_grpo_args)
     trainer = GRPOTrainer(model=model, reward_funcs=funcs, args=args, train_dataset=dataset,
-                          processing_class=tokenizer, rollout_func=GraphRollout(registry, by_prompt, config),
-                          callbacks=[_StepTimer()])
+                          processing_class=tokenizer, rollout_func=GraphRollout(registry, by_prompt, config))
     trainer.train()
     return trainer
 
@@ -349,7 +335,7 @@ def _plot(history: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = [k for k in ("reward", "rewards/outcome/mean", "rewards/format_errors/mean", "step_seconds")
+    keys = [k for k in ("reward", "rewards/outcome/mean", "rewards/format_errors/mean", "step_time")
             if any(k in h for h in history)]
     fig, axes = plt.subplots(1, len(keys), figsize=(3.4 * len(keys), 2.8), squeeze=False)
     for ax, key in zip(axes[0], keys):
