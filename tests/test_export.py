@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import REAL, real_tasks
 from typer.testing import CliRunner
 
-from conftest import REAL, real_tasks
 from maestro_graph.cli import app
 from maestro_graph.policy.lm import parse_action, system_prompt
 from maestro_graph.types import Answer, Invoke

@@ -7,19 +7,27 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Iterator
 
 import pytest
-
 from conftest import real_tasks
+
+from maestro_graph.errors import ConfigError
 from maestro_graph.graph import MaestroContext, build_graph
 from maestro_graph.policy import make_policy
 from maestro_graph.policy.base import ActionSpace, EpisodeView
-from maestro_graph.policy.lm import (LMPolicy, OpenAILM, PromptOptions, TransformersLM, action_regex, information,
-                                     parse_action, system_prompt)
+from maestro_graph.policy.lm import (
+    LMPolicy,
+    OpenAILM,
+    PromptOptions,
+    TransformersLM,
+    action_regex,
+    information,
+    parse_action,
+    system_prompt,
+)
 from maestro_graph.policy.lm.weights import cached_hf_folder
-from maestro_graph.errors import ConfigError
 from maestro_graph.rl.rewards import format_penalty
 from maestro_graph.runner import run_episode
 from maestro_graph.types import Answer, InvalidAction, Invoke, Step
@@ -180,7 +188,7 @@ def test_unreachable_endpoint_and_oversized_image_are_clear_errors(tmp_path):
         tiny_limit.request_body([{"role": "user", "content": "q"}], [str(big)])
 
 
-# -- the real SmolLM2-135M with the transformers backend ----------------------------------------------------------------
+# -- the real SmolLM2-135M with the transformers backend --------------------------------------------------------
 @pytest.fixture(scope="module")
 def smollm2() -> TransformersLM:
     return TransformersLM.from_source(model=str(cached_hf_folder()), max_new_tokens=24)

@@ -4,20 +4,17 @@ must change the weights."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 import torch
+from conftest import REAL, real_tasks
 from typer.testing import CliRunner
 
-from conftest import REAL, real_tasks
 from maestro_graph.cli import app
+from maestro_graph.policy.lm import conversation, final_answer_message
 from maestro_graph.policy.lm.weights import cached_hf_folder
 from maestro_graph.registry import Registry
 from maestro_graph.rl.trl_train import LMTrainConfig, run_grpo, run_sft, sft_examples, turn_tokens
 from maestro_graph.types import Step
-from maestro_graph.policy.lm import conversation, final_answer_message
 
 pytestmark = pytest.mark.slow
 TASKS = REAL / "tables" / "tasks.jsonl"

@@ -9,14 +9,14 @@ import platform
 import signal
 import subprocess
 import time
-from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import httpx
 import pytest
 import yaml
-
 from conftest import real_tasks
+from servers import ROOT, free_port
+
 from maestro_graph.graph import MaestroContext, build_graph
 from maestro_graph.policy import make_policy
 from maestro_graph.policy.lm import PromptOptions
@@ -24,7 +24,6 @@ from maestro_graph.registry import Registry
 from maestro_graph.registry.config import default_config_path
 from maestro_graph.runner import run_episode
 from maestro_graph.types import Invoke
-from servers import ROOT, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     platform.system() != "Linux" or platform.machine() != "x86_64",
@@ -50,7 +49,8 @@ def vllm_url(tmp_path_factory) -> Iterator[str]:
     try:
         while True:
             assert proc.poll() is None, f"vLLM exited with {proc.returncode}: {log.read_text()[-3000:]}"
-            assert time.perf_counter() - start < START_TIMEOUT_S, f"vLLM not up in {START_TIMEOUT_S}s: " + log.read_text()[-2000:]
+            waited = time.perf_counter() - start
+            assert waited < START_TIMEOUT_S, f"vLLM not up in {START_TIMEOUT_S}s: " + log.read_text()[-2000:]
             try:
                 if httpx.get(f"{base}/health", timeout=2).status_code == 200:
                     break

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Literal
 
 from ..errors import ConfigError
 from ..policy.lm.prompt import PromptOptions, conversation, final_answer_message
@@ -32,8 +33,15 @@ from ..tasks import Task, load_tasks
 from ..types import Invoke, Step
 from .rewards import answer_score, cost_penalty, format_penalty
 
-__all__ = ["ExportOptions", "load_episodes", "episode_messages", "trl_record", "verl_row", "export_file",
-           "SEARCH_TOOL"]
+__all__ = [
+    "SEARCH_TOOL",
+    "ExportOptions",
+    "episode_messages",
+    "export_file",
+    "load_episodes",
+    "trl_record",
+    "verl_row",
+]
 
 SEARCH_TOOL = {
     "type": "function",
@@ -75,7 +83,8 @@ def _step(raw: dict, task: Task, registry: Registry) -> Step:
     return registry.run(action, question=task.question, images=task.images, choices=task.choices)
 
 
-def load_episodes(records_file: str | Path, tasks_file: str | Path, registry: Registry) -> list[tuple[Task, EpisodeResult]]:
+def load_episodes(records_file: str | Path, tasks_file: str | Path,
+                  registry: Registry) -> list[tuple[Task, EpisodeResult]]:
     """(task, episode) for each record whose id is in the task file; an unknown id is a ConfigError."""
     tasks, problems = load_tasks(tasks_file)
     if problems:
@@ -129,7 +138,8 @@ def _reward_parts(task: Task, episode: EpisodeResult, options: ExportOptions) ->
 
 
 def _image_refs(task: Task) -> list[str]:
-    return [ref if ref.startswith(("data:", "http://", "https://")) else str(Path(ref).resolve()) for ref in task.images]
+    remote = ("data:", "http://", "https://")
+    return [ref if ref.startswith(remote) else str(Path(ref).resolve()) for ref in task.images]
 
 
 def trl_record(task: Task, episode: EpisodeResult, registry: Registry, options: ExportOptions) -> dict:
@@ -154,7 +164,8 @@ def verl_row(index: int, task: Task, episode: EpisodeResult, registry: Registry,
         "extra_info": {"index": index, "id": task.id, "question": task.question, "choices": task.choices or [],
                        "answer_type": task.answer_type, "tolerance": task.tolerance, **parts,
                        "trajectory": json.dumps(messages, ensure_ascii=False)},
-        "images": [{"image": ref if ref.startswith(("data:", "http")) else f"file://{ref}"} for ref in _image_refs(task)],
+        "images": [{"image": ref if ref.startswith(("data:", "http")) else f"file://{ref}"}
+                   for ref in _image_refs(task)],
     }
 
 

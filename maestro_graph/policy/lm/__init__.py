@@ -6,11 +6,11 @@ from .policy import LM_POLICY_NAMES, LMConfig, LMPolicy, action_regex, action_te
 from .prompt import PromptOptions, conversation, final_answer_message, information, system_prompt, user_text
 
 __all__ = [
+    "LM_POLICY_NAMES",
     "BackendError",
     "LMBackend",
     "LMConfig",
     "LMPolicy",
-    "LM_POLICY_NAMES",
     "OpenAILM",
     "PromptOptions",
     "TransformersLM",

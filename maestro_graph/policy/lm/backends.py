@@ -12,16 +12,20 @@ import io
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ...errors import MaestroError
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["BackendError", "LMBackend", "TransformersLM", "OpenAILM", "STOP_STRINGS"]
+__all__ = ["STOP_STRINGS", "BackendError", "LMBackend", "OpenAILM", "TransformersLM"]
 
+REGEX_MIN_TOKENS = 160
+"""Token limit of a regex-constrained request: the action counts only once its closing tag is written, and the
+longest action the regex admits (see `action_regex`) is about 160 characters."""
 STOP_STRINGS = ("</search>", "</answer>")
 """Generation stops after the first closed action (the parser executes only the first one anyway)."""
 
@@ -55,7 +59,7 @@ class TransformersLM:
 
     @classmethod
     def from_source(cls, model: str | None = None, gguf_package: str | None = None, gguf_file: str | None = None,
-                    **kwargs: Any) -> "TransformersLM":
+                    **kwargs: Any) -> TransformersLM:
         from ...experts.transformers_chat import TransformersChatExpert
 
         reason = TransformersChatExpert.unavailable_reason(model=model, gguf_package=gguf_package, gguf_file=gguf_file)
@@ -149,10 +153,10 @@ class OpenAILM:
 
     def __post_init__(self) -> None:
         self.url = self.base_url.rstrip("/") + "/chat/completions"
-        self._client: "httpx.Client | None" = None
+        self._client: httpx.Client | None = None
         self._lock = threading.Lock()
 
-    def _http(self) -> "httpx.Client":
+    def _http(self) -> httpx.Client:
         import httpx
 
         with self._lock:
@@ -194,6 +198,7 @@ class OpenAILM:
             body["structured_outputs"] = {"choice": list(choices)}
         elif regex is not None:
             body["structured_outputs"] = {"regex": regex}
+            body["max_tokens"] = max(self.max_tokens, REGEX_MIN_TOKENS)
         else:
             body["stop"] = list(STOP_STRINGS)
         return body

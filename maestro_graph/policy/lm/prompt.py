@@ -10,15 +10,22 @@ exported trajectories, so they cannot drift apart.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ...registry import Pair
 from ...types import Step
 from .parser import answer_text, search_text
 
-__all__ = ["PromptOptions", "system_prompt", "user_text", "information", "assistant_text", "conversation",
-           "final_answer_message"]
+__all__ = [
+    "PromptOptions",
+    "assistant_text",
+    "conversation",
+    "final_answer_message",
+    "information",
+    "system_prompt",
+    "user_text",
+]
 
 
 @dataclass(frozen=True)

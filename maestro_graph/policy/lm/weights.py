@@ -13,7 +13,7 @@ import argparse
 import os
 from pathlib import Path
 
-__all__ = ["export_hf_folder", "cached_hf_folder", "models_dir"]
+__all__ = ["cached_hf_folder", "export_hf_folder", "models_dir"]
 
 
 def models_dir() -> Path:
