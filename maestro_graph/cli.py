@@ -136,7 +136,9 @@ def ask(
 def predict(
     tasks: Path = typer.Option(..., "--tasks", "-t", exists=True, dir_okay=False, help="Task file (JSONL)."),
     out: Path = typer.Option(..., "--out", "-o", help="Prediction file to write (JSONL)."),
-    policy: str = typer.Option("rules", "--policy", "-p", help="rules | random | fixed:MODEL@@SKILL | oracle"),
+    policy: Optional[str] = typer.Option(None, "--policy", "-p",
+                                         help="neural (default once trained) | rules | random | fixed:MODEL@@SKILL | "
+                                              "lm:... | oracle"),
     registry: Optional[Path] = RegistryOpt,
     max_turns: int = MaxTurnsOpt,
     max_cost: float = MaxCostOpt,
@@ -149,9 +151,10 @@ def predict(
     """Run POLICY over every item of a task file and write the prediction file; prints accuracy per source."""
     _threads()
     from .graph import MaestroContext
-    from .policy import make_policy
+    from .policy import DEFAULT_POLICY, make_policy
     from .runner import predict as run_predict
 
+    policy = policy or DEFAULT_POLICY
     reg = _registry(registry, None if no_cache else cache_dir)
     if policy != "oracle":
         try:
