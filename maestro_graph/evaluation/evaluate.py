@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from ..scoring import score
 from ..tasks import Task, TaskProblem, load_tasks
 from .outcomes import PairOutcomes, measure_pairs
 
-__all__ = ["PolicyResult", "EvalRun", "evaluate", "load_task_files"]
+__all__ = ["PolicyResult", "EvalRun", "evaluate", "file_stem", "load_task_files"]
 
 
 @dataclass
@@ -144,11 +145,15 @@ def _record(task: Task, episode: EpisodeResult) -> dict:
     return record
 
 
+def file_stem(policy: str) -> str:
+    """A file-name-safe form of a policy name (`fixed:a@@b` -> `fixed_a__b`, paths flattened)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", policy.replace("@@", "__"))
+
+
 def write_predictions(run: EvalRun, out_dir: Path) -> None:
     pred_dir = out_dir / "predictions"
     pred_dir.mkdir(parents=True, exist_ok=True)
     for result in run.results:
-        name = result.policy.replace(":", "_").replace("@@", "__").replace("/", "_")
-        with (pred_dir / f"{name}.jsonl").open("w", encoding="utf-8") as fh:
+        with (pred_dir / f"{file_stem(result.policy)}.jsonl").open("w", encoding="utf-8") as fh:
             for record in result.records:
                 fh.write(json.dumps(record, ensure_ascii=False) + "\n")

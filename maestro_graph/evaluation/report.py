@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .evaluate import EvalRun, write_predictions
+from .evaluate import EvalRun, file_stem, write_predictions
 
 __all__ = ["write_report"]
 
@@ -110,8 +110,7 @@ def _plots(metrics: dict, sources: list[str], out_dir: Path) -> list[Path]:
         ax.set_title(f"routing of {policy}: share of episodes calling each pair")
         fig.colorbar(im, ax=ax)
         fig.tight_layout()
-        name = policy.replace(":", "_").replace("@@", "__")
-        paths.append(out_dir / f"routing_{name}.png")
+        paths.append(out_dir / f"routing_{file_stem(policy)}.png")
         fig.savefig(paths[-1], dpi=110)
         plt.close(fig)
     return paths
