@@ -31,10 +31,11 @@ def main() -> None:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--capability", default="barcode", help="capability whose models and skills are held out")
+    parser.add_argument("--registry", default=None)
     parser.add_argument("--cache-dir", default=".maestro-cache")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    full = Registry.load(cache=ExpertCache(args.cache_dir))
+    full = Registry.load(args.registry, cache=ExpertCache(args.cache_dir))
     held_models = {name for name, h in full.models.items() if args.capability in h.card.capabilities}
     held_skills = {s.name for s in full.skills.values() if args.capability in s.requires}
     before = full.without(models=held_models, skills=held_skills)
