@@ -25,6 +25,20 @@ MAX_ERROR_BODY = 300
 """Characters of an error response's body quoted in the ExpertError."""
 
 
+def http_client(api_key_env: str | None, timeout_s: float) -> "httpx.Client":
+    """An HTTP client for an OpenAI-compatible endpoint, with the bearer key read from `api_key_env` when set;
+    KeyError (with the message) when that variable is empty. Shared by the expert and the LM policy backend."""
+    import httpx
+
+    headers = {}
+    if api_key_env:
+        key = os.environ.get(api_key_env)
+        if not key:
+            raise KeyError(f"environment variable {api_key_env} (the API key) is not set")
+        headers["Authorization"] = f"Bearer {key}"
+    return httpx.Client(headers=headers, timeout=timeout_s)
+
+
 class OpenAIChatExpert:
     """POSTs `{base_url}/chat/completions`. The HTTP client (a connection pool, safe to share between threads) is
     created on the first call."""
@@ -48,17 +62,12 @@ class OpenAIChatExpert:
         self._lock = threading.Lock()
 
     def _http(self) -> "httpx.Client":
-        import httpx
-
         with self._lock:
             if self._client is None:
-                headers = {}
-                if self.api_key_env:
-                    key = os.environ.get(self.api_key_env)
-                    if not key:
-                        raise ExpertError(f"environment variable {self.api_key_env} (the API key) is not set")
-                    headers["Authorization"] = f"Bearer {key}"
-                self._client = httpx.Client(headers=headers, timeout=self.timeout_s)
+                try:
+                    self._client = http_client(self.api_key_env, self.timeout_s)
+                except KeyError as exc:
+                    raise ExpertError(exc.args[0]) from exc
             return self._client
 
     def request_body(self, messages: list[dict]) -> dict[str, Any]:

@@ -9,7 +9,6 @@ with exponential backoff and then raises `BackendError`, which the policy turns 
 from __future__ import annotations
 
 import io
-import os
 import threading
 import time
 from collections.abc import Sequence
@@ -157,17 +156,14 @@ class OpenAILM:
         self._lock = threading.Lock()
 
     def _http(self) -> httpx.Client:
-        import httpx
+        from ...experts.openai_chat import http_client
 
         with self._lock:
             if self._client is None:
-                headers = {}
-                if self.api_key_env:
-                    key = os.environ.get(self.api_key_env)
-                    if not key:
-                        raise BackendError(f"environment variable {self.api_key_env} (the API key) is not set")
-                    headers["Authorization"] = f"Bearer {key}"
-                self._client = httpx.Client(headers=headers, timeout=self.timeout_s)
+                try:
+                    self._client = http_client(self.api_key_env, self.timeout_s)
+                except KeyError as exc:
+                    raise BackendError(exc.args[0]) from exc
             return self._client
 
     def image_url(self, ref: str) -> str:
