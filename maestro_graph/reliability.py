@@ -32,7 +32,6 @@ from .policy import make_policy
 from .questions import MAX_QUESTION_CHARS
 from .registry import Registry, load_config, load_skill
 from .runner import run_episode, run_tasks
-from .scoring import score
 from .tasks import Task, load_tasks
 from .types import Invoke
 
@@ -271,7 +270,7 @@ def _episodes(items: list[Task], n: int) -> list[Task]:
 
 
 def _score(task: Task, answer: str | None) -> float:
-    return score(answer, task.answer or "", task.answer_type, tolerance=task.tolerance, choices=task.choices)
+    return task.score(answer)
 
 
 def _cause(error: str) -> str:

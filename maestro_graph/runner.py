@@ -18,7 +18,6 @@ from .graph import MaestroContext, build_graph
 from .evaluation.outcomes import PairOutcomes
 from .policy import OraclePolicy, make_policy
 from .registry import Registry
-from .scoring import score
 from .tasks import Task, TaskProblem, load_tasks
 from .types import Step
 
@@ -88,8 +87,7 @@ def run_episode(
 
 
 def _judge(task: Task):
-    return lambda candidate: score(candidate, task.answer or "", task.answer_type, tolerance=task.tolerance,
-                                   choices=task.choices) >= 1.0
+    return lambda candidate: task.score(candidate) >= 1.0
 
 
 @dataclass
@@ -182,8 +180,7 @@ def predict(
         for task, result in run_tasks(registry, tasks, policy, context=context, workers=workers):
             record = result.prediction(task.id)
             if task.answer is not None:
-                record["score"] = score(result.answer, task.answer, task.answer_type, tolerance=task.tolerance,
-                                        choices=task.choices)
+                record["score"] = task.score(result.answer)
                 summary.by_source[task.source or "unknown"].append(record["score"])
             summary.failed += result.error is not None
             out.write(json.dumps(record, ensure_ascii=False) + "\n")

@@ -14,6 +14,7 @@ from typing import Any, Literal, Sequence
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from .registry.config import first_validation_problem
+from .scoring import score
 
 __all__ = ["Task", "TaskProblem", "load_tasks", "ANSWER_TYPES"]
 
@@ -33,6 +34,12 @@ class Task(BaseModel):
     source: str | None = None
     domain: str | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
+
+    def score(self, prediction: str | None) -> float:
+        """The prediction scored against this item's answer key (0.0 when the item has none)."""
+        if self.answer is None:
+            return 0.0
+        return score(prediction, self.answer, self.answer_type, tolerance=self.tolerance, choices=self.choices)
 
     @field_validator("answer", mode="before")
     @classmethod

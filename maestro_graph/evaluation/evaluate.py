@@ -16,7 +16,6 @@ from ..graph import MaestroContext
 from ..policy import TRAINED_POLICIES
 from ..registry import Registry
 from ..runner import EpisodeResult, run_tasks
-from ..scoring import score
 from ..tasks import Task, TaskProblem, load_tasks
 from .outcomes import PairOutcomes, measure_pairs
 
@@ -138,8 +137,7 @@ def _run_policy(registry: Registry, tasks: list[Task], policy: str, context: Mae
 
 def _record(task: Task, episode: EpisodeResult) -> dict:
     record = episode.prediction(task.id)
-    record["score"] = score(episode.answer, task.answer or "", task.answer_type, tolerance=task.tolerance,
-                            choices=task.choices) if task.answer is not None else 0.0
+    record["score"] = task.score(episode.answer)
     record["source"] = task.source or "unknown"
     record["domain"] = task.domain or "unknown"
     return record

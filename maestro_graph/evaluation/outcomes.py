@@ -14,7 +14,6 @@ import numpy as np
 from tqdm import tqdm
 
 from ..registry import Registry
-from ..scoring import score
 from ..tasks import Task
 from ..types import Invoke, split_pair
 
@@ -65,8 +64,7 @@ def measure_pairs(registry: Registry, tasks: list[Task], *, workers: int = 2, pr
         for pair in pairs:
             model, skill = split_pair(pair)
             step = registry.run(Invoke(model, skill), question=task.question, images=task.images, choices=task.choices)
-            scores.append(score(step.answer, task.answer or "", task.answer_type, tolerance=task.tolerance,
-                                choices=task.choices))
+            scores.append(task.score(step.answer))
             costs.append(step.cost)
         return scores, costs
 

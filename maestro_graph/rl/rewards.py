@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Callable
 
 from ..runner import EpisodeResult
-from ..scoring import score
 from ..tasks import Task
 
 __all__ = ["RewardFn", "answer_score", "cost_penalty", "format_penalty", "total_reward", "lm_reward"]
@@ -15,7 +14,7 @@ RewardFn = Callable[[Task, EpisodeResult], float]
 
 
 def answer_score(task: Task, episode: EpisodeResult) -> float:
-    return score(episode.answer, task.answer or "", task.answer_type, tolerance=task.tolerance, choices=task.choices)
+    return task.score(episode.answer)
 
 
 def cost_penalty(task: Task, episode: EpisodeResult) -> float:

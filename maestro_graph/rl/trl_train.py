@@ -30,7 +30,6 @@ from ..policy.lm.policy import LMPolicy
 from ..policy.lm.prompt import PromptOptions, conversation
 from ..registry import Registry
 from ..runner import run_episode
-from ..scoring import score
 from ..tasks import Task
 from .export import ExportOptions, episode_messages
 from .rewards import answer_score, cost_penalty, format_penalty
@@ -334,8 +333,7 @@ def evaluate_lm(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[
     context = MaestroContext(max_turns=config.max_turns, max_cost=config.max_cost)
     for task in tasks:
         episode = run_episode(graph, task.question, task.images, task.choices, context=context)
-        scores.append(score(episode.answer, task.answer or "", task.answer_type, tolerance=task.tolerance,
-                            choices=task.choices))
+        scores.append(task.score(episode.answer))
         errors += int(-format_penalty(task, episode))
         answered += episode.stop_reason == "policy"
     n = max(1, len(tasks))
