@@ -7,7 +7,7 @@ from PIL import Image
 from maestro_graph.experts.protocols import TextBox
 from maestro_graph.types import SkillResult
 
-from .tablelib.image import OCR_SCALE, clean_for_ocr
+from .tablelib.image import clean_for_ocr, ocr_scale
 from .tablelib.layout import Table, build_table, merge_readings
 from .tablelib.solve import solve
 
@@ -27,7 +27,8 @@ def read_table(ctx) -> Table:
     table = build_table(boxes)
     if table.complete:
         return table
-    return build_table(merge_readings(boxes, _read(ctx, clean_for_ocr(ctx.image), OCR_SCALE)))
+    scale = ocr_scale(ctx.image)
+    return build_table(merge_readings(boxes, _read(ctx, clean_for_ocr(ctx.image, scale), scale)))
 
 
 def run(ctx) -> SkillResult:

@@ -11,14 +11,20 @@ import cv2
 import numpy as np
 from PIL import Image
 
-__all__ = ["clean_for_ocr", "OCR_SCALE"]
+__all__ = ["clean_for_ocr", "ocr_scale"]
 
-OCR_SCALE = 3  # enlargement factor; boxes found on the cleaned image are divided by it
+OCR_SCALE = 3  # enlargement factor for small tables; boxes found on the cleaned image are divided by it
+MAX_CLEAN_SIDE = 2400  # px: enlarging past this adds OCR time (quadratic) but no legibility; large pages stay 1x
 _INK_THRESHOLD = 15  # grey-level difference from the background that counts as ink when finding grid lines
 _LINE_LENGTH = 25  # px (before scaling): ink runs at least this long and one pixel thin are grid lines
 
 
-def clean_for_ocr(image: Image.Image, scale: int = OCR_SCALE) -> Image.Image:
+def ocr_scale(image: Image.Image) -> int:
+    """How much to enlarge `image` before the second reading: 3x for a rendered table, less for a large page."""
+    return max(1, min(OCR_SCALE, MAX_CLEAN_SIDE // max(image.size)))
+
+
+def clean_for_ocr(image: Image.Image, scale: int) -> Image.Image:
     """Enlarged, background-normalised, grid-free copy of `image` (same aspect ratio, `scale` times larger)."""
     gray = cv2.cvtColor(np.asarray(image.convert("RGB")), cv2.COLOR_RGB2GRAY)
     gray = cv2.resize(gray, None, fx=scale, fy=scale, interpolation=cv2.INTER_CUBIC)
