@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections import defaultdict
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-import numpy as np  # noqa: E402
 
 from maestro_graph.cache import ExpertCache  # noqa: E402
 from maestro_graph.evaluation.outcomes import measure_pairs  # noqa: E402
@@ -37,17 +34,11 @@ def main() -> None:
     outcomes = measure_pairs(registry, tasks, workers=args.workers)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     outcomes.save(args.out)
-    by_source: dict[str, list[int]] = defaultdict(list)
-    for i, source in enumerate(outcomes.sources):
-        by_source[source].append(i)
     print(f"{len(tasks)} items ({len(problems)} skipped), {len(outcomes.pairs)} pairs; skipped models: {args.skip_model}")
-    print(f"| source | items | best single pair | its accuracy | oracle (any pair right) |")
+    print("| source | items | best single pair | its accuracy | oracle (any pair right) |")
     print("|---|---|---|---|---|")
-    for source, idx in sorted(by_source.items()):
-        acc = outcomes.scores[idx].mean(axis=0)
-        best = int(np.argmax(acc))
-        oracle = float(outcomes.scores[idx].max(axis=1).mean())
-        print(f"| {source} | {len(idx)} | {outcomes.pairs[best]} | {acc[best]:.3f} | {oracle:.3f} |")
+    for row in outcomes.by_source():
+        print(f"| {row.source} | {row.items} | {row.best_pair} | {row.best_accuracy:.3f} | {row.oracle_accuracy:.3f} |")
     macro = outcomes.macro_accuracy()
     print(f"best single pair overall (macro over sources): {outcomes.best_single()} ({macro.max():.3f})")
 

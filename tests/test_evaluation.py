@@ -11,6 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 from maestro_graph.cli import app
+from maestro_graph.evaluation.outcomes import PairOutcomes
 from maestro_graph.registry import Registry
 from maestro_graph.runner import run_tasks
 from maestro_graph.tasks import load_tasks
@@ -68,6 +69,11 @@ def test_eval_writes_report_for_every_policy(files):
     assert (out / "accuracy_by_source.png").is_file() and (out / "accuracy_vs_cost.png").is_file()
     assert (out / "routing_knn.png").is_file() and not (out / "routing_fixed_opencv-vision__counting.png").exists()
     assert len((out / "predictions" / "knn.jsonl").read_text().splitlines()) == 2
+    trained_on = PairOutcomes.load(out / "train_outcomes.json")
+    assert trained_on.scores.shape == (2, len(trained_on.pairs)) and trained_on.best_single() == data["best_single_pair"]
+    assert "## Every pair on the training items" in report
+    assert {r.source for r in trained_on.by_source()} <= {"shapes", "codes"}
+    assert all(r.oracle_accuracy >= r.best_accuracy for r in trained_on.by_source())
 
 
 def test_training_file_cannot_be_an_evaluated_file(files):

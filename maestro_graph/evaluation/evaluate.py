@@ -72,7 +72,12 @@ class EvalRun:
     skipped: list[TaskProblem]
     train_file: str | None
     task_files: list[str]
-    best_single_pair: str | None = None
+    outcomes: PairOutcomes | None = None
+    """Every pair's score on every training item (what the trained routers were fitted on)."""
+
+    @property
+    def best_single_pair(self) -> str | None:
+        return self.outcomes.best_single() if self.outcomes else None
 
 
 def load_task_files(files: list[Path]) -> tuple[list[Task], list[TaskProblem]]:
@@ -113,7 +118,7 @@ def evaluate(
     for policy in policies:
         results.append(_run_policy(registry, tasks, policy, context, outcomes, workers, progress))
     return EvalRun(results, skipped, str(train_tasks) if train_tasks else None, [str(f) for f in task_files],
-                   outcomes.best_single() if outcomes else None)
+                   outcomes)
 
 
 def _run_policy(registry: Registry, tasks: list[Task], policy: str, context: MaestroContext | None,

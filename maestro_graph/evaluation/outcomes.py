@@ -17,7 +17,18 @@ from ..registry import Registry
 from ..tasks import Task
 from ..types import Invoke, split_pair
 
-__all__ = ["PairOutcomes", "measure_pairs"]
+__all__ = ["PairOutcomes", "SourceSummary", "measure_pairs"]
+
+
+@dataclass
+class SourceSummary:
+    """How the pairs do on one source: the best single pair, and whether any pair gets an item right."""
+
+    source: str
+    items: int
+    best_pair: str
+    best_accuracy: float
+    oracle_accuracy: float
 
 
 @dataclass
@@ -39,6 +50,18 @@ class PairOutcomes:
         for i, src in enumerate(self.sources):
             by_source[src].append(i)
         return np.mean([self.scores[idx].mean(axis=0) for idx in by_source.values()], axis=0)
+
+    def by_source(self) -> list[SourceSummary]:
+        groups: dict[str, list[int]] = defaultdict(list)
+        for i, src in enumerate(self.sources):
+            groups[src].append(i)
+        rows = []
+        for source, idx in sorted(groups.items()):
+            acc = self.scores[idx].mean(axis=0)
+            best = int(np.argmax(acc))
+            rows.append(SourceSummary(source, len(idx), self.pairs[best], float(acc[best]),
+                                      float(self.scores[idx].max(axis=1).mean())))
+        return rows
 
     def best_single(self) -> str:
         return self.pairs[int(np.argmax(self.macro_accuracy()))]

@@ -31,6 +31,12 @@ def write_report(run: EvalRun, out_dir: Path) -> dict:
     }
     (out_dir / "results.json").write_text(json.dumps(results, indent=2))
     write_predictions(run, out_dir)
+    training = ""
+    if run.outcomes is not None:
+        run.outcomes.save(out_dir / "train_outcomes.json")
+        training = _table(["source", "items", "best single pair", "its accuracy", "oracle (any pair right)"],
+                          [[r.source, str(r.items), r.best_pair, f"{r.best_accuracy:.3f}", f"{r.oracle_accuracy:.3f}"]
+                           for r in run.outcomes.by_source()])
     sources = sorted({s for m in metrics.values() for s in m["accuracy_by_source"]})
     plots = _plots(metrics, sources, out_dir)
     main = _table(
@@ -55,6 +61,8 @@ def write_report(run: EvalRun, out_dir: Path) -> dict:
         "## Accuracy per source", "", per_source, "", "## Accuracy per domain", "", per_domain, "",
         "## Plots", "", *[f"![{p.stem}]({p.name})" for p in plots], "",
     ]
+    if training:
+        text += ["## Every pair on the training items (train_outcomes.json)", "", training, ""]
     (out_dir / "report.md").write_text("\n".join(text))
     return results
 
