@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import ExpertError
 from .protocols import ChatReply, missing_package
 
-__all__ = ["TransformersChatExpert"]
+__all__ = ["TransformersChatExpert", "load_causal_lm", "resolve_model_source"]
 
 
 def _package_folder(package: str) -> Path | None:
@@ -27,7 +27,8 @@ def _package_folder(package: str) -> Path | None:
     return Path(spec.origin).parent
 
 
-def _resolve(model: str | None, gguf_package: str | None, gguf_file: str | None) -> tuple[str, str | None]:
+def resolve_model_source(model: str | None, gguf_package: str | None,
+                         gguf_file: str | None) -> tuple[str, str | None]:
     """(folder or hub id, GGUF file name or None), or ValueError saying which option is wrong and how to fix it.
 
     `gguf_package` without `gguf_file` means the only .gguf file in the package's folder; a `model` folder without
@@ -69,6 +70,22 @@ def _message_text(message: dict) -> str:
     return "\n".join(texts)
 
 
+def load_causal_lm(source: str, gguf_file: str | None = None, *, threads: int | None = None) -> tuple[Any, Any]:
+    """(tokenizer, model in eval mode) of a chat model: the one loader the chat expert, the LM router and the
+    weight export share. `source` and `gguf_file` as returned by `resolve_model_source`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if threads:
+        torch.set_num_threads(threads)
+    kwargs = {"gguf_file": gguf_file} if gguf_file else {}
+    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+    if not tokenizer.chat_template:
+        raise ExpertError(f"the tokenizer of {source} has no chat template; use an instruct model")
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, **kwargs)
+    return tokenizer, model.eval()
+
+
 class TransformersChatExpert:
     """Greedy chat with a local causal LM. `threads` sets torch's intra-op thread count when the model loads
     (process-wide: torch has one pool)."""
@@ -81,11 +98,11 @@ class TransformersChatExpert:
         max_new_tokens: int = 128,
         threads: int | None = None,
     ):
-        self.source, self.gguf_file = _resolve(model, gguf_package, gguf_file)
+        self.source, self.gguf_file = resolve_model_source(model, gguf_package, gguf_file)
         self.max_new_tokens = max_new_tokens
         self.threads = threads
         self._lock = threading.Lock()
-        self._tokenizer, self._model = self._load()
+        self._tokenizer, self._model = load_causal_lm(self.source, self.gguf_file, threads=threads)
 
     @classmethod
     def unavailable_reason(
@@ -97,7 +114,7 @@ class TransformersChatExpert:
         if missing:
             return f"Python package {missing!r} is not installed"
         try:
-            source, file = _resolve(model, gguf_package, gguf_file)
+            source, file = resolve_model_source(model, gguf_package, gguf_file)
         except ValueError as exc:
             return str(exc)
         if not Path(source).is_dir():
@@ -109,19 +126,6 @@ class TransformersChatExpert:
         if (gguf_package or file) and missing_package("accelerate"):
             return "Python package 'accelerate' is not installed (needed to load GGUF weights)"
         return None
-
-    def _load(self) -> tuple[Any, Any]:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        if self.threads:
-            torch.set_num_threads(self.threads)
-        kwargs = {"gguf_file": self.gguf_file} if self.gguf_file else {}
-        tokenizer = AutoTokenizer.from_pretrained(self.source, **kwargs)
-        if not tokenizer.chat_template:
-            raise ExpertError(f"the tokenizer of {self.source} has no chat template; use an instruct model")
-        model = AutoModelForCausalLM.from_pretrained(self.source, dtype=torch.float32, **kwargs)
-        return tokenizer, model.eval()
 
     def chat(self, messages: list[dict]) -> ChatReply:
         if not messages:

@@ -70,10 +70,9 @@ class TransformersLM:
         """(model, tokenizer), loading them on first use."""
         with self._lock:
             if self._model is None:
-                from ...experts.transformers_chat import TransformersChatExpert
+                from ...experts.transformers_chat import load_causal_lm, resolve_model_source
 
-                expert = TransformersChatExpert(**self._source)
-                self._model, self._tokenizer = expert._model, expert._tokenizer
+                self._tokenizer, self._model = load_causal_lm(*resolve_model_source(**self._source))
             return self._model, self._tokenizer
 
     def _prompt_ids(self, messages: list[dict]) -> Any:

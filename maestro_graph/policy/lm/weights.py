@@ -26,10 +26,9 @@ def export_hf_folder(out_dir: str | Path, *, model: str | None = None, gguf_pack
     import torch
     from transformers import AutoModelForCausalLM
 
-    from ...experts.transformers_chat import TransformersChatExpert
+    from ...experts.transformers_chat import load_causal_lm, resolve_model_source
 
-    expert = TransformersChatExpert(model=model, gguf_package=gguf_package, gguf_file=gguf_file)
-    loaded, tokenizer = expert._model, expert._tokenizer
+    tokenizer, loaded = load_causal_lm(*resolve_model_source(model, gguf_package, gguf_file))
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # otherwise the saved config still says GGUF
