@@ -98,3 +98,17 @@ def test_text_reading_picks_what_the_question_asks(registry, tmp_path):
     assert run("What is the title of the sign?").answer == "CITY LIBRARY"
     assert run("What text is written at the bottom?").answer == "Open daily 9 to 5"
     assert run("Which word appears on the sign?", choices=["MUSEUM", "LIBRARY", "BANK"]).answer == "LIBRARY"
+
+
+def test_rapidocr_called_from_two_threads_reads_as_it_does_alone():
+    """Each thread gets its own engine: concurrent episodes read the same text as one at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from maestro_graph.experts.rapid_ocr import RapidOCRExpert
+
+    signs = [_render((420, 120), [(text, (20, 30), 40)]) for text in ("OPEN DAILY", "EXIT 42", "NO PARKING", "CAFE")]
+    expert = RapidOCRExpert(threads=1)
+    alone = [[b.text for b in expert.ocr(sign)] for sign in signs]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        together = list(pool.map(lambda sign: [b.text for b in expert.ocr(sign)], signs))
+    assert together == alone and all(alone), alone

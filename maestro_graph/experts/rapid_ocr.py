@@ -14,13 +14,14 @@ __all__ = ["RapidOCRExpert"]
 
 
 class RapidOCRExpert:
-    """PP-OCR detection + recognition. The engine loads on the first call (~1 s) and is shared."""
+    """PP-OCR detection + recognition. Each calling thread gets its own engine, loaded on its first call (~1 s): one
+    engine object is not safe to call from two threads, and one engine per thread lets concurrent episodes use
+    every core (the card's `concurrency` bounds how many run at once)."""
 
     def __init__(self, min_confidence: float = 0.3, threads: int | None = None):
         self.min_confidence = min_confidence
         self.threads = threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0) or -1
-        self._engine = None
-        self._lock = threading.Lock()
+        self._local = threading.local()
 
     @classmethod
     def unavailable_reason(cls, **_: object) -> str | None:
@@ -28,21 +29,21 @@ class RapidOCRExpert:
         return f"Python package {missing!r} is not installed" if missing else None
 
     def _get_engine(self):
-        if self._engine is None:
+        engine = getattr(self._local, "engine", None)
+        if engine is None:
             from rapidocr import RapidOCR
 
             # onnxruntime ignores OMP_NUM_THREADS: pass the thread count explicitly (-1 = all cores)
-            self._engine = RapidOCR(params={
+            engine = self._local.engine = RapidOCR(params={
                 "Global.log_level": "critical",
                 "EngineConfig.onnxruntime.intra_op_num_threads": self.threads,
                 "EngineConfig.onnxruntime.inter_op_num_threads": 1,
             })
-        return self._engine
+        return engine
 
     def ocr(self, image: Image.Image) -> list[TextBox]:
         rgb = np.asarray(image.convert("RGB"))[:, :, ::-1]  # RapidOCR takes BGR like OpenCV
-        with self._lock:  # the ONNX sessions are not re-entrant across threads for the same engine object
-            result = self._get_engine()(np.ascontiguousarray(rgb))
+        result = self._get_engine()(np.ascontiguousarray(rgb))
         if result is None or result.boxes is None or result.txts is None:
             return []
         boxes: list[TextBox] = []
