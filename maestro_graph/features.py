@@ -5,6 +5,7 @@ Only what a policy may see goes in: the question, the choices and the images (ne
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 
 import numpy as np
@@ -19,8 +20,18 @@ IMAGE_DIM = 8
 QUESTION_DIM = EMBED_DIM + IMAGE_DIM
 
 
+def _stamp(ref: str) -> tuple[int, int] | None:
+    """(modification time, size) of an image file, so a file rewritten in place is described again; None for
+    data URLs (their text is their content) and missing files."""
+    try:
+        st = os.stat(ref)
+    except (OSError, ValueError):
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
 @lru_cache(maxsize=4096)
-def _describe(ref: str) -> tuple[float, ...]:
+def _describe(ref: str, stamp: tuple[int, int] | None) -> tuple[float, ...]:
     try:
         image = load_image(ref)
     except InputError:
@@ -39,7 +50,7 @@ def image_descriptors(images: list[str] | tuple[str, ...]) -> np.ndarray:
     of the first image (zeros when there is none)."""
     if not images:
         return np.zeros(IMAGE_DIM, dtype=np.float32)
-    return np.asarray(_describe(images[0]), dtype=np.float32)
+    return np.asarray(_describe(images[0], _stamp(images[0])), dtype=np.float32)
 
 
 def question_features(questions: list[str], images: list[list[str]] | list[tuple[str, ...]],

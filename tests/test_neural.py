@@ -113,3 +113,20 @@ def test_grpo_changes_weights_and_resume_is_exact(tmp_path):
     resumed.train(progress=False)
     for key, value in straight.policy.net.state_dict().items():
         assert torch.allclose(value, resumed.policy.net.state_dict()[key], atol=1e-6), key
+
+
+def test_image_rewritten_in_place_is_described_again(tmp_path):
+    """Router features of an image path follow the file's content, not the first version seen at that path."""
+    import os
+
+    from PIL import Image
+
+    from maestro_graph.features import image_descriptors
+
+    path = tmp_path / "page.png"
+    Image.new("RGB", (64, 64), "white").save(path)
+    first = image_descriptors([str(path)])
+    Image.new("RGB", (300, 40), "red").save(path)
+    os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 1_000_000))
+    second = image_descriptors([str(path)])
+    assert second[1] > first[1] and second[5] > first[5]  # wider, and colourful where the first was white
