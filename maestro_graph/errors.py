@@ -41,7 +41,12 @@ class InvalidActionError(MaestroError):
 
 
 class ExpertError(MaestroError):
-    """An expert failed while serving a call (expert's fault)."""
+    """An expert failed while serving a call (expert's fault). `transient` marks a failure that may not recur
+    (a dropped connection, an overloaded server), which the expert's handle retries."""
+
+    def __init__(self, message: str, *, transient: bool = False):
+        self.transient = transient
+        super().__init__(message)
 
 
 class ExpertTimeout(ExpertError):

@@ -170,6 +170,57 @@ models:
     assert "TEST_MAESTRO_MISSING_KEY" in registry.invalid_reason(Invoke("locked", "general-qa"))
 
 
+class _FlakyHandler(BaseHTTPRequestHandler):
+    """Answers 503 (overloaded) to the first request, then a valid chat completion."""
+
+    calls = 0
+
+    def do_POST(self):  # noqa: N802 - the http.server naming
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        type(self).calls += 1
+        status, payload = (503, {"error": {"message": "overloaded"}}) if type(self).calls == 1 else (
+            200, {"choices": [{"message": {"role": "assistant", "content": "4"}}], "usage": {}})
+        body = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def flaky_server() -> Iterator[str]:
+    _FlakyHandler.calls = 0
+    yield from _serve(_FlakyHandler)
+
+
+def test_overloaded_server_is_retried_but_a_client_error_is_not(error_server, flaky_server, tmp_path):
+    skills = Path(__file__).resolve().parents[1] / "skills"
+    flaky = flaky_server
+    config = tmp_path / "registry.yaml"
+    card = "capabilities: [chat]\n    retries: {attempts: 3, backoff_s: 0.01}\n"
+    config.write_text(f"""
+skill_dirs: ["{skills}"]
+models:
+  - name: flaky
+    description: a remote chat model that is overloaded at first
+    backend: {{type: openai, base_url: "{flaky}", model: m}}
+    {card}
+  - name: wrong
+    description: a remote chat model that does not exist
+    backend: {{type: openai, base_url: "{error_server}", model: nope}}
+    {card}
+""")
+    registry = Registry.load(config)
+    step = registry.run(Invoke("flaky", "general-qa"), question="What is 2 + 2?", images=[])
+    assert step.error is None and step.answer == "4" and _FlakyHandler.calls == 2
+    step = registry.run(Invoke("wrong", "general-qa"), question="What is 2 + 2?", images=[])
+    assert "HTTP 404" in step.error and len(_RecordingErrorHandler.requests) == 1
+
+
 # -- general-qa on SmolLM2 -------------------------------------------------------------------------------------------
 
 

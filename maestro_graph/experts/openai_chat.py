@@ -23,6 +23,8 @@ DEFAULT_TIMEOUT_S = 120.0
 """HTTP timeout of one request; the model card's `timeout_s` still bounds the call as the episode sees it."""
 MAX_ERROR_BODY = 300
 """Characters of an error response's body quoted in the ExpertError."""
+RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+"""HTTP statuses the server may not answer next time: the error is transient and the handle retries it."""
 
 
 def http_client(api_key_env: str | None, timeout_s: float) -> "httpx.Client":
@@ -90,10 +92,11 @@ class OpenAIChatExpert:
             message = f"POST {self.url} timed out after {self.timeout_s:g}s ({exc.__class__.__name__})"
             raise ExpertTimeout(message) from exc
         except httpx.TransportError as exc:
-            raise ExpertError(f"cannot reach {self.url}: {exc.__class__.__name__}: {exc}") from exc
+            raise ExpertError(f"cannot reach {self.url}: {exc.__class__.__name__}: {exc}", transient=True) from exc
         if response.status_code >= 400:
             body = response.text.strip().replace("\n", " ")[:MAX_ERROR_BODY]
-            raise ExpertError(f"POST {self.url} returned HTTP {response.status_code} {response.reason_phrase}: {body}")
+            raise ExpertError(f"POST {self.url} returned HTTP {response.status_code} {response.reason_phrase}: {body}",
+                              transient=response.status_code in RETRYABLE_STATUS)
         return self._parse(response)
 
     def _parse(self, response: "httpx.Response") -> ChatReply:
