@@ -143,7 +143,7 @@ def build_graph(
         space = ActionSpace.build(registry, view)
         policy = resolve(context)
         dist = policy.distribution(view, space)
-        if context.greedy:
+        if context.greedy and not getattr(policy, "stochastic", False):
             action = dist.greedy()
         else:
             rng = np.random.default_rng([context.seed or 0, view.turn, len(view.question)])

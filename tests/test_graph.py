@@ -70,6 +70,14 @@ def test_budget_limits_turns(registry):
         assert result.stop_reason in {"policy", "budget"}
 
 
+def test_random_policy_samples_even_in_a_greedy_run(registry):
+    """`random` is a baseline: under the default (greedy) context it must still pick at random, per seed."""
+    graph = build_graph(registry, make_policy("random"))
+    first = {run_episode(graph, COUNT_Q, [CIRCLES], context=MaestroContext(max_turns=1, seed=seed)).steps[0].pair
+             for seed in range(12)}
+    assert len(first) >= 3, first
+
+
 @pytest.mark.parametrize("content", [b"", b"GIF89a truncated", b"\x89PNG\r\n\x1a\n" + b"\x00" * 20])
 def test_corrupt_image_ends_with_no_answer_and_says_why(graph, tmp_path, content):
     bad = tmp_path / "bad.png"

@@ -140,7 +140,9 @@ class Distribution:
 
 @runtime_checkable
 class Policy(Protocol):
-    """Anything with a name and `distribution(view, space)`."""
+    """Anything with a name and `distribution(view, space)`. A policy that is random by definition (`random`) also
+    sets `stochastic = True`: the graph then samples from it even in a greedy run, whose argmax of a uniform
+    distribution would be the first action every time."""
 
     name: str
 

@@ -44,6 +44,7 @@ class RandomPolicy:
     """Uniform over every valid action (invoking any pair or answering any candidate)."""
 
     name: str = "random"
+    stochastic: bool = True
 
     def distribution(self, view: EpisodeView, space: ActionSpace) -> Distribution:
         return Distribution.uniform(space.actions)
