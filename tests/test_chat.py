@@ -58,7 +58,22 @@ def test_smollm2_refuses_images(smollm2):
 # -- OpenAI-compatible backend ---------------------------------------------------------------------------------------
 
 
-class _RecordingErrorHandler(BaseHTTPRequestHandler):
+class _JSONHandler(BaseHTTPRequestHandler):
+    """A quiet handler that answers with JSON bodies."""
+
+    def reply_json(self, status: int, payload: dict) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+class _RecordingErrorHandler(_JSONHandler):
     """A real HTTP endpoint that records each request and answers 404 with an OpenAI-style error body."""
 
     requests: list[dict] = []
@@ -66,15 +81,7 @@ class _RecordingErrorHandler(BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802 - the http.server naming
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         type(self).requests.append({"path": self.path, "headers": dict(self.headers), "json": json.loads(body)})
-        payload = json.dumps({"error": {"message": "The model `nope` does not exist.", "code": 404}}).encode()
-        self.send_response(404)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args):
-        pass
+        self.reply_json(404, {"error": {"message": "The model `nope` does not exist.", "code": 404}})
 
 
 def _serve(handler: type) -> Iterator[str]:
@@ -170,7 +177,7 @@ models:
     assert "TEST_MAESTRO_MISSING_KEY" in registry.invalid_reason(Invoke("locked", "general-qa"))
 
 
-class _FlakyHandler(BaseHTTPRequestHandler):
+class _FlakyHandler(_JSONHandler):
     """Answers 503 (overloaded) to the first request, then a valid chat completion."""
 
     calls = 0
@@ -178,17 +185,10 @@ class _FlakyHandler(BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802 - the http.server naming
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         type(self).calls += 1
-        status, payload = (503, {"error": {"message": "overloaded"}}) if type(self).calls == 1 else (
-            200, {"choices": [{"message": {"role": "assistant", "content": "4"}}], "usage": {}})
-        body = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        if type(self).calls == 1:
+            self.reply_json(503, {"error": {"message": "overloaded"}})
+        else:
+            self.reply_json(200, {"choices": [{"message": {"role": "assistant", "content": "4"}}], "usage": {}})
 
 
 @pytest.fixture

@@ -44,19 +44,20 @@ class PairOutcomes:
     scores: np.ndarray
     costs: np.ndarray
 
-    def macro_accuracy(self) -> np.ndarray:
-        """Per pair: mean over sources of the accuracy within each source (the paper's macro average)."""
-        by_source: dict[str, list[int]] = defaultdict(list)
-        for i, src in enumerate(self.sources):
-            by_source[src].append(i)
-        return np.mean([self.scores[idx].mean(axis=0) for idx in by_source.values()], axis=0)
-
-    def by_source(self) -> list[SourceSummary]:
+    def _source_rows(self) -> dict[str, list[int]]:
+        """Row indices of each source's items, sources sorted."""
         groups: dict[str, list[int]] = defaultdict(list)
         for i, src in enumerate(self.sources):
             groups[src].append(i)
+        return dict(sorted(groups.items()))
+
+    def macro_accuracy(self) -> np.ndarray:
+        """Per pair: mean over sources of the accuracy within each source (the paper's macro average)."""
+        return np.mean([self.scores[idx].mean(axis=0) for idx in self._source_rows().values()], axis=0)
+
+    def by_source(self) -> list[SourceSummary]:
         rows = []
-        for source, idx in sorted(groups.items()):
+        for source, idx in self._source_rows().items():
             acc = self.scores[idx].mean(axis=0)
             best = int(np.argmax(acc))
             rows.append(SourceSummary(source, len(idx), self.pairs[best], float(acc[best]),
