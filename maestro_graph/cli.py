@@ -66,7 +66,7 @@ def ask(
     image: list[Path] = typer.Option([], "--image", "-i", help="An image file (repeat for several)."),
     choice: list[str] = typer.Option([], "--choice", "-c", help="A multiple-choice option (repeat)."),
     policy: Optional[str] = typer.Option(None, "--policy", "-p",
-                                         help="neural (default once trained) | rules | random | fixed:MODEL@@SKILL"),
+                                         help="rules (default) | neural | random | fixed:MODEL@@SKILL"),
     registry: Optional[Path] = RegistryOpt,
     max_turns: int = MaxTurnsOpt,
     max_cost: float = MaxCostOpt,
@@ -137,7 +137,7 @@ def predict(
     tasks: Path = typer.Option(..., "--tasks", "-t", exists=True, dir_okay=False, help="Task file (JSONL)."),
     out: Path = typer.Option(..., "--out", "-o", help="Prediction file to write (JSONL)."),
     policy: Optional[str] = typer.Option(None, "--policy", "-p",
-                                         help="neural (default once trained) | rules | random | fixed:MODEL@@SKILL | "
+                                         help="rules (default) | neural | random | fixed:MODEL@@SKILL | "
                                               "lm:... | oracle"),
     registry: Optional[Path] = RegistryOpt,
     max_turns: int = MaxTurnsOpt,
