@@ -182,8 +182,8 @@ def eval_(
     policy: list[str] = typer.Option(..., "--policy", "-p",
                                      help="rules | random | fixed:MODEL@@SKILL | best-single | knn | classifier | oracle (repeat)"),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for results.json, report.md, predictions, plots."),
-    train_tasks: Optional[Path] = typer.Option(None, exists=True, dir_okay=False,
-                                               help="Training task file for best-single, knn and classifier."),
+    train_tasks: list[Path] = typer.Option([], exists=True, dir_okay=False,
+                                           help="Training task file for best-single, knn and classifier (repeat)."),
     registry: Optional[Path] = RegistryOpt,
     max_turns: int = MaxTurnsOpt,
     max_cost: float = MaxCostOpt,
@@ -207,7 +207,7 @@ def eval_(
             make_policy(name)
         except MaestroError as exc:
             _fail(str(exc))
-    if any(p in TRAINED_POLICIES for p in policy) and train_tasks is None:
+    if any(p in TRAINED_POLICIES for p in policy) and not train_tasks:
         _fail(f"policies {[p for p in policy if p in TRAINED_POLICIES]} are trained: pass --train-tasks FILE")
     try:
         run = evaluate(reg, tasks, policy, train_tasks=train_tasks, workers=workers, limit=limit,
@@ -237,8 +237,11 @@ def train(
     lr: float = typer.Option(3e-3),
     cost_weight: float = typer.Option(0.0, min=0, help="Reward = score - cost_weight * cost."),
     entropy_coef: float = typer.Option(0.01, min=0),
+    inner_epochs: int = typer.Option(2, min=1, help="Gradient passes over each step's rollouts."),
     registry_dropout: float = typer.Option(0.15, min=0, max=0.99),
     paraphrase_prob: float = typer.Option(0.5, min=0, max=1),
+    revisit_weight: float = typer.Option(0.25, min=0.01, max=1,
+                                         help="Sampling weight of a task whose last group gave no signal (1: uniform)."),
     max_turns: int = MaxTurnsOpt,
     seed: int = typer.Option(0),
     resume: bool = typer.Option(True, help="Continue from OUT/checkpoint.pt when it exists."),
@@ -258,8 +261,10 @@ def train(
         err.print(f"[yellow]skipped[/yellow] {problem.file}:{problem.line}: {problem.error}")
     try:
         config = GRPOConfig(steps=steps, tasks_per_step=tasks_per_step, group_size=group_size, lr=lr,
-                            cost_weight=cost_weight, entropy_coef=entropy_coef, registry_dropout=registry_dropout,
-                            paraphrase_prob=paraphrase_prob, max_turns=max_turns, seed=seed)
+                            cost_weight=cost_weight, entropy_coef=entropy_coef, inner_epochs=inner_epochs,
+                            registry_dropout=registry_dropout,
+                            paraphrase_prob=paraphrase_prob, revisit_weight=revisit_weight, max_turns=max_turns,
+                            seed=seed)
         trainer = GRPOTrainer(reg, items, config, out)
         if resume and trainer.resume():
             console.print(f"resuming from {trainer.checkpoint_path} at step {trainer.step}")

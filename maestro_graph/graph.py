@@ -138,9 +138,9 @@ def build_graph(
         problem = question_problem(view.question)
         if problem:
             return Command(goto=ANSWER, update={"answer": None, "stop_reason": f"input error: {problem}"})
-        if view.turns_left <= 0 or view.cost_left <= 0:
-            return Command(goto=ANSWER, update={"answer": best_candidate(view.steps), "stop_reason": "budget"})
         space = ActionSpace.build(registry, view)
+        if view.budget_spent and len(space.answers) == 1:  # nothing left to decide
+            return Command(goto=ANSWER, update={"answer": space.answers[0].text, "stop_reason": "budget"})
         policy = resolve(context)
         dist = policy.distribution(view, space)
         if context.greedy and not getattr(policy, "stochastic", False):
@@ -148,10 +148,13 @@ def build_graph(
         else:
             rng = np.random.default_rng([context.seed or 0, view.turn, len(view.question)])
             action = dist.sample(rng)
+        if view.budget_spent and not isinstance(action, Answer):  # a policy that ignored the spent budget
+            action = Answer(best_candidate(view.steps))
         write({"event": "decision", "turn": view.turn, "policy": policy.name, "action": _describe(action),
                "log_prob": dist.log_prob(action)})
         if isinstance(action, Answer):
-            return Command(goto=ANSWER, update={"answer": action.text, "stop_reason": "policy"})
+            reason = "budget" if view.budget_spent else "policy"
+            return Command(goto=ANSWER, update={"answer": action.text, "stop_reason": reason})
         if isinstance(action, InvalidAction):  # no action at all (e.g. malformed LM output): same treatment
             step = Step(model="", skill="", input=action.text, error=action.reason, error_kind="policy")
             write({"event": "step", **step.model_dump(exclude={"calls"})})

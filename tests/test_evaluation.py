@@ -78,7 +78,8 @@ def test_eval_writes_report_for_every_policy(files):
 
 def test_training_file_cannot_be_an_evaluated_file(files):
     result = CliRunner().invoke(app, ["eval", "--tasks", str(files / "train.jsonl"), "--train-tasks",
-                                      str(files / "train.jsonl"), "--policy", "knn", "--out", str(files / "x"),
+                                      str(files / "test.jsonl"), "--train-tasks", str(files / "train.jsonl"),
+                                      "--policy", "knn", "--out", str(files / "x"),
                                       "--registry", str(files / "registry.yaml"), "--no-cache"])
     assert result.exit_code == 2 and "leak" in result.output
 

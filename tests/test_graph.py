@@ -11,8 +11,10 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 from maestro_graph.graph import MaestroContext, build_graph
 from maestro_graph.policy import make_policy
+from maestro_graph.policy.base import Distribution
 from maestro_graph.registry import Registry
 from maestro_graph.runner import run_episode
+from maestro_graph.types import Invoke
 
 ROOT = Path(__file__).resolve().parents[1]
 CIRCLES = str(ROOT / "examples" / "circles.png")
@@ -68,6 +70,34 @@ def test_budget_limits_turns(registry):
         result = run_episode(graph, COUNT_Q, [CIRCLES], context=MaestroContext(max_turns=1, greedy=False, seed=seed))
         assert len(result.steps) <= 1
         assert result.stop_reason in {"policy", "budget"}
+
+
+class _ScriptedPolicy:
+    """Calls the given pairs in order, then answers with the candidate that appeared first, whatever its support;
+    it records the action spaces it was offered."""
+
+    name = "scripted"
+
+    def __init__(self, pairs: list[str]):
+        self.pairs, self.spaces = pairs, []
+
+    def distribution(self, view, space):
+        self.spaces.append(space)
+        if view.turn < len(self.pairs):
+            return Distribution.certain(Invoke(*self.pairs[view.turn].split("@@")))
+        return Distribution.certain(space.answers[0])
+
+
+def test_spent_budget_leaves_the_answer_to_the_policy(registry):
+    """Once the turns are spent the policy is offered only the candidates, and its choice is the answer (not the
+    most confident candidate, which the counting expert's 7 would be)."""
+    policy = _ScriptedPolicy(["sympy@@arithmetic", "opencv-vision@@counting"])
+    graph = build_graph(registry, policy)
+    result = run_episode(graph, "How many circles are in the image? 2+3", [CIRCLES],
+                         context=MaestroContext(max_turns=2))
+    assert [s.answer for s in result.steps] == ["5", "7"]
+    assert result.answer == "5" and result.stop_reason == "budget"
+    assert policy.spaces[-1].pairs == () and {a.text for a in policy.spaces[-1].answers} == {"5", "7"}
 
 
 def test_random_policy_samples_even_in_a_greedy_run(registry):

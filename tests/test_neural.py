@@ -71,6 +71,11 @@ def test_checkpoint_round_trip_and_clear_errors(tmp_path, registry):
     torch.save(data, tmp_path / "other.pt")
     with pytest.raises(ConfigError, match="feature size 999"):
         NeuralPolicy.load(tmp_path / "other.pt")
+    del data["candidate_dim"]  # a checkpoint from before the answer-form features
+    data["question_dim"] = policy.state_dict()["question_dim"]
+    torch.save(data, tmp_path / "older.pt")
+    with pytest.raises(ConfigError, match="candidate_dim"):
+        NeuralPolicy.load(tmp_path / "older.pt")
 
 
 def _tiny_tasks(tmp_path: Path) -> Path:
@@ -102,17 +107,27 @@ def test_grpo_changes_weights_and_resume_is_exact(tmp_path):
     assert any(not torch.equal(before[k], after[k]) for k in before), "GRPO did not change the weights"
     assert (tmp_path / "a" / "curves.png").is_file() and len(straight.history) == 2
     assert {"reward", "accuracy", "calls", "cost", "entropy", "skipped_groups"} <= set(straight.history[0])
+    # every task is drawn each step here: those whose last group gave no signal are now drawn less often
+    assert int((straight.weights == config.revisit_weight).sum()) == straight.history[-1]["skipped_groups"]
 
     first = GRPOTrainer(registry, tasks, GRPOConfig(**{**config.__dict__, "steps": 1}), tmp_path / "b")
     first.train(progress=False)
     other = GRPOTrainer(registry, tasks, GRPOConfig(**{**config.__dict__, "lr": 0.1}), tmp_path / "b")
     with pytest.raises(ConfigError, match="another config"):
         other.resume()  # a different learning rate: refuse to mix runs
+    with pytest.raises(ConfigError, match="trained on 3 tasks"):
+        GRPOTrainer(registry, tasks[:2], config, tmp_path / "b").resume()  # other task files: refuse as well
     resumed = GRPOTrainer(registry, tasks, config, tmp_path / "b")
     assert resumed.resume() and resumed.step == 1
     resumed.train(progress=False)
     for key, value in straight.policy.net.state_dict().items():
         assert torch.allclose(value, resumed.policy.net.state_dict()[key], atol=1e-6), key
+    assert np.array_equal(straight.weights, resumed.weights)
+    # policy.pt holds the moving average of the weights, itself resumed exactly
+    shipped = NeuralPolicy.load(tmp_path / "a" / "policy.pt").net.state_dict()
+    for key, value in straight.average.items():
+        assert torch.equal(shipped[key], value) and torch.allclose(value, resumed.average[key], atol=1e-6), key
+    assert any(not torch.equal(straight.average[k], after[k]) for k in after), "the average is the last step"
 
 
 def test_image_rewritten_in_place_is_described_again(tmp_path):

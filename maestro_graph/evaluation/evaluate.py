@@ -98,7 +98,7 @@ def evaluate(
     task_files: list[Path],
     policies: list[str],
     *,
-    train_tasks: Path | None = None,
+    train_tasks: list[Path] | tuple[Path, ...] = (),
     context: MaestroContext | None = None,
     workers: int = 2,
     limit: int | None = None,
@@ -108,16 +108,19 @@ def evaluate(
     tasks = tasks[:limit] if limit else tasks
     outcomes: PairOutcomes | None = None
     if any(p in TRAINED_POLICIES for p in policies):
-        if train_tasks is None:
+        if not train_tasks:
             raise ValueError(f"policies {[p for p in policies if p in TRAINED_POLICIES]} need --train-tasks FILE")
-        if Path(train_tasks).resolve() in {Path(f).resolve() for f in task_files}:
-            raise ValueError("the training file is also an evaluated file: evaluation items would leak into training")
-        train, _ = load_tasks(train_tasks)
+        evaluated = {Path(f).resolve() for f in task_files}
+        leaked = [str(f) for f in train_tasks if Path(f).resolve() in evaluated]
+        if leaked:
+            raise ValueError(f"{leaked[0]} is both a training and an evaluated file: evaluation items would leak "
+                             "into training")
+        train, _ = load_task_files(train_tasks)
         outcomes = measure_pairs(registry, train, workers=workers, progress=progress)
     results = []
     for policy in policies:
         results.append(_run_policy(registry, tasks, policy, context, outcomes, workers, progress))
-    return EvalRun(results, skipped, str(train_tasks) if train_tasks else None, [str(f) for f in task_files],
+    return EvalRun(results, skipped, ", ".join(map(str, train_tasks)) or None, [str(f) for f in task_files],
                    outcomes)
 
 

@@ -66,6 +66,11 @@ class EpisodeView:
     def cost_left(self) -> float:
         return self.max_cost - self.cost
 
+    @property
+    def budget_spent(self) -> bool:
+        """No call may be made any more; the policy still chooses which candidate to answer with."""
+        return self.turns_left <= 0 or self.cost_left <= 0
+
     def called(self, pair: str) -> bool:
         return any(s.pair == pair for s in self.steps)
 
@@ -81,17 +86,21 @@ class EpisodeView:
 @dataclass(frozen=True)
 class ActionSpace:
     """The actions valid now: invoking any available compatible pair whose call cost fits the budget, or answering
-    with one of the candidates (or an explicit no-answer when there is none)."""
+    with one of the candidates (or an explicit no-answer when there is none). Once the budget is spent, only
+    answers."""
 
     pairs: tuple[Pair, ...]
     answers: tuple[Answer, ...]
+    registry_pairs: tuple[Pair, ...] = ()
+    """Every pair of the registry, callable now or not: the cards of the steps already taken."""
 
     @classmethod
     def build(cls, registry: Registry, view: EpisodeView) -> "ActionSpace":
-        pairs = tuple(p for p in registry.pairs() if p.model.cost.per_call <= view.cost_left)
+        every = tuple(registry.pairs())
+        pairs = () if view.budget_spent else tuple(p for p in every if p.model.cost.per_call <= view.cost_left)
         candidates = view.candidates()
         answers = tuple(Answer(c) for c in candidates) if candidates else (Answer(None),)
-        return cls(pairs, answers)
+        return cls(pairs, answers, every)
 
     @property
     def invokes(self) -> tuple[Invoke, ...]:

@@ -17,19 +17,21 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..answer_form import FORM_DIM, candidate_form, expected_form
 from ..embeddings import EMBED_DIM, embed
 from ..errors import ConfigError
 from ..features import QUESTION_DIM, question_features
 from ..registry import Pair
 from ..scoring import normalize_text
 from ..types import Answer, Invoke
-from .base import ActionSpace, Distribution, EpisodeView
+from .base import ActionSpace, Distribution, EpisodeView, best_candidate
 
 __all__ = ["NeuralConfig", "NeuralPolicy", "Scored", "HISTORY_DIM", "CHECKPOINT_FORMAT"]
 
 HISTORY_DIM = 8
 CARD_EXTRA = 4  # per-card history features plus the question-card cosine
-CAND_DIM = 5
+CAND_DIM = 5 + FORM_DIM + 1
+_HAS_FORM, _CONTRADICTS_FORM = 5 + 3, 5 + 4  # columns of the candidate features (see candidate_form)
 CHECKPOINT_FORMAT = "maestro-neural-1"
 
 
@@ -60,8 +62,9 @@ class _Net(nn.Module):
         self.model = nn.Sequential(nn.Linear(EMBED_DIM + CARD_EXTRA + 1, hidden), nn.Tanh())
         self.model_query = nn.Linear(2 * hidden, hidden)
         self.skill_cos = nn.Parameter(torch.tensor(4.0))  # prior: the question resembles the skill card
+        self.form_prior = nn.Parameter(torch.tensor(3.0))  # prior: the answer has the form the question asks for
         self.stop = nn.Sequential(nn.Linear(hidden + CAND_DIM, hidden), nn.Tanh(), nn.Linear(hidden, 1))
-        self.cand = nn.Sequential(nn.Linear(hidden + hidden + CAND_DIM, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+        self.cand = nn.Sequential(nn.Linear(3 * hidden + CAND_DIM, hidden), nn.Tanh(), nn.Linear(hidden, 1))
         self.scale = 1.0 / math.sqrt(hidden)
 
 
@@ -83,6 +86,18 @@ def _history(view: EpisodeView) -> np.ndarray:
     ], dtype=np.float32)
 
 
+@dataclass(frozen=True)
+class _ModelCard:
+    name: str
+    text: str
+    per_call: float
+    pair: str
+
+
+def _model_card(pair: Pair) -> _ModelCard:
+    return _ModelCard(pair.model.name, pair.model.description, pair.model.cost.per_call, pair.id)
+
+
 class NeuralPolicy:
     """Small and fast on CPU: one state encoding, dot products with card encodings."""
 
@@ -94,8 +109,6 @@ class NeuralPolicy:
         self.net = _Net(self.config.hidden)
         self.card_text: dict[str, str] = {}
         """Overrides of card descriptions (training paraphrases them); keyed by skill or model name."""
-        self.skill_descriptions: dict[str, str] = {}
-        """Descriptions of the skills of the registry in use, for encoding which skill produced a candidate."""
 
     # -- features --------------------------------------------------------------------------------------------------
     def _cards(self, items: list[tuple[str, str]]) -> np.ndarray:
@@ -104,7 +117,6 @@ class NeuralPolicy:
 
     def score(self, view: EpisodeView, space: ActionSpace) -> Scored:
         """Probabilities of every valid action now. Pairs already called are masked (a repeat returns the same)."""
-        self.skill_descriptions.update({p.skill.name: p.skill.description for p in space.pairs})
         pairs = [p for p in space.pairs if not view.called(p.id)]
         candidates = [a for a in space.answers if a.text is not None]
         q = question_features([view.question], [view.images], [view.choices])[0]
@@ -126,7 +138,7 @@ class NeuralPolicy:
             s_keys, s_cos = self._skill_keys(view, [(k.name, k.description) for k in skills], q_emb)
             p_skill = torch.softmax(s_keys @ h * self.net.scale + self.net.skill_cos * s_cos, dim=0)
             idx = torch.tensor([skill_pos[p.skill.name] for p in pairs])
-            m_keys = self._model_keys(view, pairs, q_emb)
+            m_keys = self._model_keys(view, [_model_card(p) for p in pairs], q_emb)
             queries = self.net.model_query(torch.cat([h.expand(len(skills), -1), s_keys], dim=1))
             logits = (m_keys * queries[idx]).sum(1) * self.net.scale
             weights = torch.exp(logits - logits.max())
@@ -134,8 +146,11 @@ class NeuralPolicy:
             parts.append((1 - p_stop) * p_skill[idx] * weights / group[idx])
             actions += [Invoke(p.model.name, p.skill.name) for p in pairs]
         if candidates:
-            producers, _ = self._skill_keys(view, [self._producer(view, c) for c in candidates], q_emb)
+            skill_cards, model_cards = zip(*(self._producer(view, space, c) for c in candidates))
+            producers = torch.cat([self._skill_keys(view, list(skill_cards), q_emb)[0],
+                                   self._model_keys(view, list(model_cards), q_emb)], dim=1)
             logits = self.net.cand(torch.cat([h.expand(len(candidates), -1), producers, cand_feats], dim=1))[:, 0]
+            logits = logits + self.net.form_prior * (cand_feats[:, _HAS_FORM] - cand_feats[:, _CONTRADICTS_FORM])
             parts.append(p_stop * torch.softmax(logits, dim=0))
             actions += candidates
         elif not pairs:
@@ -156,41 +171,55 @@ class NeuralPolicy:
         feats = np.hstack([emb, extra, cos[:, None]]).astype(np.float32)
         return self.net.skill(torch.from_numpy(feats)), torch.from_numpy(cos.astype(np.float32))
 
-    def _model_keys(self, view: EpisodeView, pairs: list[Pair], q_emb: np.ndarray) -> torch.Tensor:
-        emb = self._cards([(p.model.name, p.model.description) for p in pairs])
-        extra = np.asarray([[sum(s.model == p.model.name for s in view.steps) / 2,
-                             float(any(s.model == p.model.name and s.error for s in view.steps)),
-                             math.log1p(p.model.cost.per_call), 0.0, float(view.called(p.id))] for p in pairs],
+    def _model_keys(self, view: EpisodeView, cards: list[_ModelCard], q_emb: np.ndarray) -> torch.Tensor:
+        """Encodings of model cards (one per pair) with their history in this episode."""
+        emb = self._cards([(c.name, c.text) for c in cards])
+        extra = np.asarray([[sum(s.model == c.name for s in view.steps) / 2,
+                             float(any(s.model == c.name and s.error for s in view.steps)),
+                             math.log1p(c.per_call), 0.0, float(view.called(c.pair))] for c in cards],
                            dtype=np.float32)
         extra[:, 3] = emb @ q_emb
         return self.net.model(torch.from_numpy(np.hstack([emb, extra]).astype(np.float32)))
 
-    def _producer(self, view: EpisodeView, candidate: Answer) -> tuple[str, str]:
-        """The card of the skill that first produced a candidate (its name stands in when the card is unknown)."""
+    def _producer(self, view: EpisodeView, space: ActionSpace, candidate: Answer
+                  ) -> tuple[tuple[str, str], _ModelCard]:
+        """The skill and model cards of the pair that first produced a candidate (names stand in for the cards of a
+        pair the registry no longer has)."""
         key = normalize_text(candidate.text or "")
         step = next(s for s in view.steps if s.answer is not None and normalize_text(s.answer) == key)
-        return step.skill, self.skill_descriptions.get(step.skill, step.skill)
+        pair = next((p for p in space.registry_pairs if p.id == step.pair), None)
+        if pair is None:
+            return (step.skill, step.skill), _ModelCard(step.model, step.model, 0.0, step.pair)
+        return (pair.skill.name, pair.skill.description), _model_card(pair)
 
     def _candidate_features(self, view: EpisodeView, candidates: list[Answer]) -> torch.Tensor:
+        """Support and confidence of each candidate, whether it has the form the question asks for, and whether it is
+        the one the vote-then-confidence rule (`best_candidate`) would answer: a default that the policy learns when
+        to overrule, and the one it leans on between experts it has never seen."""
         answered = [s for s in view.steps if not s.error and s.answer is not None]
+        expected = expected_form(view.question, view.choices)
+        consensus = normalize_text(best_candidate(view.steps) or "")
         rows = []
         for c in candidates:
             key = normalize_text(c.text or "")
             support = [s for s in answered if normalize_text(s.answer) == key]
             rows.append([len(support) / max(1, len(answered)), len(support) / 4,
                          max(s.confidence for s in support), float(np.mean([s.confidence for s in support])),
-                         float(bool(answered) and normalize_text(answered[-1].answer) == key)])
+                         float(bool(answered) and normalize_text(answered[-1].answer) == key),
+                         *candidate_form(c.text or "", expected, view.choices),
+                         float(key == consensus)])
         return torch.tensor(rows, dtype=torch.float32) if rows else torch.zeros((0, CAND_DIM))
 
     # -- the policy protocol -----------------------------------------------------------------------------------------
     def distribution(self, view: EpisodeView, space: ActionSpace) -> Distribution:
-        with torch.no_grad():
+        with torch.inference_mode():
             return self.score(view, space).distribution()
 
     # -- checkpoints -------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"format": CHECKPOINT_FORMAT, "config": asdict(self.config), "embed_dim": EMBED_DIM,
-                "question_dim": QUESTION_DIM, "history_dim": HISTORY_DIM, "net": self.net.state_dict()}
+                "question_dim": QUESTION_DIM, "history_dim": HISTORY_DIM, "candidate_dim": CAND_DIM,
+                "net": self.net.state_dict()}
 
     def save(self, path: str | Path, extra: dict | None = None) -> None:
         path = Path(path)
@@ -211,7 +240,8 @@ class NeuralPolicy:
             raise ConfigError(f"corrupt policy checkpoint ({exc.__class__.__name__}: {exc})", file=str(path)) from exc
         if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
             raise ConfigError(f"not a {CHECKPOINT_FORMAT} checkpoint", file=str(path), field="format")
-        for key, expected in (("embed_dim", EMBED_DIM), ("question_dim", QUESTION_DIM), ("history_dim", HISTORY_DIM)):
+        for key, expected in (("embed_dim", EMBED_DIM), ("question_dim", QUESTION_DIM), ("history_dim", HISTORY_DIM),
+                              ("candidate_dim", CAND_DIM)):
             if data.get(key) != expected:
                 raise ConfigError(f"feature size {data.get(key)} does not match this version's {expected}",
                                   file=str(path), field=key)

@@ -47,6 +47,9 @@ class GRPOConfig:
     """Reward = answer score - cost_weight * episode cost."""
     max_turns: int = 4
     max_cost: float = 10.0
+    revisit_weight: float = 0.25
+    """Sampling weight of a task whose last group scored all the same (it gave no signal then: every pair fails it,
+    or the policy already solves it every time), against 1 for the others; revisited now and then, not dropped."""
     registry_dropout: float = 0.15
     """Probability of leaving each model and each tier-1 skill out of a group's registry."""
     paraphrase_prob: float = 0.5
@@ -54,6 +57,9 @@ class GRPOConfig:
     hidden: int = 128
     seed: int = 0
     checkpoint_every: int = 10
+    ema_decay: float = 0.98
+    """policy.pt holds an exponential moving average of the weights over the steps (0: the last step's weights):
+    steadier than any one step's, whose noisy updates rest on a few informative groups."""
 
     def __post_init__(self) -> None:
         checks = [
@@ -65,7 +71,9 @@ class GRPOConfig:
             (self.cost_weight >= 0, "cost_weight", "must be >= 0 (0 ignores cost)"),
             (0 <= self.registry_dropout < 1, "registry_dropout", "must be in [0, 1)"),
             (0 <= self.paraphrase_prob <= 1, "paraphrase_prob", "must be in [0, 1]"),
+            (0 < self.revisit_weight <= 1, "revisit_weight", "must be in (0, 1]; 1 samples tasks uniformly"),
             (self.max_turns >= 1, "max_turns", "must be at least 1"),
+            (0 <= self.ema_decay < 1, "ema_decay", "must be in [0, 1); 0 keeps the last weights"),
         ]
         for ok, name, why in checks:
             if not ok:
@@ -95,11 +103,12 @@ class _Group:
 
 
 def _decisions(episode: EpisodeResult, task: Task, context: MaestroContext) -> list[tuple[EpisodeView, Action]]:
-    """The (view, action) pairs the policy chose in an episode; budget-forced answers are not decisions."""
+    """The (view, action) pairs the policy chose in an episode, including the answer it picked once the budget was
+    spent (a single candidate is no choice: its log-probability is 0 and it adds nothing)."""
     out = []
     for t, step in enumerate(episode.steps):
         out.append((_view(task, episode.steps[:t], context), Invoke(step.model, step.skill, step.input)))
-    if episode.stop_reason == "policy":
+    if episode.stop_reason in ("policy", "budget"):
         out.append((_view(task, episode.steps, context), Answer(episode.answer)))
     return out
 
@@ -132,6 +141,10 @@ class GRPOTrainer:
         self.optim = torch.optim.Adam(self.policy.net.parameters(), lr=config.lr)
         self.step = 0
         self.history: list[dict] = []
+        self.weights = np.ones(len(self.tasks))
+        """Per-task sampling weights (revisit_weight after a group without signal)."""
+        self.average = {k: v.detach().clone() for k, v in self.policy.net.state_dict().items()}
+        """The moving average of the weights (ema_decay) that policy.pt holds."""
         self.context = MaestroContext(max_turns=config.max_turns, max_cost=config.max_cost, greedy=False)
 
     # -- checkpoints -------------------------------------------------------------------------------------------------
@@ -142,8 +155,14 @@ class GRPOTrainer:
     def save(self) -> None:
         self.policy.save(self.checkpoint_path, extra={
             "trainer": {"step": self.step, "optim": self.optim.state_dict(), "history": self.history,
-                        "config": asdict(self.config)}})
-        self.policy.save(self.out / "policy.pt")
+                        "config": asdict(self.config), "weights": self.weights.tolist(), "average": self.average}})
+        self.averaged_policy().save(self.out / "policy.pt")
+
+    def averaged_policy(self) -> NeuralPolicy:
+        """The trained policy with the averaged weights (what policy.pt holds)."""
+        policy = NeuralPolicy(self.policy.config)
+        policy.net.load_state_dict(self.average)
+        return policy
 
     def resume(self) -> bool:
         """Continue from the last checkpoint under `out_dir` when there is one (same config required)."""
@@ -161,6 +180,12 @@ class GRPOTrainer:
         self.optim.load_state_dict(state["optim"])
         self.step = state["step"]
         self.history = state["history"]
+        if len(state["weights"]) != len(self.tasks):
+            raise ConfigError(f"the checkpoint was trained on {len(state['weights'])} tasks, these files hold "
+                              f"{len(self.tasks)}; use a new --out or the same task files",
+                              file=str(self.checkpoint_path), field="trainer.weights")
+        self.weights = np.asarray(state["weights"])
+        self.average = state["average"]
         return True
 
     # -- one step ----------------------------------------------------------------------------------------------------
@@ -168,7 +193,8 @@ class GRPOTrainer:
         """Sample the step's groups. Every random choice derives from (seed, step), so a resumed run repeats it."""
         cfg = self.config
         rng = np.random.default_rng([cfg.seed, self.step])
-        picks = rng.choice(len(self.tasks), size=min(cfg.tasks_per_step, len(self.tasks)), replace=False)
+        picks = rng.choice(len(self.tasks), size=min(cfg.tasks_per_step, len(self.tasks)), replace=False,
+                           p=self.weights / self.weights.sum())
         groups, rewards_all, scores_all, calls, costs = [], [], [], [], []
         skipped = 0
         for g_index, task_index in enumerate(picks):
@@ -189,6 +215,7 @@ class GRPOTrainer:
             calls += [len(e.steps) for e in episodes]
             costs += [e.cost for e in episodes]
             std = rewards.std()
+            self.weights[task_index] = cfg.revisit_weight if std < 1e-8 else 1.0
             if std < 1e-8:  # every episode scored the same: no signal, counted and left out
                 skipped += 1
                 continue
@@ -232,6 +259,9 @@ class GRPOTrainer:
             torch.stack(losses).mean().backward()
             torch.nn.utils.clip_grad_norm_(self.policy.net.parameters(), 1.0)
             self.optim.step()
+        with torch.no_grad():
+            for key, value in self.policy.net.state_dict().items():
+                self.average[key].mul_(cfg.ema_decay).add_(value, alpha=1 - cfg.ema_decay)
         self.policy.card_text = {}
         self.step += 1
         stats.update(step=self.step, entropy=float(np.mean(entropies)) if entropies else 0.0,
@@ -254,7 +284,7 @@ class GRPOTrainer:
                 self.save()
                 plot_curves(self.history, self.out / "curves.png")
         bar.close()
-        return self.policy
+        return self.averaged_policy()
 
 
 def plot_curves(history: list[dict], path: Path) -> None:

@@ -28,7 +28,7 @@ def total_reward(task: Task, episode: EpisodeResult, cost_weight: float) -> floa
 
 def format_penalty(task: Task, episode: EpisodeResult) -> float:
     """For LM routers: minus the number of outputs that were no valid action (error steps of kind "policy":
-    malformed tags, unknown or incompatible pairs) and minus one when the router never answered (the budget did)."""
+    malformed tags, unknown or incompatible pairs) and minus one when the budget, not the router, ended the episode."""
     invalid = sum(1 for s in episode.steps if s.error_kind == "policy")
     return -float(invalid + (episode.stop_reason == "budget"))
 

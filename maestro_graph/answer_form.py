@@ -1,0 +1,49 @@
+"""What form of answer a question asks for (an option, yes/no, a number), and whether a candidate answer has it.
+
+Experts answer in their own habits: a table reader returns a number even when the question asks "yes or no". A
+policy choosing among candidates needs to see that mismatch; the question's wording and options are all it uses
+(never the task's answer type, which belongs to the answer key).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Literal
+
+from .scoring import normalize_text, parse_number, score
+
+__all__ = ["FORM_DIM", "Form", "candidate_form", "expected_form"]
+
+Form = Literal["choice", "yesno", "number", "text"]
+
+FORM_DIM = 6
+
+_YES_NO_RE = re.compile(r"\b(yes or no|yes/no|true or false|true/false)\b", re.IGNORECASE)
+_POLAR_RE = re.compile(r"^\W*(is|are|was|were|do|does|did|can|could|will|would|has|have|had|should)\b", re.IGNORECASE)
+_HOW_MANY_RE = re.compile(r"\bhow (many|much)\b", re.IGNORECASE)
+_YES_NO_WORDS = {"yes", "no", "true", "false"}
+
+
+def expected_form(question: str, choices: list[str] | tuple[str, ...] | None) -> Form:
+    """Options win; then an explicit "yes or no" / "true or false" or a question that opens with an auxiliary verb;
+    then "how many" / "how much"; anything else is free text."""
+    if choices:
+        return "choice"
+    if _YES_NO_RE.search(question) or _POLAR_RE.search(question):
+        return "yesno"
+    if _HOW_MANY_RE.search(question):
+        return "number"
+    return "text"
+
+
+def candidate_form(text: str, expected: Form, choices: list[str] | tuple[str, ...] | None) -> list[float]:
+    """[is yes/no, is a short number, names an option, has the expected form, contradicts it, log word count]."""
+    words = normalize_text(text).split()
+    is_yesno = bool(words) and len(words) <= 2 and words[0] in _YES_NO_WORDS
+    is_number = 0 < len(words) <= 3 and parse_number(text) is not None
+    options = list(choices or [])
+    in_choices = any(score(text, option, "choice", choices=options) for option in options)
+    has = {"choice": in_choices, "yesno": is_yesno, "number": is_number, "text": True}[expected]
+    return [float(is_yesno), float(is_number), float(in_choices), float(has and expected != "text"),
+            float(not has), math.log1p(len(words)) / 3]
