@@ -262,9 +262,8 @@ def train(
     try:
         config = GRPOConfig(steps=steps, tasks_per_step=tasks_per_step, group_size=group_size, lr=lr,
                             cost_weight=cost_weight, entropy_coef=entropy_coef, inner_epochs=inner_epochs,
-                            registry_dropout=registry_dropout,
-                            paraphrase_prob=paraphrase_prob, revisit_weight=revisit_weight, max_turns=max_turns,
-                            seed=seed)
+                            registry_dropout=registry_dropout, paraphrase_prob=paraphrase_prob,
+                            revisit_weight=revisit_weight, max_turns=max_turns, seed=seed)
         trainer = GRPOTrainer(reg, items, config, out)
         if resume and trainer.resume():
             console.print(f"resuming from {trainer.checkpoint_path} at step {trainer.step}")
