@@ -13,11 +13,13 @@ from typing import Literal
 
 from .scoring import normalize_text, parse_number, score
 
-__all__ = ["FORM_DIM", "Form", "candidate_form", "expected_form"]
+__all__ = ["CONTRADICTS_FORM", "FORM_DIM", "HAS_FORM", "Form", "candidate_form", "expected_form"]
 
 Form = Literal["choice", "yesno", "number", "text"]
 
 FORM_DIM = 6
+HAS_FORM, CONTRADICTS_FORM = 3, 4
+"""Columns of `candidate_form`'s list: the candidate has the form the question asks for / contradicts it."""
 
 _YES_NO_RE = re.compile(r"\b(yes or no|yes/no|true or false|true/false)\b", re.IGNORECASE)
 _POLAR_RE = re.compile(r"^\W*(is|are|was|were|do|does|did|can|could|will|would|has|have|had|should)\b", re.IGNORECASE)

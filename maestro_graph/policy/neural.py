@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..answer_form import FORM_DIM, candidate_form, expected_form
+from ..answer_form import CONTRADICTS_FORM, FORM_DIM, HAS_FORM, candidate_form, expected_form
 from ..embeddings import EMBED_DIM, embed
 from ..errors import ConfigError
 from ..features import QUESTION_DIM, question_features
@@ -30,8 +30,8 @@ __all__ = ["NeuralConfig", "NeuralPolicy", "Scored", "HISTORY_DIM", "CHECKPOINT_
 
 HISTORY_DIM = 8
 CARD_EXTRA = 4  # per-card history features plus the question-card cosine
-CAND_DIM = 5 + FORM_DIM + 1
-_HAS_FORM, _CONTRADICTS_FORM = 5 + 3, 5 + 4  # columns of the candidate features (see candidate_form)
+_SUPPORT_DIM = 5  # support, confidence and recency columns that come before the form columns
+CAND_DIM = _SUPPORT_DIM + FORM_DIM + 1
 CHECKPOINT_FORMAT = "maestro-neural-1"
 
 
@@ -150,7 +150,8 @@ class NeuralPolicy:
             producers = torch.cat([self._skill_keys(view, list(skill_cards), q_emb)[0],
                                    self._model_keys(view, list(model_cards), q_emb)], dim=1)
             logits = self.net.cand(torch.cat([h.expand(len(candidates), -1), producers, cand_feats], dim=1))[:, 0]
-            logits = logits + self.net.form_prior * (cand_feats[:, _HAS_FORM] - cand_feats[:, _CONTRADICTS_FORM])
+            logits = logits + self.net.form_prior * (cand_feats[:, _SUPPORT_DIM + HAS_FORM]
+                                               - cand_feats[:, _SUPPORT_DIM + CONTRADICTS_FORM])
             parts.append(p_stop * torch.softmax(logits, dim=0))
             actions += candidates
         elif not pairs:

@@ -104,7 +104,8 @@ class _Group:
 
 def _decisions(episode: EpisodeResult, task: Task, context: MaestroContext) -> list[tuple[EpisodeView, Action]]:
     """The (view, action) pairs the policy chose in an episode, including the answer it picked once the budget was
-    spent (a single candidate is no choice: its log-probability is 0 and it adds nothing)."""
+    spent. A spent budget with a single candidate is no choice (the graph answers without asking): its
+    log-probability is 0 and it has no gradient, but it still counts in the loss's mean."""
     out = []
     for t, step in enumerate(episode.steps):
         out.append((_view(task, episode.steps[:t], context), Invoke(step.model, step.skill, step.input)))
