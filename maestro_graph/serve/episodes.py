@@ -192,10 +192,10 @@ class EpisodeService:
             durability = {"durability": "sync"} if self.persistent else {}
             for mode, chunk in self.graph.stream(graph_input, config, context=episode.context,
                                                  stream_mode=["custom", "values"], **durability):
-                if mode == "custom":
+                if mode == "custom":  # emitted from inside a node: its step is not committed yet
                     emit(chunk)
-                else:
-                    values = chunk
+                    continue
+                values = chunk
                 if episode.cancel.is_set():  # the client is gone or timed out: stop at this step boundary
                     break
         finished = bool(values.get("stop_reason")) and not episode.cancel.is_set()
