@@ -42,6 +42,18 @@ def test_distribution_is_valid_and_masks_called_pairs(registry):
     assert "opencv-vision@@counting" not in names and any(getattr(a, "text", None) == "7" for a in dist.actions)
 
 
+def test_extreme_weights_give_a_valid_distribution(registry):
+    """Model logits hundreds apart across skills (as a diverging run reaches) once underflowed a whole skill's
+    weights to 0/0 = NaN and crashed training; the distribution stays valid."""
+    policy = NeuralPolicy()
+    with torch.no_grad():
+        policy.net.model_query.weight.mul_(1e6)
+    view = _view("How many circles are in the image?", CIRCLES)
+    dist = policy.distribution(view, ActionSpace.build(registry, view))
+    assert np.isfinite(dist.probs).all() and np.isclose(dist.probs.sum(), 1.0)
+    assert len(set(dist.actions)) == len(registry.pair_ids())
+
+
 def test_a_card_never_seen_is_scored(registry):
     """Leaving the barcode expert and skill out, then adding them back: the policy scores the new pairs, and the
     question-card similarity already favours them for a barcode question."""

@@ -142,7 +142,8 @@ class NeuralPolicy:
             queries = self.net.model_query(torch.cat([h.expand(len(skills), -1), s_keys], dim=1))
             logits = (m_keys * queries[idx]).sum(1) * self.net.scale
             weights = torch.exp(logits - logits.max())
-            group = torch.zeros(len(skills)).index_add(0, idx, weights)
+            # a skill whose models all sit ~90 nats below the best underflows to 0: its models get 0, not 0/0 = NaN
+            group = torch.zeros(len(skills)).index_add(0, idx, weights).clamp_min(torch.finfo(torch.float32).tiny)
             parts.append((1 - p_stop) * p_skill[idx] * weights / group[idx])
             actions += [Invoke(p.model.name, p.skill.name) for p in pairs]
         if candidates:
