@@ -393,11 +393,15 @@ def export_(
     cost_weight: float = typer.Option(0.0, min=0, help="Reward = score - cost_weight * cost - format_weight * errors."),
     format_weight: float = typer.Option(0.5, min=0),
     tool_calls: bool = typer.Option(False, "--tool-calls", help="TRL: actions as `search` tool calls, not tags."),
+    card_chars: int = typer.Option(200, min=20, help="Characters of each card description in the prompt (use the "
+                                                     "value `train-lm` trains with: its config's card_chars)."),
+    observation_chars: int = typer.Option(600, min=20, help="Characters of each observation's evidence shown."),
     cache_dir: Path = typer.Option(Path(".maestro-cache"), help="Expert cache (re-runs steps whose observation "
                                                                   "the file lacks)."),
 ) -> None:
     """Export trajectories for TRL or verl: the router conversation from the cards, with the reward and its parts."""
     _threads()
+    from .policy.lm import PromptOptions
     from .rl.export import ExportOptions, export_file
 
     if fmt not in ("trl", "verl"):
@@ -405,7 +409,8 @@ def export_(
     reg = _registry(registry, cache_dir)
     try:
         count = export_file(from_, tasks, out, fmt, reg, ExportOptions(
-            max_turns=max_turns, cost_weight=cost_weight, format_weight=format_weight, tool_calls=tool_calls))
+            max_turns=max_turns, cost_weight=cost_weight, format_weight=format_weight, tool_calls=tool_calls,
+            prompt=PromptOptions(card_chars=card_chars, observation_chars=observation_chars)))
     except MaestroError as exc:
         _fail(str(exc))
     console.print(f"exported {count} episodes ({fmt}) -> {out}")

@@ -66,13 +66,18 @@ def test_two_sft_steps_on_exported_trajectories_change_the_weights(base, tmp_pat
 
     model, tokenizer = base
     runner = CliRunner()
-    pred, out = tmp_path / "pred.jsonl", tmp_path / "trl.jsonl"
+    pred, out, full = tmp_path / "pred.jsonl", tmp_path / "trl.jsonl", tmp_path / "full.jsonl"
+    export = ["export", "--from", str(pred), "--tasks", str(TASKS), "--format", "trl"]
     for args in (["predict", "--tasks", str(TASKS), "--out", str(pred), "--policy", "rules", "--limit", "2",
                   "--workers", "1"],
-                 ["export", "--from", str(pred), "--tasks", str(TASKS), "--format", "trl", "--out", str(out)]):
+                 [*export, "--out", str(full)],
+                 [*export, "--out", str(out), "--card-chars", "60", "--observation-chars", "200"]):
         result = runner.invoke(app, args)
         assert result.exit_code == 0, result.output
     records = list(load_dataset("json", data_files=str(out), split="train"))
+    longer = list(load_dataset("json", data_files=str(full), split="train"))
+    # the prompt a router is trained on can match the train-lm config (short cards: a fast test, too)
+    assert len(records[0]["messages"][0]["content"]) < len(longer[0]["messages"][0]["content"])
     assert sft_examples([{**r, "score": 0.0} for r in records]) == []  # only successful episodes teach
     examples = sft_examples(records, min_score=0.0)
     assert examples and all(e["completion"][0]["role"] == "assistant" for e in examples)
