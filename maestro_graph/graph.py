@@ -148,10 +148,12 @@ def build_graph(
         else:
             rng = np.random.default_rng([context.seed or 0, view.turn, len(view.question)])
             action = dist.sample(rng)
+        event = {"event": "decision", "turn": view.turn, "policy": policy.name}
         if view.budget_spent and not isinstance(action, Answer):  # a policy that ignored the spent budget
+            event["overruled"] = _describe(action)  # the answer below is the graph's, not a draw of the policy's
             action = Answer(best_candidate(view.steps))
-        write({"event": "decision", "turn": view.turn, "policy": policy.name, "action": _describe(action),
-               "log_prob": dist.log_prob(action)})
+        write({**event, "action": _describe(action),
+               "log_prob": None if "overruled" in event else dist.log_prob(action)})
         if isinstance(action, Answer):
             reason = "budget" if view.budget_spent else "policy"
             return Command(goto=ANSWER, update={"answer": action.text, "stop_reason": reason})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import sqlite3
 import time
 from pathlib import Path
@@ -98,6 +100,20 @@ def test_spent_budget_leaves_the_answer_to_the_policy(registry):
     assert [s.answer for s in result.steps] == ["5", "7"]
     assert result.answer == "5" and result.stop_reason == "budget"
     assert policy.spaces[-1].pairs == () and {a.text for a in policy.spaces[-1].answers} == {"5", "7"}
+
+
+def test_a_policy_that_ignores_the_spent_budget_is_overruled_and_logged(registry):
+    """A policy that still calls a pair once the turns are spent gets the vote's answer; the decision event says so
+    and carries no log-probability (the policy never drew that answer: -inf is not even valid JSON)."""
+    policy = _ScriptedPolicy(["sympy@@arithmetic", "opencv-vision@@counting", "rapidocr@@text-reading"])
+    graph = build_graph(registry, policy)
+    events = [e for mode, e in graph.stream({"question": "How many circles are in the image? 2+3", "images": [CIRCLES]},
+                                            stream_mode=["custom", "values"], context=MaestroContext(max_turns=2))
+              if mode == "custom" and e["event"] == "decision"]
+    last = events[-1]
+    assert last["overruled"]["pair"] == "rapidocr@@text-reading" and last["log_prob"] is None
+    assert last["action"]["text"] in {"5", "7"} and all("overruled" not in e for e in events[:-1])
+    json.dumps(events, allow_nan=False)
 
 
 def test_random_policy_samples_even_in_a_greedy_run(registry):
