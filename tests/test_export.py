@@ -57,6 +57,21 @@ def test_trl_export_loads_with_datasets_and_renders_the_router_conversation(pred
         assert record["reward"] == pytest.approx(pred["score"] - 0.1 * record["cost"] - 0.5 * record["format_errors"])
 
 
+def test_an_answer_given_when_the_budget_ran_out_is_the_last_turn(tmp_path):
+    """With one turn, every episode stops on the budget; the answer it gave follows "turns left: 0"."""
+    pred, out = tmp_path / "pred.jsonl", tmp_path / "trl.jsonl"
+    _ok(["predict", "--tasks", str(TASKS), "--out", str(pred), "--policy", "rules", "--limit", "2", "--workers", "1",
+         "--max-turns", "1"])
+    _ok(["export", "--from", str(pred), "--tasks", str(TASKS), "--format", "trl", "--out", str(out),
+         "--max-turns", "1"])
+    preds = [json.loads(line) for line in pred.read_text().splitlines()]
+    answered = [(json.loads(line), p) for line, p in zip(out.read_text().splitlines(), preds) if p["answer"]]
+    assert answered and all(p["stop_reason"] == "budget" for _, p in answered)
+    for record, p in answered:
+        assert "turns left: 0" in record["messages"][-2]["content"]
+        assert parse_action(record["messages"][-1]["content"]) == Answer(p["answer"])
+
+
 def test_tool_call_form_and_verl_parquet(predictions, tmp_path):
     from datasets import load_dataset
 

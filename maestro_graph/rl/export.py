@@ -124,7 +124,8 @@ def _as_tool_calls(messages: list[dict], steps: list[Step]) -> list[dict]:
 def episode_messages(task: Task, episode: EpisodeResult, registry: Registry, options: ExportOptions) -> list[dict]:
     messages = conversation(task.question, task.choices, len(task.images), episode.steps, registry.pairs(),
                             options.max_turns, options.prompt)
-    if episode.stop_reason == "policy":
+    if episode.stop_reason in ("policy", "budget") and episode.answer is not None:
+        # after "turns left: 0" the router is asked once more, for an answer only: that answer is its last turn
         messages.append(final_answer_message(episode.answer))
     return _as_tool_calls(messages, episode.steps) if options.tool_calls else messages
 
