@@ -236,6 +236,8 @@ def train(
     group_size: int = typer.Option(8, min=2, help="Episodes per task (G)."),
     lr: float = typer.Option(3e-3),
     cost_weight: float = typer.Option(0.0, min=0, help="Reward = score - cost_weight * cost."),
+    advantage_std_floor: float = typer.Option(0.0, min=0, help="Divide advantages by max(group std, this); keeps "
+                                              "a cost weight from dominating groups that differ only in cost."),
     entropy_coef: float = typer.Option(0.01, min=0),
     inner_epochs: int = typer.Option(2, min=1, help="Gradient passes over each step's rollouts."),
     registry_dropout: float = typer.Option(0.15, min=0, max=0.99),
@@ -261,7 +263,8 @@ def train(
         err.print(f"[yellow]skipped[/yellow] {problem.file}:{problem.line}: {problem.error}")
     try:
         config = GRPOConfig(steps=steps, tasks_per_step=tasks_per_step, group_size=group_size, lr=lr,
-                            cost_weight=cost_weight, entropy_coef=entropy_coef, inner_epochs=inner_epochs,
+                            cost_weight=cost_weight, advantage_std_floor=advantage_std_floor,
+                            entropy_coef=entropy_coef, inner_epochs=inner_epochs,
                             registry_dropout=registry_dropout, paraphrase_prob=paraphrase_prob,
                             revisit_weight=revisit_weight, max_turns=max_turns, seed=seed)
         trainer = GRPOTrainer(reg, items, config, out)

@@ -3,7 +3,7 @@
 oracle on the same items, and plot accuracy against mean cost (the Pareto curve).
 
     .venv/bin/python scripts/cost_sweep.py --train TRAIN.jsonl --tasks TEST.jsonl --out runs/sweep \
-        --weights 0 0.05 0.2 --steps 40
+        --weights 0 0.1 0.3 --steps 100 --advantage-std-floor 0.5
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ def main() -> None:
     parser.add_argument("--weights", type=float, nargs="+", default=[0.0, 0.05, 0.2])
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--registry", default=None)
+    parser.add_argument("--advantage-std-floor", type=float, default=0.0,
+                        help="GRPOConfig.advantage_std_floor (0.5 keeps accuracy at small weights; 0: plain GRPO)")
     parser.add_argument("--cache-dir", default=".maestro-cache")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -41,7 +43,8 @@ def main() -> None:
     policies = []
     for weight in args.weights:
         run_dir = args.out / f"cost_{weight:g}"
-        trainer = GRPOTrainer(registry, train, GRPOConfig(steps=args.steps, cost_weight=weight), run_dir)
+        config = GRPOConfig(steps=args.steps, cost_weight=weight, advantage_std_floor=args.advantage_std_floor)
+        trainer = GRPOTrainer(registry, train, config, run_dir)
         trainer.resume()
         trainer.train()
         policies.append(f"neural:{run_dir / 'policy.pt'}")

@@ -15,7 +15,7 @@ from maestro_graph.errors import ConfigError
 from maestro_graph.policy.base import ActionSpace, EpisodeView
 from maestro_graph.policy.neural import NeuralPolicy
 from maestro_graph.registry import Registry
-from maestro_graph.rl.grpo import GRPOConfig, GRPOTrainer
+from maestro_graph.rl.grpo import GRPOConfig, GRPOTrainer, group_advantages
 from maestro_graph.tasks import load_tasks
 from maestro_graph.types import Step
 
@@ -140,6 +140,18 @@ def test_grpo_changes_weights_and_resume_is_exact(tmp_path):
     for key, value in straight.average.items():
         assert torch.equal(shipped[key], value) and torch.allclose(value, resumed.average[key], atol=1e-6), key
     assert any(not torch.equal(straight.average[k], after[k]) for k in after), "the average is the last step"
+
+
+def test_std_floor_keeps_cost_from_dominating_groups_that_are_all_right():
+    """Eight right answers that differ only in cost (weight 0.1): plain GRPO scales them to unit advantages, as
+    strong as right against wrong; with the floor they stay at the reward's scale. Mixed groups are unchanged."""
+    all_right = 1.0 - 0.1 * np.array([0.5, 1.0, 1.5, 2.0, 0.5, 1.0, 1.5, 2.0])
+    assert np.abs(group_advantages(all_right)).max() > 1.0
+    assert np.abs(group_advantages(all_right, 0.5)).max() < 0.2
+    mixed = np.array([1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0])
+    assert np.allclose(group_advantages(mixed, 0.5), group_advantages(mixed))
+    with pytest.raises(ConfigError, match="advantage_std_floor"):
+        GRPOConfig(advantage_std_floor=-1)
 
 
 def test_image_rewritten_in_place_is_described_again(tmp_path):

@@ -38,8 +38,8 @@ POLICY_NAMES = ("neural", "neural:CHECKPOINT", "rules", "random", "fixed:MODEL@@
 SHIPPED_CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "neural.pt"
 """The policy trained by the project's own `maestro train` (see the README for the command)."""
 DEFAULT_POLICY = "rules"
-"""Still the keyword rules: the shipped neural checkpoint beats them on the procedural test split but spends its whole
-turn budget, and it was trained without the CPU chat model, which costs minutes per call here (see the README)."""
+"""Still the keyword rules: the shipped neural checkpoint is more accurate (see the README) but was trained without the
+CPU chat model of the default registry, which costs minutes per call here; switching needs the suite to follow."""
 
 
 def make_policy(name: str, *, outcomes: "PairOutcomes | None" = None) -> Policy:

@@ -25,7 +25,7 @@ from ..types import Action, Answer, Invoke
 from .cards import sample_card_texts, sample_dropout
 from .rewards import answer_score, total_reward
 
-__all__ = ["GRPOConfig", "GRPOTrainer", "Decision"]
+__all__ = ["GRPOConfig", "GRPOTrainer", "Decision", "group_advantages"]
 
 
 @dataclass
@@ -45,6 +45,10 @@ class GRPOConfig:
     """Gradient passes over each batch of rollouts (the clip matters from the second on)."""
     cost_weight: float = 0.0
     """Reward = answer score - cost_weight * episode cost."""
+    advantage_std_floor: float = 0.0
+    """Advantages are divided by max(group std, this). With a cost weight, a group whose episodes are all right
+    differs only by cost, and dividing by its tiny std turns any weight into a full-strength "call less" signal;
+    a floor keeps such groups' advantages at the reward scale (0: plain GRPO)."""
     max_turns: int = 4
     max_cost: float = 10.0
     revisit_weight: float = 0.25
@@ -69,6 +73,7 @@ class GRPOConfig:
             (0 < self.clip < 1, "clip", "must be in (0, 1), typically 0.2"),
             (self.lr > 0, "lr", "must be positive"),
             (self.cost_weight >= 0, "cost_weight", "must be >= 0 (0 ignores cost)"),
+            (self.advantage_std_floor >= 0, "advantage_std_floor", "must be >= 0 (0: divide by the group's std)"),
             (0 <= self.registry_dropout < 1, "registry_dropout", "must be in [0, 1)"),
             (0 <= self.paraphrase_prob <= 1, "paraphrase_prob", "must be in [0, 1]"),
             (0 < self.revisit_weight <= 1, "revisit_weight", "must be in (0, 1]; 1 samples tasks uniformly"),
@@ -112,6 +117,11 @@ def _decisions(episode: EpisodeResult, task: Task, context: MaestroContext) -> l
     if episode.stop_reason in ("policy", "budget"):
         out.append((_view(task, episode.steps, context), Answer(episode.answer)))
     return out
+
+
+def group_advantages(rewards: np.ndarray, std_floor: float = 0.0) -> np.ndarray:
+    """GRPO's advantages: rewards centred on the group's mean, divided by its std (or `std_floor` if larger)."""
+    return (rewards - rewards.mean()) / (max(rewards.std(), std_floor) + 1e-6)
 
 
 def _view(task: Task, steps: list, context: MaestroContext) -> EpisodeView:
@@ -220,7 +230,7 @@ class GRPOTrainer:
             if std < 1e-8:  # every episode scored the same: no signal, counted and left out
                 skipped += 1
                 continue
-            advantages = (rewards - rewards.mean()) / (std + 1e-6)
+            advantages = group_advantages(rewards, cfg.advantage_std_floor)
             group = _Group(registry, card_text)
             for episode, adv in zip(episodes, advantages):
                 for view, action in _decisions(episode, task, self.context):
