@@ -66,7 +66,8 @@ def ask(
     image: list[Path] = typer.Option([], "--image", "-i", help="An image file (repeat for several)."),
     choice: list[str] = typer.Option([], "--choice", "-c", help="A multiple-choice option (repeat)."),
     policy: Optional[str] = typer.Option(None, "--policy", "-p",
-                                         help="rules (default) | neural | random | fixed:MODEL@@SKILL"),
+                                         help="neural (default: the shipped checkpoint) | rules | random | "
+                                              "fixed:MODEL@@SKILL"),
     registry: Optional[Path] = RegistryOpt,
     max_turns: int = MaxTurnsOpt,
     max_cost: float = MaxCostOpt,
@@ -78,10 +79,10 @@ def ask(
     _threads()
     from .graph import MaestroContext, build_graph
     from .images import load_image
-    from .policy import DEFAULT_POLICY, make_policy
+    from .policy import ASK_POLICY, make_policy
     from .runner import run_episode
 
-    policy = policy or DEFAULT_POLICY
+    policy = policy or ASK_POLICY
     if not question.strip():
         _fail("the question is empty; ask something about the image, e.g. 'What is the total?'")
     for path in image:
@@ -119,7 +120,7 @@ def ask(
     result = run_episode(graph, question, images, list(choice) or None, context=context, config=config,
                          resume=resume)
     if as_json:
-        print(json.dumps({"answer": result.answer, "stop_reason": result.stop_reason,
+        print(json.dumps({"answer": result.answer, "policy": policy, "stop_reason": result.stop_reason,
                           "steps": [s.model_dump() for s in result.steps],
                           "cost": result.cost, "latency_s": result.latency_s}, ensure_ascii=False, indent=2))
         return

@@ -32,6 +32,7 @@ def test_ask_json_is_machine_readable():
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["answer"] == "7" and data["steps"][0]["skill"] == "counting"
+    assert data["policy"] == "neural"  # ask answers with the shipped checkpoint unless told otherwise
 
 
 @pytest.mark.parametrize(

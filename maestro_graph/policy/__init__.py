@@ -28,6 +28,7 @@ __all__ = [
     "make_policy",
     "POLICY_NAMES",
     "TRAINED_POLICIES",
+    "ASK_POLICY",
     "DEFAULT_POLICY",
     "SHIPPED_CHECKPOINT",
 ]
@@ -37,9 +38,12 @@ POLICY_NAMES = ("neural", "neural:CHECKPOINT", "rules", "random", "fixed:MODEL@@
                 "lm:transformers", "lm:openai:BASE_URL|MODEL", "lm:FILE.yaml")
 SHIPPED_CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "neural.pt"
 """The policy trained by the project's own `maestro train` (see the README for the command)."""
+ASK_POLICY = "neural"
+"""What `maestro ask` answers with: the shipped checkpoint (about 1.6 expert calls per question)."""
 DEFAULT_POLICY = "rules"
-"""Still the keyword rules: the shipped neural checkpoint is more accurate (see the README) but was trained without the
-CPU chat model of the default registry, which costs minutes per call here; switching needs the suite to follow."""
+"""The graph's, the server's and `predict`'s default, still the keyword rules: the shipped neural checkpoint is more
+accurate (see the README) but was trained without the CPU chat model of the default registry, which costs minutes per
+call here, and the suite's default-policy tests are written against the rules."""
 
 
 def make_policy(name: str, *, outcomes: "PairOutcomes | None" = None) -> Policy:
