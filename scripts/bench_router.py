@@ -78,15 +78,21 @@ def main() -> None:
     tasks = [t for t in tasks if t.images][: args.n]
     run_episode(graph, tasks[0].question, tasks[0].images, tasks[0].choices)  # load models once, not measured
     policy.seconds.clear()
-    episode_s, expert_s = [], []
+    episode_s, expert_s, skill_s, first_s = [], [], [], []
     for task in tasks:
+        before = len(policy.seconds)
         result = run_episode(graph, task.question, task.images, task.choices)
         episode_s.append(result.latency_s)
+        first_s.append(policy.seconds[before])
         # a cached step or call did not run its expert now: its recorded latency is from when it did
         expert_s.append(sum(c["latency_s"] for s in result.steps if not s.cached for c in s.calls
                             if not c.get("cached")))
+        skill_s.append(sum(s.latency_s for s in result.steps if not s.cached) - expert_s[-1])
     decisions = np.asarray(policy.seconds) * 1000
     outside = 1 - sum(expert_s) / sum(episode_s)
+    per_episode = {"first decision": sum(first_s), "later decisions": sum(policy.seconds) - sum(first_s),
+                   "skill code": sum(skill_s)}
+    per_episode["graph and the rest"] = sum(episode_s) - sum(expert_s) - sum(per_episode.values())
     print(f"policy {policy.name}: {len(decisions)} decisions, p50 {np.percentile(decisions, 50):.2f} ms, "
           f"p95 {np.percentile(decisions, 95):.2f} ms")
     steady, paused = pause_penalty()
@@ -94,6 +100,8 @@ def main() -> None:
           f"pause ({paused / steady:.0f}x)")
     print(f"{len(tasks)} episodes, {sum(episode_s):.1f} s in all, {sum(expert_s):.1f} s inside expert calls: "
           f"{outside:.1%} of episode time outside the experts (graph, policy, skill code)")
+    print("outside the experts, ms per episode: " + ", ".join(f"{k} {1000 * v / len(tasks):.1f}"
+                                                              for k, v in per_episode.items()))
 
 
 if __name__ == "__main__":

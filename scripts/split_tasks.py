@@ -3,6 +3,9 @@
 are linked (hard links, else copies) next to the halves, so their paths stay relative to the task files.
 
     .venv/bin/python scripts/split_tasks.py ../shared/benchmarks/real-dev/tasks.jsonl --out runs/real-dev --test-share 0.5
+
+A half can be split again (a validation part of the train half) with another --salt: without one, every item of the
+train half hashes above the first split's threshold and would land on the same side.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ def main() -> None:
     parser.add_argument("tasks", type=Path)
     parser.add_argument("--out", required=True, type=Path, help="folder for train.jsonl and test.jsonl")
     parser.add_argument("--test-share", type=float, default=0.5)
+    parser.add_argument("--salt", default="", help="text hashed before each id (another salt, another split)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     base = args.tasks.resolve().parent
@@ -41,7 +45,7 @@ def main() -> None:
             row = json.loads(line)
             for rel in row.get("images", []):
                 _link(base / rel, args.out / rel)
-            bucket = int(hashlib.sha256(str(row["id"]).encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+            bucket = int(hashlib.sha256((args.salt + str(row["id"])).encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
             split = "test" if bucket < args.test_share else "train"
             counts[split] += 1
             (test if split == "test" else train).write(json.dumps(row, ensure_ascii=False) + "\n")

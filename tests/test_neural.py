@@ -169,3 +169,14 @@ def test_image_rewritten_in_place_is_described_again(tmp_path):
     os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 1_000_000))
     second = image_descriptors([str(path)])
     assert second[1] > first[1] and second[5] > first[5]  # wider, and colourful where the first was white
+
+
+def test_embeddings_are_the_sentence_transformers_numbers():
+    """The memoised fast path computes exactly what `SentenceTransformer.encode` does, batches included: the
+    shipped checkpoint was trained on those numbers. (Texts no other test embeds: a memoised text keeps the numbers
+    of the batch it was first encoded in.)"""
+    from maestro_graph.embeddings import _get_model, embed
+
+    texts = [f"Which of the {i} bars is the tallest? " * (i % 5 + 1) for i in range(70)]
+    expected = _get_model().encode(texts, normalize_embeddings=True, convert_to_numpy=True, batch_size=64)
+    assert np.array_equal(embed(texts), expected)
