@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
+from pathlib import Path
+
 import pytest
-from PIL import Image
+from PIL import Image, ImageDraw
 
 from maestro_graph.scoring import score
 from maestro_graph.tasks import Task
@@ -87,3 +90,16 @@ def test_blank_image_gives_no_answer(registry, tmp_path):
 def test_missing_image_is_an_input_error(registry):
     step = registry.run(Invoke("tesseract", "table-qa"), question="What is the mean of the numbers?", images=[])
     assert step.answer is None and step.error_kind == "input"
+
+
+def test_a_cleaned_table_image_is_reused_as_a_private_copy(monkeypatch):
+    """Both table-qa pairs clean the same image before their second reading: the second gets the kept result, the
+    same pixels as cleaning anew, and a copy it may draw on."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "skills" / "table-qa"))
+    cleaning = importlib.import_module("tablelib.image")
+    image = _price_list()
+    first = cleaning.clean_for_ocr(image, 3)
+    ImageDraw.Draw(first).rectangle((0, 0, 60, 60), fill="black")
+    second = cleaning.clean_for_ocr(image, 3)
+    assert second.tobytes() == cleaning._clean(image, 3).tobytes() != first.tobytes()
+    assert cleaning.clean_for_ocr(image, 2).size == (image.width * 2, image.height * 2)  # the scale is in the key

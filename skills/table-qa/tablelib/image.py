@@ -3,9 +3,16 @@
 Rendered tables are small (text ~10 px high), put white text on coloured header bands and draw grid lines that OCR
 engines read as `|` or `—`. We enlarge the image and redraw every pixel as its contrast with the local background
 (dark ink on white whatever the colours), with long grid lines removed.
+
+Every table-qa pair cleans the same image the same way before its own OCR engine reads it, so the last few cleaned
+images are kept (keyed by a digest of the pixels): the second engine's reading skips the work.
 """
 
 from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
 
 import cv2
 import numpy as np
@@ -17,6 +24,9 @@ OCR_SCALE = 3  # enlargement factor for small tables; boxes found on the cleaned
 MAX_CLEAN_SIDE = 2400  # px: enlarging past this adds OCR time (quadratic) but no legibility; large pages stay 1x
 _INK_THRESHOLD = 15  # grey-level difference from the background that counts as ink when finding grid lines
 _LINE_LENGTH = 25  # px (before scaling): ink runs at least this long and one pixel thin are grid lines
+_KEEP = 4  # cleaned images kept
+_cleaned: OrderedDict[tuple, Image.Image] = OrderedDict()
+_lock = threading.Lock()
 
 
 def ocr_scale(image: Image.Image) -> int:
@@ -26,6 +36,19 @@ def ocr_scale(image: Image.Image) -> int:
 
 def clean_for_ocr(image: Image.Image, scale: int) -> Image.Image:
     """Enlarged, background-normalised, grid-free copy of `image` (same aspect ratio, `scale` times larger)."""
+    key = (hashlib.blake2b(image.tobytes(), digest_size=16).digest(), image.mode, image.size, scale)
+    with _lock:
+        done = _cleaned.get(key)
+    if done is None:
+        done = _clean(image, scale)
+        with _lock:
+            _cleaned[key] = done
+            while len(_cleaned) > _KEEP:
+                _cleaned.popitem(last=False)
+    return done.copy()
+
+
+def _clean(image: Image.Image, scale: int) -> Image.Image:
     gray = cv2.cvtColor(np.asarray(image.convert("RGB")), cv2.COLOR_RGB2GRAY)
     gray = cv2.resize(gray, None, fx=scale, fy=scale, interpolation=cv2.INTER_CUBIC)
     background = cv2.medianBlur(gray, 10 * scale + 1)  # wider than a stroke, so the median is the cell colour
