@@ -5,7 +5,7 @@ engines read as `|` or `—`. We enlarge the image and redraw every pixel as its
 (dark ink on white whatever the colours), with long grid lines removed.
 
 Every table-qa pair cleans the same image the same way before its own OCR engine reads it, so the last few cleaned
-images are kept (keyed by a digest of the pixels): the second engine's reading skips the work.
+images are kept (grey, keyed by a digest of the pixels): the second engine's reading skips the work.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def clean_for_ocr(image: Image.Image, scale: int) -> Image.Image:
             _cleaned[key] = done
             while len(_cleaned) > _KEEP:
                 _cleaned.popitem(last=False)
-    return done.copy()
+    return done.convert("RGB")  # a new image: the caller may draw on it
 
 
 def _clean(image: Image.Image, scale: int) -> Image.Image:
@@ -58,4 +58,4 @@ def _clean(image: Image.Image, scale: int) -> Image.Image:
         lines = cv2.morphologyEx(ink, cv2.MORPH_OPEN, cv2.getStructuringElement(cv2.MORPH_RECT, kernel))
         contrast[cv2.dilate(lines, np.ones((3, 3), np.uint8)) > 0] = 0
     out = 255 - np.clip(contrast.astype(np.int32) * 2, 0, 255).astype(np.uint8)
-    return Image.fromarray(out).convert("RGB")
+    return Image.fromarray(out)
