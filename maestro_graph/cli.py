@@ -247,6 +247,9 @@ def train(
                                          help="Sampling weight of a task whose last group gave no signal (1: uniform)."),
     max_turns: int = MaxTurnsOpt,
     seed: int = typer.Option(0),
+    eval_tasks: list[Path] = typer.Option([], exists=True, dir_okay=False,
+                                          help="Validation task file (repeat): scored at every checkpoint; the best "
+                                               "checkpoint is kept as OUT/best.pt."),
     resume: bool = typer.Option(True, help="Continue from OUT/checkpoint.pt when it exists."),
     cache_dir: Path = CacheDirOpt,
 ) -> None:
@@ -259,8 +262,12 @@ def train(
 
     torch.set_num_threads(1)
     reg = _registry(registry, cache_dir)
+    leaked = sorted({str(f.resolve()) for f in eval_tasks} & {str(f.resolve()) for f in tasks})
+    if leaked:
+        _fail(f"{leaked[0]} is both a training and a validation file")
     items, problems = load_task_files(tasks)
-    for problem in problems:
+    held_out, eval_problems = load_task_files(eval_tasks) if eval_tasks else ([], [])
+    for problem in problems + eval_problems:
         err.print(f"[yellow]skipped[/yellow] {problem.file}:{problem.line}: {problem.error}")
     try:
         config = GRPOConfig(steps=steps, tasks_per_step=tasks_per_step, group_size=group_size, lr=lr,
@@ -268,7 +275,7 @@ def train(
                             entropy_coef=entropy_coef, inner_epochs=inner_epochs,
                             registry_dropout=registry_dropout, paraphrase_prob=paraphrase_prob,
                             revisit_weight=revisit_weight, max_turns=max_turns, seed=seed)
-        trainer = GRPOTrainer(reg, items, config, out)
+        trainer = GRPOTrainer(reg, items, config, out, eval_tasks=held_out)
         if resume and trainer.resume():
             console.print(f"resuming from {trainer.checkpoint_path} at step {trainer.step}")
     except MaestroError as exc:
@@ -277,6 +284,9 @@ def train(
     trainer.train()
     console.print(f"trained {trainer.step} steps in {time.perf_counter() - start:.0f}s -> {out / 'policy.pt'} "
                   f"(curves: {out / 'curves.png'}, log: {out / 'train_log.jsonl'})")
+    if trainer.best:
+        console.print(f"best validation score {trainer.best['score']:.3f} at step {trainer.best['step']} -> "
+                      f"{out / 'best.pt'}")
 
 
 cache_app = typer.Typer(help="The persistent cache of expert calls.", no_args_is_help=True)

@@ -17,6 +17,7 @@ from tqdm import tqdm
 from .graph import MaestroContext, build_graph
 from .evaluation.outcomes import PairOutcomes
 from .policy import OraclePolicy, make_policy
+from .policy.base import Policy
 from .registry import Registry
 from .tasks import Task, TaskProblem, load_tasks
 from .types import Step
@@ -111,14 +112,14 @@ def _task_context(context: MaestroContext, task: Task) -> MaestroContext:
 def run_tasks(
     registry: Registry,
     tasks: list[Task],
-    policy_name: str,
+    policy_name: str | Policy,
     *,
     context: MaestroContext | None = None,
     outcomes: PairOutcomes | None = None,
     workers: int = 1,
 ) -> Iterator[tuple[Task, EpisodeResult]]:
-    """Episodes of one policy over tasks, `workers` at a time (per-model concurrency limits still hold), yielded
-    in task order; results are the same as a serial run."""
+    """Episodes of one policy (a name, or a policy object such as the one being trained) over tasks, `workers` at a
+    time (per-model concurrency limits still hold), yielded in task order; results are the same as a serial run."""
     context = context or MaestroContext()
     if policy_name == "oracle":
         # the oracle tries every pair: give it a turn per pair and no cost cap
@@ -128,7 +129,8 @@ def run_tasks(
             graph = build_graph(registry, OraclePolicy(_judge(task)))
             return _safe_episode(graph, task, _task_context(context, task))
     else:
-        graph = build_graph(registry, make_policy(policy_name, outcomes=outcomes))
+        policy = make_policy(policy_name, outcomes=outcomes) if isinstance(policy_name, str) else policy_name
+        graph = build_graph(registry, policy)
 
         def one(task: Task) -> EpisodeResult:
             return _safe_episode(graph, task, _task_context(context, task))

@@ -142,6 +142,40 @@ def test_grpo_changes_weights_and_resume_is_exact(tmp_path):
     assert any(not torch.equal(straight.average[k], after[k]) for k in after), "the average is the last step"
 
 
+@pytest.mark.slow
+def test_validation_keeps_the_best_checkpoint_and_does_not_change_training(tmp_path):
+    tasks, _ = load_tasks(_tiny_tasks(tmp_path))
+    held = tmp_path / "val.jsonl"
+    held.write_text(json.dumps({"id": "v1", "question": "How many circles can you count?", "images": ["circles.png"],
+                                "answer": "7", "answer_type": "number"}) + "\n" +
+                    json.dumps({"id": "v2", "question": "What does this code say?", "images": ["qr.png"],
+                                "answer": "Wikipedia", "answer_type": "text"}) + "\n")
+    val, _ = load_tasks(held)
+    registry = Registry.load(cache=ExpertCache(tmp_path / "cache")).without(models={"smollm2"})
+    config = GRPOConfig(steps=3, tasks_per_step=3, group_size=4, checkpoint_every=1, seed=5, cost_weight=0.1)
+    plain = GRPOTrainer(registry, tasks, config, tmp_path / "plain")
+    plain.train(progress=False)
+    validated = GRPOTrainer(registry, tasks, config, tmp_path / "val", eval_tasks=val)
+    validated.train(progress=False)
+    for key, value in plain.policy.net.state_dict().items():  # validating draws nothing from the training's randomness
+        assert torch.equal(value, validated.policy.net.state_dict()[key]), key
+    lines = [json.loads(line) for line in (tmp_path / "val" / "train_log.jsonl").read_text().splitlines()]
+    scores = {line["step"]: line["val_score"] for line in lines if "val_score" in line}
+    assert sorted(scores) == [1, 2, 3]
+    for step, score in scores.items():
+        entry = validated.history[step - 1]
+        assert entry["val_score"] == pytest.approx(entry["val_macro"] - 0.1 * entry["val_cost"]) == score
+    best = max(scores, key=lambda s: (scores[s], -s))
+    assert validated.best == {"step": best, "score": scores[best]}
+    kept = torch.load(tmp_path / "val" / "best.pt", weights_only=False)["validation"]
+    assert kept["step"] == best and NeuralPolicy.load(tmp_path / "val" / "best.pt")
+    resumed = GRPOTrainer(registry, tasks, GRPOConfig(**{**config.__dict__, "steps": 4}), tmp_path / "val",
+                          eval_tasks=val)
+    assert resumed.resume() and resumed.best == validated.best  # the best so far survives a restart
+    with pytest.raises(ConfigError, match="validation items are also training items"):
+        GRPOTrainer(registry, tasks, config, tmp_path / "leak", eval_tasks=tasks[:1])
+
+
 def test_std_floor_keeps_cost_from_dominating_groups_that_are_all_right():
     """Eight right answers that differ only in cost (weight 0.1): plain GRPO scales them to unit advantages, as
     strong as right against wrong; with the floor they stay at the reward's scale. Mixed groups are unchanged."""

@@ -19,7 +19,7 @@ from ..runner import EpisodeResult, run_tasks
 from ..tasks import Task, TaskProblem, load_tasks
 from .outcomes import PairOutcomes, measure_pairs
 
-__all__ = ["PolicyResult", "EvalRun", "evaluate", "file_stem", "load_task_files"]
+__all__ = ["PolicyResult", "EvalRun", "evaluate", "file_stem", "load_task_files", "record"]
 
 
 @dataclass
@@ -132,7 +132,7 @@ def _run_policy(registry: Registry, tasks: list[Task], policy: str, context: Mae
     start = time.perf_counter()
     bar = tqdm(total=len(tasks), desc=f"eval {policy}", unit="item", disable=not progress)
     for task, episode in run_tasks(registry, tasks, policy, context=context, outcomes=outcomes, workers=workers):
-        result.records.append(_record(task, episode))
+        result.records.append(record(task, episode))
         acc = np.mean([r["score"] for r in result.records])
         bar.set_postfix(acc=f"{acc:.3f}", cache_hits=(stats.hits - hits0) if stats else "off")
         bar.update()
@@ -143,7 +143,8 @@ def _run_policy(registry: Registry, tasks: list[Task], policy: str, context: Mae
     return result
 
 
-def _record(task: Task, episode: EpisodeResult) -> dict:
+def record(task: Task, episode: EpisodeResult) -> dict:
+    """One episode as a prediction record, with the item's score, source and domain (what the metrics read)."""
     record = episode.prediction(task.id)
     record["score"] = task.score(episode.answer)
     record["source"] = task.source or "unknown"

@@ -19,7 +19,7 @@ from ..graph import MaestroContext, build_graph
 from ..policy.base import ActionSpace, EpisodeView
 from ..policy.neural import NeuralConfig, NeuralPolicy
 from ..registry import Registry
-from ..runner import EpisodeResult, run_episode
+from ..runner import EpisodeResult, run_episode, run_tasks
 from ..tasks import Task
 from ..types import Action, Answer, Invoke
 from .cards import sample_card_texts, sample_dropout
@@ -140,11 +140,22 @@ class GRPOTrainer:
     """Trains a NeuralPolicy on task files; writes checkpoints, a JSONL log and PNG curves under `out_dir`."""
 
     def __init__(self, registry: Registry, tasks: list[Task], config: GRPOConfig, out_dir: str | Path,
-                 policy: NeuralPolicy | None = None):
+                 policy: NeuralPolicy | None = None, eval_tasks: list[Task] | None = None):
         if not tasks:
             raise ConfigError("no training tasks", field="tasks")
         self.registry = registry
         self.tasks = [t for t in tasks if t.answer is not None]
+        self.eval_tasks = [t for t in eval_tasks or [] if t.answer is not None]
+        """Validation items: at every checkpoint the averaged policy answers them greedily, and the best one so far
+        is kept as best.pt (selected on these items, never on the ones a report evaluates)."""
+        shared = {(t.question, tuple(t.images)) for t in self.tasks} & {(t.question, tuple(t.images))
+                                                                        for t in self.eval_tasks}
+        if shared:
+            raise ConfigError(f"{len(shared)} validation items are also training items (e.g. "
+                              f"{sorted(shared)[0][0][:60]!r}): validate on items the policy is not trained on",
+                              field="eval_tasks")
+        self.best: dict | None = None
+        """{"step", "score"} of best.pt: the highest validation score, macro accuracy - cost_weight * mean cost."""
         self.config = config
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -166,7 +177,8 @@ class GRPOTrainer:
     def save(self) -> None:
         self.policy.save(self.checkpoint_path, extra={
             "trainer": {"step": self.step, "optim": self.optim.state_dict(), "history": self.history,
-                        "config": asdict(self.config), "weights": self.weights.tolist(), "average": self.average}})
+                        "config": asdict(self.config), "weights": self.weights.tolist(), "average": self.average,
+                        "best": self.best}})
         self.averaged_policy().save(self.out / "policy.pt")
 
     def averaged_policy(self) -> NeuralPolicy:
@@ -197,7 +209,32 @@ class GRPOTrainer:
                               file=str(self.checkpoint_path), field="trainer.weights")
         self.weights = np.asarray(state["weights"])
         self.average = state["average"]
+        self.best = state.get("best")
         return True
+
+    # -- validation --------------------------------------------------------------------------------------------------
+    def validate(self) -> dict:
+        """The averaged policy on the validation items, greedy, through the full registry (no dropout, the real card
+        texts); best.pt follows the highest score. The figures join this step's history entry and log line."""
+        from ..evaluation.evaluate import PolicyResult, record
+
+        cfg = self.config
+        policy = self.averaged_policy()
+        result = PolicyResult(policy.name)
+        context = MaestroContext(max_turns=cfg.max_turns, max_cost=cfg.max_cost)
+        for task, episode in run_tasks(self.registry, self.eval_tasks, policy, context=context):
+            result.records.append(record(task, episode))
+        metrics = result.metrics()
+        figures = {"val_macro": metrics["macro_accuracy"], "val_accuracy": metrics["accuracy"],
+                   "val_cost": metrics["mean_cost"], "val_calls": metrics["calls_per_episode"],
+                   "val_score": metrics["macro_accuracy"] - cfg.cost_weight * metrics["mean_cost"]}
+        if self.best is None or figures["val_score"] > self.best["score"]:
+            self.best = {"step": self.step, "score": figures["val_score"]}
+            policy.save(self.out / "best.pt", extra={"validation": {"step": self.step, **figures}})
+        self.history[-1].update(figures)
+        with (self.out / "train_log.jsonl").open("a") as fh:
+            fh.write(json.dumps({"step": self.step, **figures}) + "\n")
+        return figures
 
     # -- one step ----------------------------------------------------------------------------------------------------
     def _rollouts(self) -> tuple[list[_Group], dict]:
@@ -292,6 +329,8 @@ class GRPOTrainer:
                             calls=f"{stats['calls']:.2f}", ent=f"{stats['entropy']:.2f}")
             bar.update()
             if self.step % self.config.checkpoint_every == 0 or self.step == self.config.steps:
+                if self.eval_tasks:
+                    self.validate()
                 self.save()
                 plot_curves(self.history, self.out / "curves.png")
         bar.close()
@@ -299,14 +338,21 @@ class GRPOTrainer:
 
 
 def plot_curves(history: list[dict], path: Path) -> None:
-    """Reward, accuracy, calls per episode, cost and entropy against the step."""
+    """Reward, accuracy, calls per episode, cost and entropy against the step (and the validation figures)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     keys = ["reward", "accuracy", "calls", "cost", "entropy"]
-    fig, axes = plt.subplots(1, len(keys), figsize=(3.2 * len(keys), 2.8))
+    validated = [h for h in history if "val_score" in h]
+    fig, axes = plt.subplots(1, len(keys) + bool(validated), figsize=(3.2 * (len(keys) + bool(validated)), 2.8))
+    if validated:
+        axes[-1].plot([h["step"] for h in validated], [h["val_macro"] for h in validated], "o-", label="macro acc")
+        axes[-1].plot([h["step"] for h in validated], [h["val_score"] for h in validated], "o--", label="score")
+        axes[-1].set_title("validation")
+        axes[-1].set_xlabel("step")
+        axes[-1].legend(fontsize=7)
     steps = [h["step"] for h in history]
     for ax, key in zip(axes, keys):
         values = [h[key] for h in history]
