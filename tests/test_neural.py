@@ -172,8 +172,13 @@ def test_validation_keeps_the_best_checkpoint_and_does_not_change_training(tmp_p
     resumed = GRPOTrainer(registry, tasks, GRPOConfig(**{**config.__dict__, "steps": 4}), tmp_path / "val",
                           eval_tasks=val)
     assert resumed.resume() and resumed.best == validated.best  # the best so far survives a restart
-    with pytest.raises(ConfigError, match="validation items are also training items"):
-        GRPOTrainer(registry, tasks, config, tmp_path / "leak", eval_tasks=tasks[:1])
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    shutil.copy(tmp_path / "circles.png", copy / "circles.png")  # the same item from another folder
+    (copy / "val.jsonl").write_text(json.dumps({"id": "x", "question": tasks[0].question, "images": ["circles.png"],
+                                                "answer": "7", "answer_type": "number"}) + "\n")
+    with pytest.raises(ConfigError, match="1 validation items are also training items"):
+        GRPOTrainer(registry, tasks, config, tmp_path / "leak", eval_tasks=load_tasks(copy / "val.jsonl")[0])
 
 
 def test_std_floor_keeps_cost_from_dominating_groups_that_are_all_right():

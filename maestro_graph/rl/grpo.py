@@ -4,6 +4,7 @@ TRL; every decision is re-scored from the episode's steps, so rollouts need no h
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import time
@@ -124,6 +125,18 @@ def group_advantages(rewards: np.ndarray, std_floor: float = 0.0) -> np.ndarray:
     return (rewards - rewards.mean()) / (max(rewards.std(), std_floor) + 1e-6)
 
 
+def _identity(task: Task) -> tuple:
+    """The question and the images' content: the same item copied into another folder is still the same item."""
+    digests = []
+    for ref in task.images:
+        try:
+            digests.append(hashlib.sha256(Path(ref).read_bytes() if not ref.startswith("data:") else ref.encode())
+                           .hexdigest())
+        except OSError:
+            digests.append(ref)  # unreadable: its path stands in (the episode will report the image)
+    return task.question, tuple(digests)
+
+
 def _view(task: Task, steps: list, context: MaestroContext) -> EpisodeView:
     return EpisodeView(task.question, tuple(task.images), tuple(task.choices) if task.choices else None,
                        tuple(steps), context.max_turns, context.max_cost)
@@ -148,8 +161,8 @@ class GRPOTrainer:
         self.eval_tasks = [t for t in eval_tasks or [] if t.answer is not None]
         """Validation items: at every checkpoint the averaged policy answers them greedily, and the best one so far
         is kept as best.pt (selected on these items, never on the ones a report evaluates)."""
-        shared = {(t.question, tuple(t.images)) for t in self.tasks} & {(t.question, tuple(t.images))
-                                                                        for t in self.eval_tasks}
+        held_out = {_identity(t) for t in self.eval_tasks}
+        shared = {_identity(t) for t in self.tasks} & held_out if held_out else set()
         if shared:
             raise ConfigError(f"{len(shared)} validation items are also training items (e.g. "
                               f"{sorted(shared)[0][0][:60]!r}): validate on items the policy is not trained on",
@@ -231,7 +244,8 @@ class GRPOTrainer:
         if self.best is None or figures["val_score"] > self.best["score"]:
             self.best = {"step": self.step, "score": figures["val_score"]}
             policy.save(self.out / "best.pt", extra={"validation": {"step": self.step, **figures}})
-        self.history[-1].update(figures)
+        if self.history:
+            self.history[-1].update(figures)
         with (self.out / "train_log.jsonl").open("a") as fh:
             fh.write(json.dumps({"step": self.step, **figures}) + "\n")
         return figures
