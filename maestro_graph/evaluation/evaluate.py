@@ -145,11 +145,11 @@ def _run_policy(registry: Registry, tasks: list[Task], policy: str, context: Mae
 
 def record(task: Task, episode: EpisodeResult) -> dict:
     """One episode as a prediction record, with the item's score, source and domain (what the metrics read)."""
-    record = episode.prediction(task.id)
-    record["score"] = task.score(episode.answer)
-    record["source"] = task.source or "unknown"
-    record["domain"] = task.domain or "unknown"
-    return record
+    row = episode.prediction(task.id)
+    row["score"] = task.score(episode.answer)
+    row["source"] = task.source or "unknown"
+    row["domain"] = task.domain or "unknown"
+    return row
 
 
 def file_stem(policy: str) -> str:

@@ -4,7 +4,6 @@ TRL; every decision is re-scored from the episode's steps, so rollouts need no h
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import time
@@ -15,6 +14,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from ..cache import file_digest
 from ..errors import ConfigError
 from ..graph import MaestroContext, build_graph
 from ..policy.base import ActionSpace, EpisodeView
@@ -127,14 +127,7 @@ def group_advantages(rewards: np.ndarray, std_floor: float = 0.0) -> np.ndarray:
 
 def _identity(task: Task) -> tuple:
     """The question and the images' content: the same item copied into another folder is still the same item."""
-    digests = []
-    for ref in task.images:
-        try:
-            digests.append(hashlib.sha256(Path(ref).read_bytes() if not ref.startswith("data:") else ref.encode())
-                           .hexdigest())
-        except OSError:
-            digests.append(ref)  # unreadable: its path stands in (the episode will report the image)
-    return task.question, tuple(digests)
+    return task.question, tuple(file_digest(ref) for ref in task.images)
 
 
 def _view(task: Task, steps: list, context: MaestroContext) -> EpisodeView:

@@ -5,18 +5,19 @@ engines read as `|` or `—`. We enlarge the image and redraw every pixel as its
 (dark ink on white whatever the colours), with long grid lines removed.
 
 Every table-qa pair cleans the same image the same way before its own OCR engine reads it, so the last few cleaned
-images are kept (grey, keyed by a digest of the pixels): the second engine's reading skips the work.
+images are kept (grey, keyed by the pixels' content hash): the second engine's reading skips the work.
 """
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections import OrderedDict
 
 import cv2
 import numpy as np
 from PIL import Image
+
+from maestro_graph.cache import cache_key
 
 __all__ = ["clean_for_ocr", "ocr_scale"]
 
@@ -25,7 +26,7 @@ MAX_CLEAN_SIDE = 2400  # px: enlarging past this adds OCR time (quadratic) but n
 _INK_THRESHOLD = 15  # grey-level difference from the background that counts as ink when finding grid lines
 _LINE_LENGTH = 25  # px (before scaling): ink runs at least this long and one pixel thin are grid lines
 _KEEP = 4  # cleaned images kept
-_cleaned: OrderedDict[tuple, Image.Image] = OrderedDict()
+_cleaned: OrderedDict[str, Image.Image] = OrderedDict()
 _lock = threading.Lock()
 
 
@@ -36,7 +37,7 @@ def ocr_scale(image: Image.Image) -> int:
 
 def clean_for_ocr(image: Image.Image, scale: int) -> Image.Image:
     """Enlarged, background-normalised, grid-free copy of `image` (same aspect ratio, `scale` times larger)."""
-    key = (hashlib.blake2b(image.tobytes(), digest_size=16).digest(), image.mode, image.size, scale)
+    key = cache_key(image, scale)
     with _lock:
         done = _cleaned.get(key)
     if done is None:
