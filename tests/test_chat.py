@@ -11,12 +11,13 @@ from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, Thread
 from pathlib import Path
 
 import pytest
+import torch
 from PIL import Image, ImageDraw, ImageFont
 
 from maestro_graph.errors import ExpertError, ExpertTimeout
 from maestro_graph.experts.openai_chat import OpenAIChatExpert
 from maestro_graph.experts.protocols import ChatReply
-from maestro_graph.experts.transformers_chat import TransformersChatExpert
+from maestro_graph.experts.transformers_chat import TransformersChatExpert, gguf_folder, load_causal_lm
 from maestro_graph.registry import Registry
 from maestro_graph.types import Invoke
 
@@ -47,6 +48,18 @@ def test_smollm2_chats_offline_greedily(smollm2):
     assert "paris" in reply.text.lower()
     assert reply.prompt_tokens > 5 and 0 < reply.completion_tokens <= smollm2.max_new_tokens
     assert smollm2.chat(messages).text == reply.text  # greedy: the same messages give the same reply
+
+
+def test_a_gguf_expert_loads_its_converted_folder(smollm2):
+    folder = gguf_folder(smollm2.source, smollm2.gguf_file)
+    assert (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
+    stamp = (folder / "model.safetensors").stat().st_mtime_ns
+    _, again = load_causal_lm(smollm2.source, smollm2.gguf_file)
+    # a GGUF load would carry the GGUF quantization config; the folder is not written again
+    assert not hasattr(smollm2._model.config, "quantization_config") and not hasattr(again.config, "quantization_config")
+    assert (folder / "model.safetensors").stat().st_mtime_ns == stamp
+    weights = dict(smollm2._model.named_parameters())
+    assert all(torch.equal(weights[k], v) for k, v in again.named_parameters())
 
 
 def test_smollm2_refuses_images(smollm2):
