@@ -19,7 +19,8 @@ def _card(cacheable: bool = True) -> ModelCard:
 
 
 def _image(text: str) -> Image.Image:
-    image = Image.new("RGB", (360, 80), "white")
+    # RapidOCR's detector scales the short side up to 736 px: a 360x80 strip becomes 3312x736 (5 s a call here)
+    image = Image.new("RGB", (736, 736), "white")
     ImageDraw.Draw(image).text((10, 25), text, fill="black", font_size=32)
     return image
 

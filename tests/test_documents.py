@@ -106,7 +106,8 @@ def test_rapidocr_called_from_two_threads_reads_as_it_does_alone():
 
     from maestro_graph.experts.rapid_ocr import RapidOCRExpert
 
-    signs = [_render((420, 120), [(text, (20, 30), 40)]) for text in ("OPEN DAILY", "EXIT 42", "NO PARKING", "CAFE")]
+    # short side 736 px: RapidOCR's detector would scale a smaller sign up to it (seconds a call on this CPU)
+    signs = [_render((736, 736), [(text, (20, 30), 40)]) for text in ("OPEN DAILY", "EXIT 42", "NO PARKING", "CAFE")]
     expert = RapidOCRExpert(threads=1)
     alone = [[b.text for b in expert.ocr(sign)] for sign in signs]
     with ThreadPoolExecutor(max_workers=2) as pool:
