@@ -4,6 +4,7 @@ load, byte-for-byte determinism through the self-check, barcodes that decode to 
 from __future__ import annotations
 
 import json
+import random
 
 import numpy as np
 import pytest
@@ -11,7 +12,8 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from maestro_graph.bench.cli import bench_app
-from maestro_graph.bench.generate import DOMAINS, SPLITS, check_suite, item_seed, make_item, make_suite, split_of_seed
+from maestro_graph.bench.generate import (DOMAINS, SPLITS, check_suite, item_seed, make_item, make_suite, split_of_seed,
+                                          suite_seeds)
 from maestro_graph.bench.generate.suite import answer_problem
 from maestro_graph.tasks import load_tasks
 
@@ -30,6 +32,19 @@ def test_split_seeds_are_disjoint_and_invertible():
                 assert not seeds[a] & seeds[b]
         assert {split_of_seed(s) for s in seeds[a]} == {a}
     assert item_seed("train", 0, 0) != item_seed("train", 1, 0)  # other suite seeds give other items
+
+
+def test_no_two_items_of_a_suite_draw_the_same_random_stream():
+    # random.Random(2) and random.Random((1 << 32) | 2) draw the same numbers: val item 2 was train item 2
+    assert random.Random(item_seed("train", 0, 2)).random() == random.Random(item_seed("val", 0, 2)).random()
+    seeds = suite_seeds(0, 200)
+    flat = [s for split in SPLITS for s in seeds[split]]
+    assert len({random.Random(s).getrandbits(128) for s in flat}) == len(flat) == 600
+    assert seeds["val"][2] != item_seed("val", 0, 2) and seeds["test"][3] != item_seed("test", 0, 3)
+    assert all(split_of_seed(s) == split for split in SPLITS for s in seeds[split])
+    unchanged = sum(seeds[split][i] == item_seed(split, 0, i) for split in SPLITS for i in range(200))
+    assert unchanged == 598  # only the two repeats are redrawn
+    assert make_item("geometry-perception", seeds["test"][3]).question  # a redrawn seed makes an item like any other
     with pytest.raises(ValueError, match="unknown split"):
         item_seed("dev", 0, 0)
 

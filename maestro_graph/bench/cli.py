@@ -25,7 +25,7 @@ def make(
                                                 help="Only these domains (repeat, or comma-separated)."),
     force: bool = typer.Option(False, "--force", help="Overwrite a folder that already holds a suite."),
 ) -> None:
-    """Generate N items per split (train, val, test; no seed shared between splits) with exact answers."""
+    """Generate N items per split (train, val, test; no item drawn twice in the suite) with exact answers."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from .generate import DOMAINS, make_suite
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .base import Domain, Draft
 from .registry import DOMAINS
-from .suite import SPLITS, CheckReport, check_suite, item_seed, make_item, make_suite, split_of_seed
+from .suite import SPLITS, CheckReport, check_suite, item_seed, make_item, make_suite, split_of_seed, suite_seeds
 
 __all__ = ["DOMAINS", "Domain", "Draft", "SPLITS", "CheckReport", "check_suite", "item_seed", "make_item",
-           "make_suite", "split_of_seed"]
+           "make_suite", "split_of_seed", "suite_seeds"]

@@ -2,7 +2,11 @@
 
 An item is a pure function of (domain, item seed). Item seeds pack (suite seed, split, index) into one integer,
 `((seed * 3 + split) << 32) | index`, so different splits (and different suite seeds) never share an item seed, and
-the split an item came from can be read back from its seed."""
+the split an item came from can be read back from its seed. Distinct seeds are not enough, though: `random.Random`
+seeds Mersenne Twister from the integer's 32-bit words, adding word j plus j, so the key [i] (seed i) and the key
+[i, i - 1] (seed ((i - 1) << 32) | i) start the same stream, and suite seed 0 made val item 2 a copy of train item 2
+and test item 3 a copy of train item 3. `suite_seeds` therefore redraws an item whose stream was already drawn in
+the suite from the next redraw seed of its own split (index + k * 2**24)."""
 
 from __future__ import annotations
 
@@ -23,12 +27,14 @@ from ...tasks import load_tasks
 from .base import Draft
 from .registry import DOMAINS
 
-__all__ = ["SPLITS", "SOURCE", "item_seed", "split_of_seed", "make_item", "make_suite", "check_suite",
+__all__ = ["SPLITS", "SOURCE", "item_seed", "split_of_seed", "suite_seeds", "make_item", "make_suite", "check_suite",
            "CheckReport", "answer_problem"]
 
 SPLITS = ("train", "val", "test")
 SOURCE = "procedural"
 _INDEX_BITS = 32
+_REDRAW = 1 << 24
+"""Redraw k of item `index` uses index + k * _REDRAW: suites hold fewer than 2**24 items per split."""
 _PAIR_RE = re.compile(r"^\(\s*-?\d+(?:\.\d+)?\s*,\s*-?\d+(?:\.\d+)?\s*\)$")
 
 
@@ -43,6 +49,30 @@ def item_seed(split: str, seed: int, index: int) -> int:
 
 def split_of_seed(seed: int) -> str:
     return SPLITS[(seed >> _INDEX_BITS) % len(SPLITS)]
+
+
+def _stream(seed: int) -> int:
+    """The first 128 bits a seed's stream draws: equal for equal streams, and a clash of different ones is out of
+    reach (2**-128)."""
+    return random.Random(seed).getrandbits(128)
+
+
+def suite_seeds(seed: int, n: int) -> dict[str, list[int]]:
+    """The item seeds of a suite, split by split in `SPLITS` order: item `index` takes `item_seed(split, seed,
+    index)` unless that seed starts a random stream an earlier item of the suite already drew, in which case it takes
+    the first redraw seed that starts a new one."""
+    if not 0 < n < _REDRAW:
+        raise ValueError(f"n must be in [1, {_REDRAW}); got {n}")
+    drawn: set[int] = set()
+    seeds: dict[str, list[int]] = {}
+    for split in SPLITS:
+        seeds[split] = []
+        for index in range(n):
+            candidates = (item_seed(split, seed, index + k * _REDRAW) for k in range((1 << _INDEX_BITS) // _REDRAW))
+            chosen = next(c for c in candidates if _stream(c) not in drawn)
+            drawn.add(_stream(chosen))
+            seeds[split].append(chosen)
+    return seeds
 
 
 def make_item(domain: str, seed: int) -> Draft:
@@ -77,12 +107,13 @@ def make_suite(out: Path, n: int, seed: int, *, domains: list[str] | None = None
         shutil.rmtree(images)  # stale images of an earlier, larger suite would otherwise linger
     images.mkdir(parents=True)
     counts: dict[str, int] = {}
+    seeds = suite_seeds(seed, n)
     bar = tqdm(total=n * len(splits), desc="bench make", unit="item", disable=not progress)
     for split in splits:
         with (out / f"{split}.jsonl").open("w", encoding="utf-8") as fh:
             for index in range(n):
                 domain = names[index % len(names)]
-                s = item_seed(split, seed, index)
+                s = seeds[split][index]
                 draft = make_item(domain, s)
                 item_id = f"{split}-{index:05d}"
                 paths = []
@@ -148,6 +179,7 @@ def check_suite(folder: Path, *, regenerate: bool = True, progress: bool = True)
     folder = Path(folder)
     report = CheckReport()
     seen: dict[int, str] = {}
+    streams: dict[int, str] = {}
     files = [(split, folder / f"{split}.jsonl") for split in SPLITS if (folder / f"{split}.jsonl").is_file()]
     if not files:
         report.problems.append(f"{folder}: no {', '.join(s + '.jsonl' for s in SPLITS)} found")
@@ -168,7 +200,11 @@ def check_suite(folder: Path, *, regenerate: bool = True, progress: bool = True)
                 continue
             if seed in seen:
                 report.problems.append(f"{where}: seed {seed} already used by {seen[seed]}")
+            elif _stream(seed) in streams:
+                report.problems.append(f"{where}: seed {seed} starts the same random stream as {streams[_stream(seed)]}"
+                                       " (the same item; `bench make` now redraws such items)")
             seen[seed] = where
+            streams.setdefault(_stream(seed), where)
             if split_of_seed(seed) != split:
                 report.problems.append(f"{where}: seed {seed} belongs to split {split_of_seed(seed)!r}")
             if regenerate:
