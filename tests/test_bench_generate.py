@@ -12,8 +12,16 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from maestro_graph.bench.cli import bench_app
-from maestro_graph.bench.generate import (DOMAINS, SPLITS, check_suite, item_seed, make_item, make_suite, split_of_seed,
-                                          suite_seeds)
+from maestro_graph.bench.generate import (
+    DOMAINS,
+    SPLITS,
+    check_suite,
+    item_seed,
+    make_item,
+    make_suite,
+    split_of_seed,
+    suite_seeds,
+)
 from maestro_graph.bench.generate.suite import answer_problem
 from maestro_graph.tasks import load_tasks
 

@@ -16,8 +16,7 @@ from maestro_graph.errors import ConfigError
 from maestro_graph.policy.lm import conversation, final_answer_message
 from maestro_graph.policy.lm.weights import cached_hf_folder
 from maestro_graph.registry import Registry
-from maestro_graph.rl.trl_train import (LMTrainConfig, load_train_config, run_grpo, run_sft, sft_examples,
-                                        turn_tokens)
+from maestro_graph.rl.trl_train import LMTrainConfig, load_train_config, run_grpo, run_sft, sft_examples, turn_tokens
 from maestro_graph.types import Step
 
 ROOT = Path(__file__).resolve().parents[1]
