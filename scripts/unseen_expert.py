@@ -33,6 +33,7 @@ def main() -> None:
     parser.add_argument("--capability", default="barcode", help="capability whose models and skills are held out")
     parser.add_argument("--registry", default=None)
     parser.add_argument("--cache-dir", default=".maestro-cache")
+    parser.add_argument("--seed", type=int, default=0, help="training seed")
     args = parser.parse_args()
     torch.set_num_threads(1)
     full = Registry.load(args.registry, cache=ExpertCache(args.cache_dir))
@@ -42,7 +43,7 @@ def main() -> None:
     train, _ = load_task_files([args.train])
     # no task of the held-out kind: items the full registry can only solve with the held-out skills are dropped
     train = [t for t in train if t.domain != args.capability]
-    trainer = GRPOTrainer(before, train, GRPOConfig(steps=args.steps), args.out / "train")
+    trainer = GRPOTrainer(before, train, GRPOConfig(steps=args.steps, seed=args.seed), args.out / "train")
     trainer.resume()
     trainer.train()
     policy = f"neural:{args.out / 'train' / 'policy.pt'}"

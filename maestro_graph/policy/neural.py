@@ -126,8 +126,8 @@ class NeuralPolicy:
         summary = cand_feats.max(0).values if candidates else torch.zeros(CAND_DIM)
         if not pairs:
             p_stop = torch.ones(())
-        elif not candidates or bool(cand_feats[:, _SUPPORT_DIM + CONTRADICTS_FORM].all()):
-            p_stop = torch.zeros(())  # nothing to answer yet (a number to a yes/no question is no answer): keep looking
+        elif not candidates:
+            p_stop = torch.zeros(())  # nothing to answer yet: keep looking while pairs remain
         else:
             p_stop = torch.sigmoid(self.net.stop(torch.cat([h, summary]))[0])
         parts: list[torch.Tensor] = []
