@@ -34,6 +34,10 @@ def main() -> None:
     parser.add_argument("--registry", default=None)
     parser.add_argument("--cache-dir", default=".maestro-cache")
     parser.add_argument("--seed", type=int, default=0, help="training seed")
+    parser.add_argument("--tasks-per-step", type=int, default=GRPOConfig.tasks_per_step)
+    parser.add_argument("--group-size", type=int, default=GRPOConfig.group_size)
+    parser.add_argument("--cost-weight", type=float, default=GRPOConfig.cost_weight)
+    parser.add_argument("--advantage-std-floor", type=float, default=GRPOConfig.advantage_std_floor)
     args = parser.parse_args()
     torch.set_num_threads(1)
     full = Registry.load(args.registry, cache=ExpertCache(args.cache_dir))
@@ -43,7 +47,10 @@ def main() -> None:
     train, _ = load_task_files([args.train])
     # no task of the held-out kind: items the full registry can only solve with the held-out skills are dropped
     train = [t for t in train if t.domain != args.capability]
-    trainer = GRPOTrainer(before, train, GRPOConfig(steps=args.steps, seed=args.seed), args.out / "train")
+    config = GRPOConfig(steps=args.steps, seed=args.seed, tasks_per_step=args.tasks_per_step,
+                        group_size=args.group_size, cost_weight=args.cost_weight,
+                        advantage_std_floor=args.advantage_std_floor)
+    trainer = GRPOTrainer(before, train, config, args.out / "train")
     trainer.resume()
     trainer.train()
     policy = f"neural:{args.out / 'train' / 'policy.pt'}"
