@@ -212,9 +212,14 @@ def eval_(
         _fail(f"policies {[p for p in policy if p in TRAINED_POLICIES]} are trained: pass --train-tasks FILE")
     try:
         run = evaluate(reg, tasks, policy, train_tasks=train_tasks, workers=workers, limit=limit,
-                       context=MaestroContext(max_turns=max_turns, max_cost=max_cost))
+                       context=MaestroContext(max_turns=max_turns, max_cost=max_cost),
+                       predictions_dir=out / "predictions")
     except ValueError as exc:
         _fail(str(exc))
+    except KeyboardInterrupt:
+        err.print(f"[yellow]interrupted:[/yellow] the episodes that finished are in {out / 'predictions'}; "
+                   "rerun the command to evaluate again (finished expert calls replay from the cache)")
+        raise typer.Exit(130) from None
     results = write_report(run, out)
     table = Table("policy", "macro acc", "accuracy", "mean cost", "calls/ep", "p50 s", "cache hits", "wall s",
                   title=f"evaluation -> {out}/report.md")

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -97,3 +102,26 @@ def test_concurrent_run_equals_serial(files):
     serial = [(r.answer, [s.pair for s in r.steps]) for _, r in run_tasks(registry, tasks, "random", workers=1)]
     parallel = [(r.answer, [s.pair for s in r.steps]) for _, r in run_tasks(registry, tasks, "random", workers=4)]
     assert serial == parallel
+
+
+def test_an_interrupted_eval_keeps_the_finished_episodes(files, tmp_path):
+    """Ctrl-C in the middle of a run: the records written so far stay, one valid JSON line per finished episode."""
+    rows = (files / "test.jsonl").read_text().splitlines()
+    many = files / "many.jsonl"  # beside the images: task files may only reach images under their own folder
+    many.write_text("\n".join(json.dumps({**json.loads(rows[i % 2]), "id": f"m{i}"}) for i in range(40)) + "\n")
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "maestro_graph.cli", "eval", "--tasks", str(many), "-p", "random",
+         "--out", str(out), "--registry", str(files / "registry.yaml"), "--no-cache", "--workers", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    written = out / "predictions" / "random.jsonl"
+    deadline = time.monotonic() + 120
+    while not (written.is_file() and len(written.read_text().splitlines()) >= 2):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "interrupted" in stderr, stderr[-2000:]
+    kept = [json.loads(line) for line in written.read_text().splitlines()]
+    assert 2 <= len(kept) < 40 and all({"id", "answer", "steps", "score"} <= r.keys() for r in kept)
+    assert not (out / "results.json").exists()

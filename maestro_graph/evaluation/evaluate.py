@@ -103,7 +103,10 @@ def evaluate(
     workers: int = 2,
     limit: int | None = None,
     progress: bool = True,
+    predictions_dir: Path | None = None,
 ) -> EvalRun:
+    """Run every policy on the same items. With `predictions_dir`, each episode's record is written to
+    `<policy>.jsonl` there as soon as it finishes, so a run that is interrupted or crashes keeps what it did."""
     tasks, skipped = load_task_files(task_files)
     tasks = tasks[:limit] if limit else tasks
     outcomes: PairOutcomes | None = None
@@ -119,24 +122,36 @@ def evaluate(
         outcomes = measure_pairs(registry, train, workers=workers, progress=progress)
     results = []
     for policy in policies:
-        results.append(_run_policy(registry, tasks, policy, context, outcomes, workers, progress))
+        results.append(_run_policy(registry, tasks, policy, context, outcomes, workers, progress, predictions_dir))
     return EvalRun(results, skipped, ", ".join(map(str, train_tasks)) or None, [str(f) for f in task_files],
                    outcomes)
 
 
 def _run_policy(registry: Registry, tasks: list[Task], policy: str, context: MaestroContext | None,
-                outcomes: PairOutcomes | None, workers: int, progress: bool) -> PolicyResult:
+                outcomes: PairOutcomes | None, workers: int, progress: bool,
+                predictions_dir: Path | None) -> PolicyResult:
     result = PolicyResult(policy)
     stats = registry.cache.stats if registry.cache else None
     hits0, misses0 = (stats.hits, stats.misses) if stats else (0, 0)
     start = time.perf_counter()
+    sink = None
+    if predictions_dir is not None:
+        predictions_dir.mkdir(parents=True, exist_ok=True)
+        sink = (predictions_dir / f"{file_stem(policy)}.jsonl").open("w", encoding="utf-8")
     bar = tqdm(total=len(tasks), desc=f"eval {policy}", unit="item", disable=not progress)
-    for task, episode in run_tasks(registry, tasks, policy, context=context, outcomes=outcomes, workers=workers):
-        result.records.append(record(task, episode))
-        acc = np.mean([r["score"] for r in result.records])
-        bar.set_postfix(acc=f"{acc:.3f}", cache_hits=(stats.hits - hits0) if stats else "off")
-        bar.update()
-    bar.close()
+    try:
+        for task, episode in run_tasks(registry, tasks, policy, context=context, outcomes=outcomes, workers=workers):
+            result.records.append(record(task, episode))
+            if sink is not None:
+                _write_record(sink, result.records[-1])
+                sink.flush()
+            acc = np.mean([r["score"] for r in result.records])
+            bar.set_postfix(acc=f"{acc:.3f}", cache_hits=(stats.hits - hits0) if stats else "off")
+            bar.update()
+    finally:
+        bar.close()
+        if sink is not None:
+            sink.close()
     result.wall_s = time.perf_counter() - start
     if stats:
         result.cache_hits, result.cache_misses = stats.hits - hits0, stats.misses - misses0
@@ -157,10 +172,14 @@ def file_stem(policy: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", policy.replace("@@", "__"))
 
 
+def _write_record(fh, row: dict) -> None:
+    fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
 def write_predictions(run: EvalRun, out_dir: Path) -> None:
     pred_dir = out_dir / "predictions"
     pred_dir.mkdir(parents=True, exist_ok=True)
     for result in run.results:
         with (pred_dir / f"{file_stem(result.policy)}.jsonl").open("w", encoding="utf-8") as fh:
-            for record in result.records:
-                fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+            for row in result.records:
+                _write_record(fh, row)
