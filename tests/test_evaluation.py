@@ -110,14 +110,18 @@ def test_an_interrupted_eval_keeps_the_finished_episodes(files, tmp_path):
     many = files / "many.jsonl"  # beside the images: task files may only reach images under their own folder
     many.write_text("\n".join(json.dumps({**json.loads(rows[i % 2]), "id": f"m{i}"}) for i in range(40)) + "\n")
     out = tmp_path / "out"
+    # a job started in the background inherits SIGINT ignored, and Python then keeps it ignored: the child restores
+    # the handler a terminal's Ctrl-C meets
+    child = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+             "from maestro_graph.cli import app; app()")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "maestro_graph.cli", "eval", "--tasks", str(many), "-p", "random",
+        [sys.executable, "-c", child, "eval", "--tasks", str(many), "-p", "random",
          "--out", str(out), "--registry", str(files / "registry.yaml"), "--no-cache", "--workers", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     written = out / "predictions" / "random.jsonl"
     deadline = time.monotonic() + 120
     while not (written.is_file() and len(written.read_text().splitlines()) >= 2):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
