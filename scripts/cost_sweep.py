@@ -49,7 +49,8 @@ def main() -> None:
         trainer.train()
         policies.append(f"neural:{run_dir / 'policy.pt'}")
     fixed = [f"fixed:{pair}" for pair in registry.pair_ids()]
-    run = evaluate(registry, [args.tasks], [*policies, *fixed, "oracle"])
+    run = evaluate(registry, [args.tasks], [*policies, *fixed, "oracle"],
+                   predictions_dir=args.out / "eval" / "predictions")
     results = write_report(run, args.out / "eval")
     _plot(results["policies"], args.weights, args.out / "pareto.png")
     summary = {p: {k: results["policies"][p][k] for k in ("macro_accuracy", "mean_cost", "calls_per_episode")}

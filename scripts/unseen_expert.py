@@ -56,7 +56,7 @@ def main() -> None:
     policy = f"neural:{args.out / 'train' / 'policy.pt'}"
     figures = {}
     for label, registry in (("before", before), ("after", full)):
-        run = evaluate(registry, [args.tasks], [policy, "oracle"])
+        run = evaluate(registry, [args.tasks], [policy, "oracle"], predictions_dir=args.out / label / "predictions")
         results = write_report(run, args.out / label)
         figures[label] = {p: results["policies"][p]["accuracy_by_domain"] for p in results["policies"]}
     print(json.dumps({"held_out": {"models": sorted(held_models), "skills": sorted(held_skills)}, **figures},

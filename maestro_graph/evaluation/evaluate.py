@@ -14,12 +14,13 @@ from tqdm import tqdm
 
 from ..graph import MaestroContext
 from ..policy import TRAINED_POLICIES
+from ..policy.base import Policy
 from ..registry import Registry
 from ..runner import EpisodeResult, run_tasks
 from ..tasks import Task, TaskProblem, load_tasks
 from .outcomes import PairOutcomes, measure_pairs
 
-__all__ = ["PolicyResult", "EvalRun", "evaluate", "file_stem", "load_task_files", "record"]
+__all__ = ["PolicyResult", "EvalRun", "evaluate", "file_stem", "load_task_files", "run_policy"]
 
 
 @dataclass
@@ -106,7 +107,8 @@ def evaluate(
     predictions_dir: Path | None = None,
 ) -> EvalRun:
     """Run every policy on the same items. With `predictions_dir`, each episode's record is written to
-    `<policy>.jsonl` there as soon as it finishes, so a run that is interrupted or crashes keeps what it did."""
+    `<policy>.jsonl` there as soon as it finishes, so a run that is interrupted or crashes keeps what it did (the
+    report does not write them again)."""
     tasks, skipped = load_task_files(task_files)
     tasks = tasks[:limit] if limit else tasks
     outcomes: PairOutcomes | None = None
@@ -122,28 +124,32 @@ def evaluate(
         outcomes = measure_pairs(registry, train, workers=workers, progress=progress)
     results = []
     for policy in policies:
-        results.append(_run_policy(registry, tasks, policy, context, outcomes, workers, progress, predictions_dir))
+        results.append(run_policy(registry, tasks, policy, context=context, outcomes=outcomes, workers=workers,
+                                  progress=progress, predictions_dir=predictions_dir))
     return EvalRun(results, skipped, ", ".join(map(str, train_tasks)) or None, [str(f) for f in task_files],
                    outcomes)
 
 
-def _run_policy(registry: Registry, tasks: list[Task], policy: str, context: MaestroContext | None,
-                outcomes: PairOutcomes | None, workers: int, progress: bool,
-                predictions_dir: Path | None) -> PolicyResult:
-    result = PolicyResult(policy)
+def run_policy(registry: Registry, tasks: list[Task], policy: str | Policy, *, context: MaestroContext | None = None,
+               outcomes: PairOutcomes | None = None, workers: int = 1, progress: bool = False,
+               predictions_dir: Path | None = None) -> PolicyResult:
+    """One policy (a name, or a policy object such as the one being trained) over `tasks`: the records the metrics
+    and reports read, optionally written to `predictions_dir` episode by episode."""
+    name = policy if isinstance(policy, str) else policy.name
+    result = PolicyResult(name)
     stats = registry.cache.stats if registry.cache else None
     hits0, misses0 = (stats.hits, stats.misses) if stats else (0, 0)
     start = time.perf_counter()
     sink = None
     if predictions_dir is not None:
         predictions_dir.mkdir(parents=True, exist_ok=True)
-        sink = (predictions_dir / f"{file_stem(policy)}.jsonl").open("w", encoding="utf-8")
-    bar = tqdm(total=len(tasks), desc=f"eval {policy}", unit="item", disable=not progress)
+        sink = (predictions_dir / f"{file_stem(name)}.jsonl").open("w", encoding="utf-8")
+    bar = tqdm(total=len(tasks), desc=f"eval {name}", unit="item", disable=not progress)
     try:
         for task, episode in run_tasks(registry, tasks, policy, context=context, outcomes=outcomes, workers=workers):
-            result.records.append(record(task, episode))
+            result.records.append(_record(task, episode))
             if sink is not None:
-                _write_record(sink, result.records[-1])
+                sink.write(json.dumps(result.records[-1], ensure_ascii=False) + "\n")
                 sink.flush()
             acc = np.mean([r["score"] for r in result.records])
             bar.set_postfix(acc=f"{acc:.3f}", cache_hits=(stats.hits - hits0) if stats else "off")
@@ -158,7 +164,7 @@ def _run_policy(registry: Registry, tasks: list[Task], policy: str, context: Mae
     return result
 
 
-def record(task: Task, episode: EpisodeResult) -> dict:
+def _record(task: Task, episode: EpisodeResult) -> dict:
     """One episode as a prediction record, with the item's score, source and domain (what the metrics read)."""
     row = episode.prediction(task.id)
     row["score"] = task.score(episode.answer)
@@ -171,15 +177,3 @@ def file_stem(policy: str) -> str:
     """A file-name-safe form of a policy name (`fixed:a@@b` -> `fixed_a__b`, paths flattened)."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", policy.replace("@@", "__"))
 
-
-def _write_record(fh, row: dict) -> None:
-    fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-
-
-def write_predictions(run: EvalRun, out_dir: Path) -> None:
-    pred_dir = out_dir / "predictions"
-    pred_dir.mkdir(parents=True, exist_ok=True)
-    for result in run.results:
-        with (pred_dir / f"{file_stem(result.policy)}.jsonl").open("w", encoding="utf-8") as fh:
-            for row in result.records:
-                _write_record(fh, row)

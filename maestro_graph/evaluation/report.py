@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .evaluate import EvalRun, file_stem, write_predictions
+from .evaluate import EvalRun, file_stem
 
 __all__ = ["write_report"]
 
@@ -19,7 +19,8 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def write_report(run: EvalRun, out_dir: Path) -> dict:
-    """Write everything under `out_dir`; returns the results dictionary written to results.json."""
+    """Write results.json, report.md and the plots under `out_dir` (the predictions are written while `evaluate`
+    runs, with `predictions_dir=out_dir / "predictions"`); returns the results dictionary written to results.json."""
     out_dir.mkdir(parents=True, exist_ok=True)
     metrics = {r.policy: r.metrics() for r in run.results}
     results = {
@@ -30,7 +31,6 @@ def write_report(run: EvalRun, out_dir: Path) -> dict:
         "policies": metrics,
     }
     (out_dir / "results.json").write_text(json.dumps(results, indent=2))
-    write_predictions(run, out_dir)
     training = ""
     if run.outcomes is not None:
         run.outcomes.save(out_dir / "train_outcomes.json")

@@ -20,7 +20,7 @@ from ..graph import MaestroContext, build_graph
 from ..policy.base import ActionSpace, EpisodeView
 from ..policy.neural import NeuralConfig, NeuralPolicy
 from ..registry import Registry
-from ..runner import EpisodeResult, run_episode, run_tasks
+from ..runner import EpisodeResult, run_episode
 from ..tasks import Task
 from ..types import Action, Answer, Invoke
 from .cards import sample_card_texts, sample_dropout
@@ -222,15 +222,12 @@ class GRPOTrainer:
     def validate(self) -> dict:
         """The averaged policy on the validation items, greedy, through the full registry (no dropout, the real card
         texts); best.pt follows the highest score. The figures join this step's history entry and log line."""
-        from ..evaluation.evaluate import PolicyResult, record
+        from ..evaluation.evaluate import run_policy
 
         cfg = self.config
         policy = self.averaged_policy()
-        result = PolicyResult(policy.name)
         context = MaestroContext(max_turns=cfg.max_turns, max_cost=cfg.max_cost)
-        for task, episode in run_tasks(self.registry, self.eval_tasks, policy, context=context):
-            result.records.append(record(task, episode))
-        metrics = result.metrics()
+        metrics = run_policy(self.registry, self.eval_tasks, policy, context=context).metrics()
         figures = {"val_macro": metrics["macro_accuracy"], "val_accuracy": metrics["accuracy"],
                    "val_cost": metrics["mean_cost"], "val_calls": metrics["calls_per_episode"],
                    "val_score": metrics["macro_accuracy"] - cfg.cost_weight * metrics["mean_cost"]}

@@ -68,9 +68,12 @@ def suite_seeds(seed: int, n: int) -> dict[str, list[int]]:
     for split in SPLITS:
         seeds[split] = []
         for index in range(n):
-            candidates = (item_seed(split, seed, index + k * _REDRAW) for k in range((1 << _INDEX_BITS) // _REDRAW))
-            chosen = next(c for c in candidates if _stream(c) not in drawn)
-            drawn.add(_stream(chosen))
+            for redraw in range((1 << _INDEX_BITS) // _REDRAW):
+                chosen = item_seed(split, seed, index + redraw * _REDRAW)
+                stream = _stream(chosen)
+                if stream not in drawn:
+                    break
+            drawn.add(stream)
             seeds[split].append(chosen)
     return seeds
 
@@ -198,13 +201,14 @@ def check_suite(folder: Path, *, regenerate: bool = True, progress: bool = True)
             if not isinstance(seed, int) or task.domain not in DOMAINS or "qtype" not in task.meta:
                 report.problems.append(f"{where}: meta needs an integer seed and a qtype, and a known domain")
                 continue
+            stream = _stream(seed)
             if seed in seen:
                 report.problems.append(f"{where}: seed {seed} already used by {seen[seed]}")
-            elif _stream(seed) in streams:
-                report.problems.append(f"{where}: seed {seed} starts the same random stream as {streams[_stream(seed)]}"
+            elif stream in streams:
+                report.problems.append(f"{where}: seed {seed} starts the same random stream as {streams[stream]}"
                                        " (the same item; `bench make` now redraws such items)")
             seen[seed] = where
-            streams.setdefault(_stream(seed), where)
+            streams.setdefault(stream, where)
             if split_of_seed(seed) != split:
                 report.problems.append(f"{where}: seed {seed} belongs to split {split_of_seed(seed)!r}")
             if regenerate:
