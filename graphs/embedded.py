@@ -16,12 +16,14 @@ import operator
 import os
 from typing import Annotated, Any, Literal, TypedDict
 
-from langchain_core.tools import StructuredTool
+from langchain_core.tools import StructuredTool, ToolException
 from langgraph.graph import END, START, StateGraph
 from langgraph.pregel.remote import RemoteGraph
 from pydantic import BaseModel, Field
 
 from maestro_graph.graph import MaestroContext, build_graph
+from maestro_graph.image_sources import ImageRefused, ImageSources
+from maestro_graph.policy import PolicyCatalog
 from maestro_graph.registry import Registry
 
 __all__ = ["AgentState", "AskMaestro", "build_agent", "remote_agent", "maestro_tool", "graph"]
@@ -87,23 +89,36 @@ class AskMaestro(BaseModel):
     """Arguments of the Maestro tool, as a tool-calling model sees them."""
 
     question: str = Field(description="a short question about the images, e.g. 'How many circles are there?'")
-    images: list[str] = Field(min_length=1, description="the images: file paths or data:image/...;base64 URLs")
+    images: list[str] = Field(min_length=1, description="the images: data:image/...;base64 URLs (file paths only "
+                              "inside the directories the operator allows)")
     choices: list[str] | None = Field(None, description="the options of a multiple-choice question, if any")
 
 
-def maestro_tool(maestro: Any, *, max_turns: int = 4) -> StructuredTool:
-    """Maestro as a tool: it answers a question about images by orchestrating expert models."""
+def maestro_tool(maestro: Any, *, max_turns: int = 4, image_sources: ImageSources | None = None) -> StructuredTool:
+    """Maestro as a tool: it answers a question about images by orchestrating expert models. The arguments come
+    from a model, so they are untrusted: images pass `image_sources` (default: the operator's environment,
+    `MAESTRO_IMAGE_DIRS`/`MAESTRO_IMAGE_HOSTS`, data URLs only when unset), and a refusal or a run without an
+    answer comes back as the tool's error message, so the calling model learns why."""
+    sources = image_sources or ImageSources.from_env()
 
     def ask_maestro(question: str, images: list[str], choices: list[str] | None = None) -> str:
-        out = maestro.invoke({"question": question, "images": images, "choices": choices},
+        try:
+            resolved = sources.resolve(images)
+        except ImageRefused as exc:
+            raise ToolException(str(exc)) from exc
+        out = maestro.invoke({"question": question, "images": resolved, "choices": choices},
                              context=MaestroContext(max_turns=max_turns))
-        return out.get("answer") or "(no answer)"
+        if out.get("answer") is None:
+            raise ToolException(f"Maestro found no answer (stop: {out.get('stop_reason')})")
+        return out["answer"]
 
     return StructuredTool.from_function(
-        ask_maestro, name="ask_maestro", args_schema=AskMaestro,
+        ask_maestro, name="ask_maestro", args_schema=AskMaestro, handle_tool_error=True,
         description="Answer a question about one or more images (counting, reading text, charts, tables, "
         "barcodes, geometry) by orchestrating local expert models. Returns a short answer.",
     )
 
 
-graph = build_agent(build_graph(Registry.load(os.environ.get("MAESTRO_REGISTRY") or None)))
+graph = build_agent(build_graph(Registry.load(os.environ.get("MAESTRO_REGISTRY") or None),
+                                policies=PolicyCatalog.from_env(), image_sources=ImageSources.from_env()))
+"""Served by the Agent Server to untrusted clients: the same operator rules as graphs/maestro.py."""

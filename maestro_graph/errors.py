@@ -15,6 +15,7 @@ __all__ = [
     "ExpertTimeout",
     "ExpertUnavailable",
     "InputError",
+    "Cancelled",
 ]
 
 
@@ -59,3 +60,7 @@ class ExpertUnavailable(ExpertError):
 
 class InputError(MaestroError):
     """The request itself is unusable: missing or corrupt image, empty question (user's fault)."""
+
+
+class Cancelled(MaestroError):
+    """The episode's caller is gone (timed out or disconnected): its remaining work is abandoned, not failed."""

@@ -15,8 +15,10 @@ from langgraph.graph.message import add_messages
 from langgraph.runtime import Runtime
 from langgraph.types import Checkpointer, Command
 
+from .cancellation import current_cancel, raise_if_cancelled
 from .errors import ConfigError
-from .policy import DEFAULT_POLICY, ActionSpace, EpisodeView, Policy, best_candidate, make_policy
+from .image_sources import ImageRefused, ImageSources
+from .policy import DEFAULT_POLICY, ActionSpace, EpisodeView, Policy, PolicyCatalog, best_candidate
 from .questions import clean_question, question_problem
 from .registry import Registry
 from .types import Answer, InvalidAction, Invoke, Step
@@ -102,46 +104,60 @@ def build_graph(
     registry: Registry,
     policy: Policy | None = None,
     *,
+    policies: PolicyCatalog | None = None,
+    image_sources: ImageSources | None = None,
     checkpointer: Checkpointer = None,
     name: str = "maestro",
 ) -> Any:
-    """Compile the Maestro graph. `policy` defaults to the rules baseline; a run's context may name another."""
-    default_policy = policy or make_policy(DEFAULT_POLICY)
+    """Compile the Maestro graph. `policy` is the default (else the catalog's default, else the rules baseline); a
+    run's context may name another from `policies` (default: an open catalog, for the operator's own code). A graph
+    served to clients passes a restricted catalog and `image_sources`: then the images of every run are resolved
+    under that policy (verified data URLs) before any skill sees them."""
+    policies = policies or PolicyCatalog.open(DEFAULT_POLICY)
+    default_policy = policy or policies.get()
     skill_nodes = [s.name for s in registry.tier1]
     clash = {INTAKE, ROUTER, ANSWER} & set(skill_nodes)
     if clash:
         raise ConfigError(f"skill names {sorted(clash)} are reserved for graph nodes; rename the skill folder")
-    named: dict[str, Policy] = {}
 
-    def resolve(context: MaestroContext) -> Policy:
-        if context.policy is None:
-            return default_policy
-        if context.policy not in named:
-            named[context.policy] = make_policy(context.policy)
-        return named[context.policy]
-
-    def intake(state: MaestroState) -> dict:
-        """A chat request (`messages`) becomes a question with images; control characters leave the question."""
+    def intake(state: MaestroState) -> Command[Literal["router", "answer"]]:
+        """A chat request (`messages`) becomes a question with images; control characters leave the question;
+        under an image-source policy every image becomes a verified data URL or the run ends with the refusal."""
         if state.get("question") or not state.get("messages"):
             question = state.get("question") or ""
-            cleaned = clean_question(question)
-            return {"question": cleaned} if cleaned != question else {}
-        question, images = _from_messages(state["messages"])
-        return {"question": clean_question(question), "images": [*(state.get("images") or []), *images]}
+            update: dict = {"question": clean_question(question)}
+            images = list(state.get("images") or [])
+        else:
+            question, found = _from_messages(state["messages"])
+            update = {"question": clean_question(question)}
+            images = [*(state.get("images") or []), *found]
+        if image_sources is not None and images:
+            try:
+                images = image_sources.resolve(images)
+            except ImageRefused as exc:
+                return Command(goto=ANSWER, update={**update, "images": [], "answer": None,
+                                                    "stop_reason": f"input error: {exc}"})
+        if images != list(state.get("images") or []):
+            update["images"] = images
+        return Command(goto=ROUTER, update=update)
 
     def router(state: MaestroState, runtime: Runtime[MaestroContext]) -> Command[Literal["answer"]]:
         context = runtime.context or MaestroContext()
         view = _view(state, context)
         write = runtime.stream_writer
+        raise_if_cancelled(current_cancel())  # the caller is gone: no further decision, nothing committed
         if not view.question.strip() and not view.images:
             return Command(goto=ANSWER, update={"answer": None, "stop_reason": "input error: empty question and no image"})
         problem = question_problem(view.question)
         if problem:
             return Command(goto=ANSWER, update={"answer": None, "stop_reason": f"input error: {problem}"})
+        try:
+            policy = default_policy if context.policy is None else policies.get(context.policy)
+        except ConfigError as exc:  # a policy the catalog refuses or cannot build: the run's input was wrong
+            return Command(goto=ANSWER, update={"answer": None, "stop_reason": f"input error: {exc}"})
         space = ActionSpace.build(registry, view)
         if view.budget_spent and len(space.answers) == 1:  # nothing left to decide
             return Command(goto=ANSWER, update={"answer": space.answers[0].text, "stop_reason": "budget"})
-        policy = resolve(context)
         dist = policy.distribution(view, space)
         if context.greedy and not getattr(policy, "stochastic", False):
             action = dist.greedy()
@@ -195,14 +211,13 @@ def build_graph(
     builder = StateGraph(
         MaestroState, context_schema=MaestroContext, input_schema=MaestroInput, output_schema=MaestroOutput
     )
-    builder.add_node(INTAKE, intake)
+    builder.add_node(INTAKE, intake, destinations=(ROUTER, ANSWER))
     builder.add_node(ROUTER, router, destinations=(*skill_nodes, ANSWER, ROUTER))
     for skill in skill_nodes:
         builder.add_node(skill, make_skill_node(skill))
         builder.add_edge(skill, ROUTER)
     builder.add_node(ANSWER, answer)
     builder.add_edge(START, INTAKE)
-    builder.add_edge(INTAKE, ROUTER)
     builder.add_edge(ANSWER, END)
     return builder.compile(checkpointer=checkpointer, name=name)
 

@@ -15,9 +15,11 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 
 from maestro_graph.graph import MaestroContext, build_graph
-from servers import EXAMPLES, ROOT, free_port, server_env, wait_until_up
+from maestro_graph.image_sources import ImageSources
+from servers import EXAMPLES, ROOT, data_url, free_port, server_env, wait_until_up
 
 QR = str(EXAMPLES / "qrcode.png")
+QR_URL = data_url(EXAMPLES / "qrcode.png")
 REQUEST = "I scanned the label on a parcel. What text does the QR code encode?"
 
 
@@ -48,7 +50,7 @@ def test_agent_without_images_skips_maestro(registry):
 
 
 def test_maestro_as_a_tool_with_a_typed_schema(registry):
-    tool = embedded.maestro_tool(build_graph(registry))
+    tool = embedded.maestro_tool(build_graph(registry), image_sources=ImageSources(allowed_dirs=(EXAMPLES,)))
     schema = convert_to_openai_tool(tool)["function"]
     assert schema["name"] == "ask_maestro"
     assert schema["parameters"]["required"] == ["question", "images"]
@@ -64,6 +66,23 @@ def test_maestro_as_a_tool_with_a_typed_schema(registry):
     replies = builder.compile().invoke({"messages": [agent_turn]})["messages"][1:]
     assert isinstance(replies[0], ToolMessage) and replies[0].content == "Wikipedia"
     assert replies[1].status == "error" and "images" in replies[1].content  # the schema refuses a bad call
+
+
+def test_the_tool_reads_no_file_the_operator_did_not_allow(registry, tmp_path):
+    """The tool's arguments come from a model: by default only data URLs, and a refusal is the tool's error."""
+    secret = tmp_path / "secret.png"
+    secret.write_bytes((EXAMPLES / "qrcode.png").read_bytes())
+    builder = StateGraph(MessagesState)
+    builder.add_node("tools", ToolNode([embedded.maestro_tool(build_graph(registry))]))
+    builder.add_edge(START, "tools")
+    calls = [{"name": "ask_maestro", "id": f"call-{i}", "args": {"question": "What does the QR code say?",
+                                                                  "images": [image]}}
+             for i, image in enumerate([str(secret), "/etc/passwd", f"file://{secret}", QR_URL])]
+    replies = builder.compile().invoke({"messages": [AIMessage(content="", tool_calls=calls)]})["messages"][1:]
+    for reply in replies[:3]:
+        assert reply.status == "error" and "local file paths are not accepted" in reply.content
+        assert "Wikipedia" not in reply.content
+    assert replies[3].status == "success" and replies[3].content == "Wikipedia"
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +106,7 @@ def agent_server(tmp_path_factory):
 @pytest.mark.slow
 def test_remote_graph_agent_against_the_agent_server(agent_server):
     agent = embedded.remote_agent(agent_server)
-    out = agent.invoke({"request": REQUEST, "images": [QR]})
+    out = agent.invoke({"request": REQUEST, "images": [QR_URL]})
     assert out["answer"] == "Wikipedia" and out["report"].startswith("Answer: Wikipedia")
 
 
@@ -97,5 +116,5 @@ def test_agent_server_serves_the_embedded_graph(agent_server):
 
     client = get_sync_client(url=agent_server)
     assert client.assistants.search(graph_id="maestro-agent")
-    values = client.runs.wait(None, "maestro-agent", input={"request": REQUEST, "images": [QR]})
+    values = client.runs.wait(None, "maestro-agent", input={"request": REQUEST, "images": [QR_URL]})
     assert values["answer"] == "Wikipedia"

@@ -35,7 +35,7 @@ def test_graph_shape_has_one_node_per_tier1_skill(registry, graph):
         assert f"router -.-> {skill.name};" in mermaid
         assert f"{skill.name} --> router;" in mermaid
     assert "router -.-> answer;" in mermaid and "answer --> __end__;" in mermaid
-    assert "__start__ --> intake;" in mermaid and "intake --> router;" in mermaid
+    assert "__start__ --> intake;" in mermaid and "intake -.-> router;" in mermaid and "intake -.-> answer;" in mermaid
 
 
 def test_rules_policy_answers_and_streams_each_step(graph):

@@ -11,6 +11,7 @@ import io
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import numpy as np
@@ -196,49 +197,54 @@ def test_openai_client_raises_typed_errors(base_url, client):
         == "Wikipedia"
 
 
-@pytest.fixture(scope="module")
-def slow_url(tmp_path_factory):
-    """One worker, one episode slot, a 1.5 s timeout, checkpoints, and an episode whose second step takes 3 s."""
-    folder = tmp_path_factory.mktemp("slow")
-    settings = ServeSettings(max_episodes=1, workers=1, request_timeout_s=1.5, checkpoint_db=folder / "ckpt.sqlite")
-    with running_app(create_app(Registry.load(slow_registry(folder, delay_s=3.0)), settings)) as url:
-        yield url
-
-
 def _wait_idle(url: str) -> None:
     deadline = time.time() + 30
     while httpx.get(f"{url}/healthz").json()["episodes_in_flight"] and time.time() < deadline:
-        time.sleep(0.1)
+        time.sleep(0.05)
 
 
-def test_timeout_cap_and_resume_from_checkpoint(slow_url):
+def test_timeout_cancels_the_episode_cap_and_resume_from_checkpoint(tmp_path):
+    """One worker, one slot, a 1.5 s timeout, checkpoints, and an episode whose second step takes 3 s: the 504
+    cancels the episode at once (the worker does not sit out the step), and the thread resumes later from its
+    last checkpoint on a server with a longer timeout, without running the finished step again."""
+    registry_file, db = slow_registry(tmp_path, delay_s=3.0), tmp_path / "ckpt.sqlite"
     body = {"model": "maestro", "messages": _user(SLOW_QUESTION, data_url(EXAMPLES / "circles.png"))}
-    post = functools.partial(httpx.post, f"{slow_url}/v1/chat/completions", timeout=30)
-    first = post(json={**body, "thread_id": "t-slow"})
-    assert first.status_code == 504 and first.json()["error"]["code"] == "timeout"
-    assert first.headers[THREAD_HEADER] == "t-slow"
-    busy = post(json={**body, "thread_id": "t-slow"})  # the worker still runs the slow step
-    assert busy.status_code == 409 and busy.json()["error"]["code"] == "thread_busy"
-    full = post(json=body)
-    assert full.status_code == 429 and full.json()["error"]["code"] == "too_many_episodes"
-    _wait_idle(slow_url)
+    settings = ServeSettings(max_episodes=1, workers=1, request_timeout_s=1.5, checkpoint_db=db)
+    with running_app(create_app(Registry.load(registry_file), settings)) as url:
+        post = functools.partial(httpx.post, f"{url}/v1/chat/completions", timeout=30)
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(post, json={**body, "thread_id": "t-slow"})
+            while not httpx.get(f"{url}/healthz").json()["episodes_in_flight"]:
+                time.sleep(0.02)
+            busy = post(json={**body, "thread_id": "t-slow"})
+            assert busy.status_code == 409 and busy.json()["error"]["code"] == "thread_busy"
+            full = post(json=body)
+            assert full.status_code == 429 and full.json()["error"]["code"] == "too_many_episodes"
+            first = pending.result()
+        assert first.status_code == 504 and first.json()["error"]["code"] == "timeout"
+        assert first.headers[THREAD_HEADER] == "t-slow"
+        gave_up = time.perf_counter()
+        _wait_idle(url)
+        assert time.perf_counter() - gave_up < 1.0  # cancelled, not left running for the rest of the 3 s step
+        history = httpx.get(f"{url}/v1/threads/t-slow").json()
+        assert history["finished"] is False and [s["model"] for s in history["steps"]] == ["crashing-ocr"]
+        done_before = history["steps"]
 
-    history = httpx.get(f"{slow_url}/v1/threads/t-slow").json()
-    assert history["checkpoints"] and history["steps"][0]["model"] == "crashing-ocr"
-    done_before = history["steps"]
+    patient = settings.model_copy(update={"request_timeout_s": 60.0})
+    with running_app(create_app(Registry.load(registry_file), patient)) as url:
+        post = functools.partial(httpx.post, f"{url}/v1/chat/completions", timeout=60)
+        retry = post(json=body, headers={THREAD_HEADER: "t-slow"})  # the work of the timed-out request is kept
+        assert retry.status_code == 200, retry.text
+        trace = retry.json()["maestro"]
+        assert trace["resumed"] is True and trace["stop_reason"] == "policy"
+        assert trace["steps"][: len(done_before)] == done_before  # nothing re-run, nothing lost
+        assert [s["model"] for s in trace["steps"]] == ["crashing-ocr", "slow-ocr"]
+        assert retry.json()["choices"][0]["message"]["content"] == "late"
 
-    retry = post(json=body, headers={THREAD_HEADER: "t-slow"})  # the work of the timed-out request is kept
-    assert retry.status_code == 200, retry.text
-    trace = retry.json()["maestro"]
-    assert trace["resumed"] is not history["finished"] and trace["stop_reason"] == "policy"
-    assert trace["steps"][: len(done_before)] == done_before  # nothing re-run, nothing lost
-    assert [s["model"] for s in trace["steps"]] == ["crashing-ocr", "slow-ocr"]
-    assert retry.json()["choices"][0]["message"]["content"] == "late"
-
-    replay = post(json={**body, "thread_id": "t-slow"})
-    assert replay.json()["maestro"]["replayed"] is True and replay.json()["maestro"]["steps"] == trace["steps"]
-    other = post(json={**body, "messages": _user("Another question?", data_url(EXAMPLES / "circles.png")),
-                       "thread_id": "t-slow"})
-    assert other.status_code == 409 and other.json()["error"]["code"] == "thread_mismatch"
-    assert httpx.get(f"{slow_url}/v1/threads/t-slow").json()["finished"] is True
-    assert httpx.get(f"{slow_url}/v1/threads/nope").status_code == 404
+        replay = post(json={**body, "thread_id": "t-slow"})
+        assert replay.json()["maestro"]["replayed"] is True and replay.json()["maestro"]["steps"] == trace["steps"]
+        other = post(json={**body, "messages": _user("Another question?", data_url(EXAMPLES / "circles.png")),
+                           "thread_id": "t-slow"})
+        assert other.status_code == 409 and other.json()["error"]["code"] == "thread_mismatch"
+        assert httpx.get(f"{url}/v1/threads/t-slow").json()["finished"] is True
+        assert httpx.get(f"{url}/v1/threads/nope").status_code == 404

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from .base import ActionSpace, Distribution, EpisodeView, Policy, best_candidate
+from .catalog import SERVED_POLICIES, PolicyCatalog, PolicyNotOffered
 from .oracle import OraclePolicy
 from .simple import FixedPolicy, RandomPolicy, RankingPolicy, RulesPolicy
 
@@ -21,6 +22,9 @@ __all__ = [
     "FixedPolicy",
     "OraclePolicy",
     "Policy",
+    "PolicyCatalog",
+    "PolicyNotOffered",
+    "SERVED_POLICIES",
     "RandomPolicy",
     "RankingPolicy",
     "RulesPolicy",

@@ -21,14 +21,15 @@ import threading
 import time
 import types
 import typing
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 from ..cache import ExpertCache, Uncacheable, cache_key
-from ..errors import ConfigError, ExpertError, ExpertTimeout, ExpertUnavailable
+from ..cancellation import POLL_S, raise_if_cancelled
+from ..errors import Cancelled, ConfigError, ExpertError, ExpertTimeout, ExpertUnavailable
 from ..experts.protocols import ChatReply
 from .config import CircuitBreaker, ModelCard, OpenAIBackend, PythonBackend, TransformersBackend
 
@@ -38,9 +39,6 @@ MAX_RESULT_ITEMS = 100_000
 """An expert result (list) with more items than this is refused as oversized."""
 MAX_RESULT_CHARS = 1_000_000
 """An expert result (text, or a chat reply's text) longer than this is refused as oversized."""
-
-_POOL = ThreadPoolExecutor(max_workers=max(8, (os.cpu_count() or 2) * 4), thread_name_prefix="maestro-expert")
-
 
 def _import_entry(entry: str) -> type:
     module_name, _, attr = entry.partition(":")
@@ -74,6 +72,30 @@ def _declared_return(func: Any) -> type | tuple[type, ...] | None:
     options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
     outer = tuple(type(None) if o is None else (typing.get_origin(o) or o) for o in options)
     return outer if hint is not None and all(isinstance(t, type) for t in outer) else None
+
+
+def _acquire(slots: threading.BoundedSemaphore, deadline: float, cancel: threading.Event | None) -> bool:
+    """Take a concurrency slot before the deadline; Cancelled as soon as the episode is."""
+    while True:
+        raise_if_cancelled(cancel)
+        left = deadline - time.perf_counter()
+        if slots.acquire(timeout=max(0.0, min(left, POLL_S) if cancel is not None else left)):
+            return True
+        if left <= 0:
+            return False
+
+
+def _result(future: Future, deadline: float, cancel: threading.Event | None) -> Any:
+    """The call's result before the deadline (FutureTimeout after it); Cancelled as soon as the episode is, the
+    call left to finish on its own thread."""
+    while True:
+        raise_if_cancelled(cancel)
+        left = deadline - time.perf_counter()
+        try:
+            return future.result(timeout=max(0.0, min(left, POLL_S) if cancel is not None else left))
+        except FutureTimeout:
+            if left <= POLL_S or cancel is None:
+                raise
 
 
 class Breaker:
@@ -117,9 +139,10 @@ class CallRecord:
 
 @dataclass
 class Ledger:
-    """The expert calls made while one step ran."""
+    """The expert calls made while one step ran, and the event that cancels the step's episode (None: never)."""
 
     calls: list[CallRecord] = field(default_factory=list)
+    cancel: threading.Event | None = None
 
     @property
     def cost(self) -> float:
@@ -135,6 +158,8 @@ class ExpertHandle:
         self._expert: Any = None
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(card.concurrency)
+        # the card's own threads: an expert stuck on every call holds only these, never a thread another expert needs
+        self._pool = ThreadPoolExecutor(card.concurrency, thread_name_prefix=f"maestro-expert-{card.name}")
         self._unavailable: str | None | bool = False  # False = not checked yet
         self._check_lock = threading.Lock()
         self.breaker = Breaker(card.breaker)
@@ -270,14 +295,17 @@ class ExpertHandle:
                 raise ExpertError(f"model {self.name!r} has no method {method!r} (check its capabilities)")
             reached = True
             deadline = time.perf_counter() + self.card.timeout_s  # loading the model does not eat the call's time
-            if not self._slots.acquire(timeout=self.card.timeout_s):
+            if not _acquire(self._slots, deadline, ledger.cancel):
                 raise ExpertTimeout(f"model {self.name!r}: no free slot within {self.card.timeout_s}s")
-            future = _POOL.submit(func, *args, **kwargs)
+            future = self._pool.submit(func, *args, **kwargs)
             future.add_done_callback(lambda _f: self._slots.release())
             try:
-                result = future.result(timeout=max(0.0, deadline - time.perf_counter()))
+                result = _result(future, deadline, ledger.cancel)
             except FutureTimeout as exc:
                 raise ExpertTimeout(f"model {self.name!r}.{method} timed out after {self.card.timeout_s}s") from exc
+            except Cancelled:
+                cost, reached = 0.0, False  # abandoned by the episode: neither charged nor held against the expert
+                raise
             except ExpertError:
                 raise
             except Exception as exc:  # the expert's own crash: record whose fault it was
@@ -286,7 +314,7 @@ class ExpertHandle:
             cost = self._cost(result)
             self.breaker.record(ok=True)
             return result
-        except ExpertError as exc:
+        except (ExpertError, Cancelled) as exc:
             error = str(exc)
             if reached:
                 self.breaker.record(ok=False)

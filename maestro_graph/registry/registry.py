@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..cache import ExpertCache, cache_key, file_digest
-from ..errors import ConfigError, ExpertError, InputError, SkillError
+from ..cancellation import POLL_S, current_cancel, raise_if_cancelled
+from ..errors import Cancelled, ConfigError, ExpertError, InputError, SkillError
 from ..types import Invoke, SkillResult, Step, pair_id
 from .config import ModelCard, PythonBackend, RegistryConfig, load_config
 from .context import SkillContext
@@ -51,10 +52,10 @@ def _check_entry(card: ModelCard, index: int, source: str) -> None:
         raise ConfigError(f"module {module_name!r} has no class {attr!r} (model {card.name!r})", file=source, field=field)
 
 
-def _within(timeout_s: float, func: Callable[..., Any], *args: Any) -> Any:
-    """`func(*args)` on a daemon thread of its own, waited for at most `timeout_s` (FutureTimeout beyond). A hung
-    skill cannot be killed: it finishes in the background, and its thread is not taken from any shared pool, so a
-    hang never starves other episodes."""
+def _within(timeout_s: float, cancel: threading.Event | None, func: Callable[..., Any], *args: Any) -> Any:
+    """`func(*args)` on a daemon thread of its own, waited for at most `timeout_s` (FutureTimeout beyond) and
+    abandoned when `cancel` is set (Cancelled). A hung skill cannot be killed: it finishes in the background, and
+    its thread is not taken from any shared pool, so a hang never starves other episodes."""
     future: Future = Future()
     context = contextvars.copy_context()
 
@@ -65,6 +66,15 @@ def _within(timeout_s: float, func: Callable[..., Any], *args: Any) -> Any:
             future.set_exception(exc)
 
     threading.Thread(target=target, name="maestro-skill", daemon=True).start()
+    deadline = time.perf_counter() + timeout_s
+    while cancel is not None:
+        raise_if_cancelled(cancel)
+        left = deadline - time.perf_counter()
+        try:
+            return future.result(timeout=max(0.0, min(left, POLL_S)))
+        except FutureTimeout:
+            if left <= POLL_S:
+                raise
     return future.result(timeout=timeout_s)
 
 
@@ -159,7 +169,8 @@ class Registry:
 
     # -- running a step ------------------------------------------------------------------------------------------------
     def run(self, action: Invoke, *, question: str, images: list[str], choices: list[str] | None = None) -> Step:
-        """Execute one action and return its Step. Never raises: every failure is recorded with whose fault it was."""
+        """Execute one action and return its Step. Every failure is recorded with whose fault it was; the one
+        exception is `Cancelled` (the episode's caller is gone), which is raised so that no step is committed."""
         start = time.perf_counter()
         step = Step(model=action.model, skill=action.skill, input=action.input)
         reason = self.invalid_reason(action)
@@ -171,7 +182,7 @@ class Registry:
             hit, cached = self.cache.get(key)
             if hit:
                 return cached.model_copy(update={"latency_s": time.perf_counter() - start, "cached": True})
-        ledger = Ledger()
+        ledger = Ledger(cancel=current_cancel())
         ctx = SkillContext(
             registry=self,
             skill=self.skills[action.skill],
@@ -183,7 +194,7 @@ class Registry:
             ledger=ledger,
         )
         try:
-            result = _within(self.config.skill_timeout_s, ctx.skill.run, ctx)
+            result = _within(self.config.skill_timeout_s, ledger.cancel, ctx.skill.run, ctx)
             if not isinstance(result, SkillResult):
                 raise SkillError(
                     f"skill {action.skill!r} returned {type(result).__name__}; a tier-1 skill returns SkillResult"
@@ -191,6 +202,8 @@ class Registry:
             step.evidence = result.evidence
             step.answer = None if result.answer is None else str(result.answer).strip() or None
             step.confidence = float(result.confidence)
+        except Cancelled:
+            raise  # abandoned, not failed: no step is recorded, so a resumed episode runs this one again
         except InputError as exc:
             step.error, step.error_kind = str(exc), "input"
         except ExpertError as exc:

@@ -6,6 +6,6 @@ imports FastAPI but opens nothing.
 
 from .app import create_app, langserve_installed
 from .episodes import THREAD_HEADER
-from .settings import ServeSettings
+from .settings import ServeSettings, startup_problem
 
-__all__ = ["ServeSettings", "THREAD_HEADER", "create_app", "langserve_installed"]
+__all__ = ["ServeSettings", "THREAD_HEADER", "create_app", "langserve_installed", "startup_problem"]

@@ -9,6 +9,7 @@ thread starts a new episode.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 import time
@@ -21,9 +22,9 @@ from typing import Any, Callable, Literal
 from langgraph.checkpoint.sqlite import SqliteSaver
 from starlette.concurrency import run_in_threadpool
 
-from ..errors import MaestroError
+from ..cancellation import Cancelled, cancellable
 from ..graph import MaestroContext, build_graph
-from ..policy import make_policy
+from ..policy import PolicyNotOffered
 from ..registry import Registry
 from .protocol import ApiError
 from .settings import ServeSettings
@@ -88,7 +89,8 @@ class EpisodeService:
     def __init__(self, registry: Registry, settings: ServeSettings, *, checkpointer: SqliteSaver | None = None):
         self.settings = settings
         self.checkpointer = checkpointer
-        self.graph = build_graph(registry, make_policy(settings.policy), checkpointer=checkpointer)
+        self.policies = settings.catalog()
+        self.graph = build_graph(registry, self.policies.get(), policies=self.policies, checkpointer=checkpointer)
         self._slots = threading.BoundedSemaphore(settings.max_episodes)
         self._pool = ThreadPoolExecutor(settings.workers, thread_name_prefix="maestro-episode")
         self._lock = threading.Lock()
@@ -100,11 +102,11 @@ class EpisodeService:
         return self.checkpointer is not None
 
     def context(self, *, policy: str | None, max_turns: int | None, max_cost: float | None) -> MaestroContext:
-        """The run context of a request: its own budget within the server's, and a policy checked now."""
+        """The run context of a request: its own budget within the server's, and one of the offered policies."""
         if policy is not None:
             try:
-                make_policy(policy)
-            except MaestroError as exc:  # a bad policy name is the client's error
+                self.policies.check(policy)
+            except PolicyNotOffered as exc:  # the client's error; the message lists the offered names only
                 raise ApiError(400, "invalid_policy", str(exc), param="policy") from exc
         turns = min(max_turns or self.settings.max_turns, self.settings.max_turns)
         cost = min(self.settings.max_cost if max_cost is None else max_cost, self.settings.max_cost)
@@ -190,14 +192,17 @@ class EpisodeService:
             # "sync" durability: a step's checkpoint is on disk before the next step starts, so a crash loses
             # at most the step that was running (LangGraph refuses the option when there is no checkpointer)
             durability = {"durability": "sync"} if self.persistent else {}
-            for mode, chunk in self.graph.stream(graph_input, config, context=episode.context,
-                                                 stream_mode=["custom", "values"], **durability):
-                if mode == "custom":  # emitted from inside a node: its step is not committed yet
-                    emit(chunk)
-                    continue
-                values = chunk
-                if episode.cancel.is_set():  # the client is gone or timed out: stop at this step boundary
-                    break
+            # cancelling abandons a waiting expert call or skill step: the node raises Cancelled and commits
+            # nothing, so a resumed thread runs that step again
+            with cancellable(episode.cancel), contextlib.suppress(Cancelled):
+                for mode, chunk in self.graph.stream(graph_input, config, context=episode.context,
+                                                     stream_mode=["custom", "values"], **durability):
+                    if mode == "custom":  # emitted from inside a node: its step is not committed yet
+                        emit(chunk)
+                        continue
+                    values = chunk
+                    if episode.cancel.is_set():  # the client is gone or timed out: stop at this step boundary
+                        break
         finished = bool(values.get("stop_reason")) and not episode.cancel.is_set()
         return self._outcome(values, episode, start, finished=finished)
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["ServeSettings"]
+from ..image_sources import ImageSources
+from ..policy.catalog import SERVED_POLICIES, PolicyCatalog
+
+__all__ = ["ServeSettings", "startup_problem"]
 
 
 class ServeSettings(BaseModel):
@@ -21,7 +25,12 @@ class ServeSettings(BaseModel):
         description="environment variable holding the API key; when it is set and non-empty every /v1 and "
         "/maestro request needs `Authorization: Bearer <key>`",
     )
-    policy: str = Field("rules", description="default policy (a request may name another)")
+    policy: str = Field("rules", description="default policy (a request may name another offered one)")
+    policies: tuple[str, ...] = Field(
+        SERVED_POLICIES,
+        description="the policies a request may name: `NAME` or `NAME=SPEC` (SPEC: any policy name, e.g. "
+        "`fast=fixed:rapidocr@@chart-qa`); checkpoints, LM configs and endpoint URLs come only from here",
+    )
     max_turns: int = Field(4, ge=1, le=64, description="default and largest turn budget of an episode")
     max_cost: float = Field(10.0, ge=0, description="default cost budget of an episode")
     max_body_bytes: int = Field(20_000_000, gt=0, description="largest request body (413 above)")
@@ -38,6 +47,9 @@ class ServeSettings(BaseModel):
         "and every local path is refused",
     )
     fetch_timeout_s: float = Field(10.0, gt=0, description="time limit for fetching one allow-listed image URL")
+    image_dirs: tuple[Path, ...] = Field(
+        (), description="directories whose image files a request may name by path (default: none, data URLs only)"
+    )
     checkpoint_db: Path | None = Field(
         None, description="SQLite file for checkpoints: episodes get thread ids and resume after a crash"
     )
@@ -52,6 +64,33 @@ class ServeSettings(BaseModel):
             )
         return self
 
+    def catalog(self) -> PolicyCatalog:
+        """The offered policies (the default among them); every spec is built once, here."""
+        return PolicyCatalog.parse(self.policies, default=self.policy)
+
+    def image_sources(self) -> ImageSources:
+        return ImageSources(allowed_dirs=self.image_dirs, allowed_hosts=self.allowed_image_hosts,
+                            max_images=self.max_images, max_image_bytes=self.max_image_bytes,
+                            fetch_timeout_s=self.fetch_timeout_s)
+
     def api_key(self) -> str | None:
         """The key from the environment, read per request so a restart is not needed to rotate it."""
         return os.environ.get(self.api_key_env) or None
+
+
+def startup_problem(settings: ServeSettings, host: str, *, key_env_named: bool) -> str | None:
+    """Why starting would serve unauthenticated by accident, or None: the operator named a key variable that is
+    unset, or the server listens beyond loopback with no key. (`maestro serve --insecure` skips this check.)"""
+    if settings.api_key() is not None:
+        return None
+    if key_env_named:
+        return (f"--api-key-env {settings.api_key_env}: that environment variable is unset or empty, so the server "
+                "would accept every request; set it, or pass --insecure to serve without a key")
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback:
+        return (f"--host {host} listens beyond loopback but {settings.api_key_env} is unset, so anyone who can reach "
+                "the port could run episodes; set the key (see --api-key-env), or pass --insecure")
+    return None

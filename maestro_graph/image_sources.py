@@ -1,0 +1,172 @@
+"""Where the images of an untrusted request may come from: one policy for `maestro serve`, the Agent Server graphs
+and the tool, set by the operator.
+
+Inline data URLs are checked (size caps, a full decode) and passed on; http(s) URLs are fetched only from
+allow-listed hosts, without following redirects; local paths only inside the operator's allowed directories
+(after resolving symlinks, so `../` and links cannot step out), and by default there are none. Everything that
+passes comes out as a verified base64 data URL, so the skills never touch the network or the disk for a client.
+
+A refusal is an `ImageRefused` (an InputError) carrying the HTTP status and code the server answers with. A path
+outside the allowed directories is refused before anything looks at it, so a refusal never tells whether a file
+exists.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import os
+from pathlib import Path
+from typing import Mapping
+from urllib.parse import urlsplit
+
+import httpx
+from PIL import Image, UnidentifiedImageError
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import InputError
+from .images import MAX_PIXELS, load_image
+
+__all__ = ["ImageRefused", "ImageSources", "IMAGE_DIRS_ENV", "IMAGE_HOSTS_ENV"]
+
+IMAGE_DIRS_ENV = "MAESTRO_IMAGE_DIRS"
+"""Directories (os.pathsep-separated) whose files the Agent Server graphs and the tool may read for a client."""
+IMAGE_HOSTS_ENV = "MAESTRO_IMAGE_HOSTS"
+"""Hosts (comma-separated, `name` or `name:port`) whose http(s) image URLs they may fetch."""
+
+
+class ImageRefused(InputError):
+    """An image reference the policy does not accept; `status`/`code`/`param` are what an HTTP surface answers."""
+
+    def __init__(self, status: int, code: str, message: str, *, param: str):
+        self.status, self.code, self.param = status, code, param
+        super().__init__(message)
+
+
+class ImageSources(BaseModel):
+    """The operator's image-source policy and size caps."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    allowed_dirs: tuple[Path, ...] = Field((), description="directories whose image files a request may name")
+    allowed_hosts: tuple[str, ...] = Field((), description="hosts (`name` or `name:port`) whose URLs are fetched")
+    max_images: int = Field(8, ge=1, description="most images in one request")
+    max_image_bytes: int = Field(8_000_000, gt=0, description="largest encoded image")
+    fetch_timeout_s: float = Field(10.0, gt=0, description="time limit for fetching one allow-listed URL")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "ImageSources":
+        """`MAESTRO_IMAGE_DIRS` and `MAESTRO_IMAGE_HOSTS` (both empty by default: data URLs only)."""
+        env = os.environ if environ is None else environ
+        dirs = tuple(Path(d) for d in env.get(IMAGE_DIRS_ENV, "").split(os.pathsep) if d.strip())
+        hosts = tuple(h.strip() for h in env.get(IMAGE_HOSTS_ENV, "").split(",") if h.strip())
+        return cls(allowed_dirs=dirs, allowed_hosts=hosts)
+
+    def resolve(self, refs: list[str]) -> list[str]:
+        """Verified data URLs for the image references of one request (ImageRefused naming the bad one)."""
+        if len(refs) > self.max_images:
+            raise ImageRefused(413, "too_many_images", f"{len(refs)} images exceed the cap of {self.max_images}",
+                               param="images")
+        return [self._resolve(ref, i) for i, ref in enumerate(refs)]
+
+    def _resolve(self, ref: str, index: int) -> str:
+        param = f"image {index}"
+        if not isinstance(ref, str):
+            raise ImageRefused(400, "invalid_image", f"{param}: expected a string, got {type(ref).__name__}",
+                               param=param)
+        scheme = urlsplit(ref).scheme.lower() if "://" in ref or ref.startswith("data:") else ""
+        if scheme == "data":
+            return self._data_url(ref, param)
+        if scheme in ("http", "https"):
+            return self._fetch(ref, param)
+        if scheme in ("", "file"):
+            return self._local(ref, param)
+        raise ImageRefused(400, "unsupported_image_url", f"{param}: URL scheme {scheme!r} is not supported",
+                           param=param)
+
+    def _local(self, ref: str, param: str) -> str:
+        refused = ImageRefused(400, "local_path_not_allowed",
+                               f"{param}: local file paths are not accepted here; send the image as a base64 data URL",
+                               param=param)
+        if not self.allowed_dirs:
+            raise refused
+        raw = urlsplit(ref).path if ref.startswith("file:") else ref
+        try:
+            path = Path(raw).resolve()
+        except (OSError, RuntimeError, ValueError):
+            raise refused from None
+        if not any(path.is_relative_to(d.resolve()) for d in self.allowed_dirs):
+            raise refused
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise ImageRefused(400, "invalid_image", f"{param}: cannot read {ref} ({exc.__class__.__name__})",
+                               param=param) from exc
+        return self._verified(data, param)
+
+    def _data_url(self, url: str, param: str) -> str:
+        header, _, payload = url.partition(",")
+        if not header.startswith("data:image/") or not header.endswith(";base64"):
+            raise ImageRefused(400, "invalid_image", f"{param}: expected data:image/<type>;base64,<data>", param=param)
+        if len(payload) * 3 // 4 > self.max_image_bytes + 3:
+            raise ImageRefused(413, "image_too_large",
+                               f"{param}: about {len(payload) * 3 // 4:,} bytes exceeds the cap of "
+                               f"{self.max_image_bytes:,} bytes", param=param)
+        try:
+            data = base64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise ImageRefused(400, "invalid_image", f"{param}: invalid base64 ({exc})", param=param) from exc
+        return self._verified(data, param)
+
+    def _verified(self, data: bytes, param: str) -> str:
+        """The bytes as a data URL after checking the size caps and that they decode as an image."""
+        if len(data) > self.max_image_bytes:
+            raise ImageRefused(413, "image_too_large",
+                               f"{param}: {len(data):,} bytes exceeds the cap of {self.max_image_bytes:,} bytes",
+                               param=param)
+        try:
+            with Image.open(io.BytesIO(data)) as probe:
+                width, height, fmt = probe.width, probe.height, (probe.format or "png").lower()
+        except Image.DecompressionBombError as exc:  # PIL's own cap (above ours) refuses at open
+            raise ImageRefused(413, "image_too_large", f"{param}: exceeds the cap of {MAX_PIXELS:,} pixels ({exc})",
+                               param=param) from exc
+        except (UnidentifiedImageError, OSError, ValueError) as exc:
+            raise ImageRefused(400, "invalid_image", f"{param}: not a readable image ({exc.__class__.__name__})",
+                               param=param) from exc
+        if width * height > MAX_PIXELS:
+            raise ImageRefused(413, "image_too_large",
+                               f"{param}: {width}x{height} pixels exceeds the cap of {MAX_PIXELS:,} pixels",
+                               param=param)
+        data_url = f"data:image/{fmt};base64,{base64.b64encode(data).decode()}"
+        try:
+            load_image(data_url)  # a full decode: truncated or corrupt files fail here, not inside a skill
+        except InputError as exc:
+            raise ImageRefused(400, "invalid_image", f"{param}: {exc}", param=param) from exc
+        return data_url
+
+    def _fetch(self, url: str, param: str) -> str:
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower()
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        allowed = {h.lower() for h in self.allowed_hosts}
+        if not host or (host not in allowed and netloc not in allowed):
+            raise ImageRefused(400, "image_url_not_allowed",
+                               f"{param}: remote image host {netloc or url!r} is not in the allow-list; send the image "
+                               "as a base64 data URL", param=param)
+        limit = self.max_image_bytes
+        try:
+            with httpx.stream("GET", url, timeout=self.fetch_timeout_s, follow_redirects=False) as response:
+                if response.status_code != 200:
+                    raise ImageRefused(400, "image_fetch_failed",
+                                       f"{param}: {url} answered HTTP {response.status_code}", param=param)
+                data = bytearray()
+                for block in response.iter_bytes():
+                    data.extend(block)
+                    if len(data) > limit:
+                        raise ImageRefused(413, "image_too_large",
+                                           f"{param}: {url} is larger than the cap of {limit:,} bytes", param=param)
+        except httpx.HTTPError as exc:
+            raise ImageRefused(400, "image_fetch_failed", f"{param}: fetching {url} failed ({exc.__class__.__name__})",
+                               param=param) from exc
+        return self._verified(bytes(data), param)

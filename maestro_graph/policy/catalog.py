@@ -1,0 +1,119 @@
+"""Which policies a run may name, and the one place that builds them from a name.
+
+A policy name is a small program: `neural:PATH` reads a file, `lm:openai:URL|MODEL` makes the process connect to a
+URL, `lm:FILE.yaml` parses a file. That is the operator's to decide, never a client's. So every served surface
+(HTTP, LangServe, the Agent Server graphs, the tool) resolves a request's policy through a *restricted* catalog:
+a fixed set of names the operator offers, each mapped to the spec it stands for (`fast=fixed:rapidocr@@chart-qa`,
+`vlm=lm:openai:http://10.0.0.5:8000/v1|qwen`). A name outside it is refused with the list of offered names and
+nothing else, so a refusal says nothing about the server's files or network. In-process callers (the CLI,
+evaluation, tests) are the operator and get an *open* catalog, in which any `make_policy` name resolves.
+
+Built policies are kept for reuse (a checkpoint loads once): one per offered name in a restricted catalog, and at
+most `OPEN_CACHE` in an open one, least recently used first out, so no stream of names grows memory without bound.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from typing import Iterable, Mapping
+
+from ..errors import ConfigError
+from .base import Policy
+
+__all__ = ["PolicyCatalog", "PolicyNotOffered", "SERVED_POLICIES", "OPEN_CACHE", "POLICIES_ENV", "POLICY_ENV"]
+
+SERVED_POLICIES = ("neural", "rules")
+"""What a served surface offers when the operator says nothing: the shipped trained policy and the keyword rules."""
+OPEN_CACHE = 16
+"""Most policies an open catalog keeps built at once."""
+POLICIES_ENV = "MAESTRO_POLICIES"
+"""Environment variable of the Agent Server graphs: comma-separated offered names, each `NAME` or `NAME=SPEC`."""
+POLICY_ENV = "MAESTRO_POLICY"
+"""Environment variable of the Agent Server graphs: the default policy (must be offered)."""
+
+
+class PolicyNotOffered(ConfigError):
+    """A run named a policy the operator does not offer. The message lists the offered names only."""
+
+    def __init__(self, name: str, offered: Iterable[str]):
+        self.offered = tuple(offered)
+        shown = name if len(name) <= 60 else name[:57] + "..."
+        super().__init__(f"policy {shown!r} is not offered here; choose one of: {', '.join(self.offered)}",
+                         field="policy")
+
+
+class PolicyCatalog:
+    """Names a run may pick -> the policy each stands for. `entries=None` makes an open catalog (operator code)."""
+
+    def __init__(self, entries: Mapping[str, str] | None = None, *, default: str | None = None):
+        self._entries = dict(entries) if entries is not None else None
+        if self._entries is not None and not self._entries:
+            raise ConfigError("a restricted policy catalog needs at least one name", field="policy")
+        self.default = default or (next(iter(self._entries)) if self._entries else "rules")
+        if self._entries is not None and self.default not in self._entries:
+            raise ConfigError(f"the default policy {self.default!r} is not among the offered names "
+                              f"({', '.join(self._entries)})", field="policy")
+        self._built: OrderedDict[str, Policy] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, default: str | None = None) -> "PolicyCatalog":
+        """Every `make_policy` name: for the operator's own code, never for what a client sends."""
+        return cls(None, default=default)
+
+    @classmethod
+    def parse(cls, items: Iterable[str], *, default: str | None = None) -> "PolicyCatalog":
+        """From `NAME` or `NAME=SPEC` items (`NAME` alone stands for the policy of that name). The default is
+        offered even when not listed. Every spec is checked now, so a typo fails at start, not at a request."""
+        entries: dict[str, str] = {}
+        for item in items:
+            name, sep, spec = (part.strip() for part in item.partition("="))
+            if not name or (sep and not spec):
+                raise ConfigError(f"offered policy {item!r}: write NAME or NAME=SPEC", field="policy")
+            entries[name] = spec or name
+        if default is not None and default not in entries:
+            entries[default] = default
+        catalog = cls(entries, default=default)
+        for name in entries:
+            catalog.get(name)
+        return catalog
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "PolicyCatalog":
+        """The Agent Server graphs' catalog: `MAESTRO_POLICIES` (default: neural, rules), `MAESTRO_POLICY`."""
+        env = os.environ if environ is None else environ
+        items = [i for i in env.get(POLICIES_ENV, ",".join(SERVED_POLICIES)).split(",") if i.strip()]
+        return cls.parse(items, default=env.get(POLICY_ENV) or None)
+
+    @property
+    def restricted(self) -> bool:
+        return self._entries is not None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The offered names (empty for an open catalog, where any name goes)."""
+        return tuple(self._entries or ())
+
+    def check(self, name: str) -> None:
+        """Refuse a name the catalog does not offer (PolicyNotOffered); builds nothing."""
+        if self._entries is not None and name not in self._entries:
+            raise PolicyNotOffered(name, self._entries)
+
+    def get(self, name: str | None = None) -> Policy:
+        """The policy of a name (None: the default), built on first use and kept."""
+        from . import make_policy
+
+        name = self.default if name is None else name
+        self.check(name)
+        with self._lock:
+            if name in self._built:
+                self._built.move_to_end(name)
+                return self._built[name]
+        policy = make_policy(self._entries[name] if self._entries is not None else name)
+        with self._lock:
+            self._built[name] = policy
+            while self._entries is None and len(self._built) > OPEN_CACHE:
+                self._built.popitem(last=False)
+        return policy
