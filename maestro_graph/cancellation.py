@@ -9,14 +9,18 @@ is free again.
 
 from __future__ import annotations
 
+import contextvars
 import threading
+import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 from .errors import Cancelled
 
-__all__ = ["cancellable", "current_cancel", "raise_if_cancelled", "Cancelled", "POLL_S"]
+__all__ = ["cancellable", "current_cancel", "raise_if_cancelled", "run_abandonable", "Cancelled", "POLL_S"]
 
 POLL_S = 0.05
 """How often a waiting expert call or skill step looks at the cancel event."""
@@ -41,3 +45,31 @@ def current_cancel() -> threading.Event | None:
 def raise_if_cancelled(event: threading.Event | None) -> None:
     if event is not None and event.is_set():
         raise Cancelled("the episode was cancelled (its request timed out or its client left)")
+
+
+def run_abandonable(func: Callable[..., Any], *args: Any, timeout_s: float | None = None,
+                    cancel: threading.Event | None = None) -> Any:
+    """`func(*args)` on a daemon thread of its own (with this context), waited for at most `timeout_s`
+    (FutureTimeout beyond; None: no limit) and abandoned when `cancel` is set (Cancelled). Work that cannot be
+    interrupted (a hung skill, a blocking HTTP call to a router LM) finishes in the background; its thread is not
+    taken from any shared pool, so it never starves other episodes."""
+    future: Future = Future()
+    context = contextvars.copy_context()
+
+    def target() -> None:
+        try:
+            future.set_result(context.run(func, *args))
+        except BaseException as exc:  # handed to the waiting caller, which records it
+            future.set_exception(exc)
+
+    threading.Thread(target=target, name="maestro-abandonable", daemon=True).start()
+    deadline = None if timeout_s is None else time.perf_counter() + timeout_s
+    while cancel is not None:
+        raise_if_cancelled(cancel)
+        left = POLL_S if deadline is None else deadline - time.perf_counter()
+        try:
+            return future.result(timeout=max(0.0, min(left, POLL_S)))
+        except FutureTimeout:
+            if deadline is not None and left <= POLL_S:
+                raise
+    return future.result(timeout=timeout_s)

@@ -15,7 +15,7 @@ from langgraph.graph.message import add_messages
 from langgraph.runtime import Runtime
 from langgraph.types import Checkpointer, Command
 
-from .cancellation import current_cancel, raise_if_cancelled
+from .cancellation import current_cancel, raise_if_cancelled, run_abandonable
 from .errors import ConfigError
 from .image_sources import ImageRefused, ImageSources
 from .policy import DEFAULT_POLICY, ActionSpace, EpisodeView, Policy, PolicyCatalog, best_candidate
@@ -158,7 +158,9 @@ def build_graph(
         space = ActionSpace.build(registry, view)
         if view.budget_spent and len(space.answers) == 1:  # nothing left to decide
             return Command(goto=ANSWER, update={"answer": space.answers[0].text, "stop_reason": "budget"})
-        dist = policy.distribution(view, space)
+        cancel = current_cancel()  # a router LM's blocking call is abandoned when the episode is cancelled
+        dist = policy.distribution(view, space) if cancel is None else run_abandonable(
+            policy.distribution, view, space, cancel=cancel)
         if context.greedy and not getattr(policy, "stochastic", False):
             action = dist.greedy()
         else:

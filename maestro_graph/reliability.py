@@ -8,6 +8,9 @@ against the same episodes without faults.
 
 Bad-input suite: hostile images, questions, task-file paths and skill folders, each with the outcome it must
 have (refused with a named error, or handled), checked through the public loaders and through whole episodes.
+
+Trust-boundary suite (maestro_graph/trust_suite.py): every attack a client could make on a served Maestro, run
+against a real server on loopback. "Passed" means every scenario of all three suites passed.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from .questions import MAX_QUESTION_CHARS
 from .registry import Registry, load_config, load_skill
 from .runner import run_episode, run_tasks
 from .tasks import Task, load_tasks
+from .trust_suite import run_trust_suite
 from .types import Invoke
 
 __all__ = ["FaultScenario", "SCENARIOS", "FAST_MODELS", "hostile_images", "fault_registry", "run_reliability",
@@ -336,14 +340,18 @@ def run_reliability(out: Path, *, episodes: int = 200, policy: str = "rules", wo
 
     progress("bad-input suite")
     cases = bad_input_suite(out / "inputs", baseline_reg)
+    trust = run_trust_suite(out / "trust", folders["no-faults"] / "registry.yaml", EXAMPLES / "qrcode.png",
+                            progress=progress)
     results = {
         "policy": policy, "items": len(items), "task_files": [str(f) for f in files],
         "fault_scenarios": scenarios,
         "bad_inputs": [{**asdict(c), "ok": c.ok} for c in cases],
         "inputs_tried": len(cases), "inputs_ok": sum(c.ok for c in cases),
+        "trust_boundary": [asdict(c) for c in trust],
         "lost": sum(s.get("lost", 0) for s in scenarios),
     }
     results["passed"] = (results["lost"] == 0 and results["inputs_ok"] == results["inputs_tried"]
+                         and all(c.ok for c in trust)
                          and all(s.get("completed", s["episodes"]) == s["episodes"] for s in scenarios))
     (out / "reliability.json").write_text(json.dumps(results, indent=2, ensure_ascii=False))
     (out / "reliability.md").write_text(_markdown(results))
@@ -369,4 +377,9 @@ def _markdown(r: dict) -> str:
     for c in r["bad_inputs"]:
         detail = c["detail"].replace("|", "\\|").replace("\n", " ")
         lines.append(f"| {c['category']} | {c['case']} | {c['expected']} | {c['outcome']} | {detail} |")
+    trust = r["trust_boundary"]
+    lines += ["", f"## Trust boundary ({sum(c['ok'] for c in trust)}/{len(trust)} held)", "",
+              "| attack | must | held | detail |", "|---|---|---|---|"]
+    for c in trust:
+        lines.append(f"| {c['attack']} | {c['must']} | {'yes' if c['ok'] else 'NO'} | {c['detail'].replace('|', '/')} |")
     return "\n".join(lines) + "\n"

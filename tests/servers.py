@@ -7,26 +7,17 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
-import socket
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Iterator
 
-import httpx
-import uvicorn
+from maestro_graph.serve.loopback import free_port, running_app
+from maestro_graph.serve.loopback import wait_until_up as _wait_until_up
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 SLOW_QUESTION = "What text is written in the image?"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def data_url(path: Path) -> str:
@@ -35,33 +26,11 @@ def data_url(path: Path) -> str:
 
 def wait_until_up(url: str, *, proc: subprocess.Popen | None = None, log: Path | None = None,
                   timeout_s: float = 120) -> None:
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
+    def alive() -> None:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}: {log.read_text()[-3000:] if log else ''}")
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} did not come up in {timeout_s} s: {log.read_text()[-3000:] if log else ''}")
 
-
-@contextlib.contextmanager
-def running_app(app) -> Iterator[str]:
-    """Serve an ASGI app with uvicorn on a free loopback port in a background thread; yields its base URL."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_up(f"{url}/healthz", timeout_s=30)
-        yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    _wait_until_up(url, timeout_s=timeout_s, alive=alive)
 
 
 def server_env() -> dict[str, str]:

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import contextvars
 import importlib
-import threading
 import time
-from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from ..cache import ExpertCache, cache_key, file_digest
-from ..cancellation import POLL_S, current_cancel, raise_if_cancelled
+from ..cancellation import current_cancel, run_abandonable
 from ..errors import Cancelled, ConfigError, ExpertError, InputError, SkillError
 from ..types import Invoke, SkillResult, Step, pair_id
 from .config import ModelCard, PythonBackend, RegistryConfig, load_config
@@ -50,32 +47,6 @@ def _check_entry(card: ModelCard, index: int, source: str) -> None:
         return  # a dependency of the module is missing: reported as unavailable
     if not hasattr(module, attr):
         raise ConfigError(f"module {module_name!r} has no class {attr!r} (model {card.name!r})", file=source, field=field)
-
-
-def _within(timeout_s: float, cancel: threading.Event | None, func: Callable[..., Any], *args: Any) -> Any:
-    """`func(*args)` on a daemon thread of its own, waited for at most `timeout_s` (FutureTimeout beyond) and
-    abandoned when `cancel` is set (Cancelled). A hung skill cannot be killed: it finishes in the background, and
-    its thread is not taken from any shared pool, so a hang never starves other episodes."""
-    future: Future = Future()
-    context = contextvars.copy_context()
-
-    def target() -> None:
-        try:
-            future.set_result(context.run(func, *args))
-        except BaseException as exc:  # handed to the waiting caller, which records it
-            future.set_exception(exc)
-
-    threading.Thread(target=target, name="maestro-skill", daemon=True).start()
-    deadline = time.perf_counter() + timeout_s
-    while cancel is not None:
-        raise_if_cancelled(cancel)
-        left = deadline - time.perf_counter()
-        try:
-            return future.result(timeout=max(0.0, min(left, POLL_S)))
-        except FutureTimeout:
-            if left <= POLL_S:
-                raise
-    return future.result(timeout=timeout_s)
 
 
 class Registry:
@@ -194,7 +165,7 @@ class Registry:
             ledger=ledger,
         )
         try:
-            result = _within(self.config.skill_timeout_s, ledger.cancel, ctx.skill.run, ctx)
+            result = run_abandonable(ctx.skill.run, ctx, timeout_s=self.config.skill_timeout_s, cancel=ledger.cancel)
             if not isinstance(result, SkillResult):
                 raise SkillError(
                     f"skill {action.skill!r} returned {type(result).__name__}; a tier-1 skill returns SkillResult"

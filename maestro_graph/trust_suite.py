@@ -1,0 +1,327 @@
+"""The trust-boundary suite of `maestro reliability`: each attack a client could make on a served Maestro, run
+for real against a server on loopback, with what must not happen measured directly (a marker file a pickle would
+create, file contents in a reply, connections counted by a listener of the suite's own, the process's RSS, the
+time a good request waits).
+
+Who is trusted: the operator (registry, checkpoints, server settings) and skill authors. Who is not: HTTP clients,
+task files, images and expert outputs. The checks take a `Target` (a served base URL and the server's process id),
+so the tests run the same checks against a `maestro serve` subprocess.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import httpx
+import yaml
+
+from .cache import ExpertCache, cache_key
+from .errors import ConfigError, ExpertTimeout
+from .graph import build_graph
+from .image_sources import ImageSources
+from .images import image_to_data_url, load_image
+from .registry import Registry, load_config
+from .registry.handles import Ledger
+from .serve import ServeSettings, create_app, startup_problem
+from .serve.loopback import running_app
+
+__all__ = ["Target", "TrustCase", "TRUST_CHECKS", "run_trust_suite", "Listener"]
+
+QUESTION = "What text does the QR code encode?"
+MEMORY_NAMES = 600
+MEMORY_LIMIT_MB = 50.0
+
+
+@dataclass
+class Target:
+    """A served Maestro under attack: its base URL, its process (for RSS), a scratch folder, a QR data URL,
+    and the registry file it serves (the suite starts variants of it)."""
+
+    url: str
+    pid: int
+    folder: Path
+    image: str
+    registry_file: Path
+
+
+@dataclass
+class TrustCase:
+    attack: str
+    must: str
+    ok: bool
+    detail: str
+
+
+class Listener:
+    """A loopback TCP listener that counts connections and never answers (an internal service, or a hang)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self._held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            self._held.append(conn)
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self._held:
+            conn.close()
+
+
+class _Planted:
+    """Unpickling this creates the marker file: what an attacker's pickle would do with a shell command."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return Path.touch, (self.marker,)
+
+
+def _chat(url: str, *, policy: str | None = None, image: str | None = None, timeout: float = 60) -> httpx.Response:
+    content: list[dict] = [{"type": "text", "text": QUESTION}]
+    if image:
+        content.append({"type": "image_url", "image_url": {"url": image}})
+    body: dict = {"model": "maestro", "messages": [{"role": "user", "content": content}]}
+    if policy is not None:
+        body["policy"] = policy
+    return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=timeout)
+
+
+def _langserve(url: str, policy: str, image: str) -> httpx.Response:
+    return httpx.post(f"{url}/maestro/invoke", timeout=60,
+                      json={"input": {"question": QUESTION, "images": [image], "policy": policy}})
+
+
+def _answer(reply: httpx.Response) -> str | None:
+    return reply.json()["choices"][0]["message"]["content"] if reply.status_code == 200 else None
+
+
+# -- the checks ------------------------------------------------------------------------------------------------
+def pickled_checkpoint(t: Target) -> TrustCase:
+    marker = t.folder / "pickle-ran"
+    replies = []
+    for name in ("planted.pt", "planted.safetensors"):
+        path = t.folder / name
+        path.write_bytes(pickle.dumps(_Planted(marker)))
+        replies += [_chat(t.url, policy=f"neural:{path}", image=t.image),
+                    _langserve(t.url, f"neural:{path}", t.image)]
+        try:  # the operator's own path (`maestro ask --policy neural:FILE`): the loader reads no pickle
+            from .policy.neural import NeuralPolicy
+
+            NeuralPolicy.load(path)
+            loaded = True
+        except ConfigError:
+            loaded = False
+    refused = all(r.status_code == 400 and "invalid_policy" in r.text for r in replies) and not loaded
+    return TrustCase("pickle as policy checkpoint (HTTP, LangServe, loader)", "never unpickled",
+                     refused and not marker.exists(),
+                     f"statuses {[r.status_code for r in replies]}, marker {'CREATED' if marker.exists() else 'absent'}")
+
+
+def file_probing(t: Target) -> TrustCase:
+    secret = t.folder / "router.yaml"
+    secret.write_text("backend: openai\nmodel: SECRET-MODEL-NAME\nbase_url: http://10.9.8.7/v1\n")
+    names = ["neural:/etc/shadow", "neural:/root/.ssh/id_rsa", "neural:/no/such/file.pt", f"neural:{t.folder}",
+             f"lm:{secret}", "lm:/no/such/router.yaml", "lm:/etc/passwd"]
+    messages, leaked = set(), []
+    for name in names:
+        for reply in (_chat(t.url, policy=name, image=t.image), _langserve(t.url, name, t.image)):
+            if any(s in reply.text for s in ("SECRET-MODEL", "10.9.8.7", "root:")):
+                leaked.append(name)
+        messages.add(_chat(t.url, policy=name, image=t.image).json()["error"]["message"].replace(repr(name), "NAME"))
+    return TrustCase("file probing and disclosure through policy names", "one answer for every path, no content",
+                     len(messages) == 1 and not leaked, f"{len(messages)} distinct refusals, leaked {leaked or 'none'}")
+
+
+def internal_requests(t: Target) -> TrustCase:
+    listener = Listener()
+    try:
+        base = f"http://127.0.0.1:{listener.port}"
+        statuses = [_chat(t.url, policy=f"lm:openai:{base}/v1|x{c}", image=t.image).status_code
+                    for c in ("", "#choice", "#regex")]
+        statuses += [_langserve(t.url, f"lm:openai:{base}/v1|x", t.image).status_code,
+                     _chat(t.url, image=f"{base}/internal.png").status_code]
+        time.sleep(0.3)
+        return TrustCase("SSRF through an LM policy URL or an image URL", "no connection to the internal listener",
+                         listener.connections == 0 and set(statuses) == {400},
+                         f"statuses {statuses}, connections {listener.connections}")
+    finally:
+        listener.close()
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def policy_memory(t: Target) -> TrustCase:
+    _chat(t.url, image=t.image)  # models loaded: the baseline
+    with httpx.Client(timeout=30) as client:
+        def send(i: int) -> int:
+            return client.post(f"{t.url}/v1/chat/completions", json={
+                "model": "maestro", "policy": f"fixed:zxing@@barcode-reading-{i}",
+                "messages": [{"role": "user", "content": QUESTION}]}).status_code
+
+        statuses = {send(i) for i in range(50)}
+        before = _rss_mb(t.pid)
+        statuses |= {send(i) for i in range(50, 50 + MEMORY_NAMES)}
+    grown = _rss_mb(t.pid) - before
+    return TrustCase(f"{MEMORY_NAMES} distinct policy strings", f"RSS grows under {MEMORY_LIMIT_MB:g} MB",
+                     grown < MEMORY_LIMIT_MB and statuses == {400}, f"RSS {grown:+.1f} MB, statuses {sorted(statuses)}")
+
+
+def hanging_endpoint(t: Target) -> TrustCase:
+    """Even a router endpoint the operator offered that never answers: the 504s cancel the episodes, the workers
+    are free at once and a good request is answered."""
+    listener = Listener()
+    try:
+        settings = ServeSettings(workers=2, request_timeout_s=2.0, policy="rules",
+                                 policies=("rules", f"hang=lm:openai:http://127.0.0.1:{listener.port}/v1|x"))
+        with running_app(create_app(Registry.load(t.registry_file), settings)) as url:
+            _chat(url, image=t.image)
+            start = time.perf_counter()
+            with ThreadPoolExecutor(2) as pool:
+                stuck = [r.status_code for r in pool.map(lambda _: _chat(url, policy="hang", image=t.image), range(2))]
+            while httpx.get(f"{url}/healthz").json()["episodes_in_flight"] and time.perf_counter() - start < 10:
+                time.sleep(0.05)
+            freed = time.perf_counter() - start
+            good = _answer(_chat(url, image=t.image, timeout=30))
+            waited = time.perf_counter() - start
+    finally:
+        listener.close()
+    return TrustCase("two requests on a router endpoint that never answers", "the next good request is answered",
+                     stuck == [504, 504] and freed < 4 and good == "Wikipedia",
+                     f"statuses {stuck}, workers free after {freed:.1f} s, good request answered {good!r} "
+                     f"after {waited:.1f} s")
+
+
+def stuck_expert(t: Target) -> TrustCase:
+    """Twelve calls to an expert stuck on every call (more than the old shared pool's threads; injected hangs on
+    the real zxing reader) leave a healthy reader as fast as before: each card runs on its own threads."""
+    zxing = next(c for c in load_config().models if c.name == "zxing").model_dump(mode="json", exclude_defaults=True)
+    limits = {"cacheable": False, "retries": {"attempts": 1}, "breaker": {"failures": 1000}}
+    models = [{**zxing, **limits, "name": "stuck-zxing", "timeout_s": 0.3, "concurrency": 12,
+               "faults": {"hang_rate": 1.0, "hang_s": 5.0}},
+              {**zxing, **limits, "name": "healthy-zxing", "timeout_s": 5.0}]
+    path = t.folder / "stuck-registry.yaml"
+    path.write_text(yaml.safe_dump({"skill_dirs": [], "models": models}))
+    registry = Registry.load(path)
+    stuck, healthy = registry.models["stuck-zxing"], registry.models["healthy-zxing"]
+    image = load_image(t.image)
+    healthy.call("decode", (image,), {}, Ledger())  # loaded: the call below times only the call
+    start = time.perf_counter()
+    healthy.call("decode", (image,), {}, Ledger())
+    alone = time.perf_counter() - start
+
+    def timed_out(_: int) -> bool:
+        try:
+            stuck.call("decode", (image,), {}, Ledger())
+        except ExpertTimeout:
+            return True
+        return False
+
+    with ThreadPoolExecutor(12) as pool:
+        outcomes = list(pool.map(timed_out, range(12)))
+    start = time.perf_counter()
+    error = None
+    try:
+        healthy.call("decode", (image,), {}, Ledger())
+    except ExpertTimeout as exc:
+        error = str(exc)
+    beside = time.perf_counter() - start
+    return TrustCase("one expert stuck on every call", "a healthy expert's call is not starved",
+                     all(outcomes) and error is None and beside < alone + 1.0,
+                     f"{sum(outcomes)}/12 stuck calls timed out; healthy call {'failed: ' + error if error else 'ok'}"
+                     f" in {beside:.2f} s (alone {alone:.2f} s)")
+
+
+def pickled_cache(t: Target) -> TrustCase:
+    marker = t.folder / "cache-pickle-ran"
+    cache = ExpertCache(t.folder / "planted-cache")
+    key = cache_key("call", "zxing", "1", "decode", [], {})
+    for suffix in (".pkl", ".json"):
+        path = cache.root / key[:2] / f"{key}{suffix}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(pickle.dumps(_Planted(marker)))
+    hit, _ = cache.get(key)
+    return TrustCase("planted pickle in the expert cache", "never unpickled", not hit and not marker.exists(),
+                     f"hit {hit}, corrupt entries {cache.stats.corrupt}, "
+                     f"marker {'CREATED' if marker.exists() else 'absent'}")
+
+
+def graph_local_files(t: Target) -> TrustCase:
+    """The Agent Server graph (as graphs/maestro.py builds it, with an empty environment: no allowed directories)
+    refuses a local path and answers the same image sent as a data URL."""
+    graph = build_graph(Registry.load(t.registry_file), image_sources=ImageSources.from_env({}))
+    secret = t.folder / "secret.png"
+    secret.write_bytes(_png_bytes(t.image))
+    refused = [graph.invoke({"question": QUESTION, "images": [ref]}) for ref in ("/etc/passwd", str(secret),
+                                                                                 f"file://{secret}")]
+    good = graph.invoke({"question": QUESTION, "images": [t.image]})
+    ok = all(r["answer"] is None and "local file paths are not accepted" in r["stop_reason"] for r in refused)
+    return TrustCase("local file paths through the Agent Server graph", "refused; data URLs answered",
+                     ok and good["answer"] == "Wikipedia", f"stops {[r['stop_reason'][:50] for r in refused]}, "
+                     f"data URL answered {good['answer']!r}")
+
+
+def _png_bytes(data_url: str) -> bytes:
+    import base64
+
+    return base64.b64decode(data_url.partition(",")[2])
+
+
+def unauthenticated_start(t: Target) -> TrustCase:
+    env = "MAESTRO_TRUST_SUITE_UNSET_KEY"
+    os.environ.pop(env, None)
+    named = startup_problem(ServeSettings(api_key_env=env), "127.0.0.1", key_env_named=True)
+    public = startup_problem(ServeSettings(api_key_env=env), "0.0.0.0", key_env_named=False)
+    loopback = startup_problem(ServeSettings(api_key_env=env), "127.0.0.1", key_env_named=False)
+    return TrustCase("a named key variable unset, or a public host without a key", "refuses to start",
+                     bool(named) and bool(public) and loopback is None,
+                     f"named: {'refused' if named else 'STARTS'}; 0.0.0.0: {'refused' if public else 'STARTS'}")
+
+
+TRUST_CHECKS: tuple[Callable[[Target], TrustCase], ...] = (
+    pickled_checkpoint, file_probing, internal_requests, policy_memory, hanging_endpoint, stuck_expert,
+    pickled_cache, graph_local_files, unauthenticated_start,
+)
+
+
+def run_trust_suite(folder: Path, registry_file: Path, qr_image: Path,
+                    progress: Callable[[str], None] = lambda _m: None) -> list[TrustCase]:
+    """Every check against a `maestro serve` app on loopback in this process (default settings: the shipped
+    policies offered, data URLs only)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    image = image_to_data_url(load_image(str(qr_image)))
+    cases = []
+    with running_app(create_app(Registry.load(registry_file), ServeSettings())) as url:
+        target = Target(url, os.getpid(), folder, image, registry_file)
+        for check in TRUST_CHECKS:
+            progress(f"trust boundary: {check.__name__}")
+            try:
+                cases.append(check(target))
+            except Exception as exc:  # the suite's boundary: a check that crashed is a failed check, recorded
+                cases.append(TrustCase(check.__name__, "completes", False, f"{exc.__class__.__name__}: {exc}"))
+    return cases
