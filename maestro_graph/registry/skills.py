@@ -8,6 +8,9 @@ and the code are read on first use. Our own keys live under `metadata:` (strings
       requires: "ocr"                # capabilities the model must have (comma-separated, all required)
       entry: "skill.py:run"          # file inside the folder, and the function to call
       keywords: "chart, bar, plot"   # optional, read by the keyword-rules policy
+
+Skill code is trusted: it is imported and run in-process with the process's rights, with no sandbox, like an
+installed package. Only the operator adds skill folders; nothing a client sends names one.
 """
 
 from __future__ import annotations
