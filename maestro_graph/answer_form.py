@@ -13,7 +13,7 @@ from typing import Literal
 
 from .scoring import normalize_text, parse_number, score
 
-__all__ = ["CONTRADICTS_FORM", "FORM_DIM", "HAS_FORM", "Form", "candidate_form", "expected_form"]
+__all__ = ["CONTRADICTS_FORM", "FORM_DIM", "HAS_FORM", "Form", "candidate_form", "expected_form", "is_yes_no"]
 
 Form = Literal["choice", "yesno", "number", "text"]
 
@@ -39,10 +39,17 @@ def expected_form(question: str, choices: list[str] | tuple[str, ...] | None) ->
     return "text"
 
 
+def is_yes_no(text: str | None) -> bool:
+    """Whether an answer is a yes/no (or true/false) answer: one or two words, the first of them yes, no, true or
+    false."""
+    words = normalize_text(text or "").split()
+    return bool(words) and len(words) <= 2 and words[0] in _YES_NO_WORDS
+
+
 def candidate_form(text: str, expected: Form, choices: list[str] | tuple[str, ...] | None) -> list[float]:
     """[is yes/no, is a short number, names an option, has the expected form, contradicts it, log word count]."""
     words = normalize_text(text).split()
-    is_yesno = bool(words) and len(words) <= 2 and words[0] in _YES_NO_WORDS
+    is_yesno = is_yes_no(text)
     is_number = 0 < len(words) <= 3 and parse_number(text) is not None
     options = list(choices or [])
     in_choices = any(score(text, option, "choice", choices=options) for option in options)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -14,6 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from .bench.cli import bench_app
+from .configs import typer_options
+from .rl.config import GRPOConfig
 from .errors import MaestroError
 
 app = typer.Typer(
@@ -36,6 +39,25 @@ LimitOpt = typer.Option(None, min=1, help="Only the first N items.")
 WorkersOpt = typer.Option(2, min=1, help="Episodes run at once (per-model limits still apply).")
 CacheDirOpt = typer.Option(Path(".maestro-cache"), help="Persistent cache of expert calls and skill steps.")
 NoCacheOpt = typer.Option(False, "--no-cache", help="Call every expert afresh.")
+CacheUrlOpt = typer.Option(None, "--cache-url", help="Shared expert cache on Redis (redis://HOST:PORT/DB), so "
+                           "workers never repeat each other's calls; --cache-dir is its local fallback.")
+ExecutorOpt = typer.Option("thread", "--executor", help="Where episodes run: thread (--workers threads here) | ray "
+                           "(a local Ray cluster of --workers actors) | ray:ADDRESS (an existing cluster; needs the "
+                           "`ray` extra).")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        print(f"maestro-graph {version('maestro-graph')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                      help="Print the version and exit.")) -> None:
+    """Maestro-Graph: answer questions about images by orchestrating expert models with a policy."""
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -43,12 +65,29 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def _registry(path: Optional[Path], cache_dir: Optional[Path] = None):
-    from .cache import ExpertCache
-    from .registry import Registry
+def _progress(message: str) -> contextlib.AbstractContextManager:
+    """A spinner on stderr while a slow step runs, only when stderr is a terminal (scripts see nothing)."""
+    return err.status(message, spinner="dots") if err.is_terminal else contextlib.nullcontext()
+
+
+def _registry(path: Optional[Path], cache_dir: Optional[Path] = None, cache_url: Optional[str] = None):
+    from .executors import RegistrySource
 
     try:
-        return Registry.load(path, cache=ExpertCache(cache_dir) if cache_dir else None)
+        return RegistrySource(path, cache_dir, cache_url).load()
+    except MaestroError as exc:
+        _fail(str(exc))
+
+
+def _executor(spec: str, reg, path: Optional[Path], cache_dir: Optional[Path], cache_url: Optional[str],
+              workers: int):
+    """The `--executor` of a batch command; Ray workers build their registries from the same files and URLs."""
+    from .executors import RegistrySource, open_executor
+
+    try:
+        with _progress(f"starting {spec} workers"):
+            return open_executor(spec, registry=reg, source=RegistrySource(path, cache_dir, cache_url),
+                                 workers=workers)
     except MaestroError as exc:
         _fail(str(exc))
 
@@ -79,10 +118,10 @@ def ask(
     _threads()
     from .graph import MaestroContext, build_graph
     from .images import load_image
-    from .policy import ASK_POLICY, make_policy
+    from .policy import DEFAULT_POLICY, make_policy
     from .runner import run_episode
 
-    policy = policy or ASK_POLICY
+    policy = policy or DEFAULT_POLICY
     if not question.strip():
         _fail("the question is empty; ask something about the image, e.g. 'What is the total?'")
     for path in image:
@@ -109,27 +148,27 @@ def ask(
         saver = None
     graph = build_graph(reg, pol, checkpointer=saver)
     resume = False
-    if saver is not None:
+    if saver is not None:  # the thread rule of `maestro serve`: the same question resumes, another one is new
         state = graph.get_state(config)
-        if state.values:
-            if state.values.get("question") != question:
-                _fail(f"thread {thread or 'default'!r} in {checkpoint_db} holds another question; use a new --thread")
-            resume = bool(state.next)
-            if not resume:
-                err.print(f"thread {thread or 'default'!r} is finished; showing its stored result")
-    result = run_episode(graph, question, images, list(choice) or None, context=context, config=config,
-                         resume=resume)
+        resume = bool(state.values) and state.values.get("question") == question and bool(state.next)
+    with _progress("answering (the first question loads the experts, about 10 s)"):
+        result = run_episode(graph, question, images, list(choice) or None, context=context, config=config,
+                             resume=resume)
     if as_json:
         print(json.dumps({"answer": result.answer, "policy": policy, "stop_reason": result.stop_reason,
                           "steps": [s.model_dump() for s in result.steps],
                           "cost": result.cost, "latency_s": result.latency_s}, ensure_ascii=False, indent=2))
+        if result.answer is None:
+            raise typer.Exit(1)
         return
     table = Table("#", "model", "skill", "answer", "latency (s)", "cost", "error", title="steps")
     for i, step in enumerate(result.steps, start=1):
         table.add_row(str(i), step.model, step.skill, str(step.answer), f"{step.latency_s:.2f}", f"{step.cost:.3f}",
                       (step.error or "")[:80])
     console.print(table)
-    console.print(f"[bold]answer:[/bold] {result.answer if result.answer is not None else '(no answer)'}"
+    if result.answer is None:
+        _fail(f"no answer ({result.stop_reason})", code=1)
+    console.print(f"[bold]answer:[/bold] {result.answer}"
                   f"   [dim]({result.stop_reason}, {result.latency_s:.1f}s, cost {result.cost:.3f})[/dim]")
 
 
@@ -138,7 +177,7 @@ def predict(
     tasks: Path = typer.Option(..., "--tasks", "-t", exists=True, dir_okay=False, help="Task file (JSONL)."),
     out: Path = typer.Option(..., "--out", "-o", help="Prediction file to write (JSONL)."),
     policy: Optional[str] = typer.Option(None, "--policy", "-p",
-                                         help="rules (default) | neural | random | fixed:MODEL@@SKILL | "
+                                         help="neural (default: the shipped checkpoint) | rules | random | fixed:MODEL@@SKILL | "
                                               "lm:... | oracle"),
     registry: Optional[Path] = RegistryOpt,
     max_turns: int = MaxTurnsOpt,
@@ -147,6 +186,8 @@ def predict(
     workers: int = WorkersOpt,
     cache_dir: Path = CacheDirOpt,
     no_cache: bool = NoCacheOpt,
+    cache_url: Optional[str] = CacheUrlOpt,
+    executor: str = ExecutorOpt,
     resume: bool = typer.Option(False, "--resume", help="Keep the predictions already in OUT; run only the rest."),
 ) -> None:
     """Run POLICY over every item of a task file and write the prediction file; prints accuracy per source."""
@@ -156,13 +197,15 @@ def predict(
     from .runner import predict as run_predict
 
     policy = policy or DEFAULT_POLICY
-    reg = _registry(registry, None if no_cache else cache_dir)
+    cache_dir, cache_url = (None, None) if no_cache else (cache_dir, cache_url)
+    reg = _registry(registry, cache_dir, cache_url)
     if policy != "oracle":
         try:
             make_policy(policy)
         except MaestroError as exc:
             _fail(str(exc))
-    summary = run_predict(reg, tasks, out, policy=policy, limit=limit, workers=workers, resume=resume,
+    runner = _executor(executor, reg, registry, cache_dir, cache_url, workers)
+    summary = run_predict(reg, tasks, out, policy=policy, limit=limit, workers=workers, resume=resume, executor=runner,
                           context=MaestroContext(max_turns=max_turns, max_cost=max_cost))
     for problem in summary.skipped:
         err.print(f"[yellow]skipped[/yellow] {problem.file}:{problem.line} ({problem.id}): {problem.error}")
@@ -173,7 +216,7 @@ def predict(
     console.print(f"{summary.total} items, {summary.failed} failed, {len(summary.skipped)} skipped -> {out}")
     if reg.cache is not None:
         stats = reg.cache.stats
-        console.print(f"expert cache {reg.cache.root}: {stats.hits} hits, {stats.misses} misses "
+        console.print(f"expert cache {reg.cache.location}: {stats.hits} hits, {stats.misses} misses "
                       f"({stats.hit_rate:.0%} hit rate), {stats.corrupt} corrupt")
 
 
@@ -192,6 +235,8 @@ def eval_(
     workers: int = WorkersOpt,
     cache_dir: Path = CacheDirOpt,
     no_cache: bool = NoCacheOpt,
+    cache_url: Optional[str] = CacheUrlOpt,
+    executor: str = ExecutorOpt,
 ) -> None:
     """Evaluate several policies through the same graph on the same items; write a report with tables and plots."""
     _threads()
@@ -200,7 +245,8 @@ def eval_(
     from .graph import MaestroContext
     from .policy import TRAINED_POLICIES, make_policy
 
-    reg = _registry(registry, None if no_cache else cache_dir)
+    cache_dir, cache_url = (None, None) if no_cache else (cache_dir, cache_url)
+    reg = _registry(registry, cache_dir, cache_url)
     for name in policy:
         if name == "oracle" or name in TRAINED_POLICIES:
             continue
@@ -211,7 +257,8 @@ def eval_(
     if any(p in TRAINED_POLICIES for p in policy) and not train_tasks:
         _fail(f"policies {[p for p in policy if p in TRAINED_POLICIES]} are trained: pass --train-tasks FILE")
     try:
-        run = evaluate(reg, tasks, policy, train_tasks=train_tasks, workers=workers, limit=limit,
+        runner = _executor(executor, reg, registry, cache_dir, cache_url, workers)
+        run = evaluate(reg, tasks, policy, train_tasks=train_tasks, workers=workers, limit=limit, executor=runner,
                        context=MaestroContext(max_turns=max_turns, max_cost=max_cost),
                        predictions_dir=out / "predictions")
     except ValueError as exc:
@@ -233,62 +280,50 @@ def eval_(
 
 
 @app.command()
+@typer_options(GRPOConfig)
 def train(
+    config: GRPOConfig,
     tasks: list[Path] = typer.Option(..., "--tasks", "-t", exists=True, dir_okay=False, help="Training task file (repeat)."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for checkpoints, train_log.jsonl and curves.png."),
     registry: Optional[Path] = RegistryOpt,
-    steps: int = typer.Option(60, min=1, help="Optimiser steps."),
-    tasks_per_step: int = typer.Option(16, min=1),
-    group_size: int = typer.Option(8, min=2, help="Episodes per task (G)."),
-    lr: float = typer.Option(3e-3),
-    cost_weight: float = typer.Option(0.0, min=0, help="Reward = score - cost_weight * cost."),
-    advantage_std_floor: float = typer.Option(0.0, min=0, help="Divide advantages by max(group std, this); keeps "
-                                              "a cost weight from dominating groups that differ only in cost."),
-    entropy_coef: float = typer.Option(0.01, min=0),
-    inner_epochs: int = typer.Option(2, min=1, help="Gradient passes over each step's rollouts."),
-    registry_dropout: float = typer.Option(0.15, min=0, max=0.99),
-    paraphrase_prob: float = typer.Option(0.5, min=0, max=1),
-    revisit_weight: float = typer.Option(0.25, min=0.01, max=1,
-                                         help="Sampling weight of a task whose last group gave no signal (1: uniform)."),
-    max_turns: int = MaxTurnsOpt,
-    seed: int = typer.Option(0),
     eval_tasks: list[Path] = typer.Option([], exists=True, dir_okay=False,
                                           help="Validation task file (repeat): scored at every checkpoint; the best "
-                                               "checkpoint is kept as OUT/best.pt."),
-    resume: bool = typer.Option(True, help="Continue from OUT/checkpoint.pt when it exists."),
+                                               "checkpoint is kept as OUT/best.safetensors."),
+    resume: bool = typer.Option(True, help="Continue from OUT/checkpoint.safetensors when it exists."),
     cache_dir: Path = CacheDirOpt,
+    cache_url: Optional[str] = CacheUrlOpt,
+    executor: str = ExecutorOpt,
+    workers: int = typer.Option(1, min=1, help="Rollout workers (groups sampled at once; with --executor ray, "
+                                "Ray actors)."),
 ) -> None:
-    """Train the neural policy with GRPO on task files (outcome reward only); OUT/policy.pt is the result."""
+    """Train the neural policy with GRPO on task files (outcome reward only); OUT/policy.safetensors is the result.
+    Every GRPOConfig field is an option (or a key of --config FILE.yaml)."""
     _threads()
     import torch
 
-    from .evaluation.evaluate import load_task_files
-    from .rl.grpo import GRPOConfig, GRPOTrainer
+    from .rl.grpo import GRPOTrainer
+    from .tasks import load_task_files
 
     torch.set_num_threads(1)
-    reg = _registry(registry, cache_dir)
+    reg = _registry(registry, cache_dir, cache_url)
     items, problems = load_task_files(tasks)
     held_out, eval_problems = load_task_files(eval_tasks) if eval_tasks else ([], [])
     for problem in problems + eval_problems:
         err.print(f"[yellow]skipped[/yellow] {problem.file}:{problem.line}: {problem.error}")
     try:
-        config = GRPOConfig(steps=steps, tasks_per_step=tasks_per_step, group_size=group_size, lr=lr,
-                            cost_weight=cost_weight, advantage_std_floor=advantage_std_floor,
-                            entropy_coef=entropy_coef, inner_epochs=inner_epochs,
-                            registry_dropout=registry_dropout, paraphrase_prob=paraphrase_prob,
-                            revisit_weight=revisit_weight, max_turns=max_turns, seed=seed)
-        trainer = GRPOTrainer(reg, items, config, out, eval_tasks=held_out)
+        trainer = GRPOTrainer(reg, items, config, out, eval_tasks=held_out,
+                              executor=_executor(executor, reg, registry, cache_dir, cache_url, workers))
         if resume and trainer.resume():
             console.print(f"resuming from {trainer.checkpoint_path} at step {trainer.step}")
     except MaestroError as exc:
         _fail(str(exc))
     start = time.perf_counter()
     trainer.train()
-    console.print(f"trained {trainer.step} steps in {time.perf_counter() - start:.0f}s -> {out / 'policy.pt'} "
+    console.print(f"trained {trainer.step} steps in {time.perf_counter() - start:.0f}s -> {trainer.policy_path} "
                   f"(curves: {out / 'curves.png'}, log: {out / 'train_log.jsonl'})")
     if trainer.best:
         console.print(f"best validation score {trainer.best['score']:.3f} at step {trainer.best['step']} -> "
-                      f"{out / 'best.pt'}")
+                      f"{trainer.best_path}")
 
 
 cache_app = typer.Typer(help="The persistent cache of expert calls.", no_args_is_help=True)
@@ -303,14 +338,46 @@ def cache_clear(cache_dir: Path = CacheDirOpt) -> None:
     console.print(f"removed {ExpertCache(cache_dir).clear()} entries from {cache_dir}")
 
 
+checkpoint_app = typer.Typer(help="Neural policy checkpoint files.", no_args_is_help=True)
+app.add_typer(checkpoint_app, name="checkpoint")
+
+
+@checkpoint_app.command("convert")
+def checkpoint_convert(
+    old: Path = typer.Argument(..., exists=True, dir_okay=False, help="A .pt checkpoint of an older version."),
+    new: Optional[Path] = typer.Argument(None, help="File to write (default: OLD with the .safetensors suffix)."),
+) -> None:
+    """Convert an older version's checkpoint (a torch pickle) to safetensors, once. It is read with torch's
+    weights-only loader, which refuses anything but tensors and plain containers before running it."""
+    from .policy.neural import load_legacy_checkpoint
+
+    new = new or old.with_suffix(".safetensors")
+    try:
+        policy, extra = load_legacy_checkpoint(old)
+    except MaestroError as exc:
+        _fail(str(exc))
+    policy.save(new, extra=extra)
+    console.print(f"wrote {new} from {old}: {len(policy.net.state_dict())} tensors, config {policy.config}, "
+                  f"extra {sorted(extra) or 'none'}")
+
+
 @skills_app.command("list")
-def skills_list(registry: Optional[Path] = RegistryOpt) -> None:
+def skills_list(registry: Optional[Path] = RegistryOpt,
+                as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
     """List the skills found in the registry's skill folders."""
-    reg = _registry(registry)
-    table = Table("skill", "tier", "requires", "description")
-    for spec in sorted(reg.skills.values(), key=lambda s: (s.tier, s.name)):
-        table.add_row(spec.name, str(spec.tier), ", ".join(spec.requires), spec.description[:90])
-    console.print(table)
+    skills = sorted(_registry(registry).describe()["skills"], key=lambda s: (s["tier"], s["name"]))
+    if as_json:
+        print(json.dumps(skills, indent=2, ensure_ascii=False))
+        return
+    console.print(_skills_table(skills))
+
+
+def _skills_table(skills: list[dict]) -> Table:
+    """Whole descriptions: the table wraps them at word boundaries rather than cutting them."""
+    table = Table("skill", "tier", "requires", "description", title=f"skills ({len(skills)})")
+    for spec in skills:
+        table.add_row(spec["name"], str(spec["tier"]), ", ".join(spec["requires"]), spec["description"])
+    return table
 
 
 @registry_app.command("show")
@@ -327,18 +394,63 @@ def registry_show(registry: Optional[Path] = RegistryOpt,
         models.add_row(m["name"], ", ".join(m["capabilities"]), m["backend"], f"{m['cost_per_call']:g}",
                        "yes" if m["available"] else f"[red]no[/red]: {m['reason']}")
     console.print(models)
+    console.print(_skills_table(info["skills"]))
     console.print(f"[bold]{len(info['pairs'])} pairs:[/bold] " + ", ".join(info["pairs"]))
+
+
+@registry_app.command("profile")
+def registry_profile(
+    tasks: Path = typer.Option(..., "--tasks", "-t", exists=True, dir_okay=False,
+                               help="Labelled calibration task file (JSONL), a few items per kind of question."),
+    registry: Optional[Path] = RegistryOpt,
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Profile file to write (default: next to the "
+                                       "registry file, <registry>.profile.json)."),
+    workers: int = WorkersOpt,
+    cache_dir: Path = CacheDirOpt,
+) -> None:
+    """Run every pair once on a calibration file and write each pair's accuracy and cost, fingerprinted against
+    the registry; the registry file's `profile:` key makes policies read it (`Pair.profile`)."""
+    from .pair_outcomes import measure_pairs
+    from .registry.config import default_config_path
+    from .tasks import load_tasks
+
+    reg = _registry(registry, cache_dir)
+    items, problems = load_tasks(tasks)
+    for problem in problems:
+        err.print(f"[yellow]skipped[/yellow] {problem.file}:{problem.line}: {problem.error}")
+    if not items:
+        _fail(f"no usable item in {tasks}")
+    config_path = Path(reg.config.source) if reg.config.source != "<memory>" else default_config_path()
+    target = out or config_path.with_name(f"{config_path.stem}.profile.json")
+    profile = measure_pairs(reg, items, workers=workers).profile(reg, str(tasks))
+    target.write_text(profile.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    for entry in profile.pairs:
+        console.print(f"{entry.pair}: {entry.accuracy:.3f} on {entry.items} items, mean cost {entry.mean_cost:g}")
+    console.print(f"wrote {target}; policies read it once the registry file has `profile: {target.name}` "
+                  "(a path relative to the registry file)")
 
 
 @app.command()
 def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to listen on (loopback by default)."),
-    port: int = typer.Option(8000, min=1, max=65535, help="TCP port."),
+    port: int = typer.Option(8321, min=1, max=65535, help="TCP port (not vLLM's 8000, so both run side by side)."),
     registry: Optional[Path] = RegistryOpt,
-    policy: str = typer.Option("rules", "--policy", "-p", help="Default policy: rules | random | fixed:MODEL@@SKILL"),
+    policy: Optional[str] = typer.Option(None, "--policy", "-p",
+                                         help="Default policy, offered to requests too (default: neural)."),
+    allow_policy: list[str] = typer.Option(
+        [], "--allow-policy",
+        help="A policy requests may name (default: neural and rules): NAME, or NAME=SPEC to offer any policy spec under a name (e.g. "
+        "fast=fixed:rapidocr@@chart-qa, vlm=lm:openai:http://10.0.0.5:8000/v1|qwen). Repeat for each; requests "
+        "never name checkpoints, files or URLs themselves."),
     checkpoint_db: Optional[Path] = typer.Option(None, help="SQLite file for checkpoints (thread ids, resume)."),
-    api_key_env: str = typer.Option("MAESTRO_API_KEY", help="Environment variable holding the API key."),
+    api_key_env: Optional[str] = typer.Option(
+        None, help="Environment variable holding the API key (default MAESTRO_API_KEY; naming one that is unset "
+        "refuses to start)."),
+    insecure: bool = typer.Option(False, "--insecure",
+                                  help="Start without an API key even when one was named or the host is public."),
     allow_image_host: list[str] = typer.Option([], "--allow-image-host", help="Host whose image URLs may be fetched."),
+    image_dir: list[Path] = typer.Option([], "--image-dir", file_okay=False,
+                                         help="Directory whose image files requests may name by path (default: none)."),
     max_episodes: int = typer.Option(64, min=1, help="Episodes admitted at once (429 beyond)."),
     workers: int = typer.Option(2, min=1, help="Threads running episodes."),
     timeout_s: float = typer.Option(300.0, min=0.1, help="Time limit of one request, in seconds."),
@@ -346,7 +458,8 @@ def serve(
     max_image_bytes: int = typer.Option(8_000_000, min=1, help="Largest image (413 beyond)."),
     max_turns: int = typer.Option(4, min=1, help="Default and largest turn budget."),
     cache_dir: Optional[Path] = typer.Option(None, help="Persistent cache of expert calls (default: none)."),
-    log_level: str = typer.Option("info", help="uvicorn log level."),
+    log_level: str = typer.Option("info", help="Log level of Maestro and uvicorn."),
+    log_format: str = typer.Option("json", help="json (one object per line, with request and thread ids) | text."),
 ) -> None:
     """Serve an OpenAI-compatible endpoint (/v1/chat/completions, model `maestro`), /healthz, and LangServe routes
     at /maestro when the `langserve` extra is installed."""
@@ -354,20 +467,33 @@ def serve(
     import uvicorn
     from pydantic import ValidationError
 
-    from .policy import make_policy
-    from .serve import ServeSettings, create_app
+    from .errors import first_validation_problem
+    from .serve import ServeSettings, create_app, startup_problem
+    from .serve.observability import log_config
 
+    if log_format not in ("json", "text"):
+        _fail(f"--log-format {log_format!r}: choose json or text")
     try:
-        make_policy(policy)
         settings = ServeSettings(
-            policy=policy, checkpoint_db=checkpoint_db, api_key_env=api_key_env,
-            allowed_image_hosts=tuple(allow_image_host), max_episodes=max_episodes, workers=workers,
-            request_timeout_s=timeout_s, max_body_bytes=max_body_bytes, max_image_bytes=max_image_bytes,
-            max_turns=max_turns,
+            **({"policy": policy} if policy else {}), **({"policies": tuple(allow_policy)} if allow_policy else {}),
+            checkpoint_db=checkpoint_db,
+            allowed_image_hosts=tuple(allow_image_host), image_dirs=tuple(image_dir), max_episodes=max_episodes,
+            workers=workers, request_timeout_s=timeout_s, max_body_bytes=max_body_bytes,
+            max_image_bytes=max_image_bytes, max_turns=max_turns,
+            **({"api_key_env": api_key_env} if api_key_env else {}),
         )
-    except (MaestroError, ValidationError) as exc:
+        app_ = create_app(_registry(registry, cache_dir), settings)
+    except MaestroError as exc:
         _fail(str(exc))
-    uvicorn.run(create_app(_registry(registry, cache_dir), settings), host=host, port=port, log_level=log_level)
+    except ValidationError as exc:  # the option's name and the problem, without pydantic's help URL
+        _fail(first_validation_problem(exc)[1])
+    problem = startup_problem(settings, host, key_env_named=api_key_env is not None)
+    if problem and not insecure:
+        _fail(problem)
+    if problem:
+        err.print(f"[yellow]warning:[/yellow] --insecure: {problem}")
+    uvicorn.run(app_, host=host, port=port, log_level=log_level, access_log=False,
+                log_config=log_config(log_level, log_format))
 
 
 @app.command()
@@ -424,12 +550,14 @@ def export_(
         _fail(f"unknown format {fmt!r}; use trl or verl")
     reg = _registry(registry, cache_dir)
     try:
-        count = export_file(from_, tasks, out, fmt, reg, ExportOptions(
+        count, bad = export_file(from_, tasks, out, fmt, reg, ExportOptions(
             max_turns=max_turns, cost_weight=cost_weight, format_weight=format_weight, tool_calls=tool_calls,
             prompt=PromptOptions(card_chars=card_chars, observation_chars=observation_chars)))
     except MaestroError as exc:
         _fail(str(exc))
-    console.print(f"exported {count} episodes ({fmt}) -> {out}")
+    for problem in bad:
+        err.print(f"[yellow]skipped[/yellow] {problem}")
+    console.print(f"exported {count} episodes ({fmt}) -> {out}" + (f"; {len(bad)} unreadable lines skipped" if bad else ""))
 
 
 @app.command("train-lm")

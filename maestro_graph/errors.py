@@ -6,16 +6,26 @@ and a penalty); an expert error is the expert's (the episode goes on without it)
 
 from __future__ import annotations
 
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 __all__ = [
     "MaestroError",
     "ConfigError",
     "SkillError",
     "InvalidActionError",
     "ExpertError",
+    "ExpertFailure",
     "ExpertTimeout",
     "ExpertUnavailable",
     "InputError",
     "Cancelled",
+    "ServiceUnavailable",
+    "import_extra",
+    "first_validation_problem",
 ]
 
 
@@ -41,21 +51,47 @@ class InvalidActionError(MaestroError):
     """The policy asked for something that is not in the action space (policy's fault)."""
 
 
+class ExpertFailure(StrEnum):
+    """What went wrong in an expert call, set where the error is raised (reports count these, never parse text)."""
+
+    CRASH = "crash"
+    """The expert's own code raised."""
+    TIMEOUT = "timeout"
+    """No answer (or no free concurrency slot) within the card's timeout."""
+    UNAVAILABLE = "unavailable"
+    """The expert cannot run here (missing binary, package or endpoint)."""
+    BREAKER_OPEN = "breaker open"
+    """Refused uncharged: the circuit breaker is open after failed calls in a row."""
+    OVERSIZED = "oversized result"
+    WRONG_TYPE = "wrong result type"
+    """A result of another type than the method declares (garbage)."""
+    INJECTED = "injected fault"
+    """A fault the registry's fault injection raised on purpose (maestro reliability)."""
+
+
 class ExpertError(MaestroError):
     """An expert failed while serving a call (expert's fault). `transient` marks a failure that may not recur
-    (a dropped connection, an overloaded server), which the expert's handle retries."""
+    (a dropped connection, an overloaded server), which the expert's handle retries; `failure` says what kind."""
 
-    def __init__(self, message: str, *, transient: bool = False):
+    failure = ExpertFailure.CRASH
+
+    def __init__(self, message: str, *, transient: bool = False, failure: ExpertFailure | None = None):
         self.transient = transient
+        if failure is not None:
+            self.failure = failure
         super().__init__(message)
 
 
 class ExpertTimeout(ExpertError):
     """An expert did not answer within its card's timeout."""
 
+    failure = ExpertFailure.TIMEOUT
+
 
 class ExpertUnavailable(ExpertError):
-    """An expert cannot run on this machine (missing binary, package or endpoint)."""
+    """An expert cannot run on this machine (missing binary, package or endpoint), or its breaker is open."""
+
+    failure = ExpertFailure.UNAVAILABLE
 
 
 class InputError(MaestroError):
@@ -64,3 +100,37 @@ class InputError(MaestroError):
 
 class Cancelled(MaestroError):
     """The episode's caller is gone (timed out or disconnected): its remaining work is abandoned, not failed."""
+
+
+class ServiceUnavailable(MaestroError):
+    """A service the operator named (a Ray cluster, Redis, Postgres) cannot be reached: the operator's to fix. The
+    message names the service and its URL, so a command can stop with it at start instead of a traceback."""
+
+    def __init__(self, service: str, url: str, reason: str, *, retryable: bool = False):
+        self.service = service
+        self.url = url
+        self.retryable = retryable
+        """The service was reachable before and the request may succeed when retried (a lost connection)."""
+        super().__init__(f"{service} at {url} is unreachable: {reason}")
+
+
+def import_extra(module: str, extra: str, feature: str) -> Any:
+    """Import an optional dependency; missing, it is a ConfigError naming the extra that installs it (an optional
+    feature the user asked for must say how to get it, not fail with ModuleNotFoundError)."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        raise ConfigError(f"{feature} needs the `{extra}` extra ({exc.name} is not installed): "
+                          f"pip install -e \".[{extra}]\"") from None
+
+
+def first_validation_problem(exc: "ValidationError") -> tuple[str, str]:
+    """(field path, message) of every problem, joined, for an error that names the field."""
+    fields, messages = [], []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        fields.append(loc)
+        messages.append(f"{loc}: {err['msg']}" + (f" (got {err['input']!r})" if "input" in err else ""))
+    return ", ".join(fields), "; ".join(messages)

@@ -5,33 +5,36 @@ Only what a policy may see goes in: the question, the choices and the images (ne
 
 from __future__ import annotations
 
-import os
-from functools import lru_cache
-
 import numpy as np
 
+from .digests import file_digest
+from .memo import LRU
 from .embeddings import EMBED_DIM, embed
 from .errors import InputError
 from .images import load_image
 
-__all__ = ["IMAGE_DIM", "image_descriptors", "question_features", "QUESTION_DIM"]
+__all__ = ["IMAGE_DIM", "image_descriptors", "question_features", "QUESTION_DIM", "DESCRIPTION_CAP"]
 
 IMAGE_DIM = 8
 QUESTION_DIM = EMBED_DIM + IMAGE_DIM
+DESCRIPTION_CAP = 4096
+"""Image descriptions kept in memory, keyed by the image's content digest (a data URL of several MB is never kept
+as a key)."""
+_descriptions: LRU[str, tuple[float, ...]] = LRU(DESCRIPTION_CAP)
 
 
-def _stamp(ref: str) -> tuple[int, int] | None:
-    """(modification time, size) of an image file, so a file rewritten in place is described again; None for
-    data URLs (their text is their content) and missing files."""
-    try:
-        st = os.stat(ref)
-    except (OSError, ValueError):
-        return None
-    return st.st_mtime_ns, st.st_size
+def _describe(ref: str) -> tuple[float, ...]:
+    """The descriptors of one image, memoised by content: a file rewritten in place is described again, and the
+    same bytes in two files are described once."""
+    key = file_digest(ref)
+    found = _descriptions.get(key)
+    if found is None:
+        found = _compute_descriptors(ref)
+        _descriptions.put(key, found)
+    return found
 
 
-@lru_cache(maxsize=4096)
-def _describe(ref: str, stamp: tuple[int, int] | None) -> tuple[float, ...]:
+def _compute_descriptors(ref: str) -> tuple[float, ...]:
     try:
         image = load_image(ref)
     except InputError:
@@ -50,7 +53,7 @@ def image_descriptors(images: list[str] | tuple[str, ...]) -> np.ndarray:
     of the first image (zeros when there is none)."""
     if not images:
         return np.zeros(IMAGE_DIM, dtype=np.float32)
-    return np.asarray(_describe(images[0], _stamp(images[0])), dtype=np.float32)
+    return np.asarray(_describe(images[0]), dtype=np.float32)
 
 
 def question_features(questions: list[str], images: list[list[str]] | list[tuple[str, ...]],

@@ -5,29 +5,42 @@ rollouts, HTTP and LangGraph Studio."""
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal, TypedDict
+import time
+from dataclasses import dataclass, fields
+from typing import Annotated, Any, Literal, Mapping
 
 import numpy as np
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
 from langgraph.graph.message import add_messages
 from langgraph.runtime import Runtime
-from langgraph.types import Checkpointer, Command
+from langgraph.types import Checkpointer, Command, Overwrite
+from pydantic import TypeAdapter, ValidationError
+from typing_extensions import TypedDict  # pydantic builds JSON schemas from it on Python < 3.12 (Studio's forms)
 
+from .answer_form import expected_form, is_yes_no
 from .cancellation import current_cancel, raise_if_cancelled, run_abandonable
+from .choices import YES_NO_GUESS, guess_option, inline_choices, names_option
 from .errors import ConfigError
 from .image_sources import ImageRefused, ImageSources
 from .policy import DEFAULT_POLICY, ActionSpace, EpisodeView, Policy, PolicyCatalog, best_candidate
 from .questions import clean_question, question_problem
 from .registry import Registry
-from .types import Answer, InvalidAction, Invoke, Step
+from .types import Answer, Decision, ErrorKind, InvalidAction, Invoke, Step
 
-__all__ = ["MaestroContext", "MaestroInput", "MaestroOutput", "MaestroState", "build_graph", "INTAKE", "ROUTER", "ANSWER"]
+__all__ = [
+    "CONTEXT_KEY", "EpisodeRecord", "MaestroContext", "MaestroInput", "MaestroOutput", "MaestroState", "build_graph",
+    "INTAKE", "ROUTER", "ANSWER",
+]
 
 INTAKE = "intake"
 ROUTER = "router"
 ANSWER = "answer"
+
+
+CONTEXT_KEY = "maestro"
+"""The namespace of Maestro's settings in a parent graph's run context (a key of a mapping or an attribute)."""
 
 
 @dataclass
@@ -41,10 +54,41 @@ class MaestroContext:
     greedy: bool = True
     seed: int | None = None
 
+    @classmethod
+    def of(cls, context: object) -> "MaestroContext":
+        """Maestro's settings from whatever context the run has, so Maestro runs under any parent graph's own
+        context schema: a MaestroContext as it is; else what the `maestro` namespace holds (a key of a mapping or
+        an attribute: a MaestroContext or a mapping of its fields); else the fields Maestro knows, read from the
+        context's keys or attributes. Missing fields take their defaults and other keys are ignored; a field of
+        the wrong type is a ConfigError naming it (the run then ends with an input error)."""
+        if isinstance(context, cls):
+            return context
+        if context is None:
+            return cls()
+        scoped = context.get(CONTEXT_KEY) if isinstance(context, Mapping) else getattr(context, CONTEXT_KEY, None)
+        if isinstance(scoped, cls):
+            return scoped
+        source = scoped if scoped is not None else context
+        names = [f.name for f in fields(cls)]
+        if isinstance(source, Mapping):
+            found = {n: source[n] for n in names if n in source}
+        else:
+            found = {n: getattr(source, n) for n in names if hasattr(source, n)}
+        try:
+            return _CONTEXT.validate_python(found)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ConfigError(problems, field="context") from None
+
+
+_CONTEXT = TypeAdapter(MaestroContext)
+
 
 class MaestroInput(TypedDict, total=False):
-    """Either `question` (+ `images`, `choices`) or a chat `messages` list whose last human message holds the text
-    and image parts (what LangGraph Studio's chat panel sends)."""
+    """What a run sends: either `question` (+ `images`, `choices`) or a chat `messages` list whose last human
+    message holds the text and image parts (what LangGraph Studio's chat panel sends). On a thread, every run
+    with input starts a new episode: a trailing human message is its question, else `question`. Images not sent
+    again are the thread's (a follow-up about the same picture); choices belong to one question only."""
 
     question: str
     images: list[str]
@@ -52,10 +96,35 @@ class MaestroInput(TypedDict, total=False):
     messages: Annotated[list[AnyMessage], add_messages]
 
 
-class MaestroOutput(TypedDict, total=False):
+AnswerSource = Literal["policy", "candidate", "guess"]
+"""Who gave an episode's answer: the policy (or the graph for it, once the budget was spent); the graph, choosing the
+best-supported candidate that names an option because the policy's answer named none; or the graph's prior guess
+(`choices.guess_option`, `choices.YES_NO_GUESS`) because no expert answered in the form the question asks for."""
+
+
+class EpisodeRecord(TypedDict):
+    """One finished episode of a thread, as `episodes` keeps it."""
+
+    question: str
+    choices: list[str] | None
     answer: str | None
-    steps: Annotated[list[dict], operator.add]
+    answer_source: AnswerSource | None
     stop_reason: str
+    steps: list[dict]
+
+
+class MaestroOutput(TypedDict, total=False):
+    """The current (last) episode's answer, steps and stop reason, every finished episode of the thread in
+    `episodes` (oldest first, the current one last), and the chat `messages` when the run came as chat."""
+
+    answer: str | None
+    answer_source: AnswerSource | None
+    """Who gave the answer (`AnswerSource`); None when there is none."""
+    steps: Annotated[list[dict], operator.add]
+    decisions: Annotated[list[dict], operator.add]
+    """Every router decision of the current episode (types.Decision): the action and its log-probability."""
+    stop_reason: str | None
+    episodes: Annotated[list[EpisodeRecord], operator.add]
     messages: Annotated[list[AnyMessage], add_messages]
 
 
@@ -108,11 +177,12 @@ def build_graph(
     image_sources: ImageSources | None = None,
     checkpointer: Checkpointer = None,
     name: str = "maestro",
-) -> Any:
-    """Compile the Maestro graph. `policy` is the default (else the catalog's default, else the rules baseline); a
-    run's context may name another from `policies` (default: an open catalog, for the operator's own code). A graph
-    served to clients passes a restricted catalog and `image_sources`: then the images of every run are resolved
-    under that policy (verified data URLs) before any skill sees them."""
+) -> CompiledStateGraph:
+    """Compile the Maestro graph. `policy` is the default (else the catalog's default, else `DEFAULT_POLICY`, the
+    shipped checkpoint); a run's context may name another from `policies` (default: an open catalog, for the
+    operator's own code). A graph served to clients passes a restricted catalog and `image_sources`: then the images
+    of every run are resolved under that policy (verified data URLs) before any skill sees them. The run context is
+    read with `MaestroContext.of`, so the graph also runs as a subgraph under any parent's context."""
     policies = policies or PolicyCatalog.open(DEFAULT_POLICY)
     default_policy = policy or policies.get()
     skill_nodes = [s.name for s in registry.tier1]
@@ -121,71 +191,89 @@ def build_graph(
         raise ConfigError(f"skill names {sorted(clash)} are reserved for graph nodes; rename the skill folder")
 
     def intake(state: MaestroState) -> Command[Literal["router", "answer"]]:
-        """A chat request (`messages`) becomes a question with images; control characters leave the question;
-        under an image-source policy every image becomes a verified data URL or the run ends with the refusal."""
-        if state.get("question") or not state.get("messages"):
-            question = state.get("question") or ""
-            update: dict = {"question": clean_question(question)}
-            images = list(state.get("images") or [])
+        """Start an episode. Every run with input comes here (LangGraph drops an interrupted run's pending work
+        when new input arrives), so the question is this run's: a trailing human message (chat), else
+        `question`; the previous episode's steps, answer and stop reason are cleared (it stays in `episodes`).
+        Control characters leave the question; under an image-source policy every image becomes a verified data
+        URL or the run ends with the refusal."""
+        messages = state.get("messages") or []
+        kept = list(state.get("images") or [])
+        if messages and isinstance(messages[-1], HumanMessage):
+            question, found = _from_messages(messages)
+            images = found or kept
         else:
-            question, found = _from_messages(state["messages"])
-            update = {"question": clean_question(question)}
-            images = [*(state.get("images") or []), *found]
+            question, images = state.get("question") or "", kept
+        question = clean_question(question)
+        update: dict = {"question": question, "steps": Overwrite([]), "decisions": Overwrite([]),
+                        "answer": None, "answer_source": None,
+                        "stop_reason": None, "pending": None}
+        if not state.get("choices"):  # options written in the question are its choices
+            update["choices"] = inline_choices(question)
         if image_sources is not None and images:
             try:
                 images = image_sources.resolve(images)
             except ImageRefused as exc:
-                return Command(goto=ANSWER, update={**update, "images": [], "answer": None,
-                                                    "stop_reason": f"input error: {exc}"})
-        if images != list(state.get("images") or []):
+                return Command(goto=ANSWER, update={**update, "images": [], "stop_reason": f"{INPUT_ERROR}{exc}"})
+        if images != kept:
             update["images"] = images
         return Command(goto=ROUTER, update=update)
 
     def router(state: MaestroState, runtime: Runtime[MaestroContext]) -> Command[Literal["answer"]]:
-        context = runtime.context or MaestroContext()
+        raise_if_cancelled(current_cancel())  # the caller is gone: no further decision, nothing committed
+        try:
+            context = MaestroContext.of(runtime.context)
+        except ConfigError as exc:
+            return Command(goto=ANSWER, update={"answer": None, "stop_reason": f"{INPUT_ERROR}{exc}"})
         view = _view(state, context)
         write = runtime.stream_writer
-        raise_if_cancelled(current_cancel())  # the caller is gone: no further decision, nothing committed
         if not view.question.strip() and not view.images:
-            return Command(goto=ANSWER, update={"answer": None, "stop_reason": "input error: empty question and no image"})
+            return Command(goto=ANSWER, update={"answer": None,
+                                                "stop_reason": f"{INPUT_ERROR}empty question and no image"})
         problem = question_problem(view.question)
         if problem:
-            return Command(goto=ANSWER, update={"answer": None, "stop_reason": f"input error: {problem}"})
+            return Command(goto=ANSWER, update={"answer": None, "stop_reason": f"{INPUT_ERROR}{problem}"})
         try:
             policy = default_policy if context.policy is None else policies.get(context.policy)
         except ConfigError as exc:  # a policy the catalog refuses or cannot build: the run's input was wrong
-            return Command(goto=ANSWER, update={"answer": None, "stop_reason": f"input error: {exc}"})
+            return Command(goto=ANSWER, update={"answer": None, "stop_reason": f"{INPUT_ERROR}{exc}"})
         space = ActionSpace.build(registry, view)
-        if view.budget_spent and len(space.answers) == 1:  # nothing left to decide
-            return Command(goto=ANSWER, update={"answer": space.answers[0].text, "stop_reason": "budget"})
+        if view.budget_spent and len(space.answers) == 1:  # nothing left to decide: the graph answers
+            only = space.answers[0]
+            decision = Decision.of(only, turn=view.turn, policy=policy.name, log_prob=0.0, entropy=0.0, forced=True)
+            return Command(goto=ANSWER, update={"answer": only.text, "stop_reason": _stop_reason(view, only.text),
+                                                "decisions": [decision.model_dump()]})
         cancel = current_cancel()  # a router LM's blocking call is abandoned when the episode is cancelled
+        started = time.perf_counter()
         dist = policy.distribution(view, space) if cancel is None else run_abandonable(
             policy.distribution, view, space, cancel=cancel)
-        if context.greedy and not getattr(policy, "stochastic", False):
+        decided_s = time.perf_counter() - started
+        if context.greedy and not policy.stochastic:
             action = dist.greedy()
         else:
             rng = np.random.default_rng([context.seed or 0, view.turn, len(view.question)])
             action = dist.sample(rng)
-        event = {"event": "decision", "turn": view.turn, "policy": policy.name}
+        event = {"event": "decision", "turn": view.turn, "policy": policy.name, "latency_s": round(decided_s, 6)}
         if view.budget_spent and not isinstance(action, Answer):  # a policy that ignored the spent budget
             event["overruled"] = _describe(action)  # the answer below is the graph's, not a draw of the policy's
             action = Answer(best_candidate(view.steps))
-        write({**event, "action": _describe(action),
-               "log_prob": None if "overruled" in event else dist.log_prob(action)})
+        log_prob = None if "overruled" in event else dist.log_prob(action)
+        write({**event, "action": _describe(action), "log_prob": log_prob})
+        decided = [Decision.of(action, turn=view.turn, policy=policy.name, log_prob=log_prob,
+                               entropy=dist.entropy()).model_dump()]
         if isinstance(action, Answer):
-            reason = "budget" if view.budget_spent else "policy"
-            return Command(goto=ANSWER, update={"answer": action.text, "stop_reason": reason})
+            return Command(goto=ANSWER, update={"answer": action.text, "stop_reason": _stop_reason(view, action.text),
+                                                "decisions": decided})
         if isinstance(action, InvalidAction):  # no action at all (e.g. malformed LM output): same treatment
-            step = Step(model="", skill="", input=action.text, error=action.reason, error_kind="policy")
+            step = Step(model="", skill="", input=action.text, error=action.reason, error_kind=ErrorKind.POLICY)
             write({"event": "step", **step.model_dump(exclude={"calls"})})
-            return Command(goto=ROUTER, update={"steps": [step.model_dump()]})
+            return Command(goto=ROUTER, update={"steps": [step.model_dump()], "decisions": decided})
         reason = registry.invalid_reason(action)
         if reason:  # the policy's mistake becomes an observation and costs a turn
-            step = Step(model=action.model, skill=action.skill, input=action.input, error=reason, error_kind="policy")
+            step = Step(model=action.model, skill=action.skill, input=action.input, error=reason, error_kind=ErrorKind.POLICY)
             write({"event": "step", **step.model_dump(exclude={"calls"})})
-            return Command(goto=ROUTER, update={"steps": [step.model_dump()]})
+            return Command(goto=ROUTER, update={"steps": [step.model_dump()], "decisions": decided})
         return Command(goto=action.skill, update={"pending": {"model": action.model, "skill": action.skill,
-                                                              "input": action.input}})
+                                                              "input": action.input}, "decisions": decided})
 
     def make_skill_node(skill: str):
         def run_skill(state: MaestroState, runtime: Runtime[MaestroContext]) -> dict:
@@ -202,12 +290,21 @@ def build_graph(
         return run_skill
 
     def answer(state: MaestroState, runtime: Runtime[MaestroContext]) -> dict:
-        final = state.get("answer")
+        """End the episode: a typed `error` event first when its input was at fault (so a caller sees the reason,
+        not just a missing answer), the answer event, and the episode appended to the thread's `episodes`."""
         reason = state.get("stop_reason") or "policy"
-        runtime.stream_writer({"event": "answer", "answer": final, "stop_reason": reason})
-        update: dict = {"answer": final, "stop_reason": reason}
+        if reason.startswith(INPUT_ERROR):
+            runtime.stream_writer({"event": "error", "kind": "input", "message": reason.removeprefix(INPUT_ERROR)})
+            final, source = state.get("answer"), None  # the input must be fixed: a guess would hide that
+        else:
+            final, source = _final_answer(state)
+        runtime.stream_writer({"event": "answer", "answer": final, "answer_source": source, "stop_reason": reason})
+        record = EpisodeRecord(question=state.get("question") or "", choices=state.get("choices"), answer=final,
+                               answer_source=source, stop_reason=reason, steps=list(state.get("steps") or []))
+        update: dict = {"answer": final, "answer_source": source, "stop_reason": reason, "episodes": [record],
+                        "choices": None}
         if state.get("messages"):
-            update["messages"] = [AIMessage(content=final if final is not None else "(no answer)")]
+            update["messages"] = [AIMessage(content=final if final is not None else f"(no answer: {reason})")]
         return update
 
     builder = StateGraph(
@@ -222,6 +319,42 @@ def build_graph(
     builder.add_edge(START, INTAKE)
     builder.add_edge(ANSWER, END)
     return builder.compile(checkpointer=checkpointer, name=name)
+
+
+INPUT_ERROR = "input error: "
+"""How a stop reason starts when the run's input was at fault (refused image, unreadable file, bad context)."""
+
+
+def _final_answer(state: Mapping[str, Any]) -> tuple[str | None, AnswerSource | None]:
+    """The answer an episode ends with, for every policy: the policy's, unless the question has choices or a
+    yes/no form and the policy's answer cannot be read in that form. A choice question takes the best-supported
+    candidate naming an option, else a guess among the options; a yes/no question left without an answer takes the
+    best-supported yes/no candidate, else `YES_NO_GUESS` (a yes/no question that got another answer keeps it: the
+    form is read from the wording, which can be wrong, as in "Is it odd or even?"). A free-form question nothing
+    answered stays without an answer."""
+    final = state.get("answer")
+    choices = state.get("choices") or None
+    steps = _steps(dict(state))
+    form = expected_form(state.get("question") or "", choices)
+    if form == "choice" and not names_option(final, choices):
+        named = best_candidate([s for s in steps if names_option(s.answer, choices)])
+        if named is not None:
+            return named, "candidate"
+        evidence = [t for s in steps if not s.error for t in (s.answer, s.evidence) if t]
+        return guess_option(choices, evidence), "guess"
+    if form == "yesno" and final is None:
+        said = best_candidate([s for s in steps if is_yes_no(s.answer)])
+        return (said, "candidate") if said is not None else (YES_NO_GUESS, "guess")
+    return final, None if final is None else "policy"
+
+
+def _stop_reason(view: EpisodeView, answer: str | None) -> str:
+    """Why an episode ends with `answer`: a no-answer after every step that ran a skill failed on its input (a
+    missing or unreadable image) is the input's fault and says so; else the budget, or the policy's choice."""
+    ran = [s for s in view.steps if s.error_kind != ErrorKind.POLICY]
+    if answer is None and ran and all(s.error_kind == ErrorKind.INPUT for s in ran):
+        return f"{INPUT_ERROR}{ran[0].error}"
+    return "budget" if view.budget_spent else "policy"
 
 
 def _describe(action: Invoke | Answer | InvalidAction) -> dict:

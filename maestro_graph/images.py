@@ -3,7 +3,8 @@
 Hostile files are refused with an InputError naming the image: empty, truncated or non-image bytes, more pixels
 than the cap (a decompression bomb is refused from its header, before decoding), extreme aspect ratios, and remote
 URLs (fetching is the server's job, from allow-listed hosts only). An animated or multi-page file is read as its
-first frame, and the returned image says so in `info["maestro_note"]`.
+first frame, and the returned image says so in `info["maestro_note"]`. Greyscale images of more than 8 bits are
+scaled to 8 bits, not clipped (see `_to_rgb`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import logging
 import re
 from pathlib import Path
 
+import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from .errors import InputError
@@ -29,6 +31,25 @@ strip; tiling one would make thousands of calls)."""
 
 log = logging.getLogger("maestro.images")
 _REMOTE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _to_rgb(image: Image.Image) -> Image.Image:
+    """An RGB copy of `image`. PIL's own conversion clips the integer modes ("I", "I;16...") and the float mode
+    ("F") to 0..255, so a 16-bit greyscale PNG (values up to 65535) would read as all white and be answered
+    confidently. Integer greyscale is taken as 16-bit data and shown by its high byte (value >> 8), as image
+    viewers show it: dark stays dark, and a nearly black image is not stretched into a contrasty one. Float
+    greyscale has no fixed range: values within 0..1 are scaled by 255 (the usual convention for float images),
+    others are read as 0..255, both clipped."""
+    if image.mode.startswith("I"):
+        grey = np.clip(np.asarray(image) >> 8, 0, 255)  # native uint16/int32: no widening of a 40-MP image
+    elif image.mode == "F":
+        values = np.nan_to_num(np.asarray(image, dtype=np.float32))
+        grey = np.clip(values * 255 if values.size and values.min() >= 0 and values.max() <= 1 else values, 0, 255)
+    else:
+        return image.convert("RGB")
+    rgb = Image.fromarray(grey.astype(np.uint8), "L").convert("RGB")
+    rgb.info.update(image.info)
+    return rgb
 
 
 def _open_bytes(data: bytes, name: str) -> Image.Image:
@@ -47,7 +68,7 @@ def _open_bytes(data: bytes, name: str) -> Image.Image:
                 )
             frames = getattr(probe, "n_frames", 1)
             probe.seek(0)
-            image = probe.convert("RGB")
+            image = _to_rgb(probe)
     except InputError:
         raise
     except Image.DecompressionBombError as exc:

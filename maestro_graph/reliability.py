@@ -37,7 +37,7 @@ from .registry import Registry, load_config, load_skill
 from .runner import run_episode, run_tasks
 from .tasks import Task, load_tasks
 from .trust_suite import run_trust_suite
-from .types import Invoke
+from .types import ErrorKind, Invoke, Step
 
 __all__ = ["FaultScenario", "SCENARIOS", "FAST_MODELS", "hostile_images", "fault_registry", "run_reliability",
            "bad_skill_registry"]
@@ -48,7 +48,7 @@ FAST_MODELS = ("zxing", "opencv-barcode", "opencv-vision", "sympy")
 minutes; fault handling does not depend on which expert is behind the handle."""
 DEFAULT_TASKS = (ROOT / "tests" / "data" / "real" / "barcode" / "tasks.jsonl",
                  ROOT / "tests" / "data" / "real" / "vision" / "tasks.jsonl")
-EXAMPLES = ROOT / "examples"
+EXAMPLES = Path(__file__).resolve().parent / "examples"  # shipped in the package (a wheel has no repo root)
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,7 @@ def bad_input_suite(folder: Path, registry: Registry) -> list[InputCase]:
         _expect_error(case, lambda: load_image(str(images[name])), InputError, match)
         result = run_episode(graph, "What text does the code encode?", [str(images[name])])
         if case.ok and not (result.error is None and result.answer is None
-                            and any(s.error_kind == "input" for s in result.steps)):
+                            and any(s.error_kind == ErrorKind.INPUT for s in result.steps)):
             case.outcome, case.detail = "episode not refused", str([s.error for s in result.steps])
         cases.append(case)
 
@@ -240,7 +240,7 @@ def bad_input_suite(folder: Path, registry: Registry) -> list[InputCase]:
                          ("wrong-type", "returned dict; a tier-1 skill returns SkillResult")):
         case = InputCase("skill", skill, "rejected")
         step = bad.run(Invoke("zxing", skill), question="q?", images=[qr])
-        case.outcome = "rejected" if step.error_kind == "skill" and match in (step.error or "") else "not contained"
+        case.outcome = "rejected" if step.error_kind == ErrorKind.SKILL and match in (step.error or "") else "not contained"
         case.detail = (step.error or "")[:160]
         cases.append(case)
     broken = folder / "broken-skills" / "broken"
@@ -277,14 +277,12 @@ def _score(task: Task, answer: str | None) -> float:
     return task.score(answer)
 
 
-def _cause(error: str) -> str:
-    """A short name for what made a step fail, for the table."""
-    for needle, name in (("injected fault", "injected error"), ("timed out", "timeout"), ("no free slot", "timeout"),
-                         ("circuit breaker", "breaker open"), ("oversized", "oversized result"),
-                         ("its method declares", "garbage result"), ("is unavailable", "unavailable")):
-        if needle in error:
-            return name
-    return "other"
+def _cause(step: Step) -> str:
+    """What made a failed step fail, for the table: the failure kind of its last failed expert call (set where the
+    call failed), else "other" (a skill's own error)."""
+    failed = [c for c in step.calls if c.get("error")]
+    failure = failed[-1].get("failure") if failed else None
+    return str(failure) if failure else "other"
 
 
 def _run_scenario(registry: Registry, episodes: list[Task], policy: str, workers: int) -> dict:
@@ -298,15 +296,14 @@ def _run_scenario(registry: Registry, episodes: list[Task], policy: str, workers
             continue
         completed += 1
         answered += result.answer is not None
-        expert_errors += sum(s.error_kind == "expert" for s in result.steps)
-        causes.update(_cause(s.error) for s in result.steps if s.error)
+        expert_errors += sum(s.error_kind == ErrorKind.EXPERT for s in result.steps)
+        causes.update(_cause(s) for s in result.steps if s.error)
         scores.append(_score(task, result.answer))
     injected: Counter[str] = Counter()
     trips = 0
     for handle in registry.models.values():
         trips += handle.breaker.trips
-        if handle.card.faults is not None and handle._expert is not None:
-            injected.update(handle._expert.injected)
+        injected.update(handle.faults_injected())
     return {"episodes": len(episodes), "completed": completed, "answered": answered,
             "no_answer": completed - answered, "lost": lost, "accuracy": sum(scores) / max(1, len(episodes)),
             "faults_injected": {k: v for k, v in sorted(injected.items()) if k != "none"},

@@ -6,7 +6,6 @@ import json
 import os
 import time
 import zlib
-from concurrent.futures import ThreadPoolExecutor
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -14,47 +13,80 @@ from typing import Any, Iterator
 
 from tqdm import tqdm
 
-from .graph import MaestroContext, build_graph
-from .evaluation.outcomes import PairOutcomes
+from .executors import Executor, ThreadExecutor
+from .graph import INPUT_ERROR, AnswerSource, MaestroContext, build_graph
+from .jsonl import read_jsonl
+from .pair_outcomes import PairOutcomes
 from .policy import OraclePolicy, make_policy
 from .policy.base import Policy
 from .registry import Registry
 from .tasks import Task, TaskProblem, load_tasks
-from .types import Step
+from .types import Decision, ErrorKind, Step
 
-__all__ = ["EpisodeResult", "run_episode", "run_tasks", "predict", "PredictSummary"]
+__all__ = ["EpisodeResult", "RECORD_VERSION", "run_episode", "run_tasks", "predict", "PredictSummary"]
+
+
+RECORD_VERSION = 2
+"""Prediction records of version 2 hold every step whole (input, evidence, confidence, error kind) and the router's
+decisions; version 1 (no `version` field) held each step's pair, cost, answer and error only."""
 
 
 @dataclass
 class EpisodeResult:
-    """One finished episode. `error` is set only when the episode itself could not run (never for expert faults,
-    which are recorded in the steps)."""
+    """One finished episode: the trajectory record that prediction files, export and trainers all read. `error` is
+    set only when the episode itself could not run (never for expert faults, which are recorded in the steps)."""
 
     answer: str | None
     steps: list[Step]
     stop_reason: str
     latency_s: float
     error: str | None = None
+    decisions: list[Decision] = field(default_factory=list)
+    """Every router decision, with its log-probability under the acting policy (types.Decision)."""
+    answer_source: AnswerSource | None = None
+    """Who gave the answer ("policy", "candidate" or a marked "guess"); None without one."""
 
     @property
     def cost(self) -> float:
         return sum(s.cost for s in self.steps)
 
+    @property
+    def failed(self) -> bool:
+        """The episode could not do its work: it crashed (`error`), its input was at fault (its stop reason starts
+        with `INPUT_ERROR`), or every step that ran a skill failed on its input (an unreadable image), even when a
+        guess was answered. Such an episode is still scored but counted as failed, so a run over broken files never
+        reports "0 failed"."""
+        ran = [s for s in self.steps if s.error_kind != ErrorKind.POLICY]
+        return (self.error is not None or self.stop_reason.startswith(INPUT_ERROR)
+                or (bool(ran) and all(s.error_kind == ErrorKind.INPUT for s in ran)))
+
     def prediction(self, task_id: str) -> dict[str, Any]:
-        """A prediction-file record (DESIGN.md)."""
+        """A prediction-file record (DESIGN.md), version RECORD_VERSION: the whole trajectory, so nothing that reads
+        it has to re-run a step."""
         return {
+            "version": RECORD_VERSION,
             "id": task_id,
             "answer": self.answer,
-            "steps": [
-                {"model": s.model, "skill": s.skill, "cost": round(s.cost, 6), "latency_s": round(s.latency_s, 4),
-                 "answer": s.answer, "error": s.error}
-                for s in self.steps
-            ],
+            "answer_source": self.answer_source,
+            "steps": [{**s.model_dump(mode="json", exclude={"calls"}), "cost": round(s.cost, 6),
+                       "latency_s": round(s.latency_s, 4)} for s in self.steps],
+            "decisions": [d.model_dump(mode="json") for d in self.decisions],
             "cost": round(self.cost, 6),
             "latency_s": round(self.latency_s, 4),
             "stop_reason": self.stop_reason,
             "error": self.error,
+            "failed": self.failed,
         }
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> "EpisodeResult":
+        """The episode of a prediction record, of this version or version 1 (whose steps lack their evidence and
+        error kind, and which has no decisions: those stay empty, never re-derived)."""
+        return cls(answer=record.get("answer"), steps=[Step.model_validate(s) for s in record.get("steps", [])],
+                   stop_reason=record.get("stop_reason", ""), latency_s=record.get("latency_s", 0.0),
+                   error=record.get("error"),
+                   decisions=[Decision.model_validate(d) for d in record.get("decisions", [])],
+                   answer_source=record.get("answer_source"))
 
 
 def run_episode(
@@ -84,6 +116,8 @@ def run_episode(
         steps=[Step.model_validate(s) for s in out.get("steps", [])],
         stop_reason=out.get("stop_reason", ""),
         latency_s=time.perf_counter() - start,
+        decisions=[Decision.model_validate(d) for d in out.get("decisions", [])],
+        answer_source=out.get("answer_source"),
     )
 
 
@@ -117,29 +151,55 @@ def run_tasks(
     context: MaestroContext | None = None,
     outcomes: PairOutcomes | None = None,
     workers: int = 1,
+    executor: Executor | None = None,
+    ordered: bool = True,
 ) -> Iterator[tuple[Task, EpisodeResult]]:
-    """Episodes of one policy (a name, or a policy object such as the one being trained) over tasks, `workers` at a
-    time (per-model concurrency limits still hold), yielded in task order; results are the same as a serial run."""
+    """Episodes of one policy (a name, or a policy object such as the one being trained) over tasks, on `executor`
+    (default: `workers` threads here; per-model concurrency limits still hold), yielded in task order, or as they
+    finish with `ordered=False` (what a writer wants: each record written the moment it exists). Results are the
+    same as a serial run's: each task has its own sampling seed."""
     context = context or MaestroContext()
     if policy_name == "oracle":
         # the oracle tries every pair: give it a turn per pair and no cost cap
         context = replace(context, max_turns=len(registry.pairs()) + 1, max_cost=float("inf"))
-
-        def one(task: Task) -> EpisodeResult:
-            graph = build_graph(registry, OraclePolicy(_judge(task)))
-            return _safe_episode(graph, task, _task_context(context, task))
-    else:
-        policy = make_policy(policy_name, outcomes=outcomes) if isinstance(policy_name, str) else policy_name
-        graph = build_graph(registry, policy)
-
-        def one(task: Task) -> EpisodeResult:
-            return _safe_episode(graph, task, _task_context(context, task))
-
-    if workers <= 1:
-        yield from ((task, one(task)) for task in tasks)
+    runs = (executor or ThreadExecutor(registry, workers)).map_unordered(_EpisodeJob(policy_name, context, outcomes),
+                                                                         tasks)
+    if not ordered:
+        yield from ((tasks[i], result) for i, result in runs)
         return
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        yield from zip(tasks, pool.map(one, tasks))
+    waiting: dict[int, EpisodeResult] = {}
+    next_out = 0
+    for i, result in runs:  # hold early finishers until every task before them is out
+        waiting[i] = result
+        while next_out in waiting:
+            yield tasks[next_out], waiting.pop(next_out)
+            next_out += 1
+
+
+class _EpisodeJob:
+    """One policy's episode on a task, as an executor job (executors.Job): the policy (a name, built once per worker
+    registry, or an object), the run context and the pair outcomes the trained routers need. The oracle is built
+    per task, since it judges with the task's answer key."""
+
+    def __init__(self, policy: str | Policy, context: MaestroContext, outcomes: PairOutcomes | None):
+        self.policy = policy
+        self.context = context
+        self.outcomes = outcomes
+        self._graph: tuple[Registry, Any] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_graph": None}  # a worker builds its own graph over its own registry
+
+    def __call__(self, registry: Registry, task: Task) -> EpisodeResult:
+        if self.policy == "oracle":
+            graph = build_graph(registry, OraclePolicy(_judge(task)))
+        else:
+            if self._graph is None or self._graph[0] is not registry:
+                policy = (make_policy(self.policy, outcomes=self.outcomes) if isinstance(self.policy, str)
+                          else self.policy)
+                self._graph = (registry, build_graph(registry, policy))
+            graph = self._graph[1]
+        return _safe_episode(graph, task, _task_context(self.context, task))
 
 
 def _safe_episode(graph: Any, task: Task, context: MaestroContext) -> EpisodeResult:
@@ -160,10 +220,13 @@ def predict(
     workers: int = 1,
     progress: bool = True,
     resume: bool = False,
+    executor: Executor | None = None,
 ) -> PredictSummary:
-    """Write one prediction per task; bad lines of the task file are reported and skipped. With `resume`, the
+    """Write one prediction per task, each as soon as its episode finishes (in completion order, on `executor`;
+    default `workers` threads); bad lines of the task file are reported and skipped. With `resume`, the
     predictions already in `out_file` (from an interrupted run) are kept and their items skipped, so an interruption
-    loses at most the episodes that were running; a torn last line and failed episodes are redone."""
+    loses at most the episodes that were running; a torn last line and episodes that crashed are redone (an episode
+    whose input was unreadable is kept: running it again would read the same input)."""
     tasks, problems = load_tasks(tasks_file)
     tasks = tasks[:limit] if limit else tasks
     summary = PredictSummary(total=len(tasks), skipped=problems)
@@ -172,6 +235,7 @@ def predict(
     kept = _finished_records(out_path, {t.id for t in tasks}) if resume else []
     _rewrite(out_path, kept)
     for record in kept:
+        summary.failed += bool(record.get("failed"))  # a file from before the field was recorded: not counted
         if "score" in record:
             task = next(t for t in tasks if t.id == record["id"])
             summary.by_source[task.source or "unknown"].append(record["score"])
@@ -179,12 +243,13 @@ def predict(
     tasks = [t for t in tasks if t.id not in done]
     bar = tqdm(total=len(tasks), desc=f"predict {policy}", unit="item", disable=not progress)
     with out_path.open("a", encoding="utf-8") as out:
-        for task, result in run_tasks(registry, tasks, policy, context=context, workers=workers):
+        for task, result in run_tasks(registry, tasks, policy, context=context, workers=workers, executor=executor,
+                                      ordered=False):
             record = result.prediction(task.id)
             if task.answer is not None:
                 record["score"] = task.score(result.answer)
                 summary.by_source[task.source or "unknown"].append(record["score"])
-            summary.failed += result.error is not None
+            summary.failed += record["failed"]
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
             out.flush()
             scored = [s for v in summary.by_source.values() for s in v]
@@ -198,15 +263,14 @@ def predict(
 
 
 def _finished_records(out_path: Path, ids: set[str]) -> list[dict]:
-    """The complete, successful predictions of `ids` in an existing prediction file (first one per id)."""
+    """The complete predictions of `ids` that did not crash, in an existing prediction file (first one per id). The
+    line being written when the run was killed (malformed, possibly cut inside a multi-byte character) is dropped
+    and its item redone."""
     if not out_path.is_file():
         return []
     records: dict[str, dict] = {}
-    for line in out_path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:  # the line being written when the run was killed
-            continue
+    for line in read_jsonl(out_path):
+        record = line.value
         if isinstance(record, dict) and record.get("id") in ids and record.get("error") is None:
             records.setdefault(record["id"], record)
     return list(records.values())

@@ -1,22 +1,26 @@
 """Task files (JSONL, image paths relative to the file), read item by item so one bad line loses nothing else.
 
+The file is read as bytes and each line decoded on its own: a line that is not UTF-8 is one bad line, not a failed
+run, and a UTF-8 byte-order mark (which some editors write) is not part of line 1.
+
 Image paths must stay inside the allowed directories (by default the task file's own folder), after resolving `..`
 and symbolic links: a task file cannot make an episode read `/etc/passwd` or another user's files. Remote URLs are
 refused (download the images next to the task file)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from .registry.config import first_validation_problem
+from .choices import inline_choices
+from .errors import first_validation_problem
+from .jsonl import read_jsonl
 from .scoring import score
 
-__all__ = ["Task", "TaskProblem", "load_tasks", "ANSWER_TYPES"]
+__all__ = ["Task", "TaskProblem", "load_task_files", "load_tasks", "ANSWER_TYPES"]
 
 ANSWER_TYPES = ("number", "text", "yesno", "choice", "pair")
 
@@ -35,11 +39,17 @@ class Task(BaseModel):
     domain: str | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
 
+    @property
+    def options(self) -> list[str] | None:
+        """The item's choices as an episode sees them: the `choices` given, else those written in the question
+        (`choices.inline_choices`, what the graph's intake reads), so that a letter answer to inline options scores."""
+        return self.choices or inline_choices(self.question)
+
     def score(self, prediction: str | None) -> float:
         """The prediction scored against this item's answer key (0.0 when the item has none)."""
         if self.answer is None:
             return 0.0
-        return score(prediction, self.answer, self.answer_type, tolerance=self.tolerance, choices=self.choices)
+        return score(prediction, self.answer, self.answer_type, tolerance=self.tolerance, choices=self.options)
 
     @field_validator("answer", mode="before")
     @classmethod
@@ -83,39 +93,49 @@ def load_tasks(
     tasks: list[Task] = []
     problems: list[TaskProblem] = []
     seen: set[str] = set()
-    with path.open(encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            raw_id = None
-            try:
-                raw = json.loads(line)
-                if not isinstance(raw, dict):
-                    raise ValueError("a task line must be a JSON object")
-                raw_id = raw.get("id")
-                task = Task.model_validate(raw)
-            except json.JSONDecodeError as exc:
-                problems.append(TaskProblem(str(path), number, None, f"malformed JSON: {exc}"))
-                continue
-            except ValidationError as exc:
-                problems.append(TaskProblem(str(path), number, raw_id, first_validation_problem(exc)[1]))
-                continue
-            except ValueError as exc:
-                problems.append(TaskProblem(str(path), number, raw_id, str(exc)))
-                continue
-            if task.id in seen:
-                problems.append(TaskProblem(str(path), number, task.id, f"duplicate id {task.id!r}"))
-                continue
-            outside = next((m for m in (_image_problem(p, base, allowed) for p in task.images
-                                        if not p.startswith("data:")) if m), None)
-            if outside:
-                problems.append(TaskProblem(str(path), number, task.id, outside))
-                continue
-            images = [str((base / p).resolve()) if not p.startswith("data:") else p for p in task.images]
-            missing = [p for p in images if check_images and not p.startswith("data:") and not Path(p).is_file()]
-            if missing:
-                problems.append(TaskProblem(str(path), number, task.id, f"missing image {missing[0]}"))
-                continue
-            seen.add(task.id)
-            tasks.append(task.model_copy(update={"images": images}))
+    for line in read_jsonl(path):
+        number, raw_id = line.number, None
+        if line.problem is not None:
+            problems.append(TaskProblem(str(path), number, None, line.problem))
+            continue
+        try:
+            raw = line.value
+            if not isinstance(raw, dict):
+                raise ValueError("a task line must be a JSON object")
+            raw_id = raw.get("id")
+            task = Task.model_validate(raw)
+        except ValidationError as exc:
+            problems.append(TaskProblem(str(path), number, raw_id, first_validation_problem(exc)[1]))
+            continue
+        except ValueError as exc:
+            problems.append(TaskProblem(str(path), number, raw_id, str(exc)))
+            continue
+        if task.id in seen:
+            problems.append(TaskProblem(str(path), number, task.id, f"duplicate id {task.id!r}"))
+            continue
+        outside = next((m for m in (_image_problem(p, base, allowed) for p in task.images
+                                    if not p.startswith("data:")) if m), None)
+        if outside:
+            problems.append(TaskProblem(str(path), number, task.id, outside))
+            continue
+        images = [str((base / p).resolve()) if not p.startswith("data:") else p for p in task.images]
+        missing = [p for p in images if check_images and not p.startswith("data:") and not Path(p).is_file()]
+        if missing:
+            problems.append(TaskProblem(str(path), number, task.id, f"missing image {missing[0]}"))
+            continue
+        seen.add(task.id)
+        tasks.append(task.model_copy(update={"images": images}))
+    return tasks, problems
+
+
+def load_task_files(files: list[Path]) -> tuple[list[Task], list[TaskProblem]]:
+    """Tasks of several files; ids are prefixed with the file stem when files are combined, so they stay unique."""
+    tasks: list[Task] = []
+    problems: list[TaskProblem] = []
+    for path in files:
+        got, bad = load_tasks(path)
+        if len(files) > 1:
+            got = [t.model_copy(update={"id": f"{Path(path).stem}:{t.id}"}) for t in got]
+        tasks += got
+        problems += bad
     return tasks, problems

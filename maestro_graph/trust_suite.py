@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import socket
 import threading
 import time
@@ -23,7 +24,8 @@ from typing import Callable
 import httpx
 import yaml
 
-from .cache import ExpertCache, cache_key
+from .cache import ExpertCache
+from .digests import cache_key
 from .errors import ConfigError, ExpertTimeout
 from .graph import build_graph
 from .image_sources import ImageSources
@@ -148,7 +150,8 @@ def file_probing(t: Target) -> TrustCase:
         for reply in (_chat(t.url, policy=name, image=t.image), _langserve(t.url, name, t.image)):
             if any(s in reply.text for s in ("SECRET-MODEL", "10.9.8.7", "root:")):
                 leaked.append(name)
-        messages.add(_chat(t.url, policy=name, image=t.image).json()["error"]["message"].replace(repr(name), "NAME"))
+        message = _chat(t.url, policy=name, image=t.image).json()["error"]["message"]
+        messages.add(re.sub(r"policy .* is not offered", "policy NAME is not offered", message))
     return TrustCase("file probing and disclosure through policy names", "one answer for every path, no content",
                      len(messages) == 1 and not leaked, f"{len(messages)} distinct refusals, leaked {leaked or 'none'}")
 
@@ -272,7 +275,7 @@ def pickled_cache(t: Target) -> TrustCase:
 
 
 def graph_local_files(t: Target) -> TrustCase:
-    """The Agent Server graph (as graphs/maestro.py builds it, with an empty environment: no allowed directories)
+    """The Agent Server graph (as maestro_graph/graphs/maestro.py builds it, with an empty environment: no allowed directories)
     refuses a local path and answers the same image sent as a data URL."""
     graph = build_graph(Registry.load(t.registry_file), image_sources=ImageSources.from_env({}))
     secret = t.folder / "secret.png"

@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
-__all__ = ["PAIR_SEP", "Invoke", "Answer", "Action", "InvalidAction", "SkillResult", "Step", "pair_id", "split_pair"]
+__all__ = ["PAIR_SEP", "ErrorKind", "Decision", "Invoke", "Answer", "Action", "InvalidAction", "SkillResult", "Step", "pair_id", "split_pair"]
 
 PAIR_SEP = "@@"
 
-ErrorKind = Literal["policy", "expert", "input", "skill"]
+
+
+class ErrorKind(StrEnum):
+    """Whose fault a failed step was: the policy's (an invalid action, a malformed LM output), the expert's, the
+    request's input, or the skill code's. Set where the error is raised, never parsed from its message."""
+
+    POLICY = "policy"
+    EXPERT = "expert"
+    INPUT = "input"
+    SKILL = "skill"
 
 
 def pair_id(model: str, skill: str) -> str:
@@ -88,3 +98,39 @@ class Step(BaseModel):
     @property
     def pair(self) -> str:
         return pair_id(self.model, self.skill)
+
+
+class Decision(BaseModel):
+    """One router decision, recorded as it was made: the action, its log-probability and the entropy of the acting
+    policy's distribution. Trainers read it instead of re-deriving what the router did. `log_prob` is None when the
+    graph overruled the policy (it asked for a call after the budget was spent; the graph answered); `forced` marks
+    an answer the graph gave without asking (budget spent, one candidate: log-probability 0)."""
+
+    turn: int = Field(description="steps taken before this decision")
+    policy: str
+    kind: Literal["invoke", "answer", "invalid"]
+    pair: str | None = None
+    input: str = ""
+    text: str | None = Field(None, description="the answer, or an invalid output's raw text")
+    reason: str | None = Field(None, description="why an output was no action")
+    log_prob: float | None = None
+    entropy: float | None = None
+    forced: bool = False
+
+    @classmethod
+    def of(cls, action: "Invoke | Answer | InvalidAction", *, turn: int, policy: str, log_prob: float | None,
+           entropy: float | None, forced: bool = False) -> "Decision":
+        common = {"turn": turn, "policy": policy, "log_prob": log_prob, "entropy": entropy, "forced": forced}
+        if isinstance(action, Invoke):
+            return cls(kind="invoke", pair=action.pair, input=action.input, **common)
+        if isinstance(action, Answer):
+            return cls(kind="answer", text=action.text, **common)
+        return cls(kind="invalid", text=action.text, reason=action.reason, **common)
+
+    def action(self) -> "Invoke | Answer | InvalidAction":
+        if self.kind == "invoke":
+            model, skill = split_pair(self.pair or "")
+            return Invoke(model, skill, self.input)
+        if self.kind == "answer":
+            return Answer(self.text)
+        return InvalidAction(self.text or "", self.reason or "")

@@ -32,6 +32,7 @@ class Timed:
     def __init__(self, policy):
         self.policy = policy
         self.name = policy.name
+        self.stochastic = policy.stochastic
         self.seconds: list[float] = []
 
     def distribution(self, view, space):

@@ -19,10 +19,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from maestro_graph.cache import ExpertCache  # noqa: E402
-from maestro_graph.evaluation.evaluate import evaluate, load_task_files  # noqa: E402
-from maestro_graph.evaluation.report import write_report  # noqa: E402
+from maestro_graph.tasks import load_task_files  # noqa: E402
 from maestro_graph.registry import Registry  # noqa: E402
-from maestro_graph.rl.grpo import GRPOConfig, GRPOTrainer  # noqa: E402
+from maestro_graph.configs import add_arguments, from_arguments  # noqa: E402
+from maestro_graph.rl.config import GRPOConfig  # noqa: E402
+from maestro_graph.rl.experiments import evaluate_into, train_resumable  # noqa: E402
 
 
 def main() -> None:
@@ -31,11 +32,9 @@ def main() -> None:
     parser.add_argument("--tasks", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--weights", type=float, nargs="+", default=[0.0, 0.05, 0.2])
-    parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--registry", default=None)
-    parser.add_argument("--advantage-std-floor", type=float, default=0.0,
-                        help="GRPOConfig.advantage_std_floor (0.5 keeps accuracy at small weights; 0: plain GRPO)")
     parser.add_argument("--cache-dir", default=".maestro-cache")
+    add_arguments(parser, GRPOConfig, exclude=("cost_weight",))  # the training settings, from the one config
     args = parser.parse_args()
     torch.set_num_threads(1)
     registry = Registry.load(args.registry, cache=ExpertCache(args.cache_dir))
@@ -43,15 +42,9 @@ def main() -> None:
     policies = []
     for weight in args.weights:
         run_dir = args.out / f"cost_{weight:g}"
-        config = GRPOConfig(steps=args.steps, cost_weight=weight, advantage_std_floor=args.advantage_std_floor)
-        trainer = GRPOTrainer(registry, train, config, run_dir)
-        trainer.resume()
-        trainer.train()
-        policies.append(f"neural:{run_dir / 'policy.pt'}")
+        policies.append(train_resumable(registry, train, from_arguments(GRPOConfig, args, cost_weight=weight), run_dir))
     fixed = [f"fixed:{pair}" for pair in registry.pair_ids()]
-    run = evaluate(registry, [args.tasks], [*policies, *fixed, "oracle"],
-                   predictions_dir=args.out / "eval" / "predictions")
-    results = write_report(run, args.out / "eval")
+    results = evaluate_into(args.out / "eval", registry, [args.tasks], [*policies, *fixed, "oracle"])
     _plot(results["policies"], args.weights, args.out / "pareto.png")
     summary = {p: {k: results["policies"][p][k] for k in ("macro_accuracy", "mean_cost", "calls_per_episode")}
                for p in policies}

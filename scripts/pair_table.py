@@ -22,8 +22,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 
 from maestro_graph.cache import ExpertCache  # noqa: E402
-from maestro_graph.evaluation.evaluate import load_task_files  # noqa: E402
-from maestro_graph.evaluation.outcomes import PairOutcomes, measure_pairs  # noqa: E402
+from maestro_graph.tasks import load_task_files  # noqa: E402
+from maestro_graph.pair_outcomes import PairOutcomes, measure_pairs  # noqa: E402
 from maestro_graph.registry import Registry  # noqa: E402
 from maestro_graph.tasks import Task  # noqa: E402
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -55,6 +56,29 @@ def maestro_serve(args: list[str], log: Path) -> Iterator[tuple[subprocess.Popen
         if proc.poll() is None:
             proc.terminate()
             proc.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def langgraph_dev(folder: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+    """`langgraph dev` serving this repository's langgraph.json from `folder` (its `.langgraph_api/` state goes there,
+    not into the repository): the config is copied with its graph paths made absolute. Yields the base URL."""
+    config = json.loads((ROOT / "langgraph.json").read_text())
+    config["graphs"] = {name: str(ROOT / spec.removeprefix("./")) for name, spec in config["graphs"].items()}
+    config["dependencies"] = [str(ROOT)]
+    (folder / "langgraph.json").write_text(json.dumps(config))
+    port, log = free_port(), folder / "server.log"
+    langgraph = Path(sys.executable).parent / "langgraph"
+    with log.open("w") as fh:
+        proc = subprocess.Popen([str(langgraph), "dev", "--no-browser", "--no-reload", "--port", str(port), "--host",
+                                 "127.0.0.1", "--config", str(folder / "langgraph.json")],
+                                cwd=folder, env={**server_env(), **(env or {})}, stdout=fh, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_up(f"{url}/ok", proc=proc, log=log)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def slow_registry(folder: Path, *, delay_s: float) -> Path:

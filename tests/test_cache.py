@@ -1,13 +1,22 @@
-"""The expert-call cache: real OCR calls replayed from disk, corrupt entries detected, opt-out respected."""
+"""The expert-call cache: real OCR calls replayed from disk, corrupt entries detected, opt-out respected; entries
+are JSON, so a planted pickle never runs, and every cached type comes back equal."""
 
 from __future__ import annotations
 
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
 from maestro_graph.cache import ExpertCache
+from maestro_graph.experts.opencv_vision import Circle, CirclePair, Color, Crossing, Grid, Polygon
+from maestro_graph.experts.protocols import Barcode, ChatReply, TextBox
 from maestro_graph.registry.config import ModelCard
 from maestro_graph.registry.handles import BoundExpert, ExpertHandle, Ledger
+from maestro_graph.types import ErrorKind, Step
 
 
 def _card(cacheable: bool = True) -> ModelCard:
@@ -44,7 +53,7 @@ def test_corrupt_entry_is_reported_and_recomputed(tmp_path):
     cache = ExpertCache(tmp_path)
     expert = BoundExpert(ExpertHandle(_card(), cache), Ledger())
     expected = expert.ocr(_image("HELLO"))
-    (entry,) = tmp_path.glob("*/*.pkl")
+    (entry,) = tmp_path.glob("*/*.json")
     entry.write_bytes(b"\x80\x04 torn write")
     with pytest.warns(UserWarning, match="corrupt"):
         again = expert.ocr(_image("HELLO"))
@@ -57,13 +66,12 @@ def test_card_can_opt_out(tmp_path):
     expert = BoundExpert(ExpertHandle(_card(cacheable=False), cache), Ledger())
     expert.ocr(_image("NO CACHE"))
     expert.ocr(_image("NO CACHE"))
-    assert cache.stats.hits == cache.stats.misses == 0 and not list(tmp_path.glob("*/*.pkl"))
+    assert cache.stats.hits == cache.stats.misses == 0 and not list(tmp_path.glob("*/*.json"))
 
 
 def test_step_cache_replays_and_invalidates_on_version_change(tmp_path):
     import shutil
     import textwrap
-    from pathlib import Path
 
     from maestro_graph.registry import Registry
     from maestro_graph.types import Invoke
@@ -113,3 +121,127 @@ def test_step_cache_replays_and_invalidates_on_version_change(tmp_path):
     hits_before = cache.stats.hits
     third = run()
     assert not third.cached and cache.stats.hits == hits_before  # new model version: nothing replayed
+
+
+# -- entries are JSON: nothing read from the cache folder is unpickled --------------------------------------------
+QR = Path(__file__).resolve().parents[1] / "examples" / "qrcode.png"
+
+
+class _Planted:
+    """A pickle that creates `marker` when it is unpickled (what an attacker would plant in the cache folder)."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return open, (str(self.marker), "w")
+
+
+def _zxing(cache: ExpertCache) -> BoundExpert:
+    card = ModelCard.model_validate({
+        "name": "zxing", "description": "zxing-cpp", "capabilities": ["barcode"], "cost": {"per_call": 0.05},
+        "backend": {"type": "python", "entry": "maestro_graph.experts.zxing_barcode:ZXingBarcodeExpert"},
+    })
+    return BoundExpert(ExpertHandle(card, cache), Ledger())
+
+
+def test_planted_pickle_is_never_unpickled(tmp_path):
+    proof = tmp_path / "proof"
+    pickle.loads(pickle.dumps(_Planted(proof)))
+    assert proof.exists()  # the payload is live: unpickling it would have run code
+    cache = ExpertCache(tmp_path / "cache")
+    expert = _zxing(cache)
+    image = Image.open(QR)
+    expected = expert.decode(image)
+    assert [b.text for b in expected] == ["Wikipedia"]
+    (entry,) = (tmp_path / "cache").glob("*/*.json")
+    marker = tmp_path / "marker"
+
+    entry.write_bytes(pickle.dumps(_Planted(marker)))  # at the path of the real key
+    with pytest.warns(UserWarning, match="corrupt"):
+        assert expert.decode(image) == expected
+    assert not marker.exists() and cache.stats.corrupt == 1 and cache.stats.hits == 0
+    assert json.loads(entry.read_text())["format"] == 1  # recomputed and rewritten as JSON
+
+    entry.unlink()
+    entry.with_suffix(".pkl").write_bytes(pickle.dumps(_Planted(marker)))  # an entry of the old format
+    assert expert.decode(image) == expected
+    assert not marker.exists() and cache.stats.hits == 0 and cache.stats.corrupt == 1  # never read at all
+    assert expert.decode(image) == expected and cache.stats.hits == 1  # the JSON entry written beside it is
+    assert cache.clear() == 2  # both formats removed
+
+
+ROUND_TRIPS = {
+    "text": "Wikipedia é 这",
+    "strings": ["a", "b"],
+    "text boxes": [TextBox("TOTAL 42.50", (1.0, 2.5, 30.0, 12.0), 0.93)],
+    "chat reply": ChatReply("yes", prompt_tokens=12, completion_tokens=1),
+    "barcodes": [Barcode("Wikipedia", "QRCode", (0.0, 0.0, 10.0, 10.0)), Barcode("123", "EAN13")],
+    "colors": [Color("red", (250, 3, 4), 0.5)],
+    "circle pairs": [CirclePair(Circle(1.0, 2.0, 3.0, "red", True, 0.95), Circle(4.0, 5.0, 6.0, "blue", False, 1.0),
+                                -1.5)],
+    "polygons": [Polygon(((0.0, 0.0), (1.0, 0.0), (0.5, 1.0)), "green", 0.9)],
+    "crossings": [Crossing(3.5, 4.25)],
+    "grid": Grid((1.0, 2.0, 3.0), ()),
+    "step": Step(model="rapidocr", skill="text-reading", evidence="text: 42", answer="42", confidence=0.8, cost=0.5,
+                 calls=[{"model": "rapidocr", "method": "ocr", "cost": 0.5, "latency_s": 0.1, "error": None,
+                         "cached": False}]),
+    "failed step": Step(model="zxing", skill="barcode-reading", error="image x: empty", error_kind=ErrorKind.INPUT),
+    "nested": {"a": (1, 2.5, None, True), 3: [{"b": "c"}], (1, "x"): -0.0},
+    "numbers": [1, 2**70, 1.5e-300, float("inf"), False],
+    "float array": np.arange(12, dtype=np.float32).reshape(3, 4) / 7,
+    "big-endian array": np.arange(5, dtype=">i8"),
+    "bool array": np.array([[True, False]]),
+    "numpy scalars": [np.float64(0.1), np.int64(-3), np.uint8(200)],
+    "nothing": None,
+}
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, (np.ndarray, np.generic)):
+        return type(a) is type(b) and a.dtype == b.dtype and np.shape(a) == np.shape(b) and np.array_equal(a, b)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return type(b) is dict and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+@pytest.mark.parametrize("name", list(ROUND_TRIPS))
+def test_each_cached_type_round_trips_through_json(tmp_path, name):
+    cache = ExpertCache(tmp_path)
+    cache.put("ab" + name.replace(" ", "-"), ROUND_TRIPS[name])
+    (entry,) = tmp_path.glob("*/*.json")
+    json.loads(entry.read_text())  # plain JSON on disk
+    hit, value = ExpertCache(tmp_path).get("ab" + name.replace(" ", "-"))
+    assert hit and _same(ROUND_TRIPS[name], value), value
+
+
+@pytest.mark.parametrize("value", [object(), [1, {2, 3}], np.array(["a"], dtype=object), np.ma.masked_array([1, 2]),
+                                   lambda: None])
+def test_a_value_that_is_not_json_runs_uncached(tmp_path, value):
+    cache = ExpertCache(tmp_path)
+    cache.put("abcd", value)
+    assert cache.get("abcd") == (False, None) and cache.stats.uncacheable == 1 and not list(tmp_path.rglob("*.json"))
+
+
+@pytest.mark.parametrize("entry", [
+    '{"format": 1, "value": {"t": "os.system", "v": {"command": "touch marker"}}}',
+    '{"format": 1, "value": {"t": "subprocess.Popen", "v": {}}}',
+    '{"format": 1, "value": {"t": "ndarray", "dtype": "|O", "shape": [1], "data": "AAAAAAAAAAA="}}',
+    '{"format": 1, "value": {"t": "ndarray", "dtype": "<f4", "shape": [3], "data": "AAAA"}}',
+    '{"format": 1, "value": {"t": "maestro_graph.experts.protocols.TextBox", "v": {"text": "x"}}}',
+    '{"format": 1, "value": {"t": "dict", "v": 3}}',
+    '{"format": 2, "value": "from the future"}',
+    '["format", 1]',
+    '{"format": 1, "value": "cut in the middle',
+    b'{"format": 1, "value": "\xff"}',
+])
+def test_a_foreign_entry_is_corrupt(tmp_path, entry):
+    cache = ExpertCache(tmp_path)
+    cache.put("abcd", "good")
+    (path,) = tmp_path.glob("*/*.json")
+    path.write_bytes(entry.encode() if isinstance(entry, str) else entry)
+    with pytest.warns(UserWarning, match="corrupt"):
+        assert cache.get("abcd") == (False, None)
+    assert cache.stats.corrupt == 1 and not path.exists()

@@ -17,8 +17,10 @@ from PIL import Image, ImageDraw, ImageFont
 from maestro_graph.errors import ExpertError, ExpertTimeout
 from maestro_graph.experts.openai_chat import OpenAIChatExpert
 from maestro_graph.experts.protocols import ChatReply
-from maestro_graph.experts.transformers_chat import TransformersChatExpert, gguf_folder, load_causal_lm
+from maestro_graph.backends.hf import gguf_folder, load_causal_lm
+from maestro_graph.experts.transformers_chat import TransformersChatExpert
 from maestro_graph.registry import Registry
+from maestro_graph.serve.episodes import usage_of
 from maestro_graph.types import Invoke
 
 # -- transformers backend --------------------------------------------------------------------------------------------
@@ -242,6 +244,9 @@ def test_general_qa_text_question(registry, smollm2):
     assert step.error is None, step.error
     assert step.answer and "paris" in step.answer.lower()
     assert step.confidence <= 0.3  # a tiny model's answer is a weak guess
+    usage = usage_of([step.model_dump()])  # what `maestro serve` reports as the completion's `usage`
+    assert usage["prompt_tokens"] > 5 and usage["completion_tokens"] > 0
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
 
 
 def test_general_qa_maps_the_reply_to_an_option(registry, smollm2):

@@ -100,3 +100,31 @@ def test_registry_show_and_skills_list():
     assert "rapidocr@@chart-qa" in info["pairs"] and "opencv-vision@@counting" in info["pairs"]
     listed = invoke("skills", "list")
     assert listed.exit_code == 0 and "table-qa" in listed.output
+
+
+def test_version_skills_json_and_registry_show_text():
+    from importlib.metadata import version
+
+    assert invoke("--version").output.strip() == f"maestro-graph {version('maestro-graph')}"
+    listed = invoke("skills", "list", "--json")
+    assert listed.exit_code == 0
+    skills = {s["name"]: s for s in json.loads(listed.output)}
+    assert skills["table-qa"]["tier"] == 1 and skills["table-qa"]["description"].endswith(".")  # not cut
+    shown = invoke("registry", "show")
+    assert shown.exit_code == 0 and "skills (" in shown.output and "table-qa" in shown.output
+    assert "8321" in invoke("serve", "--help").output  # not vLLM's 8000
+
+
+def test_ask_without_an_answer_exits_nonzero_with_the_reason(tmp_path):
+    blank = tmp_path / "blank.png"
+    from PIL import Image
+
+    Image.new("RGB", (64, 64), "white").save(blank)
+    result = invoke("ask", "What does the sign say?", "--image", str(blank), "--policy", "fixed:zxing@@barcode-reading")
+    assert result.exit_code == 1 and "no answer (" in result.output
+
+
+def test_serve_option_errors_carry_no_pydantic_url():
+    result = invoke("serve", "--workers", "9", "--max-episodes", "2")
+    assert result.exit_code == 2 and "exceeds max_episodes" in result.output
+    assert "errors.pydantic.dev" not in result.output

@@ -1,56 +1,101 @@
-"""Maestro embedded in a larger agent graph: as a local subgraph node, as a RemoteGraph against `langgraph dev`,
-and as a LangChain tool run by a ToolNode."""
+"""Maestro embedded in a larger agent graph (`maestro_graph.graphs`, importable from the installed package): as a
+local subgraph node, as a RemoteGraph against `langgraph dev`, and as a LangChain tool run by a ToolNode; and a
+parent with its own context schema running Maestro both ways."""
 
 from __future__ import annotations
 
-import importlib.util
-import subprocess
-import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 import pytest
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
+from typing_extensions import TypedDict
 
+import maestro_graph.graphs as embedded
 from maestro_graph.graph import MaestroContext, build_graph
 from maestro_graph.image_sources import ImageSources
-from servers import EXAMPLES, ROOT, data_url, free_port, server_env, wait_until_up
+from maestro_graph.policy import make_policy
+
+from servers import EXAMPLES, data_url, langgraph_dev
 
 QR = str(EXAMPLES / "qrcode.png")
 QR_URL = data_url(EXAMPLES / "qrcode.png")
 REQUEST = "I scanned the label on a parcel. What text does the QR code encode?"
 
 
-def _embedded():
-    """graphs/embedded.py, loaded from its file the way langgraph.json names it."""
-    spec = importlib.util.spec_from_file_location("maestro_embedded_example", ROOT / "graphs" / "embedded.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its type hints are resolved through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-embedded = _embedded()
-
-
 def test_agent_passes_state_into_maestro_and_reads_its_answer(registry):
-    agent = embedded.build_agent(build_graph(registry))
-    out = agent.invoke({"request": REQUEST, "images": [QR]}, context=MaestroContext(max_turns=3))
+    agent = embedded.build_agent(build_graph(registry, make_policy("rules")))
+    out = agent.invoke({"request": REQUEST, "images": [QR]},
+                       context=embedded.AgentContext(maestro=MaestroContext(max_turns=3)))
     assert out["question"] == "What text does the QR code encode?"  # written by the agent's own `plan` node
     assert out["answer"] == "Wikipedia"  # written by the Maestro subgraph
     assert out["steps"][0]["model"] == "zxing"
     assert out["report"].startswith("Answer: Wikipedia (via zxing@@barcode-reading")  # the agent's `report` node
 
 
+@dataclass
+class ForeignContext:
+    """A parent graph's own context that knows nothing of Maestro."""
+
+    user_id: str = "u-1"
+
+
+@dataclass
+class ScopedContext:
+    """A parent's own context with Maestro's settings in the documented `maestro` namespace."""
+
+    user_id: str = "u-1"
+    maestro: dict = field(default_factory=dict)
+
+
+class ParentState(TypedDict, total=False):
+    question: str
+    images: list[str]
+    answer: str | None
+    stop_reason: str
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+def test_any_parent_context_runs_maestro_as_a_subgraph_and_as_a_tool(registry):
+    """The crash of issue 19: a parent with its own context schema ran Maestro into `'MyCtx' object has no
+    attribute 'max_turns'`. Maestro reads only what it knows (defaults otherwise), both as a node and as a tool;
+    a wrong-typed field in its namespace ends the run with an input error that names it."""
+    maestro = build_graph(registry, make_policy("rules"))
+    builder = StateGraph(ParentState, context_schema=ForeignContext)
+    builder.add_node("maestro", maestro)
+    builder.add_edge(START, "maestro")
+    parent = builder.compile()
+    out = parent.invoke({"question": "What text does the QR code encode?", "images": [QR]}, context=ForeignContext())
+    assert out["answer"] == "Wikipedia"
+    bad = parent.invoke({"question": "What text does the QR code encode?", "images": [QR]},
+                        context=ScopedContext(maestro={"max_turns": "many"}))
+    assert bad["answer"] is None and bad["stop_reason"].startswith("input error: field 'context': max_turns")
+    assert "errors.pydantic.dev" not in bad["stop_reason"]
+
+    tool = embedded.maestro_tool(maestro, image_sources=ImageSources(allowed_dirs=(EXAMPLES,)))
+    tools = StateGraph(ParentState, context_schema=ForeignContext)
+    tools.add_node("tools", ToolNode([tool]))
+    tools.add_edge(START, "tools")
+    call = AIMessage(content="", tool_calls=[{"name": "ask_maestro", "id": "c1",
+                                              "args": {"question": "What does the QR code say?", "images": [QR]}}])
+    reply = tools.compile().invoke({"messages": [call]}, context=ForeignContext())["messages"][-1]
+    assert reply.content == "Wikipedia"
+
+
 def test_agent_without_images_skips_maestro(registry):
-    out = embedded.build_agent(build_graph(registry)).invoke({"request": "What is the capital of France?"})
+    agent = embedded.build_agent(build_graph(registry, make_policy("rules")))
+    out = agent.invoke({"request": "What is the capital of France?"})
     assert "answer" not in out and out["report"].startswith("No image")
 
 
 def test_maestro_as_a_tool_with_a_typed_schema(registry):
-    tool = embedded.maestro_tool(build_graph(registry), image_sources=ImageSources(allowed_dirs=(EXAMPLES,)))
+    tool = embedded.maestro_tool(build_graph(registry, make_policy("rules")),
+                                 image_sources=ImageSources(allowed_dirs=(EXAMPLES,)))
     schema = convert_to_openai_tool(tool)["function"]
     assert schema["name"] == "ask_maestro"
     assert schema["parameters"]["required"] == ["question", "images"]
@@ -73,7 +118,7 @@ def test_the_tool_reads_no_file_the_operator_did_not_allow(registry, tmp_path):
     secret = tmp_path / "secret.png"
     secret.write_bytes((EXAMPLES / "qrcode.png").read_bytes())
     builder = StateGraph(MessagesState)
-    builder.add_node("tools", ToolNode([embedded.maestro_tool(build_graph(registry))]))
+    builder.add_node("tools", ToolNode([embedded.maestro_tool(build_graph(registry, make_policy("rules")))]))
     builder.add_edge(START, "tools")
     calls = [{"name": "ask_maestro", "id": f"call-{i}", "args": {"question": "What does the QR code say?",
                                                                   "images": [image]}}
@@ -87,20 +132,8 @@ def test_the_tool_reads_no_file_the_operator_did_not_allow(registry, tmp_path):
 
 @pytest.fixture(scope="module")
 def agent_server(tmp_path_factory):
-    port = free_port()
-    log = tmp_path_factory.mktemp("lg") / "server.log"
-    langgraph = str(Path(sys.executable).parent / "langgraph")
-    with log.open("w") as fh:
-        proc = subprocess.Popen([langgraph, "dev", "--no-browser", "--no-reload", "--port", str(port),
-                                 "--host", "127.0.0.1"], cwd=ROOT, env=server_env(), stdout=fh,
-                                stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_up(f"{url}/ok", proc=proc, log=log)
+    with langgraph_dev(tmp_path_factory.mktemp("lg")) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 @pytest.mark.slow
@@ -118,3 +151,6 @@ def test_agent_server_serves_the_embedded_graph(agent_server):
     assert client.assistants.search(graph_id="maestro-agent")
     values = client.runs.wait(None, "maestro-agent", input={"request": REQUEST, "images": [QR_URL]})
     assert values["answer"] == "Wikipedia"
+    scoped = client.runs.wait(None, "maestro-agent", input={"request": REQUEST, "images": [QR_URL]},
+                              context={"show_trace": False, "maestro": {"policy": "rules", "max_turns": 2}})
+    assert scoped["answer"] == "Wikipedia" and "trace hidden" in scoped["report"]

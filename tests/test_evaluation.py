@@ -16,7 +16,7 @@ import yaml
 from typer.testing import CliRunner
 
 from maestro_graph.cli import app
-from maestro_graph.evaluation.outcomes import PairOutcomes
+from maestro_graph.pair_outcomes import PairOutcomes
 from maestro_graph.registry import Registry
 from maestro_graph.runner import run_tasks
 from maestro_graph.tasks import load_tasks

@@ -50,11 +50,12 @@ def test_trl_export_loads_with_datasets_and_renders_the_router_conversation(pred
         assert [c.pair for c in calls] == [f"{s['model']}@@{s['skill']}" for s in pred["steps"]]
         infos = [m["content"] for m in messages[2:] if m["role"] == "user"]
         assert len(infos) == len(pred["steps"]) and all(i.startswith("<information>") for i in infos)
-        assert any("evidence:" in i for i in infos)  # the observation was recovered (re-run through the cache)
+        assert any("evidence:" in i for i in infos)  # the observation comes from the prediction record
         if pred["stop_reason"] == "policy":
             assert actions[-1] == Answer(pred["answer"])
-        assert record["score"] == pred["score"]
-        assert record["reward"] == pytest.approx(pred["score"] - 0.1 * record["cost"] - 0.5 * record["format_errors"])
+        parts = record["rewards"]
+        assert parts["outcome"] == pred["score"] and parts["cost"] == pytest.approx(-pred["cost"])
+        assert record["reward"] == pytest.approx(parts["outcome"] + 0.1 * parts["cost"] + 0.5 * parts["format_errors"])
 
 
 def test_an_answer_given_when_the_budget_ran_out_is_the_last_turn(tmp_path):
@@ -101,3 +102,34 @@ def test_export_refuses_records_from_another_task_file(predictions, tmp_path):
     result = runner.invoke(app, ["export", "--from", str(predictions), "--tasks", str(other), "--out",
                                  str(tmp_path / "x.jsonl")])
     assert result.exit_code == 2 and "is not in" in result.output
+
+
+def test_export_reads_the_record_and_calls_no_expert(predictions, tmp_path):
+    """Prediction records hold every step whole: exporting them makes no expert call (no cache hit or miss)."""
+    from maestro_graph.cache import ExpertCache
+    from maestro_graph.registry import Registry
+    from maestro_graph.rl.export import export_file
+
+    registry = Registry.load(cache=ExpertCache(tmp_path / "cache"))
+    count, bad = export_file(predictions, TASKS, tmp_path / "trl.jsonl", "trl", registry)
+    assert count == 3 and bad == []
+    assert (registry.cache.stats.hits, registry.cache.stats.misses) == (0, 0)
+    record = json.loads(predictions.read_text().splitlines()[0])
+    assert record["version"] == 2 and record["decisions"] and "evidence" in record["steps"][0]
+    assert record["decisions"][0]["log_prob"] is not None
+
+
+def test_old_records_and_bad_lines_still_load(predictions, tmp_path):
+    """A version-1 record (steps with pair, cost, answer and error only) loads without re-running anything; a torn
+    or non-UTF-8 line is named and skipped, the others are exported."""
+    from maestro_graph.rl.export import load_episodes
+
+    first = json.loads(predictions.read_text().splitlines()[0])
+    old = {k: v for k, v in first.items() if k not in ("version", "decisions")}
+    old["steps"] = [{k: s[k] for k in ("model", "skill", "cost", "latency_s", "answer", "error")} for s in first["steps"]]
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_bytes(json.dumps(old).encode() + b"\n" + b"\xff\xfe not utf-8\n" + predictions.read_bytes()[:-40])
+    episodes, bad = load_episodes(mixed, TASKS)
+    assert [t.id for t, _ in episodes] == [first["id"], first["id"], json.loads(predictions.read_text().splitlines()[1])["id"]]
+    assert episodes[0][1].answer == first["answer"] and episodes[0][1].decisions == []
+    assert len(bad) == 2 and "line 2: not valid UTF-8" in bad[0] and "line 5: malformed JSON" in bad[1]

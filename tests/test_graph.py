@@ -26,7 +26,7 @@ COUNT_Q = "How many circles are in the image?"
 
 @pytest.fixture(scope="module")
 def graph(registry):
-    return build_graph(registry)
+    return build_graph(registry, make_policy("rules"))  # the tests below are written against the rules
 
 
 def test_graph_shape_has_one_node_per_tier1_skill(registry, graph):
@@ -79,6 +79,7 @@ class _ScriptedPolicy:
     it records the action spaces it was offered."""
 
     name = "scripted"
+    stochastic = False
 
     def __init__(self, pairs: list[str]):
         self.pairs, self.spaces = pairs, []
@@ -184,7 +185,7 @@ def test_expert_timeout_is_contained(faulty_graph):
 
 def test_sqlite_checkpointer_keeps_thread_history(registry, tmp_path):
     saver = SqliteSaver(sqlite3.connect(str(tmp_path / "ckpt.sqlite"), check_same_thread=False))
-    graph = build_graph(registry, checkpointer=saver)
+    graph = build_graph(registry, make_policy("rules"), checkpointer=saver)
     config = {"configurable": {"thread_id": "t1"}}
     result = run_episode(graph, COUNT_Q, [CIRCLES], config=config)
     state = graph.get_state(config)
@@ -211,13 +212,48 @@ def test_interrupted_episode_resumes_from_its_last_step(registry, tmp_path):
     """Stop an episode after its first step (as a crash would), then resume the thread: the step is not re-run."""
     db = str(tmp_path / "ckpt.sqlite")
     config = {"configurable": {"thread_id": "t2"}}
-    first = build_graph(registry, checkpointer=SqliteSaver(sqlite3.connect(db, check_same_thread=False)))
+    first = build_graph(registry, make_policy("rules"),
+                        checkpointer=SqliteSaver(sqlite3.connect(db, check_same_thread=False)))
     for chunk in first.stream({"question": COUNT_Q, "images": [CIRCLES]}, config, stream_mode="updates",
                               context=MaestroContext()):
         if "counting" in chunk:
             break  # the process "dies" right after the skill step was checkpointed
-    again = build_graph(registry, checkpointer=SqliteSaver(sqlite3.connect(db, check_same_thread=False)))
+    again = build_graph(registry, make_policy("rules"),
+                        checkpointer=SqliteSaver(sqlite3.connect(db, check_same_thread=False)))
     assert again.get_state(config).next == ("router",)
     result = run_episode(again, COUNT_Q, [CIRCLES], config=config, resume=True)
     assert result.answer == "7" and len(result.steps) == 1
     assert run_episode(again, COUNT_Q, [CIRCLES], config=config).answer == "7"  # finished: stored result
+
+
+def test_a_thread_is_a_conversation_each_run_answers_its_own_question(registry, tmp_path):
+    """Issue 19: the second run on a thread answered the first question again. Each run with input is a new
+    episode (from `question`, or the trailing human message of a chat), the thread keeps every finished episode in
+    `episodes`, images not sent again are the thread's, and the checkpointer (SQLite here) keeps all of it."""
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    db = str(tmp_path / "ckpt.sqlite")
+    graph = build_graph(registry, make_policy("rules"),
+                        checkpointer=SqliteSaver(sqlite3.connect(db, check_same_thread=False)))
+    config = {"configurable": {"thread_id": "chat"}}
+    first = graph.invoke({"question": COUNT_Q, "images": [CIRCLES]}, config)
+    second = graph.invoke({"question": "What text does the QR code encode?", "images": [QRCODE]}, config)
+    assert (first["answer"], second["answer"]) == ("7", "Wikipedia")
+    assert [s["skill"] for s in second["steps"]] == ["barcode-reading"]  # the first episode's steps are not carried
+    assert [(e["question"], e["answer"]) for e in second["episodes"]] == [
+        (COUNT_Q, "7"), ("What text does the QR code encode?", "Wikipedia")]
+    follow_up = graph.invoke({"messages": [HumanMessage(content=COUNT_Q)]}, config)  # about the thread's image
+    assert follow_up["answer"] is not None and follow_up["answer"] != "7"  # the QR code has no circles to count
+    assert len(follow_up["episodes"]) == 3
+    again = graph.invoke({"messages": [HumanMessage(content="What text does the QR code encode?")]}, config)
+    assert again["answer"] == "Wikipedia" and isinstance(again["messages"][-1], AIMessage)
+    assert [type(m).__name__ for m in again["messages"]] == ["HumanMessage", "AIMessage"] * 2
+
+
+def test_a_missing_image_ends_with_an_input_error_event(graph):
+    """Not `answer=None, stop_reason="policy"`: the reason reaches the caller, also as a typed stream event."""
+    missing = str(Path(CIRCLES).with_name("no-such-image.png"))
+    events = [chunk for chunk in graph.stream({"question": COUNT_Q, "images": [missing]}, stream_mode="custom")]
+    errors = [e for e in events if e["event"] == "error"]
+    assert errors and errors[0]["kind"] == "input" and "no such file" in errors[0]["message"]
+    assert events[-1]["event"] == "answer" and events[-1]["stop_reason"].startswith("input error: image ")

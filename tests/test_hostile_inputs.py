@@ -70,7 +70,7 @@ def test_remote_url_is_not_fetched_by_the_loader():
 
 def test_questions_are_cleaned_and_capped(registry):
     assert clean_question("a\x00b\x1b[31mc\u202ed\ufeff\té") == "ab[31mcd\té"  # NFC: e + combining accent
-    graph = build_graph(registry)
+    graph = build_graph(registry, make_policy("rules"))
     mixed = run_episode(graph, "What text does the QR code encode? Что это? 这是什么?", [str(QR)])
     assert mixed.answer == "Wikipedia"
     controlled = run_episode(graph, "What text does the\x00 QR\u202e code encode?\x07", [str(QR)])
@@ -161,7 +161,7 @@ def test_lm_router_prompt_fences_observations():
 # -- the server: exact status for each hostile input, and it keeps serving ----------------------------------------
 @pytest.fixture(scope="module")
 def server(registry):
-    with running_app(create_app(registry, ServeSettings(api_key_env="MAESTRO_TEST_HOSTILE_KEY"))) as url:
+    with running_app(create_app(registry, ServeSettings(api_key_env="MAESTRO_TEST_HOSTILE_KEY", policy="rules"))) as url:
         yield url
 
 

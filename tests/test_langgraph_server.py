@@ -5,56 +5,21 @@ from __future__ import annotations
 import asyncio
 import os
 import pickle
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from maestro_graph.trust_suite import Listener
-from servers import data_url
+from servers import data_url, langgraph_dev
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server_url(tmp_path_factory):
-    port = _free_port()
-    log = tmp_path_factory.mktemp("lg") / "server.log"
-    env = {**os.environ, "LANGGRAPH_CLI_NO_ANALYTICS": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    langgraph = Path(sys.executable).parent / "langgraph"
-    with log.open("w") as fh:
-        proc = subprocess.Popen(
-            [str(langgraph), "dev", "--no-browser", "--no-reload", "--port", str(port), "--host", "127.0.0.1"],
-            cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            if proc.poll() is not None:
-                pytest.fail(f"langgraph dev exited: {log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{url}/ok", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
-        else:
-            pytest.fail(f"langgraph dev did not start: {log.read_text()[-2000:]}")
+    with langgraph_dev(tmp_path_factory.mktemp("lg")) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
 
 
 def test_sdk_runs_an_episode_with_streamed_steps(server_url):
@@ -119,3 +84,58 @@ def test_agent_server_runs_accept_only_what_the_operator_offers(server_url, tmp_
     assert "root:" not in str(local)
     assert good["answer"] == "Wikipedia"
     assert not marker.exists() and listener.connections == 0
+
+
+def test_a_thread_answers_each_new_question_and_keeps_the_history(server_url):
+    """Issue 19 in Studio's terms: run 2 on a thread (as `question`, then as a chat message) answers the NEW
+    question; the thread keeps every episode, and a chat run gets its answer as an AI message."""
+    from langgraph_sdk import get_client
+
+    async def go():
+        client = get_client(url=server_url)
+        thread = (await client.threads.create())["thread_id"]
+        circles = {"question": "How many circles are in the image?", "images": [data_url(ROOT / "examples/circles.png")]}
+        qr = {"question": "What text does the QR code encode?", "images": [data_url(ROOT / "examples/qrcode.png")]}
+        first = await client.runs.wait(thread, "maestro", input=circles, context={"policy": "rules"})
+        second = await client.runs.wait(thread, "maestro", input=qr, context={"policy": "rules"})
+        chat = {"messages": [{"role": "human", "content": [
+            {"type": "text", "text": "How many circles are in the image?"},
+            {"type": "image_url", "image_url": {"url": circles["images"][0]}}]}]}
+        third = await client.runs.wait(thread, "maestro", input=chat, context={"policy": "rules"})
+        return first, second, third
+
+    first, second, third = asyncio.run(go())
+    assert (first["answer"], second["answer"], third["answer"]) == ("7", "Wikipedia", "7")
+    assert [s["skill"] for s in second["steps"]] == ["barcode-reading"]
+    assert [e["answer"] for e in third["episodes"]] == ["7", "Wikipedia", "7"]
+    assert third["messages"][-1]["type"] == "ai" and third["messages"][-1]["content"] == "7"
+
+
+def test_every_graph_publishes_its_input_output_and_context_schemas(server_url):
+    from langgraph_sdk import get_sync_client
+
+    client = get_sync_client(url=server_url)
+    for graph_id in ("maestro", "maestro-agent"):
+        assistant = client.assistants.search(graph_id=graph_id)[0]
+        schemas = client.assistants.get_schemas(assistant["assistant_id"])
+        for key in ("input_schema", "output_schema", "state_schema", "context_schema"):
+            assert schemas[key], f"{graph_id}: {key} is empty"
+        assert {"question", "images", "choices"} <= set(schemas["input_schema"]["properties"])
+        assert {"answer", "steps", "stop_reason"} <= set(schemas["output_schema"]["properties"])
+    maestro = client.assistants.get_schemas(client.assistants.search(graph_id="maestro")[0]["assistant_id"])
+    assert {"max_turns", "max_cost", "policy"} <= set(maestro["context_schema"]["properties"])
+    assert "episodes" in maestro["output_schema"]["properties"]
+
+
+def test_input_errors_reach_the_caller_as_typed_events(server_url):
+    from langgraph_sdk import get_client
+
+    async def go():
+        client = get_client(url=server_url)
+        return [c async for c in client.runs.stream(
+            None, "maestro", input={"question": "What does the QR code say?", "images": ["/etc/passwd"]},
+            stream_mode=["custom", "values"])]
+
+    chunks = asyncio.run(go())
+    errors = [c.data for c in chunks if c.event == "custom" and c.data["event"] == "error"]
+    assert errors and errors[0]["kind"] == "input" and "local file paths are not accepted" in errors[0]["message"]

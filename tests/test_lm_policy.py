@@ -28,7 +28,7 @@ from maestro_graph.policy.lm import (
     system_prompt,
 )
 from maestro_graph.policy.lm.weights import cached_hf_folder
-from maestro_graph.rl.rewards import format_penalty
+from maestro_graph.rl.rewards import format_errors
 from maestro_graph.runner import run_episode
 from maestro_graph.types import Answer, InvalidAction, Invoke, Step
 
@@ -153,7 +153,7 @@ def test_malformed_output_is_an_error_step_with_penalty_never_a_reroute(registry
     assert "unknown skill 'no-such-skill'" in episode.steps[1].error  # tag closed again from vLLM's stop_reason
     assert "is not closed" in episode.steps[2].error  # no stop_reason: the tag stays unclosed
     assert episode.stop_reason == "budget" and episode.answer is None
-    assert format_penalty(task, episode) == -4.0
+    assert format_errors(task, episode) == -4.0
 
 
 def test_endpoint_failures_retry_with_backoff_then_become_an_observation(registry, endpoint):

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 def test_killed_server_resumes_the_thread_after_restart(tmp_path):
     registry = slow_registry(tmp_path, delay_s=4.0)
     db = tmp_path / "checkpoints.sqlite"
-    args = ["--registry", str(registry), "--checkpoint-db", str(db)]
+    args = ["--registry", str(registry), "--checkpoint-db", str(db), "--policy", "rules"]  # rules: crashing-ocr first
     log = tmp_path / "serve.log"
     messages = [{"role": "user", "content": [
         {"type": "text", "text": SLOW_QUESTION},

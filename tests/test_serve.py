@@ -41,7 +41,7 @@ def image_host():
 @pytest.fixture(scope="module")
 def base_url(registry, image_host):
     os.environ[KEY_ENV] = KEY
-    settings = ServeSettings(api_key_env=KEY_ENV, max_body_bytes=1_000_000, max_image_bytes=200_000,
+    settings = ServeSettings(api_key_env=KEY_ENV, policy="rules", max_body_bytes=1_000_000, max_image_bytes=200_000,
                              allowed_image_hosts=(image_host,), request_timeout_s=120)
     with running_app(create_app(registry, settings)) as url:
         yield url
@@ -84,6 +84,79 @@ def test_streaming_sends_steps_then_the_answer(client):
     assert chunks[-1].model_extra["maestro"]["steps"][0]["answer"] == "Wikipedia"
 
 
+def test_openai_conventions_usage_model_retrieve_n_and_request_id(client, base_url):
+    """What an OpenAI client takes for granted: `usage` (0 tokens here: no chat model ran; the cost rides in
+    `maestro`), also as the last streamed chunk when asked; `models.retrieve`; `n>1` refused; `x-request-id`."""
+    messages = _user(QR_QUESTION, data_url(EXAMPLES / "qrcode.png"))
+    reply = client.chat.completions.create(model="maestro", messages=messages)
+    assert reply.usage is not None and reply.usage.total_tokens == 0 and reply.usage.prompt_tokens == 0
+    assert reply.model_extra["maestro"]["cost"] > 0
+    chunks = list(client.chat.completions.create(model="maestro", messages=messages, stream=True,
+                                                 stream_options={"include_usage": True}))
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 0
+    assert all(c.usage is None for c in chunks[:-1])
+    assert client.models.retrieve("maestro").id == "maestro"
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-5")
+    with pytest.raises(openai.BadRequestError) as many:
+        client.chat.completions.create(model="maestro", messages=messages, n=2)
+    assert many.value.code == "n_not_supported"
+    raw = client.chat.completions.with_raw_response.create(model="maestro", messages=messages,
+                                                           extra_headers={"x-request-id": "client-id-1"})
+    assert raw.headers["x-request-id"] == "client-id-1"
+    made = httpx.get(f"{base_url}/v1/models", headers={**AUTH, "x-request-id": "../" + "x" * 200})
+    assert made.headers["x-request-id"].startswith("req-")
+    assert httpx.get(f"{base_url}/v1/models").headers["x-request-id"].startswith("req-")  # a 401 has one too
+
+
+def test_metrics_parse_and_move_after_a_request(client, base_url):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def scrape() -> dict[tuple[str, tuple], float]:
+        text = httpx.get(f"{base_url}/metrics").text
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text) for s in family.samples}
+
+    before = scrape()
+    client.chat.completions.create(model="maestro", messages=_user(QR_QUESTION, data_url(EXAMPLES / "qrcode.png")))
+    after = scrape()
+    answered = ("maestro_episodes_total", (("outcome", "answered"),))
+    zxing = ("maestro_expert_calls_total", (("model", "zxing"),))
+    assert after[answered] == before.get(answered, 0) + 1
+    assert after[zxing] >= before.get(zxing, 0) + 1
+    assert after[("maestro_episode_seconds_count", ())] == before[("maestro_episode_seconds_count", ())] + 1
+    assert after[("maestro_decision_seconds_count", ())] > before[("maestro_decision_seconds_count", ())]
+    assert after[("maestro_breaker_open", (("model", "zxing"),))] == 0
+    assert ("maestro_queue_depth", ()) in after
+
+
+def test_logs_are_json_lines_with_the_request_id(client):
+    import io
+    import json
+    import logging
+
+    from maestro_graph.serve.observability import JsonLogFormatter
+
+    buffer = io.StringIO()
+    handler = logging.StreamHandler(buffer)
+    handler.setFormatter(JsonLogFormatter())
+    logger = logging.getLogger("maestro")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        client.chat.completions.create(model="maestro", messages=_user(QR_QUESTION, data_url(EXAMPLES / "qrcode.png")),
+                                       extra_headers={"x-request-id": "log-me-1"})
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    lines = [json.loads(line) for line in buffer.getvalue().splitlines()]
+    mine = [line for line in lines if line["request_id"] == "log-me-1"]
+    assert any(line["logger"] == "maestro.http" and "/v1/chat/completions 200" in line["message"] for line in mine)
+    assert any(line["message"].startswith("episode answered") for line in mine)  # logged on the worker thread
+    assert all("thread_id" in line for line in lines)
+
+
 def test_allow_listed_remote_image_is_fetched(client, image_host):
     reply = client.chat.completions.create(model="maestro", messages=_user(QR_QUESTION, f"http://{image_host}/qrcode.png"))
     assert reply.choices[0].message.content == "Wikipedia"
@@ -103,6 +176,38 @@ def test_langserve_remote_runnable(base_url):
     with pytest.raises(httpx.HTTPStatusError) as denied:
         unauthorised.invoke({"question": QR_QUESTION, "images": []})
     assert denied.value.response.status_code == 401
+
+
+def test_langserve_streams_steps_before_the_answer_and_the_playground_runs(base_url):
+    """`stream` sends each step as it happens, then the answer; `stream_log` and `stream_events` (what the
+    playground page calls) run an episode; the playground page itself is served."""
+    import asyncio
+
+    from langserve import RemoteRunnable
+
+    remote = RemoteRunnable(f"{base_url}/maestro/", headers={"Authorization": f"Bearer {KEY}"})
+    request = {"question": QR_QUESTION, "images": [data_url(EXAMPLES / "qrcode.png")]}
+    chunks = list(remote.stream(request))
+    first_step = next(i for i, c in enumerate(chunks) if c.get("steps"))
+    answered = next(i for i, c in enumerate(chunks) if "answer" in c)
+    assert first_step < answered and chunks[answered]["answer"] == "Wikipedia"
+    assert chunks[first_step]["steps"][0]["model"] == "zxing"
+
+    async def logged() -> tuple[list, list]:
+        patches = [p async for p in remote.astream_log(request)]
+        events = [e async for e in remote.astream_events(request, version="v2")]
+        return patches, events
+
+    patches, events = asyncio.run(logged())
+    final = patches[0]
+    for patch in patches[1:]:
+        final = final + patch
+    assert final.state["final_output"]["answer"] == "Wikipedia"
+    streamed = [e for e in events if e["event"] == "on_chain_stream"]
+    assert any(e["data"]["chunk"].get("steps") for e in streamed)
+    assert events[-1]["event"] == "on_chain_end" and events[-1]["data"]["output"]["answer"] == "Wikipedia"
+    page = httpx.get(f"{base_url}/maestro/playground/index.html", headers=AUTH)
+    assert page.status_code == 200 and "<html" in page.text.lower()
 
 
 def _png(size: tuple[int, int], noise: bool) -> bytes:
@@ -169,6 +274,8 @@ BAD_INPUTS = {
                                    {"json": _body(_b64(QR), thread_id="t1")}, 400, "persistence_disabled"),
     "bad thread header": ("POST", "/v1/chat/completions", {**AUTH, THREAD_HEADER: "../../etc"},
                           {"json": _body(_b64(QR))}, 400, "invalid_thread_id"),
+    "n above one": ("POST", "/v1/chat/completions", AUTH, {"json": _body(_b64(QR), n=3)}, 400, "n_not_supported"),
+    "unknown model id": ("GET", "/v1/models/gpt-5", AUTH, {}, 404, "model_not_found"),
     "bad policy": ("POST", "/v1/chat/completions", AUTH, {"json": _body(_b64(QR), policy="smart")}, 400,
                    "invalid_policy"),
     "wrong method": ("GET", "/v1/chat/completions", AUTH, {}, 405, "http_405"),
@@ -209,7 +316,7 @@ def test_timeout_cancels_the_episode_cap_and_resume_from_checkpoint(tmp_path):
     last checkpoint on a server with a longer timeout, without running the finished step again."""
     registry_file, db = slow_registry(tmp_path, delay_s=3.0), tmp_path / "ckpt.sqlite"
     body = {"model": "maestro", "messages": _user(SLOW_QUESTION, data_url(EXAMPLES / "circles.png"))}
-    settings = ServeSettings(max_episodes=1, workers=1, request_timeout_s=1.5, checkpoint_db=db)
+    settings = ServeSettings(policy="rules", max_episodes=1, workers=1, request_timeout_s=1.5, checkpoint_db=db)
     with running_app(create_app(Registry.load(registry_file), settings)) as url:
         post = functools.partial(httpx.post, f"{url}/v1/chat/completions", timeout=30)
         with ThreadPoolExecutor(1) as pool:
@@ -243,8 +350,13 @@ def test_timeout_cancels_the_episode_cap_and_resume_from_checkpoint(tmp_path):
 
         replay = post(json={**body, "thread_id": "t-slow"})
         assert replay.json()["maestro"]["replayed"] is True and replay.json()["maestro"]["steps"] == trace["steps"]
+        # another question on the finished thread: a new episode, the earlier one kept in the thread's history
         other = post(json={**body, "messages": _user("Another question?", data_url(EXAMPLES / "circles.png")),
                            "thread_id": "t-slow"})
-        assert other.status_code == 409 and other.json()["error"]["code"] == "thread_mismatch"
-        assert httpx.get(f"{url}/v1/threads/t-slow").json()["finished"] is True
+        assert other.status_code == 200, other.text
+        assert other.json()["maestro"]["replayed"] is False and other.json()["maestro"]["resumed"] is False
+        history = httpx.get(f"{url}/v1/threads/t-slow").json()
+        assert history["finished"] is True and history["question"] == "Another question?"
+        assert [e["question"] for e in history["episodes"]] == [SLOW_QUESTION, "Another question?"]
+        assert history["episodes"][0]["steps"] == trace["steps"]
         assert httpx.get(f"{url}/v1/threads/nope").status_code == 404

@@ -82,7 +82,8 @@ def test_two_sft_steps_on_exported_trajectories_change_the_weights(base, tmp_pat
     longer = list(load_dataset("json", data_files=str(full), split="train"))
     # the prompt a router is trained on can match the train-lm config (short cards: a fast test, too)
     assert len(records[0]["messages"][0]["content"]) < len(longer[0]["messages"][0]["content"])
-    assert sft_examples([{**r, "score": 0.0} for r in records]) == []  # only successful episodes teach
+    failed = [{**r, "rewards": {**r["rewards"], "outcome": 0.0}} for r in records]
+    assert sft_examples(failed) == []  # only successful episodes teach
     examples = sft_examples(records, min_score=0.0)
     assert examples and all(e["completion"][0]["role"] == "assistant" for e in examples)
     config = LMTrainConfig(tasks=[str(TASKS)], per_device_train_batch_size=2, num_generations=2, learning_rate=1e-4,

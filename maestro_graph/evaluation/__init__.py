@@ -1,1 +1,1 @@
-"""Evaluation: pair outcomes on training files, multi-policy evaluation runs, reports and plots."""
+"""Evaluation: multi-policy evaluation runs, reports and plots (pair outcomes on training files: maestro_graph.pair_outcomes)."""

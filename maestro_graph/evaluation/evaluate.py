@@ -12,15 +12,16 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from ..executors import Executor
 from ..graph import MaestroContext
 from ..policy import TRAINED_POLICIES
 from ..policy.base import Policy
 from ..registry import Registry
 from ..runner import EpisodeResult, run_tasks
-from ..tasks import Task, TaskProblem, load_tasks
-from .outcomes import PairOutcomes, measure_pairs
+from ..tasks import Task, TaskProblem, load_task_files, load_tasks
+from ..pair_outcomes import PairOutcomes, measure_pairs
 
-__all__ = ["PolicyResult", "EvalRun", "evaluate", "file_stem", "load_task_files", "run_policy"]
+__all__ = ["PolicyResult", "EvalRun", "evaluate", "file_stem", "run_policy"]
 
 
 @dataclass
@@ -59,7 +60,7 @@ class PolicyResult:
             "calls_per_episode": float(np.mean([len(r["steps"]) for r in self.records])) if self.records else 0.0,
             "pair_share": {p: c / n for p, c in pairs.most_common()},
             "routing": {s: {p: c / len(by_source[s]) for p, c in cnt.items()} for s, cnt in routing.items()},
-            "failures": sum(1 for r in self.records if r.get("error")),
+            "failures": sum(1 for r in self.records if r["failed"]),
             "no_answer": sum(1 for r in self.records if r["answer"] is None),
             "cache_hits": self.cache_hits,
             "cache_misses": self.cache_misses,
@@ -81,19 +82,6 @@ class EvalRun:
         return self.outcomes.best_single() if self.outcomes else None
 
 
-def load_task_files(files: list[Path]) -> tuple[list[Task], list[TaskProblem]]:
-    """Tasks of several files; ids are prefixed with the file stem when files are combined, so they stay unique."""
-    tasks: list[Task] = []
-    problems: list[TaskProblem] = []
-    for path in files:
-        got, bad = load_tasks(path)
-        if len(files) > 1:
-            got = [t.model_copy(update={"id": f"{Path(path).stem}:{t.id}"}) for t in got]
-        tasks += got
-        problems += bad
-    return tasks, problems
-
-
 def evaluate(
     registry: Registry,
     task_files: list[Path],
@@ -105,10 +93,11 @@ def evaluate(
     limit: int | None = None,
     progress: bool = True,
     predictions_dir: Path | None = None,
+    executor: Executor | None = None,
 ) -> EvalRun:
-    """Run every policy on the same items. With `predictions_dir`, each episode's record is written to
-    `<policy>.jsonl` there as soon as it finishes, so a run that is interrupted or crashes keeps what it did (the
-    report does not write them again)."""
+    """Run every policy on the same items (on `executor`; default `workers` threads). With `predictions_dir`, each
+    episode's record is written to `<policy>.jsonl` there as soon as it finishes, so a run that is interrupted or
+    crashes keeps what it did (the report does not write them again)."""
     tasks, skipped = load_task_files(task_files)
     tasks = tasks[:limit] if limit else tasks
     outcomes: PairOutcomes | None = None
@@ -121,20 +110,20 @@ def evaluate(
             raise ValueError(f"{leaked[0]} is both a training and an evaluated file: evaluation items would leak "
                              "into training")
         train, _ = load_task_files(train_tasks)
-        outcomes = measure_pairs(registry, train, workers=workers, progress=progress)
+        outcomes = measure_pairs(registry, train, workers=workers, progress=progress, executor=executor)
     results = []
     for policy in policies:
         results.append(run_policy(registry, tasks, policy, context=context, outcomes=outcomes, workers=workers,
-                                  progress=progress, predictions_dir=predictions_dir))
+                                  progress=progress, predictions_dir=predictions_dir, executor=executor))
     return EvalRun(results, skipped, ", ".join(map(str, train_tasks)) or None, [str(f) for f in task_files],
                    outcomes)
 
 
 def run_policy(registry: Registry, tasks: list[Task], policy: str | Policy, *, context: MaestroContext | None = None,
                outcomes: PairOutcomes | None = None, workers: int = 1, progress: bool = False,
-               predictions_dir: Path | None = None) -> PolicyResult:
+               predictions_dir: Path | None = None, executor: Executor | None = None) -> PolicyResult:
     """One policy (a name, or a policy object such as the one being trained) over `tasks`: the records the metrics
-    and reports read, optionally written to `predictions_dir` episode by episode."""
+    and reports read (in task order), optionally written to `predictions_dir` episode by episode as they finish."""
     name = policy if isinstance(policy, str) else policy.name
     result = PolicyResult(name)
     stats = registry.cache.stats if registry.cache else None
@@ -146,7 +135,8 @@ def run_policy(registry: Registry, tasks: list[Task], policy: str | Policy, *, c
         sink = (predictions_dir / f"{file_stem(name)}.jsonl").open("w", encoding="utf-8")
     bar = tqdm(total=len(tasks), desc=f"eval {name}", unit="item", disable=not progress)
     try:
-        for task, episode in run_tasks(registry, tasks, policy, context=context, outcomes=outcomes, workers=workers):
+        for task, episode in run_tasks(registry, tasks, policy, context=context, outcomes=outcomes, workers=workers,
+                                       executor=executor, ordered=False):
             result.records.append(_record(task, episode))
             if sink is not None:
                 sink.write(json.dumps(result.records[-1], ensure_ascii=False) + "\n")
@@ -159,6 +149,8 @@ def run_policy(registry: Registry, tasks: list[Task], policy: str | Policy, *, c
         if sink is not None:
             sink.close()
     result.wall_s = time.perf_counter() - start
+    order = {task.id: i for i, task in enumerate(tasks)}
+    result.records.sort(key=lambda r: order[r["id"]])
     if stats:
         result.cache_hits, result.cache_misses = stats.hits - hits0, stats.misses - misses0
     return result

@@ -7,10 +7,10 @@ episode records whose fault it was and goes on.
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import TYPE_CHECKING, Any
 
+from ..backends.http import http_client
 from ..errors import ExpertError, ExpertTimeout
 from .protocols import ChatReply
 
@@ -25,20 +25,6 @@ MAX_ERROR_BODY = 300
 """Characters of an error response's body quoted in the ExpertError."""
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 """HTTP statuses the server may not answer next time: the error is transient and the handle retries it."""
-
-
-def http_client(api_key_env: str | None, timeout_s: float) -> "httpx.Client":
-    """An HTTP client for an OpenAI-compatible endpoint, with the bearer key read from `api_key_env` when set;
-    KeyError (with the message) when that variable is empty. Shared by the expert and the LM policy backend."""
-    import httpx
-
-    headers = {}
-    if api_key_env:
-        key = os.environ.get(api_key_env)
-        if not key:
-            raise KeyError(f"environment variable {api_key_env} (the API key) is not set")
-        headers["Authorization"] = f"Bearer {key}"
-    return httpx.Client(headers=headers, timeout=timeout_s)
 
 
 class OpenAIChatExpert:

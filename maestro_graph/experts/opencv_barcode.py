@@ -12,7 +12,8 @@ import threading
 import numpy as np
 from PIL import Image
 
-from .protocols import Barcode, missing_package
+from ..backends.packages import missing_package
+from .protocols import Barcode
 from .zxing_barcode import Variant, image_variants
 
 __all__ = ["OpenCVBarcodeExpert"]

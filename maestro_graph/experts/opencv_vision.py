@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from .protocols import missing_package
+from ..backends.packages import missing_package
 
 __all__ = ["OpenCVVisionExpert", "Color", "Circle", "CirclePair", "Polygon", "Crossing", "Grid", "color_name",
            "shape_kind", "COLOR_NAMES", "POLYGON_SIDES", "SHAPE_NAMES", "CONTACT_TOLERANCE_PX"]

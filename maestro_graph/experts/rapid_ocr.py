@@ -8,7 +8,8 @@ import threading
 import numpy as np
 from PIL import Image
 
-from .protocols import TextBox, missing_package
+from ..backends.packages import missing_package
+from .protocols import TextBox
 
 __all__ = ["RapidOCRExpert"]
 

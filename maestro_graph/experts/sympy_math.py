@@ -15,7 +15,7 @@ from functools import cached_property
 from typing import Any
 
 from ..errors import ExpertError
-from .protocols import missing_package
+from ..backends.packages import missing_package
 
 __all__ = ["SympyMathExpert", "GEOMETRY_FORMULAS", "MAX_EXPRESSION_CHARS"]
 

@@ -6,7 +6,8 @@ import shutil
 
 from PIL import Image
 
-from .protocols import TextBox, missing_package
+from ..backends.packages import missing_package
+from .protocols import TextBox
 
 __all__ = ["TesseractExpert"]
 

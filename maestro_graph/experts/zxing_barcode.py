@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 from PIL import Image, ImageFilter
 
-from .protocols import Barcode, missing_package
+from ..backends.packages import missing_package
+from .protocols import Barcode
 
 __all__ = ["ZXingBarcodeExpert", "Variant", "image_variants"]
 

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from .base import ActionSpace, Distribution, EpisodeView, Policy, best_candidate
-from .catalog import SERVED_POLICIES, PolicyCatalog, PolicyNotOffered
+from .catalog import DEFAULT_POLICY, SERVED_POLICIES, PolicyCatalog, PolicyNotOffered
 from .oracle import OraclePolicy
 from .simple import FixedPolicy, RandomPolicy, RankingPolicy, RulesPolicy
 
 if TYPE_CHECKING:
-    from ..evaluation.outcomes import PairOutcomes
+    from ..pair_outcomes import PairOutcomes
 
 __all__ = [
     "ActionSpace",
@@ -32,7 +32,6 @@ __all__ = [
     "make_policy",
     "POLICY_NAMES",
     "TRAINED_POLICIES",
-    "ASK_POLICY",
     "DEFAULT_POLICY",
     "SHIPPED_CHECKPOINT",
 ]
@@ -40,14 +39,8 @@ __all__ = [
 TRAINED_POLICIES = ("best-single", "knn", "classifier")
 POLICY_NAMES = ("neural", "neural:CHECKPOINT", "rules", "random", "fixed:MODEL@@SKILL", *TRAINED_POLICIES, "oracle",
                 "lm:transformers", "lm:openai:BASE_URL|MODEL", "lm:FILE.yaml")
-SHIPPED_CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "neural.pt"
+SHIPPED_CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "neural.safetensors"
 """The policy trained by the project's own `maestro train` (see the README for the command)."""
-ASK_POLICY = "neural"
-"""What `maestro ask` answers with: the shipped checkpoint (about 1.6 expert calls per question)."""
-DEFAULT_POLICY = "rules"
-"""The graph's, the server's and `predict`'s default, still the keyword rules: the shipped neural checkpoint is more
-accurate (see the README) but was trained without the CPU chat model of the default registry, which costs minutes per
-call here, and the suite's default-policy tests are written against the rules."""
 
 
 def make_policy(name: str, *, outcomes: "PairOutcomes | None" = None) -> Policy:

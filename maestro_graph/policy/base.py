@@ -16,7 +16,7 @@ import numpy as np
 
 from ..registry import Pair, Registry
 from ..scoring import normalize_text
-from ..types import Action, Answer, Invoke, Step
+from ..types import Action, Answer, InvalidAction, Invoke, Step
 
 __all__ = ["EpisodeView", "ActionSpace", "Distribution", "Policy", "best_candidate"]
 
@@ -113,9 +113,10 @@ class ActionSpace:
 
 @dataclass(frozen=True)
 class Distribution:
-    """A finite distribution over actions."""
+    """A finite distribution over actions; an LM router's output that is no action (`InvalidAction`) is one of them,
+    so the graph records it as the policy's mistake."""
 
-    actions: tuple[Action, ...]
+    actions: tuple[Action | InvalidAction, ...]
     probs: np.ndarray
 
     def __post_init__(self) -> None:
@@ -125,20 +126,20 @@ class Distribution:
             raise ValueError(f"probabilities must be non-negative and sum to 1, got {self.probs}")
 
     @classmethod
-    def certain(cls, action: Action) -> "Distribution":
+    def certain(cls, action: Action | InvalidAction) -> "Distribution":
         return cls((action,), np.ones(1))
 
     @classmethod
     def uniform(cls, actions: tuple[Action, ...]) -> "Distribution":
         return cls(actions, np.full(len(actions), 1.0 / len(actions)))
 
-    def greedy(self) -> Action:
+    def greedy(self) -> Action | InvalidAction:
         return self.actions[int(np.argmax(self.probs))]
 
-    def sample(self, rng: np.random.Generator) -> Action:
+    def sample(self, rng: np.random.Generator) -> Action | InvalidAction:
         return self.actions[int(rng.choice(len(self.actions), p=self.probs))]
 
-    def log_prob(self, action: Action) -> float:
+    def log_prob(self, action: Action | InvalidAction) -> float:
         p = sum(float(q) for a, q in zip(self.actions, self.probs) if a == action)
         return float(np.log(p)) if p > 0 else float("-inf")
 
@@ -149,10 +150,12 @@ class Distribution:
 
 @runtime_checkable
 class Policy(Protocol):
-    """Anything with a name and `distribution(view, space)`. A policy that is random by definition (`random`) also
-    sets `stochastic = True`: the graph then samples from it even in a greedy run, whose argmax of a uniform
-    distribution would be the first action every time."""
+    """What the graph, the trainers and the catalog rely on: a `name` (shown in traces), `stochastic` (random by
+    definition, like `random`: the graph then samples from it even in a greedy run, whose argmax of a uniform
+    distribution would be the first action every time) and `distribution(view, space)` over the actions valid
+    now. Every policy of the project declares all three; tests/test_policies_protocol.py checks them."""
 
     name: str
+    stochastic: bool
 
     def distribution(self, view: EpisodeView, space: ActionSpace) -> Distribution: ...

@@ -22,9 +22,14 @@ from typing import Iterable, Mapping
 from ..errors import ConfigError
 from .base import Policy
 
-__all__ = ["PolicyCatalog", "PolicyNotOffered", "SERVED_POLICIES", "OPEN_CACHE", "POLICIES_ENV", "POLICY_ENV"]
+__all__ = ["DEFAULT_POLICY", "PolicyCatalog", "PolicyNotOffered", "SERVED_POLICIES", "OPEN_CACHE", "POLICIES_ENV",
+           "POLICY_ENV"]
 
-SERVED_POLICIES = ("neural", "rules")
+DEFAULT_POLICY = "neural"
+"""The one default of every door (`maestro ask`, `predict`, `serve`, the graph, Studio): the shipped checkpoint,
+trained by the project's own `maestro train` (the point of the product; see the README's figures). Every door
+can still select `rules` (the keyword baseline) or any other policy by name."""
+SERVED_POLICIES = (DEFAULT_POLICY, "rules")
 """What a served surface offers when the operator says nothing: the shipped trained policy and the keyword rules."""
 OPEN_CACHE = 16
 """Most policies an open catalog keeps built at once."""
@@ -51,7 +56,7 @@ class PolicyCatalog:
         self._entries = dict(entries) if entries is not None else None
         if self._entries is not None and not self._entries:
             raise ConfigError("a restricted policy catalog needs at least one name", field="policy")
-        self.default = default or (next(iter(self._entries)) if self._entries else "rules")
+        self.default = default or (next(iter(self._entries)) if self._entries else DEFAULT_POLICY)
         if self._entries is not None and self.default not in self._entries:
             raise ConfigError(f"the default policy {self.default!r} is not among the offered names "
                               f"({', '.join(self._entries)})", field="policy")
@@ -82,7 +87,8 @@ class PolicyCatalog:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "PolicyCatalog":
-        """The Agent Server graphs' catalog: `MAESTRO_POLICIES` (default: neural, rules), `MAESTRO_POLICY`."""
+        """The Agent Server graphs' catalog: `MAESTRO_POLICIES` (default: neural, rules), `MAESTRO_POLICY` (default:
+        the first offered, so `DEFAULT_POLICY` unless the operator offers otherwise)."""
         env = os.environ if environ is None else environ
         items = [i for i in env.get(POLICIES_ENV, ",".join(SERVED_POLICIES)).split(",") if i.strip()]
         return cls.parse(items, default=env.get(POLICY_ENV) or None)

@@ -9,12 +9,17 @@ sampling in rollouts, and the log-probabilities and entropy of GRPO:
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import asdict, dataclass
+import pickle
+import re
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save as safetensors_bytes
 from torch import nn
 
 from ..answer_form import CONTRADICTS_FORM, FORM_DIM, HAS_FORM, candidate_form, expected_form
@@ -26,13 +31,31 @@ from ..scoring import normalize_text
 from ..types import Answer, Invoke
 from .base import ActionSpace, Distribution, EpisodeView, best_candidate
 
-__all__ = ["NeuralConfig", "NeuralPolicy", "Scored", "HISTORY_DIM", "CHECKPOINT_FORMAT"]
+__all__ = ["NeuralConfig", "NeuralPolicy", "Scored", "HISTORY_DIM", "CHECKPOINT_FORMAT", "CHECKPOINT_VERSION",
+           "EMBEDDING_MODEL", "load_legacy_checkpoint", "read_checkpoint_header", "read_tensor_file",
+           "write_tensor_file"]
 
 HISTORY_DIM = 8
 CARD_EXTRA = 4  # per-card history features plus the question-card cosine
-_SUPPORT_DIM = 5  # support, confidence and recency columns that come before the form columns
-CAND_DIM = _SUPPORT_DIM + FORM_DIM + 1
-CHECKPOINT_FORMAT = "maestro-neural-1"
+_SUPPORT_COLUMNS = ("support_share", "support_count", "max_confidence", "mean_confidence", "latest")
+_CANDIDATE_COLUMNS = (*_SUPPORT_COLUMNS, *(f"form_{i}" for i in range(FORM_DIM)), "consensus")
+"""A candidate's row: its support and confidence, whether it is the latest answer, candidate_form's columns (has
+the form the question asks for, contradicts it, ...) and whether it is best_candidate's pick."""
+CAND_DIM = len(_CANDIDATE_COLUMNS)
+_HAS_FORM = len(_SUPPORT_COLUMNS) + HAS_FORM
+_CONTRADICTS_FORM = len(_SUPPORT_COLUMNS) + CONTRADICTS_FORM
+CHECKPOINT_FORMAT = "maestro-neural"
+CHECKPOINT_VERSION = 2
+"""Version 1 was a torch pickle (`.pt`), read only by `load_legacy_checkpoint` for the one-time conversion; version
+2 is safetensors weights with a JSON header, so loading a checkpoint never runs code."""
+EMBEDDING_MODEL = "all-MiniLM-L6-v2"
+"""The sentence encoder of questions and cards (see embeddings.py) whose numbers the weights were trained on."""
+HEADER_KEY = "maestro"
+"""The one key of a safetensors file's string-to-string metadata; its value is the JSON header."""
+_FEATURES = {"embed_dim": EMBED_DIM, "question_dim": QUESTION_DIM, "history_dim": HISTORY_DIM,
+             "candidate_dim": CAND_DIM}
+_HEADER_KEYS = {"format", "version", "config", "features", "embedding", "extra"}
+_LEGACY_FORMAT = "maestro-neural-1"
 
 
 @dataclass
@@ -54,7 +77,33 @@ class Scored:
         return Distribution(self.actions, p / p.sum())
 
 
+@dataclass
+class _Features:
+    """The numbers one decision is scored from (no weights). Skills and models of the callable pairs (pairs already
+    called are left out), and the candidate answers with the skill and model cards of the pair that produced each.
+    Rows: skill card = [embedding | calls/2, answered, errored | question cosine]; model card = [embedding | calls/2,
+    errored, log(1 + cost per call), question cosine, pair called]; candidate = _CANDIDATE_COLUMNS."""
+
+    state: torch.Tensor
+    """Question features and the episode's history, (QUESTION_DIM + HISTORY_DIM,)."""
+    skills: torch.Tensor
+    """(skills, EMBED_DIM + CARD_EXTRA)"""
+    skill_cos: torch.Tensor
+    """(skills,): each skill card's cosine to the question."""
+    pair_skill: torch.Tensor
+    """(pairs,): the row in `skills` of each pair's skill."""
+    models: torch.Tensor
+    """(pairs, EMBED_DIM + CARD_EXTRA + 1)"""
+    candidates: torch.Tensor
+    """(candidates, CAND_DIM)"""
+    producer_skills: torch.Tensor
+    producer_models: torch.Tensor
+
+
 class _Net(nn.Module):
+    """P(invoke m@@k) = P(continue) * P(k) * P(m | k) and P(answer c) = P(stop) * P(c), as one tensor: the pairs'
+    probabilities, then the candidates' (or the explicit no-answer's 1 when there is neither)."""
+
     def __init__(self, hidden: int):
         super().__init__()
         self.state = nn.Sequential(nn.Linear(QUESTION_DIM + HISTORY_DIM, hidden), nn.Tanh())
@@ -66,6 +115,37 @@ class _Net(nn.Module):
         self.stop = nn.Sequential(nn.Linear(hidden + CAND_DIM, hidden), nn.Tanh(), nn.Linear(hidden, 1))
         self.cand = nn.Sequential(nn.Linear(3 * hidden + CAND_DIM, hidden), nn.Tanh(), nn.Linear(hidden, 1))
         self.scale = 1.0 / math.sqrt(hidden)
+
+    def forward(self, f: _Features) -> torch.Tensor:
+        h = self.state(f.state)
+        n_pairs, n_candidates = len(f.pair_skill), len(f.candidates)
+        if not n_pairs:
+            p_stop = torch.ones(())
+        elif not n_candidates:
+            p_stop = torch.zeros(())  # nothing to answer yet: keep looking while pairs remain
+        else:
+            p_stop = torch.sigmoid(self.stop(torch.cat([h, f.candidates.max(0).values]))[0])
+        parts: list[torch.Tensor] = []
+        if n_pairs:
+            s_keys = self.skill(f.skills)
+            p_skill = torch.softmax(s_keys @ h * self.scale + self.skill_cos * f.skill_cos, dim=0)
+            idx = f.pair_skill
+            m_keys = self.model(f.models)
+            queries = self.model_query(torch.cat([h.expand(len(s_keys), -1), s_keys], dim=1))
+            logits = (m_keys * queries[idx]).sum(1) * self.scale
+            weights = torch.exp(logits - logits.max())
+            # a skill whose models all sit ~90 nats below the best underflows to 0: its models get 0, not 0/0 = NaN
+            group = torch.zeros(len(s_keys)).index_add(0, idx, weights).clamp_min(torch.finfo(torch.float32).tiny)
+            parts.append((1 - p_stop) * p_skill[idx] * weights / group[idx])
+        if n_candidates:
+            producers = torch.cat([self.skill(f.producer_skills), self.model(f.producer_models)], dim=1)
+            logits = self.cand(torch.cat([h.expand(n_candidates, -1), producers, f.candidates], dim=1))[:, 0]
+            logits = logits + self.form_prior * (f.candidates[:, _HAS_FORM] - f.candidates[:, _CONTRADICTS_FORM])
+            parts.append(p_stop * torch.softmax(logits, dim=0))
+        elif not n_pairs:
+            parts.append(torch.ones(1))
+        probs = torch.cat(parts).clamp_min(1e-9)
+        return probs / probs.sum()
 
 
 def _history(view: EpisodeView) -> np.ndarray:
@@ -102,18 +182,19 @@ class NeuralPolicy:
     """Small and fast on CPU: one state encoding, dot products with card encodings."""
 
     name = "neural"
+    stochastic = False
 
     def __init__(self, config: NeuralConfig | None = None):
         self.config = config or NeuralConfig()
-        torch.manual_seed(self.config.seed)
-        self.net = _Net(self.config.hidden)
-        self.card_text: dict[str, str] = {}
-        """Overrides of card descriptions (training paraphrases them); keyed by skill or model name."""
+        with torch.random.fork_rng(devices=[]):  # the seed sets this network's initial weights, not the process RNG
+            torch.manual_seed(self.config.seed)
+            self.net = _Net(self.config.hidden)
 
     # -- features --------------------------------------------------------------------------------------------------
     def _cards(self, items: list[tuple[str, str]]) -> np.ndarray:
-        """Embeddings of card texts (a training paraphrase replaces the description when one is set)."""
-        return embed([self.card_text.get(name, text) for name, text in items])
+        """Embeddings of (name, card text) items: the texts the action space holds (training's paraphrases
+        included, see Registry.without)."""
+        return embed([text for _, text in items])
 
     def score(self, view: EpisodeView, space: ActionSpace) -> Scored:
         """Probabilities of every valid action now. Pairs already called are masked (a repeat returns the same)."""
@@ -121,67 +202,42 @@ class NeuralPolicy:
         candidates = [a for a in space.answers if a.text is not None]
         q = question_features([view.question], [view.images], [view.choices])[0]
         q_emb = q[:EMBED_DIM]
-        h = self.net.state(torch.from_numpy(np.concatenate([q, _history(view)])))
-        cand_feats = self._candidate_features(view, candidates)
-        summary = cand_feats.max(0).values if candidates else torch.zeros(CAND_DIM)
-        if not pairs:
-            p_stop = torch.ones(())
-        elif not candidates:
-            p_stop = torch.zeros(())  # nothing to answer yet: keep looking while pairs remain
-        else:
-            p_stop = torch.sigmoid(self.net.stop(torch.cat([h, summary]))[0])
-        parts: list[torch.Tensor] = []
-        actions: list = []
-        if pairs:
-            skills = list({p.skill.name: p.skill for p in pairs}.values())
-            skill_pos = {k.name: i for i, k in enumerate(skills)}
-            s_keys, s_cos = self._skill_keys(view, [(k.name, k.description) for k in skills], q_emb)
-            p_skill = torch.softmax(s_keys @ h * self.net.scale + self.net.skill_cos * s_cos, dim=0)
-            idx = torch.tensor([skill_pos[p.skill.name] for p in pairs])
-            m_keys = self._model_keys(view, [_model_card(p) for p in pairs], q_emb)
-            queries = self.net.model_query(torch.cat([h.expand(len(skills), -1), s_keys], dim=1))
-            logits = (m_keys * queries[idx]).sum(1) * self.net.scale
-            weights = torch.exp(logits - logits.max())
-            # a skill whose models all sit ~90 nats below the best underflows to 0: its models get 0, not 0/0 = NaN
-            group = torch.zeros(len(skills)).index_add(0, idx, weights).clamp_min(torch.finfo(torch.float32).tiny)
-            parts.append((1 - p_stop) * p_skill[idx] * weights / group[idx])
-            actions += [Invoke(p.model.name, p.skill.name) for p in pairs]
-        if candidates:
-            skill_cards, model_cards = zip(*(self._producer(view, space, c) for c in candidates))
-            producers = torch.cat([self._skill_keys(view, list(skill_cards), q_emb)[0],
-                                   self._model_keys(view, list(model_cards), q_emb)], dim=1)
-            logits = self.net.cand(torch.cat([h.expand(len(candidates), -1), producers, cand_feats], dim=1))[:, 0]
-            logits = logits + self.net.form_prior * (cand_feats[:, _SUPPORT_DIM + HAS_FORM]
-                                               - cand_feats[:, _SUPPORT_DIM + CONTRADICTS_FORM])
-            parts.append(p_stop * torch.softmax(logits, dim=0))
-            actions += candidates
-        elif not pairs:
-            parts.append(torch.ones(1))
-            actions.append(Answer(None))
-        probs = torch.cat(parts).clamp_min(1e-9)
-        return Scored(tuple(actions), probs / probs.sum())
+        skills = list({p.skill.name: p.skill for p in pairs}.values())
+        skill_rows, skill_cos = self._skill_rows(view, [(k.name, k.description) for k in skills], q_emb)
+        row = {k.name: i for i, k in enumerate(skills)}
+        producers = [self._producer(view, space, c) for c in candidates]
+        features = _Features(
+            state=torch.from_numpy(np.concatenate([q, _history(view)])),
+            skills=skill_rows, skill_cos=skill_cos,
+            pair_skill=torch.tensor([row[p.skill.name] for p in pairs], dtype=torch.long),
+            models=self._model_rows(view, [_model_card(p) for p in pairs], q_emb),
+            candidates=self._candidate_features(view, candidates),
+            producer_skills=self._skill_rows(view, [s for s, _ in producers], q_emb)[0],
+            producer_models=self._model_rows(view, [m for _, m in producers], q_emb))
+        actions = [Invoke(p.model.name, p.skill.name) for p in pairs] + candidates
+        return Scored(tuple(actions or [Answer(None)]), self.net(features))
 
-    def _skill_keys(self, view: EpisodeView, skills: list[tuple[str, str]], q_emb: np.ndarray
+    def _skill_rows(self, view: EpisodeView, skills: list[tuple[str, str]], q_emb: np.ndarray
                     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Encodings of skill cards with their history in this episode, and each card's cosine to the question."""
-        emb = self._cards(skills)
+        """Skill-card rows (see _Features) with their history in this episode, and each card's question cosine."""
+        emb = self._cards(skills).reshape(len(skills), EMBED_DIM)
         cos = emb @ q_emb
-        extra = np.asarray([[sum(s.skill == name for s in view.steps) / 2,
-                             float(any(s.skill == name and s.answer for s in view.steps)),
-                             float(any(s.skill == name and s.error for s in view.steps))] for name, _ in skills],
-                           dtype=np.float32).reshape(len(skills), 3)
-        feats = np.hstack([emb, extra, cos[:, None]]).astype(np.float32)
-        return self.net.skill(torch.from_numpy(feats)), torch.from_numpy(cos.astype(np.float32))
+        history = np.asarray([[sum(s.skill == name for s in view.steps) / 2,
+                               float(any(s.skill == name and s.answer for s in view.steps)),
+                               float(any(s.skill == name and s.error for s in view.steps))] for name, _ in skills],
+                             dtype=np.float32).reshape(len(skills), 3)
+        rows = np.hstack([emb, history, cos[:, None]]).astype(np.float32)
+        return torch.from_numpy(rows), torch.from_numpy(cos.astype(np.float32))
 
-    def _model_keys(self, view: EpisodeView, cards: list[_ModelCard], q_emb: np.ndarray) -> torch.Tensor:
-        """Encodings of model cards (one per pair) with their history in this episode."""
-        emb = self._cards([(c.name, c.text) for c in cards])
-        extra = np.asarray([[sum(s.model == c.name for s in view.steps) / 2,
-                             float(any(s.model == c.name and s.error for s in view.steps)),
-                             math.log1p(c.per_call), 0.0, float(view.called(c.pair))] for c in cards],
-                           dtype=np.float32)
-        extra[:, 3] = emb @ q_emb
-        return self.net.model(torch.from_numpy(np.hstack([emb, extra]).astype(np.float32)))
+    def _model_rows(self, view: EpisodeView, cards: list[_ModelCard], q_emb: np.ndarray) -> torch.Tensor:
+        """Model-card rows (see _Features), one per pair, with their history in this episode."""
+        emb = self._cards([(c.name, c.text) for c in cards]).reshape(len(cards), EMBED_DIM)
+        cos = emb @ q_emb
+        history = np.asarray([[sum(s.model == c.name for s in view.steps) / 2,
+                               float(any(s.model == c.name and s.error for s in view.steps)),
+                               math.log1p(c.per_call), float(cos[i]), float(view.called(c.pair))]
+                              for i, c in enumerate(cards)], dtype=np.float32).reshape(len(cards), CARD_EXTRA + 1)
+        return torch.from_numpy(np.hstack([emb, history]).astype(np.float32))
 
     def _producer(self, view: EpisodeView, space: ActionSpace, candidate: Answer
                   ) -> tuple[tuple[str, str], _ModelCard]:
@@ -218,38 +274,180 @@ class NeuralPolicy:
             return self.score(view, space).distribution()
 
     # -- checkpoints -------------------------------------------------------------------------------------------------
-    def state_dict(self) -> dict:
-        return {"format": CHECKPOINT_FORMAT, "config": asdict(self.config), "embed_dim": EMBED_DIM,
-                "question_dim": QUESTION_DIM, "history_dim": HISTORY_DIM, "candidate_dim": CAND_DIM,
-                "net": self.net.state_dict()}
+    def checkpoint_header(self, extra: dict | None = None) -> dict:
+        """What a checkpoint records beside the weights: the config, and the feature sizes and card encoder the
+        weights were trained against (a checkpoint is refused where this code computes other features), plus the
+        caller's JSON `extra` (the trainer's validation figures, say)."""
+        return {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "config": asdict(self.config),
+                "features": dict(_FEATURES), "embedding": {"model": EMBEDDING_MODEL, "dim": EMBED_DIM},
+                "extra": extra or {}}
 
     def save(self, path: str | Path, extra: dict | None = None) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        torch.save({**self.state_dict(), **(extra or {})}, tmp)
-        tmp.replace(path)
+        """Write the weights as safetensors with `checkpoint_header(extra)`, atomically."""
+        write_tensor_file(path, self.net.state_dict(), self.checkpoint_header(extra))
 
     @classmethod
     def load(cls, path: str | Path) -> "NeuralPolicy":
-        """Load a checkpoint; a missing, corrupt or mismatched file is a ConfigError naming it."""
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError("no such policy checkpoint", file=str(path))
-        try:
-            data = torch.load(path, map_location="cpu", weights_only=False)
-        except Exception as exc:  # torch raises many types for a damaged file
-            raise ConfigError(f"corrupt policy checkpoint ({exc.__class__.__name__}: {exc})", file=str(path)) from exc
-        if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
-            raise ConfigError(f"not a {CHECKPOINT_FORMAT} checkpoint", file=str(path), field="format")
-        for key, expected in (("embed_dim", EMBED_DIM), ("question_dim", QUESTION_DIM), ("history_dim", HISTORY_DIM),
-                              ("candidate_dim", CAND_DIM)):
-            if data.get(key) != expected:
-                raise ConfigError(f"feature size {data.get(key)} does not match this version's {expected}",
-                                  file=str(path), field=key)
-        policy = cls(NeuralConfig(**data["config"]))
-        try:
-            policy.net.load_state_dict(data["net"])
-        except RuntimeError as exc:
-            raise ConfigError(f"weights do not fit the network: {exc}", file=str(path), field="net") from exc
+        """Load a checkpoint `save` wrote. Anything else (a pickle under any name, another format or version, other
+        feature sizes, an unknown config key, tensors missing, extra, misshapen or not finite) is a ConfigError
+        naming the file and the field; nothing is unpickled."""
+        header, tensors = read_tensor_file(path)
+        return cls.from_checkpoint(header, tensors, file=str(path))
+
+    @classmethod
+    def from_checkpoint(cls, header: object, tensors: dict[str, torch.Tensor], *, file: str) -> "NeuralPolicy":
+        """A policy from a checkpoint's header and weights, every field checked (the trainer's resume state keeps
+        these two inside its own file)."""
+        if not isinstance(header, dict) or header.get("format") != CHECKPOINT_FORMAT:
+            found = header.get("format") if isinstance(header, dict) else header
+            raise ConfigError(f"not a {CHECKPOINT_FORMAT} checkpoint (format {found!r})", file=file, field="format")
+        if header.get("version") != CHECKPOINT_VERSION:
+            raise ConfigError(f"version {header.get('version')!r}; this code reads version {CHECKPOINT_VERSION}",
+                              file=file, field="version")
+        unknown = sorted(set(header) - _HEADER_KEYS)
+        if unknown:
+            raise ConfigError(f"unknown header key {unknown[0]!r}; known: {sorted(_HEADER_KEYS)}", file=file,
+                              field=unknown[0])
+        features = header.get("features") if isinstance(header.get("features"), dict) else {}
+        for key, expected in _FEATURES.items():
+            if features.get(key) != expected:
+                raise ConfigError(f"feature size {features.get(key)} does not match this version's {expected}",
+                                  file=file, field=f"features.{key}")
+        embedding = {"model": EMBEDDING_MODEL, "dim": EMBED_DIM}
+        if header.get("embedding") != embedding:
+            raise ConfigError(f"trained on card embeddings {header.get('embedding')!r}, this version computes "
+                              f"{embedding!r}", file=file, field="embedding")
+        if not isinstance(header.get("extra", {}), dict):
+            raise ConfigError("extra is not a JSON object", file=file, field="extra")
+        policy = cls(_config(header.get("config"), file))
+        _check_weights(policy.net.state_dict(), tensors, file)
+        policy.net.load_state_dict(tensors)
         return policy
+
+
+def _config(values: object, file: str) -> NeuralConfig:
+    """The NeuralConfig of a header: an unknown key or a value of another type is named, not a TypeError later."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"the config is {values!r}, not a JSON object", file=file, field="config")
+    defaults = {f.name: f.default for f in fields(NeuralConfig)}
+    for key, value in values.items():
+        if key not in defaults:
+            raise ConfigError(f"unknown config key {key!r}; this version's keys: {sorted(defaults)}", file=file,
+                              field=f"config.{key}")
+        if type(value) is not type(defaults[key]):
+            raise ConfigError(f"{value!r} is not a {type(defaults[key]).__name__}", file=file, field=f"config.{key}")
+    return NeuralConfig(**values)
+
+
+def _check_weights(expected: dict[str, torch.Tensor], tensors: dict[str, torch.Tensor], file: str) -> None:
+    """Exactly the network's tensors, each of its shape and dtype (`load_state_dict` would cast a dtype silently)."""
+    missing, unexpected = sorted(expected.keys() - tensors.keys()), sorted(tensors.keys() - expected.keys())
+    if missing:
+        raise ConfigError(f"tensors {missing} are missing: the weights do not fit this network", file=file,
+                          field=missing[0])
+    if unexpected:
+        raise ConfigError(f"tensors {unexpected} are not in this network", file=file, field=unexpected[0])
+    for name, want in expected.items():
+        got = tensors[name]
+        if got.shape != want.shape or got.dtype != want.dtype:
+            raise ConfigError(f"tensor {name} is {got.dtype} {list(got.shape)}, the network's is {want.dtype} "
+                              f"{list(want.shape)}", file=file, field=name)
+
+
+def _check_finite(tensors: dict[str, torch.Tensor], file: str) -> None:
+    """A NaN or infinite weight makes every episode fail while a run still exits 0: refuse it when reading."""
+    for name, tensor in tensors.items():
+        if not bool(torch.isfinite(tensor).all()):
+            raise ConfigError(f"tensor {name} holds NaN or infinite values (a diverged or damaged run); use an "
+                              "earlier checkpoint", file=file, field=name)
+
+
+def write_tensor_file(path: str | Path, tensors: dict[str, torch.Tensor], header: dict) -> None:
+    """Tensors and a JSON header as one safetensors file, written beside it and moved into place so that a crash
+    mid-write leaves the previous file whole. A header that is not JSON raises TypeError before anything is written.
+    (Written as bytes: safetensors' own `save_file` makes the file readable by its owner only, which a server
+    running as another user could not load.)"""
+    path = Path(path)
+    data = safetensors_bytes({name: t.detach().contiguous() for name, t in tensors.items()},
+                             metadata={HEADER_KEY: json.dumps(header)})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def read_tensor_file(path: str | Path, *, with_tensors: bool = True) -> tuple[dict, dict[str, torch.Tensor]]:
+    """The JSON header and the tensors of a file `write_tensor_file` wrote. Only safetensors is parsed, so a pickle
+    under any name is refused unread; a missing or damaged file, a missing header and a tensor that is not finite
+    are ConfigErrors naming the file and the field."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("no such policy checkpoint", file=str(path))
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            metadata = fh.metadata() or {}
+            tensors = {name: fh.get_tensor(name) for name in fh.keys()} if with_tensors else {}
+    except (SafetensorError, OSError) as exc:
+        raise ConfigError(f"not a safetensors checkpoint ({exc}); a .pt checkpoint of an older version is converted "
+                          "once with `maestro checkpoint convert OLD.pt`", file=str(path)) from exc
+    if HEADER_KEY not in metadata:
+        raise ConfigError(f"a safetensors file without maestro's header (metadata key {HEADER_KEY!r})",
+                          file=str(path), field=HEADER_KEY)
+    try:
+        header = json.loads(metadata[HEADER_KEY])
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"the header is not JSON ({exc})", file=str(path), field=HEADER_KEY) from exc
+    if not isinstance(header, dict):
+        raise ConfigError("the header is not a JSON object", file=str(path), field=HEADER_KEY)
+    _check_finite(tensors, str(path))
+    return header, tensors
+
+
+def read_checkpoint_header(path: str | Path) -> dict:
+    """A checkpoint's JSON header, tensors left unread: e.g. `["extra"]["validation"]` of a trainer's best
+    checkpoint."""
+    return read_tensor_file(path, with_tensors=False)[0]
+
+
+def load_legacy_checkpoint(path: str | Path) -> tuple[NeuralPolicy, dict]:
+    """A version-1 checkpoint (`torch.save` of a dict of strings, numbers and tensors) as a policy and its extra
+    entries, for the one-time conversion (`maestro checkpoint convert`). It is read with torch's weights-only
+    loader, which builds nothing but tensors and plain containers and refuses anything else before it runs; the
+    weights then pass the checks of `load`."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("no such policy checkpoint", file=str(path))
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise ConfigError(f"torch's weights-only loader refused it ({_refusal(str(exc))}): it holds more than "
+                          f"tensors, numbers, strings and containers, which a {_LEGACY_FORMAT} checkpoint never does, "
+                          "so maestro did not write it (nothing in it was run)", file=str(path)) from exc
+    except (RuntimeError, EOFError, OSError) as exc:  # torch's messages for a damaged zip or a truncated pickle
+        raise ConfigError(f"corrupt policy checkpoint ({exc.__class__.__name__}: {exc})", file=str(path)) from exc
+    if not isinstance(data, dict) or data.get("format") != _LEGACY_FORMAT:
+        raise ConfigError(f"not a {_LEGACY_FORMAT} checkpoint", file=str(path), field="format")
+    if "trainer" in data:
+        raise ConfigError("a trainer's resume state, not a policy: convert the run's policy.pt or best.pt (a run "
+                          "cannot be resumed across versions; train again in a new --out)", file=str(path),
+                          field="trainer")
+    net = data.get("net")
+    if not isinstance(net, dict) or not all(isinstance(t, torch.Tensor) for t in net.values()):
+        raise ConfigError("no weights (a dict of tensors)", file=str(path), field="net")
+    extra = {k: v for k, v in data.items() if k not in {"format", "config", "net", *_FEATURES}}
+    try:
+        json.dumps(extra)
+    except TypeError as exc:
+        raise ConfigError(f"extra entries {sorted(extra)} are not JSON ({exc})", file=str(path)) from exc
+    _check_finite(net, str(path))
+    header = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "config": data.get("config"),
+              "features": {k: data.get(k) for k in _FEATURES},
+              "embedding": {"model": EMBEDDING_MODEL, "dim": EMBED_DIM}}
+    return NeuralPolicy.from_checkpoint(header, net, file=str(path)), extra
+
+
+def _refusal(message: str) -> str:
+    """The reason inside torch's long weights-only refusal, e.g. 'Unsupported global: GLOBAL builtins.print ...'
+    (without its advice to allow-list the global)."""
+    match = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\n\n|$)", message, re.S)
+    return " ".join(match.group(1).split()).split(". ")[0] if match else message.splitlines()[0]

@@ -18,6 +18,7 @@ class OraclePolicy:
 
     judge: Callable[[str], bool]
     name: str = "oracle"
+    stochastic: bool = False
 
     def distribution(self, view: EpisodeView, space: ActionSpace) -> Distribution:
         for candidate in view.candidates():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..evaluation.outcomes import PairOutcomes
+from ..pair_outcomes import PairOutcomes
 from ..features import question_features
 from ..registry import Pair
 from .base import EpisodeView

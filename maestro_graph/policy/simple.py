@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 
 from ..registry import Pair
-from ..types import Answer, Invoke, split_pair
+from ..types import Answer, ErrorKind, Invoke, split_pair
 from .base import ActionSpace, Distribution, EpisodeView, best_candidate
 
 __all__ = ["FixedPolicy", "RandomPolicy", "RankingPolicy", "RulesPolicy"]
@@ -24,6 +24,7 @@ class FixedPolicy:
     """Always the same pair, once; then answer with what it returned (or an explicit no-answer)."""
 
     pair: str
+    stochastic: bool = False
 
     def __post_init__(self) -> None:
         split_pair(self.pair)  # a malformed id is the user's error, raised now
@@ -56,19 +57,22 @@ class RankingPolicy:
     Subclasses only say how to score pairs (higher is better)."""
 
     name = "ranking"
+    stochastic = False
 
     def pair_scores(self, view: EpisodeView, pairs: list[Pair]) -> list[float]:
         raise NotImplementedError
 
     def distribution(self, view: EpisodeView, space: ActionSpace) -> Distribution:
-        if view.candidates() or any(s.error_kind == "input" for s in view.steps):
+        if view.candidates() or any(s.error_kind == ErrorKind.INPUT for s in view.steps):
             return _answer_best(view)
         untried = [p for p in space.pairs if not view.called(p.id)]
         if not untried:
             return _answer_best(view)
         scores = self.pair_scores(view, untried)
-        # ties go to the cheaper model, then to registry order
-        best = max(range(len(untried)), key=lambda i: (scores[i], -untried[i].model.cost.per_call, -i))
+        # ties go to the pair known to be more accurate on its family (profile, else the card's reported figure;
+        # a known figure beats an unknown one), then to the cheaper model, then to registry order
+        known = [-1.0 if p.accuracy is None else p.accuracy for p in untried]
+        best = max(range(len(untried)), key=lambda i: (scores[i], known[i], -untried[i].model.cost.per_call, -i))
         return Distribution.certain(Invoke(untried[best].model.name, untried[best].skill.name))
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..errors import ConfigError
+from ..errors import ConfigError, first_validation_problem
 
 __all__ = [
     "Cost",
@@ -16,6 +16,7 @@ __all__ = [
     "OpenAIBackend",
     "TransformersBackend",
     "Backend",
+    "Evaluation",
     "ModelCard",
     "Retries",
     "CircuitBreaker",
@@ -23,7 +24,6 @@ __all__ = [
     "RegistryConfig",
     "load_config",
     "default_config_path",
-    "first_validation_problem",
 ]
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
@@ -112,8 +112,19 @@ class Faults(_Strict):
         return self
 
 
+class Evaluation(_Strict):
+    """A reported accuracy of the model on one task family, in the style of a Hugging Face `model-index` entry. A
+    family is a tier-1 skill's name (what the model was run as), never a benchmark or source name."""
+
+    family: str = Field(pattern=NAME_PATTERN, description="the tier-1 skill the figure was measured with")
+    accuracy: float = Field(ge=0, le=1, description="fraction of items right")
+    source: str = Field(min_length=1, description="where the figure comes from (a paper, a report, a run)")
+
+
 class ModelCard(_Strict):
-    """What a policy and the registry know about one expert model."""
+    """What a policy and the registry know about one expert model. The structured fields below `faults` are
+    optional facts a policy can read as numbers or categories; an absent field is unknown, never a default value
+    that would pass for a measurement."""
 
     name: str = Field(pattern=NAME_PATTERN)
     description: str = Field(min_length=1, max_length=2000, description="the card text a policy reads")
@@ -127,6 +138,16 @@ class ModelCard(_Strict):
     retries: Retries = Field(default_factory=Retries)
     breaker: CircuitBreaker = Field(default_factory=CircuitBreaker)
     faults: Faults | None = Field(None, description="inject faults into this expert (tests and reliability runs)")
+    formats: list[Literal["png", "jpeg", "gif", "bmp", "tiff", "webp"]] | None = Field(
+        None, description="image formats the model reads (absent: unknown)")
+    max_input_side: int | None = Field(None, gt=0, description="longest image side in pixels it reads well")
+    evaluations: list[Evaluation] = Field(default_factory=list, description="reported accuracy per task family")
+    latency_s: float | None = Field(None, ge=0, description="typical seconds per call")
+
+    def reported_accuracy(self, family: str) -> float | None:
+        """The card's reported accuracy on a task family (the mean when several sources report it), else None."""
+        found = [e.accuracy for e in self.evaluations if e.family == family]
+        return sum(found) / len(found) if found else None
 
 
 class RegistryConfig(_Strict):
@@ -136,21 +157,13 @@ class RegistryConfig(_Strict):
     skill_dirs: list[str] = Field(default_factory=lambda: ["skills"])
     skills: list[str] | None = Field(None, description="enable only these skills (default: every skill found)")
     skill_timeout_s: float = Field(300.0, gt=0, description="time limit of one skill step, its expert calls included")
+    profile: str | None = Field(None, description="the pairs' profile file (`maestro registry profile`), relative to "
+                                "this file; absent: no pair is profiled")
     base_dir: Path = Field(Path("."), exclude=True)
     source: str = Field("<memory>", exclude=True)
 
     def skill_paths(self) -> list[Path]:
         return [(self.base_dir / d).resolve() for d in self.skill_dirs]
-
-
-def first_validation_problem(exc: ValidationError) -> tuple[str, str]:
-    """(field path, message) of every problem, joined, for an error that names the field."""
-    fields, messages = [], []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        fields.append(loc)
-        messages.append(f"{loc}: {err['msg']}" + (f" (got {err['input']!r})" if "input" in err else ""))
-    return ", ".join(fields), "; ".join(messages)
 
 
 def default_config_path() -> Path:

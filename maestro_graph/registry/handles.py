@@ -19,6 +19,7 @@ import os
 import random
 import threading
 import time
+from collections import Counter
 import types
 import typing
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -27,9 +28,11 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from ..cache import ExpertCache, Uncacheable, cache_key
+from ..cache import ExpertCache
+from ..digests import Uncacheable, cache_key
 from ..cancellation import POLL_S, raise_if_cancelled
-from ..errors import Cancelled, ConfigError, ExpertError, ExpertTimeout, ExpertUnavailable
+from ..errors import Cancelled, ConfigError, ExpertError, ExpertFailure, ExpertTimeout, ExpertUnavailable
+from .faults import FaultyExpert, InjectedFault
 from ..experts.protocols import ChatReply
 from .config import CircuitBreaker, ModelCard, OpenAIBackend, PythonBackend, TransformersBackend
 
@@ -129,12 +132,27 @@ class Breaker:
 
 @dataclass
 class CallRecord:
+    """One expert call as the step's ledger records it; the token counts are a chat reply's (0 for other experts),
+    which the served `usage` adds up."""
+
     model: str
     method: str
     cost: float
     latency_s: float
     error: str | None = None
     cached: bool = False
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    failure: ExpertFailure | None = None
+    """What went wrong when `error` is set (None for a refusal that was the episode's: a cancelled call)."""
+
+    @classmethod
+    def of(cls, model: str, method: str, result: Any, cost: float, latency_s: float, *, error: str | None = None,
+           failure: ExpertFailure | None = None, cached: bool = False) -> "CallRecord":
+        """The record of a call that returned `result` (None when it failed with `error`)."""
+        reply = result if isinstance(result, ChatReply) else ChatReply("")
+        return cls(model, method, cost, latency_s, error, cached, reply.prompt_tokens, reply.completion_tokens,
+                   failure)
 
 
 @dataclass
@@ -179,6 +197,12 @@ class ExpertHandle:
         """`unavailable_reason()` or an open circuit breaker: what the action space uses now (not memoised)."""
         return self.unavailable_reason() or self.breaker.reason()
 
+    def faults_injected(self) -> Counter[str]:
+        """Faults injected into this expert's calls so far, by kind ("none" for clean calls); empty without
+        fault injection or before the expert was built."""
+        expert = self._expert
+        return Counter(expert.injected) if isinstance(expert, FaultyExpert) else Counter()
+
     def _check(self) -> str | None:
         backend = self.card.backend
         if isinstance(backend, PythonBackend):
@@ -211,8 +235,6 @@ class ExpertHandle:
         expert = self._build_backend()
         if self.card.faults is None:
             return expert
-        from .faults import FaultyExpert
-
         return FaultyExpert(expert, self.card.faults, self.name)
 
     def _build_backend(self) -> Any:
@@ -237,14 +259,17 @@ class ExpertHandle:
         """An oversized result or one of another type than the method declares is the expert's error."""
         where = f"model {self.name!r}.{method}"
         if isinstance(result, (list, tuple, dict)) and len(result) > MAX_RESULT_ITEMS:
-            raise ExpertError(f"{where} returned an oversized result: {len(result):,} items, cap {MAX_RESULT_ITEMS:,}")
+            raise ExpertError(f"{where} returned an oversized result: {len(result):,} items, cap {MAX_RESULT_ITEMS:,}",
+                              failure=ExpertFailure.OVERSIZED)
         text = result.text if isinstance(result, ChatReply) else result
         if isinstance(text, str) and len(text) > MAX_RESULT_CHARS:
-            raise ExpertError(f"{where} returned an oversized result: {len(text):,} characters, cap {MAX_RESULT_CHARS:,}")
+            raise ExpertError(f"{where} returned an oversized result: {len(text):,} characters, cap {MAX_RESULT_CHARS:,}",
+                              failure=ExpertFailure.OVERSIZED)
         declared = _declared_return(getattr(inspect.unwrap(func), "__func__", inspect.unwrap(func)))
         if declared is not None and not isinstance(result, declared):
             names = " | ".join(t.__name__ for t in declared)
-            raise ExpertError(f"{where} returned {type(result).__name__}, not the {names} its method declares")
+            raise ExpertError(f"{where} returned {type(result).__name__}, not the {names} its method declares",
+                              failure=ExpertFailure.WRONG_TYPE)
 
     def _backoff_s(self, retry: int) -> float:
         """Exponential backoff with jitter before retry number `retry` (1 = the first retry)."""
@@ -262,7 +287,7 @@ class ExpertHandle:
         if key is not None:
             hit, value = self.cache.get(key)
             if hit:  # a cached call is charged as the call it replays, with no latency
-                ledger.calls.append(CallRecord(self.name, method, self._cost(value), 0.0, None, cached=True))
+                ledger.calls.append(CallRecord.of(self.name, method, value, self._cost(value), 0.0, cached=True))
                 return value
         attempts = self.card.retries.attempts
         for attempt in range(1, attempts + 1):
@@ -283,12 +308,15 @@ class ExpertHandle:
         start = time.perf_counter()
         cost = self.card.cost.per_call
         error: str | None = None
+        failure: ExpertFailure | None = None
+        result: Any = None
         reached = False  # whether the expert itself was asked (only then does the outcome move the breaker)
         try:
             blocked = self.breaker.reason()
             if blocked:
                 cost = 0.0  # refused before reaching the expert: nothing to charge
-                raise ExpertUnavailable(f"model {self.name!r} is unavailable: {blocked}")
+                raise ExpertUnavailable(f"model {self.name!r} is unavailable: {blocked}",
+                                        failure=ExpertFailure.BREAKER_OPEN)
             expert = self.expert()
             func = getattr(expert, method, None)
             if not callable(func):
@@ -308,19 +336,23 @@ class ExpertHandle:
                 raise
             except ExpertError:
                 raise
-            except Exception as exc:  # the expert's own crash: record whose fault it was
-                raise ExpertError(f"model {self.name!r}.{method} failed: {exc.__class__.__name__}: {exc}") from exc
+            except Exception as exc:  # the expert's own crash (or an injected fault): record whose fault it was
+                failure = ExpertFailure.INJECTED if isinstance(exc, InjectedFault) else ExpertFailure.CRASH
+                raise ExpertError(f"model {self.name!r}.{method} failed: {exc.__class__.__name__}: {exc}",
+                                  failure=failure) from exc
             self._check_result(method, func, result)
             cost = self._cost(result)
             self.breaker.record(ok=True)
             return result
         except (ExpertError, Cancelled) as exc:
             error = str(exc)
+            failure = exc.failure if isinstance(exc, ExpertError) else None
             if reached:
                 self.breaker.record(ok=False)
             raise
         finally:
-            ledger.calls.append(CallRecord(self.name, method, cost, time.perf_counter() - start, error))
+            ledger.calls.append(CallRecord.of(self.name, method, result, cost, time.perf_counter() - start,
+                                              error=error, failure=failure))
 
 
 class BoundExpert:

@@ -5,17 +5,19 @@ from __future__ import annotations
 import importlib
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from ..cache import ExpertCache, cache_key, file_digest
+from ..cache import ExpertCache
+from ..digests import cache_key, file_digest
 from ..cancellation import current_cancel, run_abandonable
 from ..errors import Cancelled, ConfigError, ExpertError, InputError, SkillError
-from ..types import Invoke, SkillResult, Step, pair_id
+from ..types import ErrorKind, Invoke, SkillResult, Step, pair_id
 from .config import ModelCard, PythonBackend, RegistryConfig, load_config
 from .context import SkillContext
 from .handles import BoundExpert, ExpertHandle, Ledger
+from .profiles import PairCards, PairProfile, read_profile
 from .skills import SkillSpec, discover_skills
 
 __all__ = ["Registry", "Pair"]
@@ -27,10 +29,20 @@ class Pair:
 
     model: ModelCard
     skill: SkillSpec
+    profile: PairProfile | None = None
+    """How the pair did on the registry's calibration file (`maestro registry profile`); None: never profiled."""
 
     @property
     def id(self) -> str:
         return pair_id(self.model.name, self.skill.name)
+
+    @property
+    def accuracy(self) -> float | None:
+        """What is known of the pair's accuracy on its family: its profile, measured here, else the card's
+        reported figure for the skill (`evaluations`), else None (unknown)."""
+        if self.profile is not None:
+            return self.profile.accuracy
+        return self.model.reported_accuracy(self.skill.name)
 
 
 def _check_entry(card: ModelCard, index: int, source: str) -> None:
@@ -57,6 +69,10 @@ class Registry:
         self.cache = cache
         self.models: dict[str, ExpertHandle] = {card.name: ExpertHandle(card, cache) for card in config.models}
         self.skills = skills
+        self.descriptions: dict[str, str] = {}
+        """Card texts that replace a model's or skill's description in the action space (training's paraphrases)."""
+        self.profiles: dict[str, PairProfile] = {}
+        """The profiled pairs (by pair id) of the config's `profile` file, those that fit this registry."""
 
     @classmethod
     def load(cls, path: str | Path | None = None, *, cache: ExpertCache | None = None) -> "Registry":
@@ -71,16 +87,24 @@ class Registry:
                     f"unknown skills {unknown}; skills found: {sorted(skills)}", file=config.source, field="skills"
                 )
             skills = {name: spec for name, spec in skills.items() if name in config.skills}
-        return cls(config, skills, cache=cache)
+        registry = cls(config, skills, cache=cache)
+        if config.profile is not None:
+            registry.profiles = read_profile(config.base_dir / config.profile, registry.pair_cards())
+        return registry
 
-    def without(self, *, models: set[str] = frozenset(), skills: set[str] = frozenset()) -> "Registry":
-        """A view of this registry with some models and skills left out, sharing the loaded experts (training's
-        registry dropout, and experiments that add an expert after training)."""
+    def without(self, *, models: set[str] = frozenset(), skills: set[str] = frozenset(),
+                descriptions: dict[str, str] | None = None) -> "Registry":
+        """A view of this registry with some models and skills left out and some card texts replaced (by model or
+        skill name), sharing the loaded experts and skill code (training's registry dropout and card paraphrases,
+        and experiments that add an expert after training). Policies read the replaced texts through `pairs()`;
+        nothing else changes."""
         view = Registry.__new__(Registry)
         view.config = self.config
         view.cache = self.cache
         view.models = {name: h for name, h in self.models.items() if name not in models}
         view.skills = {name: s for name, s in self.skills.items() if name not in skills}
+        view.descriptions = {**self.descriptions, **(descriptions or {})}
+        view.profiles = self.profiles
         return view
 
     # -- the action space ---------------------------------------------------------------------------------------
@@ -98,12 +122,18 @@ class Registry:
     def pairs(self) -> list[Pair]:
         """Every available (model, tier-1 skill) whose model has all the capabilities the skill requires; a model
         whose circuit breaker is open is unavailable for now."""
-        return [
-            Pair(handle.card, skill)
-            for skill in self.tier1
-            for handle in self.models.values()
-            if self.compatible(handle.card, skill) and handle.live_unavailable_reason() is None
-        ]
+        texts = self.descriptions
+        skills = [replace(s, description=texts[s.name]) if s.name in texts else s for s in self.tier1]
+        cards = [h.card.model_copy(update={"description": texts[h.name]}) if h.name in texts else h.card
+                 for h in self.models.values() if h.live_unavailable_reason() is None]
+        return [Pair(card, skill, self.profiles.get(pair_id(card.name, skill.name)))
+                for skill in skills for card in cards if self.compatible(card, skill)]
+
+    def pair_cards(self) -> PairCards:
+        """(card, skill) of every compatible pair by id, available now or not, with the cards as configured: what
+        a profile's fingerprints are checked against."""
+        return {pair_id(h.name, s.name): (h.card, s) for s in self.tier1 for h in self.models.values()
+                if self.compatible(h.card, s)}
 
     def pair_ids(self) -> list[str]:
         return [p.id for p in self.pairs()]
@@ -146,7 +176,7 @@ class Registry:
         step = Step(model=action.model, skill=action.skill, input=action.input)
         reason = self.invalid_reason(action)
         if reason:
-            step.error, step.error_kind = reason, "policy"
+            step.error, step.error_kind = reason, ErrorKind.POLICY
             return step
         key = self._step_key(action, question, images, choices)
         if key is not None:
@@ -176,16 +206,16 @@ class Registry:
         except Cancelled:
             raise  # abandoned, not failed: no step is recorded, so a resumed episode runs this one again
         except InputError as exc:
-            step.error, step.error_kind = str(exc), "input"
+            step.error, step.error_kind = str(exc), ErrorKind.INPUT
         except ExpertError as exc:
-            step.error, step.error_kind = str(exc), "expert"
+            step.error, step.error_kind = str(exc), ErrorKind.EXPERT
         except FutureTimeout:
             step.error, step.error_kind = (
                 f"skill {action.skill!r} did not finish within {self.config.skill_timeout_s:g}s (skill_timeout_s)",
-                "skill",
+                ErrorKind.SKILL,
             )
         except Exception as exc:  # skill code is a plug-in: contain it and record the crash (an episode boundary)
-            step.error, step.error_kind = f"skill {action.skill!r} crashed: {exc.__class__.__name__}: {exc}", "skill"
+            step.error, step.error_kind = f"skill {action.skill!r} crashed: {exc.__class__.__name__}: {exc}", ErrorKind.SKILL
         step.cost = ledger.cost
         step.calls = [c.__dict__ for c in list(ledger.calls)]
         step.latency_s = time.perf_counter() - start

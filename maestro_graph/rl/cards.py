@@ -9,7 +9,7 @@ import numpy as np
 
 from ..registry import Registry
 
-__all__ = ["paraphrase", "sample_card_texts", "sample_dropout"]
+__all__ = ["families", "paraphrase", "sample_card_texts", "sample_dropout"]
 
 _PREFIXES = ("", "This expert: ", "Capability card. ", "Use it when needed: ", "Description: ")
 
@@ -31,10 +31,31 @@ def sample_card_texts(registry: Registry, rng: np.random.Generator, prob: float)
     return {name: paraphrase(text, rng) for name, text in cards if rng.random() < prob}
 
 
-def sample_dropout(registry: Registry, rng: np.random.Generator, prob: float) -> tuple[set[str], set[str]]:
-    """Models and tier-1 skills to leave out of one group's registry (at least one pair always remains)."""
+def families(registry: Registry) -> list[tuple[set[str], set[str]]]:
+    """The registry's families as (models, tier-1 skills): each model with the skills that need only it (no other
+    model can run them), and each skill with the models only it uses. Hiding a family removes a kind of expertise
+    whole, as adding one after training brings it whole (the barcode readers with their skill). Each family once."""
+    runs = {s.name: {m for m, h in registry.models.items() if registry.compatible(h.card, s)} for s in registry.tier1}
+    serves = {m: {s for s, models in runs.items() if m in models} for m in registry.models}
+    by_model = [({m}, {s for s in skills if runs[s] == {m}}) for m, skills in serves.items()]
+    by_skill = [({m for m in models if serves[m] == {s}}, {s}) for s, models in runs.items()]
+    # a family of one model and one skill is found from both sides: keep it once, so it is not drawn twice
+    unique = {(frozenset(m), frozenset(s)): (m, s) for m, s in by_model + by_skill}
+    return list(unique.values())
+
+
+def sample_dropout(registry: Registry, rng: np.random.Generator, prob: float,
+                   family_prob: float = 0.0) -> tuple[set[str], set[str]]:
+    """Models and tier-1 skills to leave out of one group's registry: each model and each skill with probability
+    `prob`, and each of the registry's `families` whole with probability `family_prob` (at least one pair always
+    remains). With `family_prob` 0 no family is drawn, so the random stream is the one of runs made before it."""
     models = {name for name in registry.models if rng.random() < prob}
     skills = {s.name for s in registry.tier1 if rng.random() < prob}
+    if family_prob > 0:
+        for family_models, family_skills in families(registry):
+            if rng.random() < family_prob:
+                models |= family_models
+                skills |= family_skills
     if not registry.without(models=models, skills=skills).pairs():
         return set(), set()
     return models, skills

@@ -3,14 +3,13 @@ as TRL conversational records or as the Maestro/verl parquet layout.
 
 Each episode is rendered with the LM router's own conversation builder (system prompt from the cards, the user
 turn, an assistant action and an `<information>` turn per step, the final `<answer>`), so an exported trajectory is
-exactly what the LM policy would have read and written. Prediction files keep only each step's pair, answer and
-error; a step's observation is then re-run through the registry (a cache hit when predict ran with the same cache),
-with the question as its request.
+exactly what the LM policy would have read and written. Every observation comes from the record itself (prediction
+files hold each step whole): exporting makes no expert call.
 
 - `trl`: one JSON line per episode: `id`, `messages` (tags, or with `tool_calls=True` assistant tool calls of a
   `search` function and `tool` turns), `tools` (the function schema, tool-call form only), `image_refs` (absolute
   paths; TRL's own `images` column would make its trainers load pixels), `answer`, `stop_reason`, `reward` and its
-  parts `score`, `cost`, `format_errors`.
+  named parts `rewards` (`outcome`, `cost`, `format_errors`: maestro_graph/rl/rewards.py).
 - `verl`: parquet rows `data_source`, `prompt` (system + user, `<image>` placeholders), `ability`, `reward_model`
   (`style: rule`, `ground_truth`), `extra_info` (id, index, question, choices, answer type, tolerance, the reward
   parts and the trajectory as JSON), `images` (`[{"image": "file://..."}]`).
@@ -25,13 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ..errors import ConfigError
+from pydantic import ValidationError
+
+from ..errors import ConfigError, first_validation_problem
+from ..jsonl import read_jsonl
 from ..policy.lm.prompt import PromptOptions, conversation, final_answer_message
 from ..registry import Registry
 from ..runner import EpisodeResult
 from ..tasks import Task, load_tasks
-from ..types import Invoke, Step
-from .rewards import answer_score, cost_penalty, format_penalty
+from ..types import Step
+from .rewards import Rewards
 
 __all__ = [
     "SEARCH_TOOL",
@@ -70,40 +72,35 @@ class ExportOptions:
     tool_calls: bool = False
     prompt: PromptOptions = PromptOptions()
 
-
-def _step(raw: dict, task: Task, registry: Registry) -> Step:
-    """A full Step from a record's step: as stored when it has its observation, else re-run (cached)."""
-    if "evidence" in raw or raw.get("error") and not raw.get("model"):
-        return Step.model_validate(raw)
-    action = Invoke(raw["model"], raw["skill"], raw.get("input", ""))
-    if raw.get("error"):
-        kind = "policy" if registry.invalid_reason(action) else "expert"
-        return Step(model=action.model, skill=action.skill, input=action.input, error=raw["error"], error_kind=kind,
-                    cost=raw.get("cost", 0.0))
-    return registry.run(action, question=task.question, images=task.images, choices=task.choices)
+    @property
+    def rewards(self) -> Rewards:
+        return Rewards.make(cost_weight=self.cost_weight, format_weight=self.format_weight)
 
 
-def load_episodes(records_file: str | Path, tasks_file: str | Path,
-                  registry: Registry) -> list[tuple[Task, EpisodeResult]]:
-    """(task, episode) for each record whose id is in the task file; an unknown id is a ConfigError."""
+def load_episodes(records_file: str | Path, tasks_file: str | Path) -> tuple[list[tuple[Task, EpisodeResult]], list[str]]:
+    """(task, episode) for each record whose id is in the task file, and the problems of lines that could not be
+    read (named by line; the others still load). A record whose id is not in the task file is a ConfigError: the
+    records belong to another task file."""
     tasks, problems = load_tasks(tasks_file)
     if problems:
         raise ConfigError(f"{len(problems)} bad lines, first: line {problems[0].line}: {problems[0].error}",
                           file=str(tasks_file))
     by_id = {t.id: t for t in tasks}
-    out = []
-    for line_no, line in enumerate(Path(records_file).read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
+    out, bad = [], []
+    for line in read_jsonl(records_file):
+        record = line.value
+        if line.problem is not None or not isinstance(record, dict):
+            bad.append(f"{records_file}: line {line.number}: {line.problem or 'not a JSON object'}")
             continue
-        record = json.loads(line)
         task = by_id.get(record.get("id"))
         if task is None:
-            raise ConfigError(f"line {line_no}: id {record.get('id')!r} is not in {tasks_file}; pass the task file "
-                              "the records came from", file=str(records_file))
-        steps = [_step(s, task, registry) for s in record.get("steps", [])]
-        out.append((task, EpisodeResult(record.get("answer"), steps, record.get("stop_reason", ""),
-                                        record.get("latency_s", 0.0), record.get("error"))))
-    return out
+            raise ConfigError(f"line {line.number}: id {record.get('id')!r} is not in {tasks_file}; pass the task "
+                              "file the records came from", file=str(records_file))
+        try:
+            out.append((task, EpisodeResult.from_record(record)))
+        except ValidationError as exc:
+            bad.append(f"{records_file}: line {line.number}: {first_validation_problem(exc)[1]}")
+    return out, bad
 
 
 def _as_tool_calls(messages: list[dict], steps: list[Step]) -> list[dict]:
@@ -130,12 +127,12 @@ def episode_messages(task: Task, episode: EpisodeResult, registry: Registry, opt
     return _as_tool_calls(messages, episode.steps) if options.tool_calls else messages
 
 
-def _reward_parts(task: Task, episode: EpisodeResult, options: ExportOptions) -> dict[str, float]:
-    score = answer_score(task, episode) if task.answer is not None else 0.0
-    cost = -cost_penalty(task, episode)
-    errors = -format_penalty(task, episode)
-    return {"reward": score - options.cost_weight * cost - options.format_weight * errors, "score": score,
-            "cost": cost, "format_errors": errors}
+def _reward_parts(task: Task, episode: EpisodeResult, options: ExportOptions) -> dict:
+    """The episode's reward and its named parts (`rewards`: outcome, cost, format_errors), as training computes
+    them."""
+    rewards = options.rewards
+    parts = rewards.parts(task, episode)
+    return {"reward": rewards.total(parts), "rewards": parts}
 
 
 def _image_refs(task: Task) -> list[str]:
@@ -171,9 +168,9 @@ def verl_row(index: int, task: Task, episode: EpisodeResult, registry: Registry,
 
 
 def export_file(records_file: str | Path, tasks_file: str | Path, out: str | Path, fmt: Literal["trl", "verl"],
-                registry: Registry, options: ExportOptions = ExportOptions()) -> int:
-    """Write the export; returns the number of episodes written."""
-    episodes = load_episodes(records_file, tasks_file, registry)
+                registry: Registry, options: ExportOptions = ExportOptions()) -> tuple[int, list[str]]:
+    """Write the export; returns the number of episodes written and the lines that could not be read."""
+    episodes, bad = load_episodes(records_file, tasks_file)
     out_path = Path(out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "trl":
@@ -186,7 +183,7 @@ def export_file(records_file: str | Path, tasks_file: str | Path, out: str | Pat
         pq.write_table(pa.Table.from_pylist(rows), out_path)
     else:
         raise ConfigError(f"unknown export format {fmt!r}; use trl or verl", field="format")
-    return len(episodes)
+    return len(episodes), bad
 
 
 def _write_jsonl(path: Path, records: Iterable[dict]) -> None:

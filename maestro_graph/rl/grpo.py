@@ -1,6 +1,7 @@
 """GRPO for the neural policy: groups of episodes sampled through the graph, rewards normalised within each group,
 a clipped policy-gradient objective with an entropy bonus. The config is a dataclass apart from the trainer, as in
-TRL; every decision is re-scored from the episode's steps, so rollouts need no hooks inside the graph."""
+TRL. Rollouts run through the graph, which records each decision with its log-probability under the acting policy
+(types.Decision); the trainer reads those records and re-scores only the recorded actions under the new weights."""
 
 from __future__ import annotations
 
@@ -14,76 +15,25 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..cache import file_digest
+from ..digests import file_digest
 from ..errors import ConfigError
+from ..executors import Executor, ThreadExecutor
 from ..graph import MaestroContext, build_graph
 from ..policy.base import ActionSpace, EpisodeView
-from ..policy.neural import NeuralConfig, NeuralPolicy
+from ..policy.neural import NeuralConfig, NeuralPolicy, read_tensor_file, write_tensor_file
 from ..registry import Registry
 from ..runner import EpisodeResult, run_episode
 from ..tasks import Task
 from ..types import Action, Answer, Invoke
 from .cards import sample_card_texts, sample_dropout
-from .rewards import answer_score, total_reward
+from .config import GRPOConfig
+from .rewards import Rewards, outcome
 
-__all__ = ["GRPOConfig", "GRPOTrainer", "Decision", "group_advantages"]
+__all__ = ["GRPOConfig", "GRPOTrainer", "Sample", "group_advantages", "TRAINER_FORMAT"]
 
-
-@dataclass
-class GRPOConfig:
-    """Settings of one training run. Defaults train the shipped policy in minutes on 2 CPU cores (warm cache)."""
-
-    steps: int = 60
-    """Optimiser steps; each samples `tasks_per_step` tasks and `group_size` episodes per task."""
-    tasks_per_step: int = 16
-    group_size: int = 8
-    """G, the episodes sampled per task; their rewards are normalised within the group."""
-    lr: float = 3e-3
-    clip: float = 0.2
-    """PPO-style ratio clip epsilon."""
-    entropy_coef: float = 0.01
-    inner_epochs: int = 2
-    """Gradient passes over each batch of rollouts (the clip matters from the second on)."""
-    cost_weight: float = 0.0
-    """Reward = answer score - cost_weight * episode cost."""
-    advantage_std_floor: float = 0.0
-    """Advantages are divided by max(group std, this). With a cost weight, a group whose episodes are all right
-    differs only by cost, and dividing by its tiny std turns any weight into a full-strength "call less" signal;
-    a floor keeps such groups' advantages at the reward scale (0: plain GRPO)."""
-    max_turns: int = 4
-    max_cost: float = 10.0
-    revisit_weight: float = 0.25
-    """Sampling weight of a task whose last group scored all the same (it gave no signal then: every pair fails it,
-    or the policy already solves it every time), against 1 for the others; revisited now and then, not dropped."""
-    registry_dropout: float = 0.15
-    """Probability of leaving each model and each tier-1 skill out of a group's registry."""
-    paraphrase_prob: float = 0.5
-    """Probability of replacing each card text by a paraphrase within a group."""
-    hidden: int = 128
-    seed: int = 0
-    checkpoint_every: int = 10
-    ema_decay: float = 0.98
-    """policy.pt holds an exponential moving average of the weights over the steps (0: the last step's weights):
-    steadier than any one step's, whose noisy updates rest on a few informative groups."""
-
-    def __post_init__(self) -> None:
-        checks = [
-            (self.steps >= 1, "steps", "must be at least 1"),
-            (self.group_size >= 2, "group_size", "must be at least 2: advantages are relative within a group"),
-            (self.tasks_per_step >= 1, "tasks_per_step", "must be at least 1"),
-            (0 < self.clip < 1, "clip", "must be in (0, 1), typically 0.2"),
-            (self.lr > 0, "lr", "must be positive"),
-            (self.cost_weight >= 0, "cost_weight", "must be >= 0 (0 ignores cost)"),
-            (self.advantage_std_floor >= 0, "advantage_std_floor", "must be >= 0 (0: divide by the group's std)"),
-            (0 <= self.registry_dropout < 1, "registry_dropout", "must be in [0, 1)"),
-            (0 <= self.paraphrase_prob <= 1, "paraphrase_prob", "must be in [0, 1]"),
-            (0 < self.revisit_weight <= 1, "revisit_weight", "must be in (0, 1]; 1 samples tasks uniformly"),
-            (self.max_turns >= 1, "max_turns", "must be at least 1"),
-            (0 <= self.ema_decay < 1, "ema_decay", "must be in [0, 1); 0 keeps the last weights"),
-        ]
-        for ok, name, why in checks:
-            if not ok:
-                raise ConfigError(f"{name}={getattr(self, name)!r} {why}", field=name)
+TRAINER_FORMAT = "maestro-grpo-state-1"
+"""The resume state: safetensors holding the weights (`net.*`), their average (`average.*`) and Adam's moments
+(`optim.INDEX.*`), with the rest as JSON in the header, so resuming never unpickles."""
 
 
 _EXTENDABLE = {"steps", "checkpoint_every"}
@@ -91,8 +41,9 @@ _EXTENDABLE = {"steps", "checkpoint_every"}
 
 
 @dataclass
-class Decision:
-    """One policy decision of a sampled episode, enough to re-score it under new weights."""
+class Sample:
+    """One recorded policy decision of a sampled episode: the view it was made in, the action, its log-probability
+    under the weights that sampled it, and its episode's advantage."""
 
     view: EpisodeView
     action: Action
@@ -102,22 +53,60 @@ class Decision:
 
 
 @dataclass
+class _GroupPlan:
+    """What one group samples, drawn on the driver: its task, the registry dropout and card texts, and one seed per
+    episode."""
+
+    task: Task
+    drop_models: set[str]
+    drop_skills: set[str]
+    descriptions: dict[str, str]
+    seeds: list[int]
+
+    def view(self, registry: Registry) -> Registry:
+        return registry.without(models=self.drop_models, skills=self.drop_skills).without(
+            descriptions=self.descriptions)
+
+
+class _RolloutJob:
+    """An executor job sampling one group's episodes with the current weights. Pickled (to a Ray worker) it carries
+    the weights as tensors and the checkpoint header, never the policy object, and the worker rebuilds the policy
+    once per step; each episode's decisions come back with their log-probabilities recorded."""
+
+    def __init__(self, policy: NeuralPolicy, max_turns: int, max_cost: float):
+        self.policy = policy
+        self.max_turns = max_turns
+        self.max_cost = max_cost
+
+    def __getstate__(self) -> dict:
+        return {"header": self.policy.checkpoint_header(), "weights": self.policy.net.state_dict(),
+                "max_turns": self.max_turns, "max_cost": self.max_cost}
+
+    def __setstate__(self, state: dict) -> None:
+        self.policy = NeuralPolicy.from_checkpoint(state["header"], state["weights"], file="<broadcast weights>")
+        self.max_turns, self.max_cost = state["max_turns"], state["max_cost"]
+
+    def __call__(self, registry: Registry, plan: _GroupPlan) -> list[EpisodeResult]:
+        graph = build_graph(plan.view(registry), self.policy)
+        task = plan.task
+        return [run_episode(graph, task.question, task.images, task.choices,
+                            context=MaestroContext(max_turns=self.max_turns, max_cost=self.max_cost, greedy=False,
+                                                   seed=seed))
+                for seed in plan.seeds]
+
+
+@dataclass
 class _Group:
     registry: Registry
-    card_text: dict[str, str]
-    decisions: list[Decision] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
 
 
-def _decisions(episode: EpisodeResult, task: Task, context: MaestroContext) -> list[tuple[EpisodeView, Action]]:
-    """The (view, action) pairs the policy chose in an episode, including the answer it picked once the budget was
-    spent. A spent budget with a single candidate is no choice (the graph answers without asking): its
-    log-probability is 0 and it has no gradient, but it still counts in the loss's mean."""
-    out = []
-    for t, step in enumerate(episode.steps):
-        out.append((_view(task, episode.steps[:t], context), Invoke(step.model, step.skill, step.input)))
-    if episode.stop_reason in ("policy", "budget"):
-        out.append((_view(task, episode.steps, context), Answer(episode.answer)))
-    return out
+def _samples(episode: EpisodeResult, task: Task, context: MaestroContext, advantage: float,
+             group: int) -> list[Sample]:
+    """The episode's recorded decisions that the policy made (an overruled one is the graph's, not a draw of the
+    policy's; a forced one, with log-probability 0 and no gradient, still counts in the loss's mean)."""
+    return [Sample(_view(task, episode.steps[:d.turn], context), d.action(), d.log_prob, advantage, group)
+            for d in episode.decisions if d.log_prob is not None]
 
 
 def group_advantages(rewards: np.ndarray, std_floor: float = 0.0) -> np.ndarray:
@@ -142,18 +131,42 @@ def _index(actions: tuple, action: Action) -> int:
     raise ValueError(f"action {action} is not in the re-scored action set")
 
 
+def _read_state(path: Path) -> tuple[dict, dict[str, dict[str, torch.Tensor]]]:
+    """A resume state's JSON part (with the policy's checkpoint header under "policy") and its tensors grouped by
+    prefix (net, average, optim); another format, a missing entry or a stray tensor is a ConfigError."""
+    header, tensors = read_tensor_file(path)
+    if header.get("format") != TRAINER_FORMAT:
+        raise ConfigError(f"not a {TRAINER_FORMAT} resume state (format {header.get('format')!r})", file=str(path),
+                          field="format")
+    state = header.get("trainer") if isinstance(header.get("trainer"), dict) else {}
+    missing = {"step", "param_groups", "history", "config", "weights", "best"} - set(state)
+    if missing:
+        raise ConfigError(f"the resume state lacks {sorted(missing)}", file=str(path), field="trainer")
+    parts: dict[str, dict[str, torch.Tensor]] = {"net": {}, "average": {}, "optim": {}}
+    for key, tensor in tensors.items():
+        prefix, _, name = key.partition(".")
+        if prefix not in parts:
+            raise ConfigError(f"unexpected tensor {key!r}", file=str(path), field=key)
+        parts[prefix][name] = tensor
+    return {**state, "policy": header.get("policy")}, parts
+
+
 class GRPOTrainer:
     """Trains a NeuralPolicy on task files; writes checkpoints, a JSONL log and PNG curves under `out_dir`."""
 
     def __init__(self, registry: Registry, tasks: list[Task], config: GRPOConfig, out_dir: str | Path,
-                 policy: NeuralPolicy | None = None, eval_tasks: list[Task] | None = None):
+                 policy: NeuralPolicy | None = None, eval_tasks: list[Task] | None = None,
+                 executor: Executor | None = None):
         if not tasks:
             raise ConfigError("no training tasks", field="tasks")
         self.registry = registry
+        self.executor = executor or ThreadExecutor(registry)
+        """Where the groups' episodes run (default: one after another here; RayExecutor: on Ray workers, with the
+        weights sent each step)."""
         self.tasks = [t for t in tasks if t.answer is not None]
         self.eval_tasks = [t for t in eval_tasks or [] if t.answer is not None]
         """Validation items: at every checkpoint the averaged policy answers them greedily, and the best one so far
-        is kept as best.pt (selected on these items, never on the ones a report evaluates)."""
+        is kept as best.safetensors (selected on these items, never on the ones a report evaluates)."""
         held_out = {_identity(t) for t in self.eval_tasks}
         shared = {_identity(t) for t in self.tasks} & held_out if held_out else set()
         if shared:
@@ -161,7 +174,8 @@ class GRPOTrainer:
                               f"{sorted(shared)[0][0][:60]!r}): validate on items the policy is not trained on",
                               field="eval_tasks")
         self.best: dict | None = None
-        """{"step", "score"} of best.pt: the highest validation score, macro accuracy - cost_weight * mean cost."""
+        """{"step", "score"} of best.safetensors: the highest validation score, macro accuracy - cost_weight * mean
+        cost."""
         self.config = config
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -172,56 +186,86 @@ class GRPOTrainer:
         self.weights = np.ones(len(self.tasks))
         """Per-task sampling weights (revisit_weight after a group without signal)."""
         self.average = {k: v.detach().clone() for k, v in self.policy.net.state_dict().items()}
-        """The moving average of the weights (ema_decay) that policy.pt holds."""
+        """The moving average of the weights (ema_decay) that policy.safetensors holds."""
         self.context = MaestroContext(max_turns=config.max_turns, max_cost=config.max_cost, greedy=False)
+        self.rewards = Rewards.make(cost_weight=config.cost_weight)
+        """Outcome minus cost_weight * cost (the neural policy makes no format errors)."""
 
     # -- checkpoints -------------------------------------------------------------------------------------------------
     @property
     def checkpoint_path(self) -> Path:
-        return self.out / "checkpoint.pt"
+        """The resume state (TRAINER_FORMAT)."""
+        return self.out / "checkpoint.safetensors"
+
+    @property
+    def policy_path(self) -> Path:
+        """The result: the averaged policy, rewritten at every checkpoint."""
+        return self.out / "policy.safetensors"
+
+    @property
+    def best_path(self) -> Path:
+        """The averaged policy of the best validation score so far (with eval tasks)."""
+        return self.out / "best.safetensors"
 
     def save(self) -> None:
-        self.policy.save(self.checkpoint_path, extra={
-            "trainer": {"step": self.step, "optim": self.optim.state_dict(), "history": self.history,
-                        "config": asdict(self.config), "weights": self.weights.tolist(), "average": self.average,
-                        "best": self.best}})
-        self.averaged_policy().save(self.out / "policy.pt")
+        """The resume state in one file (weights, their average and Adam's per-parameter moments as tensors, the rest
+        as JSON), then the averaged policy."""
+        optim = self.optim.state_dict()
+        tensors = {**{f"net.{k}": v for k, v in self.policy.net.state_dict().items()},
+                   **{f"average.{k}": v for k, v in self.average.items()},
+                   **{f"optim.{i}.{k}": v for i, state in optim["state"].items() for k, v in state.items()}}
+        write_tensor_file(self.checkpoint_path, tensors, {
+            "format": TRAINER_FORMAT, "policy": self.policy.checkpoint_header(),
+            "trainer": {"step": self.step, "param_groups": optim["param_groups"], "history": self.history,
+                        "config": asdict(self.config), "weights": self.weights.tolist(), "best": self.best}})
+        self.averaged_policy().save(self.policy_path)
 
     def averaged_policy(self) -> NeuralPolicy:
-        """The trained policy with the averaged weights (what policy.pt holds)."""
+        """The trained policy with the averaged weights (what policy.safetensors holds)."""
         policy = NeuralPolicy(self.policy.config)
         policy.net.load_state_dict(self.average)
         return policy
 
     def resume(self) -> bool:
         """Continue from the last checkpoint under `out_dir` when there is one (same config required)."""
-        if not self.checkpoint_path.is_file():
+        path = self.checkpoint_path
+        if not path.is_file():
+            legacy = self.out / "checkpoint.pt"
+            if legacy.is_file():  # an older version's run: say so rather than silently train from scratch beside it
+                raise ConfigError("the resume state of an older version (a torch pickle, no longer read); use a new "
+                                  "--out, or delete it to train from scratch here", file=str(legacy))
             return False
-        self.policy = NeuralPolicy.load(self.checkpoint_path)
-        state = torch.load(self.checkpoint_path, map_location="cpu", weights_only=False)["trainer"]
+        state, parts = _read_state(path)
         mine = {k: v for k, v in asdict(self.config).items() if k not in _EXTENDABLE}
         theirs = {k: v for k, v in state["config"].items() if k not in _EXTENDABLE}
         if mine != theirs:
             differ = sorted(k for k in mine if mine[k] != theirs.get(k))
             raise ConfigError(f"the checkpoint was trained with another config ({differ}); use a new --out or the "
-                              "same settings", file=str(self.checkpoint_path), field="trainer.config")
-        self.optim = torch.optim.Adam(self.policy.net.parameters(), lr=self.config.lr)
-        self.optim.load_state_dict(state["optim"])
-        self.step = state["step"]
-        self.history = state["history"]
+                              "same settings", file=str(path), field="trainer.config")
         if len(state["weights"]) != len(self.tasks):
             raise ConfigError(f"the checkpoint was trained on {len(state['weights'])} tasks, these files hold "
                               f"{len(self.tasks)}; use a new --out or the same task files",
-                              file=str(self.checkpoint_path), field="trainer.weights")
+                              file=str(path), field="trainer.weights")
+        self.policy = NeuralPolicy.from_checkpoint(state["policy"], parts["net"], file=str(path))
+        self.average = NeuralPolicy.from_checkpoint(state["policy"], parts["average"], file=str(path)
+                                                    ).net.state_dict()
+        moments: dict[int, dict[str, torch.Tensor]] = {}
+        for key, tensor in parts["optim"].items():
+            index, _, name = key.partition(".")
+            moments.setdefault(int(index), {})[name] = tensor
+        self.optim = torch.optim.Adam(self.policy.net.parameters(), lr=self.config.lr)
+        self.optim.load_state_dict({"state": moments, "param_groups": state["param_groups"]})
+        self.step = state["step"]
+        self.history = state["history"]
         self.weights = np.asarray(state["weights"])
-        self.average = state["average"]
-        self.best = state.get("best")
+        self.best = state["best"]
         return True
 
     # -- validation --------------------------------------------------------------------------------------------------
     def validate(self) -> dict:
         """The averaged policy on the validation items, greedy, through the full registry (no dropout, the real card
-        texts); best.pt follows the highest score. The figures join this step's history entry and log line."""
+        texts); best.safetensors follows the highest score. The figures join this step's history entry and log
+        line."""
         from ..evaluation.evaluate import run_policy
 
         cfg = self.config
@@ -233,7 +277,7 @@ class GRPOTrainer:
                    "val_score": metrics["macro_accuracy"] - cfg.cost_weight * metrics["mean_cost"]}
         if self.best is None or figures["val_score"] > self.best["score"]:
             self.best = {"step": self.step, "score": figures["val_score"]}
-            policy.save(self.out / "best.pt", extra={"validation": {"step": self.step, **figures}})
+            policy.save(self.best_path, extra={"validation": {"step": self.step, **figures}})
         if self.history:
             self.history[-1].update(figures)
         with (self.out / "train_log.jsonl").open("a") as fh:
@@ -242,28 +286,31 @@ class GRPOTrainer:
 
     # -- one step ----------------------------------------------------------------------------------------------------
     def _rollouts(self) -> tuple[list[_Group], dict]:
-        """Sample the step's groups. Every random choice derives from (seed, step), so a resumed run repeats it."""
+        """Sample the step's groups on the executor (each group one job, the learner staying here). Every random
+        choice derives from (seed, step) and is drawn here before any episode runs, and each episode has its own
+        seed, so a resumed run, or one on Ray workers, samples the same groups."""
         cfg = self.config
         rng = np.random.default_rng([cfg.seed, self.step])
         picks = rng.choice(len(self.tasks), size=min(cfg.tasks_per_step, len(self.tasks)), replace=False,
                            p=self.weights / self.weights.sum())
+        plans = []
+        for task_index in picks:  # every draw first, in the order a serial run makes them
+            drop_models, drop_skills = sample_dropout(self.registry, rng, cfg.registry_dropout, cfg.family_dropout)
+            dropped = self.registry.without(models=drop_models, skills=drop_skills)
+            descriptions = sample_card_texts(dropped, rng, cfg.paraphrase_prob)
+            plans.append(_GroupPlan(self.tasks[int(task_index)], drop_models, drop_skills, descriptions,
+                                    [int(rng.integers(2**31)) + g for g in range(cfg.group_size)]))
+        sampled = dict(self.executor.map_unordered(_RolloutJob(self.policy, cfg.max_turns, cfg.max_cost), plans))
         groups, rewards_all, scores_all, calls, costs = [], [], [], [], []
         skipped = 0
         for g_index, task_index in enumerate(picks):
             task = self.tasks[int(task_index)]
-            drop_models, drop_skills = sample_dropout(self.registry, rng, cfg.registry_dropout)
-            registry = self.registry.without(models=drop_models, skills=drop_skills)
-            card_text = sample_card_texts(registry, rng, cfg.paraphrase_prob)
-            self.policy.card_text = card_text
-            graph = build_graph(registry, self.policy)
-            episodes = []
-            for g in range(cfg.group_size):
-                context = MaestroContext(max_turns=cfg.max_turns, max_cost=cfg.max_cost, greedy=False,
-                                         seed=int(rng.integers(2**31)) + g)
-                episodes.append(run_episode(graph, task.question, task.images, task.choices, context=context))
-            rewards = np.asarray([total_reward(task, e, cfg.cost_weight) for e in episodes])
+            plan = plans[g_index]
+            registry = plan.view(self.registry)
+            episodes = sampled[g_index]
+            rewards = np.asarray([self.rewards(task, e) for e in episodes])
             rewards_all += rewards.tolist()
-            scores_all += [answer_score(task, e) for e in episodes]
+            scores_all += [outcome(task, e) for e in episodes]
             calls += [len(e.steps) for e in episodes]
             costs += [e.cost for e in episodes]
             std = rewards.std()
@@ -272,21 +319,19 @@ class GRPOTrainer:
                 skipped += 1
                 continue
             advantages = group_advantages(rewards, cfg.advantage_std_floor)
-            group = _Group(registry, card_text)
+            group = _Group(registry)
             for episode, adv in zip(episodes, advantages):
-                for view, action in _decisions(episode, task, self.context):
-                    group.decisions.append(Decision(view, action, 0.0, float(adv), g_index))
+                group.samples += _samples(episode, task, self.context, float(adv), g_index)
             groups.append(group)
         stats = {"reward": float(np.mean(rewards_all)), "accuracy": float(np.mean(scores_all)),
                  "calls": float(np.mean(calls)), "cost": float(np.mean(costs)), "skipped_groups": skipped,
                  "groups": len(picks)}
         return groups, stats
 
-    def _score(self, group: _Group, decision: Decision) -> tuple[torch.Tensor, torch.Tensor]:
-        self.policy.card_text = group.card_text
-        scored = self.policy.score(decision.view, ActionSpace.build(group.registry, decision.view))
+    def _score(self, group: _Group, sample: Sample) -> tuple[torch.Tensor, torch.Tensor]:
+        scored = self.policy.score(sample.view, ActionSpace.build(group.registry, sample.view))
         probs = scored.probs
-        log_prob = torch.log(probs[_index(scored.actions, decision.action)])
+        log_prob = torch.log(probs[_index(scored.actions, sample.action)])
         entropy = -(probs * torch.log(probs)).sum()
         return log_prob, entropy
 
@@ -294,10 +339,7 @@ class GRPOTrainer:
         cfg = self.config
         start = time.perf_counter()
         groups, stats = self._rollouts()
-        decisions = [(g, d) for g in groups for d in g.decisions]
-        with torch.no_grad():
-            for group, d in decisions:
-                d.old_log_prob = float(self._score(group, d)[0])
+        decisions = [(g, d) for g in groups for d in g.samples]
         entropies = []
         for _ in range(cfg.inner_epochs if decisions else 0):
             self.optim.zero_grad()
@@ -314,7 +356,6 @@ class GRPOTrainer:
         with torch.no_grad():
             for key, value in self.policy.net.state_dict().items():
                 self.average[key].mul_(cfg.ema_decay).add_(value, alpha=1 - cfg.ema_decay)
-        self.policy.card_text = {}
         self.step += 1
         stats.update(step=self.step, entropy=float(np.mean(entropies)) if entropies else 0.0,
                      decisions=len(decisions), seconds=time.perf_counter() - start)

@@ -1,38 +1,84 @@
-"""Rewards are plain callables `(task, episode) -> float`, logged by name (the TRL convention)."""
+"""The reward, defined once: named episode-level reward functions and their weights, in the shape of TRL's
+`reward_funcs` + `reward_weights`. The neural GRPO trainer, TRL training of LM routers and trajectory export all
+compute an episode's reward through `Rewards`, and log each part by its name.
+
+    reward = 1 * outcome + cost_weight * cost + format_weight * format
+
+`outcome` is the answer score (0..1), `cost` minus the episode's expert cost, `format` minus the number of outputs
+that were no valid action (LM routers; 0 for the neural policy, whose actions are always valid, beyond running out
+of budget).
+"""
 
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from ..runner import EpisodeResult
 from ..tasks import Task
+from ..types import ErrorKind
 
-__all__ = ["RewardFn", "answer_score", "cost_penalty", "format_penalty", "total_reward", "lm_reward"]
+__all__ = ["RewardFunc", "Rewards", "outcome", "cost", "format_errors"]
 
-RewardFn = Callable[[Task, EpisodeResult], float]
-"""A reward: one float per finished episode."""
-
-
-def answer_score(task: Task, episode: EpisodeResult) -> float:
-    return task.score(episode.answer)
+RewardFunc = Callable[[Task, EpisodeResult], float]
+"""One reward part: a float per finished episode of a task (the function's name is the part's name)."""
 
 
-def cost_penalty(task: Task, episode: EpisodeResult) -> float:
+def outcome(task: Task, episode: EpisodeResult) -> float:
+    """The answer's score against the task's key (0 for a task without one)."""
+    return task.score(episode.answer) if task.answer is not None else 0.0
+
+
+def cost(task: Task, episode: EpisodeResult) -> float:
+    """Minus the episode's expert cost."""
     return -episode.cost
 
 
-def total_reward(task: Task, episode: EpisodeResult, cost_weight: float) -> float:
-    """The outcome reward of DESIGN.md: answer score minus `cost_weight` times the episode's cost."""
-    return answer_score(task, episode) + cost_weight * cost_penalty(task, episode)
-
-
-def format_penalty(task: Task, episode: EpisodeResult) -> float:
-    """For LM routers: minus the number of outputs that were no valid action (error steps of kind "policy":
-    malformed tags, unknown or incompatible pairs) and minus one when the budget, not the router, ended the episode."""
-    invalid = sum(1 for s in episode.steps if s.error_kind == "policy")
+def format_errors(task: Task, episode: EpisodeResult) -> float:
+    """Minus the router's outputs that were no valid action (error steps of kind policy: malformed tags, unknown or
+    incompatible pairs), and minus one when the budget, not the router, ended the episode."""
+    invalid = sum(1 for s in episode.steps if s.error_kind == ErrorKind.POLICY)
     return -float(invalid + (episode.stop_reason == "budget"))
 
 
-def lm_reward(task: Task, episode: EpisodeResult, cost_weight: float, format_weight: float) -> float:
-    """The LM router's reward: outcome minus cost minus `format_weight` per format error."""
-    return total_reward(task, episode, cost_weight) + format_weight * format_penalty(task, episode)
+@dataclass(frozen=True)
+class Rewards:
+    """Reward parts with their weights. `parts` gives each part by name, `total` their weighted sum."""
+
+    funcs: tuple[RewardFunc, ...] = (outcome, cost, format_errors)
+    weights: tuple[float, ...] = (1.0, 0.0, 0.0)
+
+    def __post_init__(self) -> None:
+        if len(self.funcs) != len(self.weights):
+            raise ValueError(f"{len(self.funcs)} reward functions but {len(self.weights)} weights")
+
+    @classmethod
+    def make(cls, *, cost_weight: float = 0.0, format_weight: float = 0.0) -> "Rewards":
+        """The project's reward: outcome, minus `cost_weight` per unit of cost, minus `format_weight` per format
+        error."""
+        return cls((outcome, cost, format_errors), (1.0, cost_weight, format_weight))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(f.__name__ for f in self.funcs)
+
+    def parts(self, task: Task, episode: EpisodeResult) -> dict[str, float]:
+        return {f.__name__: float(f(task, episode)) for f in self.funcs}
+
+    def total(self, parts: dict[str, float]) -> float:
+        return sum(w * parts[name] for name, w in zip(self.names, self.weights))
+
+    def __call__(self, task: Task, episode: EpisodeResult) -> float:
+        return self.total(self.parts(task, episode))
+
+    def trl_funcs(self) -> list[Callable[..., list[float]]]:
+        """TRL reward functions reading the parts a rollout function returned (one column `reward_<name>` per part),
+        so TRL weights and logs each part under its own name."""
+        def column(name: str) -> Callable[..., list[float]]:
+            def reward(completions: list, **columns: Any) -> list[float]:
+                return [float(v) for v in columns[f"reward_{name}"]]
+
+            reward.__name__ = name
+            return reward
+
+        return [column(name) for name in self.names]

@@ -7,8 +7,8 @@ the `<search>` tags with tool calls; `rollout_func(prompts, trainer)` leaves gen
 each received prompt (TRL repeats each one `num_generations` times) runs one episode through `build_graph` with an
 `LMPolicy` on the trainer's current weights, the episode is rendered with the router's conversation builder, and the
 completion is every token after the first user turn with `env_mask` 0 on the `<information>` turns (no loss there).
-The reward is outcome minus `cost_weight` * cost minus `format_weight` * format errors, as three reward functions
-so TRL logs each part.
+The reward is rl/rewards.py's `Rewards` (outcome, cost, format errors with their weights): the rollout returns each
+part as a column and `Rewards.trl_funcs()` hands them to TRL, so TRL weights and logs each part by name.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 
+from ..configs import load_yaml
 from ..errors import ConfigError
+from ..jsonl import read_jsonl
 from ..graph import MaestroContext, build_graph
 from ..policy.lm.backends import TransformersLM
 from ..policy.lm.policy import LMPolicy
@@ -32,7 +33,7 @@ from ..registry import Registry
 from ..runner import run_episode
 from ..tasks import Task
 from .export import ExportOptions, episode_messages
-from .rewards import answer_score, cost_penalty, format_penalty
+from .rewards import format_errors
 
 __all__ = [
     "GraphRollout",
@@ -40,7 +41,6 @@ __all__ = [
     "evaluate_lm",
     "grpo_dataset",
     "load_train_config",
-    "reward_functions",
     "run_grpo",
     "run_sft",
     "sft_examples",
@@ -131,18 +131,8 @@ class LMTrainConfig:
 
 
 def load_train_config(path: str | Path, **overrides: Any) -> LMTrainConfig:
-    raw = yaml.safe_load(Path(path).read_text()) or {}
-    if not isinstance(raw, dict):
-        raise ConfigError("expected a mapping of LMTrainConfig fields", file=str(path))
-    raw.update({k: v for k, v in overrides.items() if v is not None})
-    unknown = sorted(set(raw) - set(LMTrainConfig.__dataclass_fields__))
-    if unknown:
-        valid = sorted(LMTrainConfig.__dataclass_fields__)
-        raise ConfigError(f"unknown keys {unknown}; valid: {valid}", file=str(path))
-    try:
-        return LMTrainConfig(**raw)
-    except ConfigError as exc:
-        raise ConfigError(str(exc), file=str(path)) from exc
+    """The config of a YAML file; `overrides` that are not None win over it (configs.load_yaml)."""
+    return load_yaml(LMTrainConfig, path, **overrides)
 
 
 # -- tokens of a multi-turn episode ---------------------------------------------------------------------------------
@@ -228,8 +218,9 @@ class GraphRollout:
         policy = LMPolicy(self.backend(trainer), constrained=cfg.constrained, prompt=cfg.prompt, name="lm:train")
         graph = build_graph(self.registry, policy)
         chosen: dict[str, Task] = {}
-        out: dict[str, list] = {k: [] for k in ("prompt_ids", "completion_ids", "env_mask", "score", "cost",
-                                                "format_errors")}
+        rewards = cfg.export_options.rewards
+        out: dict[str, list] = {k: [] for k in ("prompt_ids", "completion_ids", "env_mask",
+                                                *(f"reward_{name}" for name in rewards.names))}
         try:
             for prompt in prompts:
                 key = _key(prompt)
@@ -243,32 +234,12 @@ class GraphRollout:
                 out["prompt_ids"].append(prompt_ids)
                 out["completion_ids"].append(completion_ids)
                 out["env_mask"].append(mask)
-                out["score"].append(answer_score(task, episode))
-                out["cost"].append(-cost_penalty(task, episode))
-                out["format_errors"].append(-format_penalty(task, episode))
+                for name, value in rewards.parts(task, episode).items():
+                    out[f"reward_{name}"].append(value)
         finally:
             model.train(was_training)
         out["logprobs"] = None  # TRL recomputes the old log-probabilities itself
         return out
-
-
-def outcome(completions: list, score: list[float], **_: Any) -> list[float]:
-    """Answer score of the episode (0..1)."""
-    return [float(s) for s in score]
-
-
-def cost(completions: list, cost: list[float], **_: Any) -> list[float]:
-    """Minus the episode's expert cost (weighted by cost_weight)."""
-    return [-float(c) for c in cost]
-
-
-def format_errors(completions: list, format_errors: list[float], **_: Any) -> list[float]:
-    """Minus the number of format errors (weighted by format_weight)."""
-    return [-float(e) for e in format_errors]
-
-
-def reward_functions(config: LMTrainConfig) -> tuple[list, list[float]]:
-    return [outcome, cost, format_errors], [1.0, config.cost_weight, config.format_weight]
 
 
 # -- SFT warm start --------------------------------------------------------------------------------------------------
@@ -277,7 +248,7 @@ def sft_examples(records: Sequence[dict], min_score: float = 1.0) -> list[dict]:
     (the loss then falls on the router's own turns only)."""
     examples = []
     for record in records:
-        if record.get("score", 0.0) < min_score or "tools" in record:
+        if record.get("rewards", {}).get("outcome", 0.0) < min_score or "tools" in record:
             continue
         messages = record["messages"]
         for k, message in enumerate(messages):
@@ -328,9 +299,9 @@ def run_grpo(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[Tas
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     dataset, by_prompt = grpo_dataset([t for t in tasks if t.answer is not None], registry, config)
-    funcs, weights = reward_functions(config)
-    args = GRPOConfig(**_grpo_fields(config, out, weights), **config.extra_grpo_args)
-    trainer = GRPOTrainer(model=model, reward_funcs=funcs, args=args, train_dataset=dataset,
+    rewards = config.export_options.rewards
+    args = GRPOConfig(**_grpo_fields(config, out, list(rewards.weights)), **config.extra_grpo_args)
+    trainer = GRPOTrainer(model=model, reward_funcs=rewards.trl_funcs(), args=args, train_dataset=dataset,
                           processing_class=tokenizer, rollout_func=GraphRollout(registry, by_prompt, config))
     trainer.train()
     return trainer
@@ -346,7 +317,7 @@ def evaluate_lm(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[
     for task in tasks:
         episode = run_episode(graph, task.question, task.images, task.choices, context=context)
         scores.append(task.score(episode.answer))
-        errors += int(-format_penalty(task, episode))
+        errors += int(-format_errors(task, episode))
         answered += episode.stop_reason == "policy"
     n = max(1, len(tasks))
     return {"items": len(tasks), "accuracy": sum(scores) / n, "format_errors_per_episode": errors / n,
@@ -378,7 +349,7 @@ def train_lm(config: LMTrainConfig, progress: bool = True) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ..cache import ExpertCache
-    from ..evaluation.evaluate import load_task_files
+    from ..tasks import load_task_files
     from ..policy.lm.weights import cached_hf_folder
 
     out = Path(config.out_dir)
@@ -399,7 +370,10 @@ def train_lm(config: LMTrainConfig, progress: bool = True) -> dict:
     history: list[dict] = []
     start = time.perf_counter()
     if config.sft_steps:
-        records = [json.loads(line) for line in Path(config.sft_data).read_text().splitlines() if line.strip()]
+        lines = list(read_jsonl(config.sft_data))
+        records = [line.value for line in lines if line.problem is None and isinstance(line.value, dict)]
+        summary["sft_lines_skipped"] = [f"line {line.number}: {line.problem or 'not a JSON object'}"
+                                        for line in lines if line.problem is not None or not isinstance(line.value, dict)]
         sft = run_sft(model, tokenizer, records, config, out / "sft", config.sft_steps)
         history += [{"phase": "sft", **h} for h in sft.state.log_history]
     grpo = run_grpo(model, tokenizer, registry, tasks, config, out / "grpo")

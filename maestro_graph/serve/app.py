@@ -1,5 +1,6 @@
-"""The OpenAI-compatible app: `/v1/models`, `/v1/chat/completions` (plain and SSE streaming), `/v1/threads/{id}`,
-`/healthz`, and the LangServe routes when the `langserve` extra is installed.
+"""The OpenAI-compatible app: `/v1/models` (and `/v1/models/{id}`), `/v1/chat/completions` (plain and SSE
+streaming, with `usage`), `/v1/threads/{id}`, `/healthz`, `/metrics` (Prometheus), and the LangServe routes when
+the `langserve` extra is installed. Every response carries an `x-request-id`.
 
 Every refusal is an OpenAI-style JSON error with the status that says whose fault it was; nothing a client sends
 can take the server down, and episodes never run on the event loop.
@@ -7,7 +8,6 @@ can take the server down, and episodes never run on the event loop.
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import importlib.util
 import json
@@ -18,16 +18,19 @@ from typing import Any, AsyncIterator
 
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..questions import clean_question, question_problem
 from ..registry import Registry
-from .episodes import THREAD_HEADER, Episode, EpisodeService, open_checkpointer
+from .episodes import THREAD_HEADER, Episode, EpisodeOutcome, EpisodeService, open_checkpointer
 from .images import resolve_images
 from .limits import BodyLimitMiddleware
+from .observability import RequestIdMiddleware
+from .observability import thread_id as thread_id_var
 from .protocol import (
     THREAD_ID_PATTERN,
     ApiError,
@@ -66,6 +69,7 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
     app = FastAPI(title="Maestro-Graph", version="1", lifespan=lifespan)
     app.state.service = service
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestIdMiddleware)  # added last, so outermost: a refused body gets an id too
     _install_error_handlers(app)
 
     def require_key(authorization: str | None = Header(None)) -> None:
@@ -82,10 +86,25 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
         return {"status": "ok", "episodes_in_flight": service.in_flight, "max_episodes": settings.max_episodes,
                 "persistence": service.persistent, "langserve": langserve_installed()}
 
+    @app.get("/metrics")
+    def metrics() -> Response:
+        """Prometheus text format, unauthenticated like /healthz (scrapers rarely hold the API key; it holds no
+        request data)."""
+        return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    model_card = {"id": settings.model_name, "object": "model", "created": 0, "owned_by": "maestro-graph"}
+
     @app.get("/v1/models", dependencies=[Depends(require_key)])
     def models() -> dict[str, Any]:
-        return {"object": "list",
-                "data": [{"id": settings.model_name, "object": "model", "created": 0, "owned_by": "maestro-graph"}]}
+        return {"object": "list", "data": [model_card]}
+
+    @app.get("/v1/models/{model_id}", dependencies=[Depends(require_key)])
+    def model(model_id: str) -> dict[str, Any]:
+        if model_id != settings.model_name:
+            raise ApiError(404, "model_not_found",
+                           f"model {model_id!r} does not exist; this server serves {settings.model_name!r}",
+                           param="model")
+        return model_card
 
     @app.get("/v1/threads/{thread_id}", dependencies=[Depends(require_key)])
     async def thread(thread_id: str) -> dict[str, Any]:
@@ -102,6 +121,9 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
             raise ApiError(404, "model_not_found",
                            f"model {chat.model!r} does not exist; this server serves {settings.model_name!r}",
                            param="model")
+        if chat.n != 1:
+            raise ApiError(400, "n_not_supported", f"n={chat.n}: an episode gives one answer; send n=1 (or omit it) "
+                           "and repeat the request for more", param="n")
         parsed = parse_request(chat)
         if not parsed.question.strip() and not parsed.image_urls:
             raise ApiError(400, "empty_request", "the user message has neither text nor images",
@@ -121,20 +143,15 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
         episode = Episode(parsed.question, images, chat.choices, context,
                           service.thread_for(chat.thread_id or header_thread))
         headers = {THREAD_HEADER: episode.thread_id} if episode.thread_id else {}
+        thread_id_var.set(episode.thread_id)
         completion_id = new_completion_id()
         if not chat.stream:
             outcome = await service.complete(episode)
-            return JSONResponse(completion_body(completion_id, settings.model_name, outcome.answer, outcome.trace()),
-                                headers=headers)
-        service.admit(episode.thread_id)
-        loop = asyncio.get_running_loop()
-        events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-
-        def emit(event: dict[str, Any]) -> None:
-            loop.call_soon_threadsafe(events.put_nowait, event)
-
-        future = asyncio.wrap_future(await run_in_threadpool(service.start, episode, emit))
-        stream = _sse(completion_id, settings, episode, future, events, loop.time() + settings.request_timeout_s)
+            return JSONResponse(completion_body(completion_id, settings.model_name, outcome.answer, outcome.trace(),
+                                                outcome.usage), headers=headers)
+        include_usage = chat.stream_options is not None and chat.stream_options.include_usage
+        stream = _sse(completion_id, settings.model_name, await service.open_stream(episode),
+                      include_usage=include_usage)
         return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
 
     if langserve_installed():
@@ -144,34 +161,25 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
     return app
 
 
-async def _sse(completion_id: str, settings: ServeSettings, episode: Episode, future: asyncio.Future,
-               events: asyncio.Queue, deadline: float) -> AsyncIterator[str]:
-    """Steps as `maestro` chunks with an empty delta, then the answer as content, then `[DONE]`."""
-    model = settings.model_name
-    loop = asyncio.get_running_loop()
+async def _sse(completion_id: str, model: str, stream: AsyncIterator[dict[str, Any] | EpisodeOutcome], *,
+               include_usage: bool) -> AsyncIterator[str]:
+    """Steps as `maestro` chunks with an empty delta, then the answer as content, the usage chunk when asked for
+    (`stream_options.include_usage`), then `[DONE]`. An error after the stream began is its last chunk."""
 
     def data(body: dict[str, Any]) -> str:
         return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
     try:
         yield data(chunk_body(completion_id, model, {"role": "assistant", "content": ""}))
-        while not (future.done() and events.empty()):
-            getter = asyncio.ensure_future(events.get())
-            done, _ = await asyncio.wait({getter, future}, timeout=max(0.0, deadline - loop.time()),
-                                         return_when=asyncio.FIRST_COMPLETED)
-            if getter in done:
-                yield data(chunk_body(completion_id, model, {}, maestro=getter.result()))
+        async for item in stream:
+            if not isinstance(item, EpisodeOutcome):
+                yield data(chunk_body(completion_id, model, {}, maestro=item))
                 continue
-            getter.cancel()
-            if not done:
-                episode.cancel.set()
-                error = ApiError(504, "timeout", f"the episode did not finish within {settings.request_timeout_s:g} s")
-                yield data(error.body())
-                return
-        outcome = future.result()
-        yield data(chunk_body(completion_id, model, {"content": outcome.answer or ""}))
-        yield data(chunk_body(completion_id, model, {}, finish_reason="stop", maestro={"event": "done",
-                                                                                       **outcome.trace()}))
+            yield data(chunk_body(completion_id, model, {"content": item.answer or ""}))
+            yield data(chunk_body(completion_id, model, {}, finish_reason="stop",
+                                  maestro={"event": "done", **item.trace()}))
+            if include_usage:
+                yield data(chunk_body(completion_id, model, None, usage=item.usage))
         yield "data: [DONE]\n\n"
     except ApiError as exc:
         yield data(exc.body())
@@ -179,8 +187,7 @@ async def _sse(completion_id: str, settings: ServeSettings, episode: Episode, fu
         log.exception("episode failed")
         yield data(ApiError(500, "episode_failed", f"{exc.__class__.__name__}: {exc}").body())
     finally:
-        if not future.done():  # the client disconnected: stop the episode at its next step
-            episode.cancel.set()
+        await stream.aclose()  # a client gone mid-stream: the episode stops at its next step
 
 
 async def _json_body(request: Request) -> Any:

@@ -1,15 +1,19 @@
 """Episodes for the HTTP app: admission (a cap on episodes in flight), a small worker pool that runs the graph off
 the event loop, per-request cancellation, and thread ids backed by the SQLite checkpointer.
 
-A request that names a thread id is idempotent: an unfinished thread resumes from its last checkpoint (so an
-episode cut off by a crash or a timeout loses nothing), a finished thread replays its stored result, and an unknown
-thread starts a new episode.
+A thread is a conversation, the rule of LangGraph threads: a request asking the thread's current question again is
+idempotent (an unfinished episode resumes from its last checkpoint, so one cut off by a crash or a timeout loses
+nothing; a finished one replays its stored result, so a client retrying a lost response runs nothing twice); a
+request asking another question starts a new episode on the thread, whose earlier finished episodes stay in its
+`episodes` history (an interrupted one is dropped, as the Agent Server drops it); an unknown thread starts fresh.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import logging
 import sqlite3
 import threading
 import time
@@ -17,7 +21,7 @@ import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, AsyncIterator, Callable, Literal
 
 from langgraph.checkpoint.sqlite import SqliteSaver
 from starlette.concurrency import run_in_threadpool
@@ -26,13 +30,17 @@ from ..cancellation import Cancelled, cancellable
 from ..graph import MaestroContext, build_graph
 from ..policy import PolicyNotOffered
 from ..registry import Registry
+from .observability import EpisodeMetrics, outcome_label
+from .observability import thread_id as thread_id_var
 from .protocol import ApiError
 from .settings import ServeSettings
 
-__all__ = ["Episode", "EpisodeOutcome", "EpisodeService", "open_checkpointer", "THREAD_HEADER"]
+__all__ = ["Episode", "EpisodeOutcome", "EpisodeService", "open_checkpointer", "usage_of", "THREAD_HEADER"]
 
 THREAD_HEADER = "X-Maestro-Thread-Id"
 """Request header naming the thread of an episode (same as the body's `thread_id`); responses echo it."""
+
+log = logging.getLogger("maestro.serve")
 
 Emit = Callable[[dict[str, Any]], None]
 """Receives each stream event of an episode (decision, step, answer); called from the worker thread."""
@@ -68,6 +76,8 @@ class EpisodeOutcome:
     resumed: bool
     replayed: bool
     latency_s: float
+    usage: dict[str, int] = field(default_factory=lambda: usage_of([]))
+    """OpenAI `usage`: the tokens of the chat-model calls inside the episode's steps (0 when none was made)."""
 
     def trace(self) -> dict[str, Any]:
         """The `maestro` extra field of a completion."""
@@ -96,6 +106,9 @@ class EpisodeService:
         self._lock = threading.Lock()
         self._busy_threads: set[str] = set()
         self.in_flight = 0
+        self.running = 0
+        self.metrics = EpisodeMetrics(registry, queue_depth=lambda: max(0, self.in_flight - self.running),
+                                      in_flight=lambda: self.in_flight)
 
     @property
     def persistent(self) -> bool:
@@ -144,14 +157,26 @@ class EpisodeService:
     def start(self, episode: Episode, emit: Emit) -> Future:
         """Run an admitted episode on a worker; the future holds its EpisodeOutcome. Reads the thread's checkpoint
         first (blocking: call it off the event loop); on any refusal the slot is given back."""
+        def observed(event: dict[str, Any]) -> None:
+            self.metrics.observe_event(event)
+            emit(event)
+
         try:
             self._classify(episode)
-            future = self._pool.submit(self._run, episode, emit)
+            context = contextvars.copy_context()  # the worker's log lines name this request and thread
+            context.run(thread_id_var.set, episode.thread_id)
+            future = self._pool.submit(context.run, self._run, episode, observed)
         except BaseException:
             self._release(episode.thread_id)
             raise
-        future.add_done_callback(lambda _: self._release(episode.thread_id))
+        future.add_done_callback(lambda done: self._finish(episode, done))
         return future
+
+    def _finish(self, episode: Episode, future: Future) -> None:
+        """Give the slot back; a crashed episode is counted and logged here (the caller reports it to the client)."""
+        self._release(episode.thread_id)
+        if not future.cancelled() and future.exception() is not None:
+            self.metrics.observe_failure()
 
     def _config(self, episode: Episode) -> dict[str, Any]:
         config: dict[str, Any] = {"recursion_limit": 2 * episode.context.max_turns + 6}
@@ -160,21 +185,30 @@ class EpisodeService:
         return config
 
     def _classify(self, episode: Episode) -> None:
-        """New, interrupted (resume) or finished (replay) thread; a thread asked a different question is refused."""
+        """Same question as the thread's current one: resume (unfinished) or replay (finished); else a new
+        episode on the thread (see the module docstring)."""
         if episode.thread_id is None:
             return
         snapshot = self.graph.get_state(self._config(episode))
-        if not snapshot.values:
-            return
-        stored = snapshot.values.get("question") or ""
-        if stored != episode.question:
-            raise ApiError(409, "thread_mismatch",
-                           f"thread {episode.thread_id!r} holds another question ({stored[:80]!r}); use a new thread id",
-                           param="thread_id")
-        episode.mode = "replay" if _finished(snapshot) else "resume"
+        if snapshot.values and snapshot.values.get("question") == episode.question:
+            episode.mode = "replay" if _finished(snapshot) else "resume"
 
     def _run(self, episode: Episode, emit: Emit) -> EpisodeOutcome:
+        with self._lock:
+            self.running += 1
+        try:
+            outcome, ran = self._episode(episode, emit)
+        finally:
+            with self._lock:
+                self.running -= 1
+        self.metrics.observe_outcome(outcome, ran)
+        log.info("episode %s: %s in %.2f s", outcome_label(outcome), outcome.stop_reason, outcome.latency_s)
+        return outcome
+
+    def _episode(self, episode: Episode, emit: Emit) -> tuple[EpisodeOutcome, list[dict[str, Any]]]:
+        """Run, resume or replay the episode; returns its outcome and the raw steps this request ran."""
         start = time.perf_counter()
+        done_before = 0
         config = self._config(episode)
         graph_input: dict[str, Any] | None = {
             "question": episode.question, "images": episode.images, "choices": episode.choices,
@@ -185,8 +219,9 @@ class EpisodeService:
                 emit({"event": "step", **_public(step), "restored": True})
             if episode.mode == "replay":
                 emit({"event": "answer", "answer": values.get("answer"), "stop_reason": values.get("stop_reason")})
-                return self._outcome(values, episode, start, finished=True)
+                return self._outcome(values, episode, start, finished=True), []
             graph_input = None  # an interrupted episode continues from its last checkpoint
+            done_before = len(values.get("steps", []))
         values = {}
         if not episode.cancel.is_set():
             # "sync" durability: a step's checkpoint is on disk before the next step starts, so a crash loses
@@ -204,14 +239,15 @@ class EpisodeService:
                     if episode.cancel.is_set():  # the client is gone or timed out: stop at this step boundary
                         break
         finished = bool(values.get("stop_reason")) and not episode.cancel.is_set()
-        return self._outcome(values, episode, start, finished=finished)
+        return self._outcome(values, episode, start, finished=finished), values.get("steps", [])[done_before:]
 
     @staticmethod
     def _outcome(values: dict[str, Any], episode: Episode, start: float, *, finished: bool) -> EpisodeOutcome:
         return EpisodeOutcome(
             answer=values.get("answer"),
             steps=[_public(s) for s in values.get("steps", [])],
-            stop_reason=values.get("stop_reason", "") if finished else "cancelled",
+            usage=usage_of(values.get("steps", [])),
+            stop_reason=(values.get("stop_reason") or "") if finished else "cancelled",
             thread_id=episode.thread_id, resumed=episode.mode == "resume", replayed=episode.mode == "replay",
             latency_s=time.perf_counter() - start,
         )
@@ -225,13 +261,52 @@ class EpisodeService:
             return await asyncio.wait_for(asyncio.shield(future), timeout=self.settings.request_timeout_s)
         except TimeoutError:
             episode.cancel.set()
-            resume = f"; resume it with thread id {episode.thread_id}" if episode.thread_id else ""
-            raise ApiError(504, "timeout",
-                           f"the episode did not finish within {self.settings.request_timeout_s:g} s{resume}",
-                           headers={THREAD_HEADER: episode.thread_id} if episode.thread_id else None) from None
+            raise self._timeout(episode) from None
         except asyncio.CancelledError:  # the client went away: stop the episode at its next step
             episode.cancel.set()
             raise
+
+    async def open_stream(self, episode: Episode) -> AsyncIterator[dict[str, Any] | EpisodeOutcome]:
+        """Admit and start the episode now (so a refusal is the request's own HTTP error, not a stream chunk),
+        then iterate its events as they happen and its EpisodeOutcome last, within the request timeout (the
+        iterator raises the 504 ApiError after it). A consumer that stops early, a client gone, cancels it."""
+        self.admit(episode.thread_id)
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+        def emit(event: dict[str, Any]) -> None:
+            loop.call_soon_threadsafe(events.put_nowait, event)
+
+        future = asyncio.wrap_future(await run_in_threadpool(self.start, episode, emit))
+        return self._pump(episode, future, events, loop.time() + self.settings.request_timeout_s)
+
+    async def _pump(self, episode: Episode, future: asyncio.Future, events: asyncio.Queue,
+                    deadline: float) -> AsyncIterator[dict[str, Any] | EpisodeOutcome]:
+        loop = asyncio.get_running_loop()
+        try:
+            while not (future.done() and events.empty()):
+                getter = asyncio.ensure_future(events.get())
+                done, _ = await asyncio.wait({getter, future}, timeout=max(0.0, deadline - loop.time()),
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if getter in done:
+                    yield getter.result()
+                    continue
+                getter.cancel()
+                if not done:
+                    episode.cancel.set()
+                    raise self._timeout(episode)
+            yield future.result()
+        finally:
+            if not future.done():
+                episode.cancel.set()
+
+    def _timeout(self, episode: Episode) -> ApiError:
+        """The 504 of an episode cut off by the request timeout: it stops at its next step; with checkpoints its
+        thread id resumes it."""
+        resume = f"; resume it with thread id {episode.thread_id}" if episode.thread_id else ""
+        return ApiError(504, "timeout",
+                        f"the episode did not finish within {self.settings.request_timeout_s:g} s{resume}",
+                        headers={THREAD_HEADER: episode.thread_id} if episode.thread_id else None)
 
     def history(self, thread_id: str) -> dict[str, Any]:
         """A thread's current result and its checkpoints, newest first (404 when unknown)."""
@@ -250,6 +325,7 @@ class EpisodeService:
             "answer": values.get("answer"),
             "stop_reason": values.get("stop_reason"),
             "steps": [_public(s) for s in values.get("steps", [])],
+            "episodes": [{**e, "steps": [_public(s) for s in e.get("steps", [])]} for e in values.get("episodes", [])],
             "checkpoints": [
                 {"checkpoint_id": s.config["configurable"]["checkpoint_id"], "step": s.metadata.get("step"),
                  "next": list(s.next), "steps_done": len(s.values.get("steps", []))}
@@ -268,6 +344,14 @@ def _finished(snapshot: Any) -> bool:
     whose last task finished just before the process stopped may show no next node yet no stop reason: its
     results are pending writes, and resuming carries on from them.)"""
     return bool(snapshot.values.get("stop_reason")) and not snapshot.next
+
+
+def usage_of(steps: list[dict[str, Any]]) -> dict[str, int]:
+    """Prompt and completion tokens summed over every expert call of the steps (their per-call ledgers)."""
+    calls = [c for step in steps for c in step.get("calls", [])]
+    prompt = sum(c.get("prompt_tokens", 0) for c in calls)
+    completion = sum(c.get("completion_tokens", 0) for c in calls)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
 def _public(step: dict[str, Any]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ __all__ = [
     "ApiError",
     "ChatMessage",
     "ChatRequest",
+    "StreamOptions",
     "ParsedRequest",
     "parse_request",
     "completion_body",
@@ -60,6 +61,13 @@ class ChatMessage(BaseModel):
     content: str | list[dict[str, Any]] | None = None
 
 
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    include_usage: bool = False
+    """Send a last chunk with `usage` (and no choices) before `[DONE]`, as OpenAI does."""
+
+
 class ChatRequest(BaseModel):
     """`/v1/chat/completions` body. The Maestro extensions (`thread_id`, `choices`, `policy`, budgets) are optional;
     OpenAI clients send them through `extra_body`."""
@@ -69,6 +77,8 @@ class ChatRequest(BaseModel):
     model: str
     messages: list[ChatMessage] = Field(min_length=1)
     stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = Field(1, ge=1, description="choices to generate; an episode has one answer, so only 1 is served")
     thread_id: str | None = Field(None, pattern=THREAD_ID_PATTERN)
     choices: list[str] | None = Field(None, description="multiple-choice options (answered with the option text)")
     policy: str | None = None
@@ -118,8 +128,9 @@ def new_completion_id() -> str:
     return f"chatcmpl-{uuid.uuid4().hex}"
 
 
-def completion_body(completion_id: str, model: str, answer: str | None, trace: dict[str, Any]) -> dict[str, Any]:
-    """A `chat.completion` object; the episode's steps travel in the extra `maestro` field."""
+def completion_body(completion_id: str, model: str, answer: str | None, trace: dict[str, Any],
+                    usage: dict[str, int]) -> dict[str, Any]:
+    """A `chat.completion` object; the episode's steps and cost travel in the extra `maestro` field."""
     return {
         "id": completion_id,
         "object": "chat.completion",
@@ -130,20 +141,24 @@ def completion_body(completion_id: str, model: str, answer: str | None, trace: d
             "message": {"role": "assistant", "content": answer if answer is not None else ""},
             "finish_reason": "stop",
         }],
+        "usage": usage,
         "maestro": trace,
     }
 
 
-def chunk_body(completion_id: str, model: str, delta: dict[str, Any], *, finish_reason: str | None = None,
-               maestro: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One `chat.completion.chunk`; step events ride in the extra `maestro` field with an empty delta."""
+def chunk_body(completion_id: str, model: str, delta: dict[str, Any] | None, *, finish_reason: str | None = None,
+               maestro: dict[str, Any] | None = None, usage: dict[str, int] | None = None) -> dict[str, Any]:
+    """One `chat.completion.chunk`; step events ride in the extra `maestro` field with an empty delta. The usage
+    chunk (`stream_options.include_usage`) has `delta=None`: no choices, only `usage`."""
     body: dict[str, Any] = {
         "id": completion_id,
         "object": "chat.completion.chunk",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+        "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
     }
+    if usage is not None:
+        body["usage"] = usage
     if maestro is not None:
         body["maestro"] = maestro
     return body

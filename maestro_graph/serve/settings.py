@@ -9,7 +9,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..image_sources import ImageSources
-from ..policy.catalog import SERVED_POLICIES, PolicyCatalog
+from ..policy.catalog import DEFAULT_POLICY, SERVED_POLICIES, PolicyCatalog
 
 __all__ = ["ServeSettings", "startup_problem"]
 
@@ -25,7 +25,7 @@ class ServeSettings(BaseModel):
         description="environment variable holding the API key; when it is set and non-empty every /v1 and "
         "/maestro request needs `Authorization: Bearer <key>`",
     )
-    policy: str = Field("rules", description="default policy (a request may name another offered one)")
+    policy: str = Field(DEFAULT_POLICY, description="default policy (a request may name another offered one)")
     policies: tuple[str, ...] = Field(
         SERVED_POLICIES,
         description="the policies a request may name: `NAME` or `NAME=SPEC` (SPEC: any policy name, e.g. "

@@ -13,14 +13,14 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ...errors import MaestroError
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["STOP_STRINGS", "BackendError", "LMBackend", "OpenAILM", "TransformersLM"]
+__all__ = ["STOP_STRINGS", "BackendError", "LMBackend", "OpenAILM", "ScoringBackend", "TransformersLM"]
 
 REGEX_MIN_TOKENS = 160
 """Token limit of a regex-constrained request: the action counts only once its closing tag is written, and the
@@ -42,6 +42,14 @@ class LMBackend(Protocol):
                  regex: str | None = None) -> str: ...
 
 
+@runtime_checkable
+class ScoringBackend(LMBackend, Protocol):
+    """A backend that can also score given completions (log-probability of each text after the conversation), so
+    the `choice` constraint is a real distribution over the valid actions rather than one pick."""
+
+    def score(self, messages: list[dict], continuations: Sequence[str]) -> list[float]: ...
+
+
 class TransformersLM:
     """A local causal LM. Built from loaded objects (training shares the trainer's model), or lazily from a model
     folder / packaged GGUF with `TransformersLM.from_source` (loading goes through the chat expert's loader)."""
@@ -59,9 +67,9 @@ class TransformersLM:
     @classmethod
     def from_source(cls, model: str | None = None, gguf_package: str | None = None, gguf_file: str | None = None,
                     **kwargs: Any) -> TransformersLM:
-        from ...experts.transformers_chat import TransformersChatExpert
+        from ...backends.hf import local_model_problem
 
-        reason = TransformersChatExpert.unavailable_reason(model=model, gguf_package=gguf_package, gguf_file=gguf_file)
+        reason = local_model_problem(model, gguf_package, gguf_file)
         if reason:
             raise BackendError(f"cannot load the router LM: {reason}")
         return cls(source={"model": model, "gguf_package": gguf_package, "gguf_file": gguf_file}, **kwargs)
@@ -70,7 +78,7 @@ class TransformersLM:
         """(model, tokenizer), loading them on first use."""
         with self._lock:
             if self._model is None:
-                from ...experts.transformers_chat import load_causal_lm, resolve_model_source
+                from ...backends.hf import load_causal_lm, resolve_model_source
 
                 self._tokenizer, self._model = load_causal_lm(*resolve_model_source(**self._source))
             return self._model, self._tokenizer
@@ -155,7 +163,7 @@ class OpenAILM:
         self._lock = threading.Lock()
 
     def _http(self) -> httpx.Client:
-        from ...experts.openai_chat import http_client
+        from ...backends.http import http_client
 
         with self._lock:
             if self._client is None:

@@ -17,11 +17,10 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ...errors import ConfigError
-from ...registry.config import first_validation_problem
+from ...errors import ConfigError, first_validation_problem
 from ...types import Answer, InvalidAction, Invoke
 from ..base import ActionSpace, Distribution, EpisodeView
-from .backends import BackendError, LMBackend, OpenAILM, TransformersLM
+from .backends import BackendError, LMBackend, OpenAILM, ScoringBackend, TransformersLM
 from .parser import answer_text, parse_action, search_text
 from .prompt import PromptOptions, conversation
 
@@ -95,7 +94,10 @@ def action_regex(space: ActionSpace) -> str:
 
 
 class LMPolicy:
-    """A router LM behind the policy protocol."""
+    """A router LM behind the policy protocol. Free generation samples inside the backend already: the graph's
+    greedy or sampled pick from its one-action distribution is that sample."""
+
+    stochastic = False
 
     def __init__(self, backend: LMBackend, *, constrained: Literal["choice", "regex"] | None = None,
                  prompt: PromptOptions = PromptOptions(), name: str = "lm"):
@@ -122,9 +124,8 @@ class LMPolicy:
     def _choice(self, messages: list[dict], view: EpisodeView, space: ActionSpace) -> Distribution:
         actions = space.actions
         texts = [action_text(a) for a in actions]
-        score = getattr(self.backend, "score", None)
-        if callable(score):
-            logp = np.asarray(score(messages, texts), dtype=float)
+        if isinstance(self.backend, ScoringBackend):
+            logp = np.asarray(self.backend.score(messages, texts), dtype=float)
             probs = np.exp(logp - logp.max())
             return Distribution(actions, probs / probs.sum())
         text = self.backend.complete(messages, view.images, choices=texts)

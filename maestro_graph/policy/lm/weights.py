@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ...experts.transformers_chat import gguf_folder, load_causal_lm, resolve_model_source, save_hf_folder
+from ...backends.hf import gguf_folder, load_causal_lm, resolve_model_source, save_hf_folder
 
 __all__ = ["cached_hf_folder", "export_hf_folder"]
 

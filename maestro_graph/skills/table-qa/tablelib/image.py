@@ -17,7 +17,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from maestro_graph.cache import cache_key
+from maestro_graph.digests import cache_key
 
 __all__ = ["clean_for_ocr", "ocr_scale"]
 

@@ -1,9 +1,11 @@
-"""Maestro inside a larger agent: three ways to embed it, and the graph `langgraph.json` serves as `maestro-agent`.
+"""Maestro inside a larger agent: three ways to embed it (`maestro_graph.graphs.embedded` serves the agent as
+`maestro-agent`). Importing this module builds nothing.
 
 1. As a subgraph node. The agent's state shares Maestro's keys (`question`, `images`, `choices` in; `answer`,
    `steps`, `stop_reason` out), so the compiled Maestro graph is added as a node as it is: LangGraph passes the
    shared keys in and merges Maestro's output back. The agent's own nodes read and write its own keys (`request`,
-   `report`). The run context (`MaestroContext`: budget, policy) flows into the subgraph unchanged.
+   `report`). The agent has its own run context (`AgentContext`); Maestro reads only its namespace, the `maestro`
+   field (`MaestroContext.of`), so any parent context works: one without that field gives Maestro its defaults.
 2. The same agent over the network: `remote_agent(url)` puts a `RemoteGraph` of a running Agent Server's `maestro`
    graph where the local subgraph was.
 3. As a LangChain tool: `maestro_tool(maestro)` is a `StructuredTool` with a typed schema (question, images,
@@ -13,20 +15,20 @@
 from __future__ import annotations
 
 import operator
-import os
-from typing import Annotated, Any, Literal, TypedDict
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
 
 from langchain_core.tools import StructuredTool, ToolException
 from langgraph.graph import END, START, StateGraph
 from langgraph.pregel.remote import RemoteGraph
+from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
+from typing_extensions import TypedDict  # JSON schemas for Studio on Python < 3.12
 
-from maestro_graph.graph import MaestroContext, build_graph
-from maestro_graph.image_sources import ImageRefused, ImageSources
-from maestro_graph.policy import PolicyCatalog
-from maestro_graph.registry import Registry
+from ..graph import MaestroContext
+from ..image_sources import ImageRefused, ImageSources
 
-__all__ = ["AgentState", "AskMaestro", "build_agent", "remote_agent", "maestro_tool", "graph"]
+__all__ = ["AgentContext", "AgentState", "AskMaestro", "build_agent", "remote_agent", "maestro_tool"]
 
 
 class AgentState(TypedDict, total=False):
@@ -42,6 +44,16 @@ class AgentState(TypedDict, total=False):
     """The agent's own output, written after Maestro has answered (or been skipped)."""
 
 
+@dataclass
+class AgentContext:
+    """The agent's own run context: its settings, and Maestro's under the `maestro` namespace."""
+
+    show_trace: bool = True
+    """Whether the report names the expert pairs Maestro used (the agent's own setting)."""
+    maestro: MaestroContext = field(default_factory=MaestroContext)
+    """What Maestro reads (budget, policy); on the Agent Server a run sends it as `{"maestro": {"max_turns": 3}}`."""
+
+
 def plan(state: AgentState) -> dict[str, Any]:
     """The agent's first node: turn its task into Maestro's question (the task's last sentence that asks)."""
     request = (state.get("request") or state.get("question") or "").strip()
@@ -55,21 +67,24 @@ def route(state: AgentState) -> Literal["maestro", "report"]:
     return "maestro" if state.get("images") else "report"
 
 
-def report(state: AgentState) -> dict[str, Any]:
+def report(state: AgentState, runtime: Runtime[AgentContext]) -> dict[str, Any]:
     """The agent's last node: a sentence built from Maestro's answer and trace."""
     if not state.get("images"):
         return {"report": "No image was given, so there is nothing to look at."}
     pairs = [f"{s['model']}@@{s['skill']}" for s in state.get("steps", [])]
     answer = state.get("answer")
     cost = sum(s.get("cost", 0.0) for s in state.get("steps", []))
-    used = f"via {', '.join(pairs)}" if pairs else "without calling an expert"
+    if (runtime.context or AgentContext()).show_trace:
+        used = f"via {', '.join(pairs)}" if pairs else "without calling an expert"
+    else:
+        used = "trace hidden"
     head = f"Answer: {answer}" if answer is not None else "Maestro found no answer"
     return {"report": f"{head} ({used}; cost {cost:.2f}; stop: {state.get('stop_reason', '')})."}
 
 
 def build_agent(maestro: Any, *, checkpointer: Any = None) -> Any:
     """The agent graph with `maestro` (a compiled Maestro graph or a RemoteGraph of one) as its `maestro` node."""
-    builder = StateGraph(AgentState, context_schema=MaestroContext)
+    builder = StateGraph(AgentState, context_schema=AgentContext)
     builder.add_node("plan", plan)
     builder.add_node("maestro", maestro)
     builder.add_node("report", report)
@@ -117,8 +132,3 @@ def maestro_tool(maestro: Any, *, max_turns: int = 4, image_sources: ImageSource
         description="Answer a question about one or more images (counting, reading text, charts, tables, "
         "barcodes, geometry) by orchestrating local expert models. Returns a short answer.",
     )
-
-
-graph = build_agent(build_graph(Registry.load(os.environ.get("MAESTRO_REGISTRY") or None),
-                                policies=PolicyCatalog.from_env(), image_sources=ImageSources.from_env()))
-"""Served by the Agent Server to untrusted clients: the same operator rules as graphs/maestro.py."""

@@ -6,18 +6,31 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-from ..registry import Registry
-from ..tasks import Task
-from ..types import Invoke, split_pair
+from .executors import Executor, ThreadExecutor
+from .registry import Registry
+from .registry.profiles import ProfileFile, pair_fingerprints, profile_entry, registry_fingerprint
+from .tasks import Task
+from .types import Invoke, split_pair
 
 __all__ = ["PairOutcomes", "SourceSummary", "measure_pairs"]
+
+
+def _measure_task(pairs: list[str], registry: Registry, task: Task) -> tuple[list[float], list[float]]:
+    """Every pair's score and cost on one task (an executor job: module-level, so Ray workers can run it)."""
+    scores, costs = [], []
+    for pair in pairs:
+        model, skill = split_pair(pair)
+        step = registry.run(Invoke(model, skill), question=task.question, images=task.images, choices=task.options)
+        scores.append(task.score(step.answer))
+        costs.append(step.cost)
+    return scores, costs
 
 
 @dataclass
@@ -67,6 +80,15 @@ class PairOutcomes:
     def best_single(self) -> str:
         return self.pairs[int(np.argmax(self.macro_accuracy()))]
 
+    def profile(self, registry: Registry, calibration: str) -> ProfileFile:
+        """The registry's profile from these outcomes (measured on a calibration file): one entry per pair with
+        its accuracy and mean cost, fingerprinted against the registry (registry.profiles)."""
+        cards = registry.pair_cards()
+        entries = [profile_entry(*cards[pair], self.scores[:, j].tolist(), self.costs[:, j].tolist())
+                   for j, pair in enumerate(self.pairs)] if self.task_ids else []
+        return ProfileFile(registry=registry_fingerprint(pair_fingerprints(cards)), calibration=calibration,
+                           pairs=entries)
+
     def save(self, path: str | Path) -> None:
         data = {k: getattr(self, k) for k in ("task_ids", "questions", "images", "choices", "sources", "pairs")}
         data["scores"] = self.scores.tolist()
@@ -79,27 +101,20 @@ class PairOutcomes:
         return cls(**{**data, "scores": np.asarray(data["scores"]), "costs": np.asarray(data["costs"])})
 
 
-def measure_pairs(registry: Registry, tasks: list[Task], *, workers: int = 2, progress: bool = True) -> PairOutcomes:
-    """Run every available pair once on every task (concurrently over tasks; per-model limits still apply)."""
+def measure_pairs(registry: Registry, tasks: list[Task], *, workers: int = 2, progress: bool = True,
+                  executor: Executor | None = None) -> PairOutcomes:
+    """Run every available pair once on every task, concurrently over tasks on `executor` (default: `workers`
+    threads; per-model limits still apply)."""
     pairs = registry.pair_ids()
-
-    def one(task: Task) -> tuple[list[float], list[float]]:
-        scores, costs = [], []
-        for pair in pairs:
-            model, skill = split_pair(pair)
-            step = registry.run(Invoke(model, skill), question=task.question, images=task.images, choices=task.choices)
-            scores.append(task.score(step.answer))
-            costs.append(step.cost)
-        return scores, costs
-
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        rows = list(tqdm(pool.map(one, tasks), total=len(tasks), desc="measuring pairs", unit="item",
-                         disable=not progress))
+    rows: list[tuple[list[float], list[float]]] = [([], [])] * len(tasks)
+    runs = (executor or ThreadExecutor(registry, workers)).map_unordered(partial(_measure_task, pairs), tasks)
+    for i, row in tqdm(runs, total=len(tasks), desc="measuring pairs", unit="item", disable=not progress):
+        rows[i] = row
     return PairOutcomes(
         task_ids=[t.id for t in tasks],
         questions=[t.question for t in tasks],
         images=[list(t.images) for t in tasks],
-        choices=[t.choices for t in tasks],
+        choices=[t.options for t in tasks],
         sources=[t.source or "unknown" for t in tasks],
         pairs=pairs,
         scores=np.asarray([r[0] for r in rows], dtype=np.float32).reshape(len(tasks), len(pairs)),

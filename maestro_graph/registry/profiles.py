@@ -1,0 +1,109 @@
+"""Expert profiles: how each pair did when it was run once on a small labelled calibration file (`maestro registry
+profile`), stored in one JSON file per registry (the registry file's `profile:` key) and read by policies as
+`Pair.profile`. No policy weights change when an expert is profiled.
+
+A profile is only as good as the experts it measured, so every entry carries the fingerprint of its pair (the
+model's name, version, capabilities and backend; the skill's name, version and code hash) and the file carries the
+fingerprint of the whole registry. On loading, an entry whose pair is gone or has another fingerprint (a new model
+version, changed skill code) is ignored with a warning naming it; a file none of whose entries fit belongs to
+another registry and is ignored with a warning naming the file. Adding an expert leaves the other pairs' entries
+valid: the new pairs have no profile (unknown) until profiled.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..digests import cache_key
+from ..errors import ConfigError, first_validation_problem
+from ..types import pair_id
+from .config import ModelCard
+from .skills import SkillSpec
+
+__all__ = ["PROFILE_VERSION", "PairCards", "PairProfile", "ProfileFile", "pair_fingerprint", "pair_fingerprints",
+           "profile_entry", "read_profile", "registry_fingerprint"]
+
+PROFILE_VERSION = 1
+
+PairCards = dict[str, tuple[ModelCard, SkillSpec]]
+"""A registry's pairs as profiles see them: (model card, skill) by pair id."""
+
+
+class PairProfile(BaseModel):
+    """One pair's measured outcome on a calibration file. Its family is the pair's skill (what a task family is
+    everywhere in Maestro: never a task's source, domain or meta)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pair: str
+    fingerprint: str
+    family: str
+    items: int = Field(ge=1)
+    accuracy: float = Field(ge=0, le=1)
+    mean_cost: float = Field(ge=0)
+
+
+class ProfileFile(BaseModel):
+    """The JSON file `maestro registry profile` writes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: Literal[1] = PROFILE_VERSION
+    registry: str = Field(description="registry_fingerprint of the registry that was profiled")
+    calibration: str = Field(description="the calibration task file, as given")
+    pairs: list[PairProfile]
+
+
+def pair_fingerprint(card: ModelCard, skill: SkillSpec) -> str:
+    """What a pair's measured outcome depends on: not the card's description or cost, which a profile outlives."""
+    model = card.model_dump(mode="json", include={"name", "version", "capabilities", "backend"})
+    return cache_key("pair", model, skill.name, skill.version, skill.code_hash)[:16]
+
+
+def pair_fingerprints(pairs: PairCards) -> dict[str, str]:
+    """Each pair's fingerprint, by pair id."""
+    return {pid: pair_fingerprint(card, skill) for pid, (card, skill) in pairs.items()}
+
+
+def registry_fingerprint(fingerprints: dict[str, str]) -> str:
+    """The fingerprint of a registry: of its pairs' fingerprints."""
+    return cache_key("registry", sorted(fingerprints.items()))[:16]
+
+
+def read_profile(path: str | Path, pairs: PairCards) -> dict[str, PairProfile]:
+    """The entries of a profile file that fit these pairs, by pair id; a file that is missing or malformed is a
+    ConfigError naming it (the operator referenced it), entries that do not fit are warned about and ignored."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("no such profile file; run `maestro registry profile` to write it", file=str(path))
+    try:
+        profile = ProfileFile.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"not valid JSON: {exc}", file=str(path)) from exc
+    except ValidationError as exc:
+        field, message = first_validation_problem(exc)
+        raise ConfigError(message, file=str(path), field=field) from exc
+    current = pair_fingerprints(pairs)
+    fits = {e.pair: e for e in profile.pairs if current.get(e.pair) == e.fingerprint}
+    if not fits and profile.pairs:
+        warnings.warn(f"profile {path} belongs to another registry (fingerprint {profile.registry}, this registry's "
+                      f"{registry_fingerprint(current)}): ignored; run `maestro registry profile` again", stacklevel=2)
+        return {}
+    for entry in profile.pairs:
+        if entry.pair not in fits:
+            why = "not in this registry" if entry.pair not in current else "another model version or skill code"
+            warnings.warn(f"profile {path}: entry {entry.pair} ignored ({why}); profile the registry again",
+                          stacklevel=2)
+    return fits
+
+
+def profile_entry(card: ModelCard, skill: SkillSpec, scores: list[float], costs: list[float]) -> PairProfile:
+    """A pair's entry from its scores and costs on the calibration items."""
+    return PairProfile(pair=pair_id(card.name, skill.name), fingerprint=pair_fingerprint(card, skill),
+                       family=skill.name, items=len(scores), accuracy=sum(scores) / len(scores),
+                       mean_cost=sum(costs) / len(costs))

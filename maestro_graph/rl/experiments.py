@@ -1,0 +1,30 @@
+"""The skeleton the experiment scripts share (scripts/cost_sweep.py, scripts/unseen_expert.py): train a neural
+policy (resumable: rerunning the script continues the run) and evaluate policies on task files into a folder, with
+the same report `maestro eval` writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..evaluation.evaluate import evaluate
+from ..evaluation.report import write_report
+from ..registry import Registry
+from ..tasks import Task
+from .config import GRPOConfig
+from .grpo import GRPOTrainer
+
+__all__ = ["evaluate_into", "train_resumable"]
+
+
+def train_resumable(registry: Registry, tasks: list[Task], config: GRPOConfig, out_dir: Path) -> str:
+    """Train (or continue training) under `out_dir`; returns the trained policy's name, `neural:PATH`."""
+    trainer = GRPOTrainer(registry, tasks, config, out_dir)
+    trainer.resume()
+    trainer.train()
+    return f"neural:{trainer.policy_path}"
+
+
+def evaluate_into(out_dir: Path, registry: Registry, task_files: list[Path], policies: list[str]) -> dict:
+    """Every policy on the same items: predictions, results.json, report.md and plots under `out_dir`."""
+    run = evaluate(registry, task_files, policies, predictions_dir=out_dir / "predictions")
+    return write_report(run, out_dir)
