@@ -37,7 +37,8 @@ MaxTurnsOpt = typer.Option(4, min=1, help="Most expert calls per episode before 
 MaxCostOpt = typer.Option(10.0, min=0, help="Cost budget of an episode, in card cost units.")
 LimitOpt = typer.Option(None, min=1, help="Only the first N items.")
 WorkersOpt = typer.Option(2, min=1, help="Episodes run at once (per-model limits still apply).")
-CacheDirOpt = typer.Option(Path(".maestro-cache"), help="Persistent cache of expert calls and skill steps.")
+CacheDirOpt = typer.Option(Path(".maestro-cache"), envvar="MAESTRO_CACHE_DIR",
+                           help="Persistent cache of expert calls and skill steps.")
 NoCacheOpt = typer.Option(False, "--no-cache", help="Call every expert afresh.")
 CacheUrlOpt = typer.Option(None, "--cache-url", help="Shared expert cache on Redis (redis://HOST:PORT/DB), so "
                            "workers never repeat each other's calls; --cache-dir is its local fallback.")
@@ -442,7 +443,9 @@ def serve(
         help="A policy requests may name (default: neural and rules): NAME, or NAME=SPEC to offer any policy spec under a name (e.g. "
         "fast=fixed:rapidocr@@chart-qa, vlm=lm:openai:http://10.0.0.5:8000/v1|qwen). Repeat for each; requests "
         "never name checkpoints, files or URLs themselves."),
-    checkpoint_db: Optional[Path] = typer.Option(None, help="SQLite file for checkpoints (thread ids, resume)."),
+    checkpoint_db: Optional[str] = typer.Option(
+        None, help="Checkpoints (thread ids, resume): a SQLite file, or postgresql://USER@HOST:PORT/DB shared by "
+        "several replicas (needs the `postgres` extra)."),
     api_key_env: Optional[str] = typer.Option(
         None, help="Environment variable holding the API key (default MAESTRO_API_KEY; naming one that is unset "
         "refuses to start)."),
@@ -458,6 +461,8 @@ def serve(
     max_image_bytes: int = typer.Option(8_000_000, min=1, help="Largest image (413 beyond)."),
     max_turns: int = typer.Option(4, min=1, help="Default and largest turn budget."),
     cache_dir: Optional[Path] = typer.Option(None, help="Persistent cache of expert calls (default: none)."),
+    cache_url: Optional[str] = typer.Option(None, "--cache-url", help="Shared expert cache on Redis "
+                                            "(redis://HOST:PORT/DB) for all replicas; needs --cache-dir (fallback)."),
     log_level: str = typer.Option("info", help="Log level of Maestro and uvicorn."),
     log_format: str = typer.Option("json", help="json (one object per line, with request and thread ids) | text."),
 ) -> None:
@@ -482,7 +487,7 @@ def serve(
             max_image_bytes=max_image_bytes, max_turns=max_turns,
             **({"api_key_env": api_key_env} if api_key_env else {}),
         )
-        app_ = create_app(_registry(registry, cache_dir), settings)
+        app_ = create_app(_registry(registry, cache_dir, cache_url), settings)
     except MaestroError as exc:
         _fail(str(exc))
     except ValidationError as exc:  # the option's name and the problem, without pydantic's help URL
@@ -535,11 +540,11 @@ def export_(
     cost_weight: float = typer.Option(0.0, min=0, help="Reward = score - cost_weight * cost - format_weight * errors."),
     format_weight: float = typer.Option(0.5, min=0),
     tool_calls: bool = typer.Option(False, "--tool-calls", help="TRL: actions as `search` tool calls, not tags."),
-    card_chars: int = typer.Option(200, min=20, help="Characters of each card description in the prompt (use the "
-                                                     "value `train-lm` trains with: its config's card_chars)."),
-    observation_chars: int = typer.Option(600, min=20, help="Characters of each observation's evidence shown."),
-    cache_dir: Path = typer.Option(Path(".maestro-cache"), help="Expert cache (re-runs steps whose observation "
-                                                                  "the file lacks)."),
+    card_chars: Optional[int] = typer.Option(None, min=20, help="Characters of each card description in the prompt "
+                                             "(default: the LM router's; use the value `train-lm` trains with: its "
+                                             "config's card_chars)."),
+    observation_chars: Optional[int] = typer.Option(None, min=20, help="Characters of each observation's evidence "
+                                                    "shown (default: the LM router's)."),
 ) -> None:
     """Export trajectories for TRL or verl: the router conversation from the cards, with the reward and its parts."""
     _threads()
@@ -548,11 +553,12 @@ def export_(
 
     if fmt not in ("trl", "verl"):
         _fail(f"unknown format {fmt!r}; use trl or verl")
-    reg = _registry(registry, cache_dir)
+    reg = _registry(registry)
     try:
         count, bad = export_file(from_, tasks, out, fmt, reg, ExportOptions(
             max_turns=max_turns, cost_weight=cost_weight, format_weight=format_weight, tool_calls=tool_calls,
-            prompt=PromptOptions(card_chars=card_chars, observation_chars=observation_chars)))
+            prompt=PromptOptions(**{k: v for k, v in (("card_chars", card_chars),
+                                                      ("observation_chars", observation_chars)) if v is not None})))
     except MaestroError as exc:
         _fail(str(exc))
     for problem in bad:

@@ -27,7 +27,7 @@ from .image_sources import ImageRefused, ImageSources
 from .policy import DEFAULT_POLICY, ActionSpace, EpisodeView, Policy, PolicyCatalog, best_candidate
 from .questions import clean_question, question_problem
 from .registry import Registry
-from .types import Answer, Decision, ErrorKind, InvalidAction, Invoke, Step
+from .types import Answer, Decision, ErrorKind, InvalidAction, Invoke, Step, StopReason, stop_text
 
 __all__ = [
     "CONTEXT_KEY", "EpisodeRecord", "MaestroContext", "MaestroInput", "MaestroOutput", "MaestroState", "build_graph",
@@ -123,6 +123,10 @@ class MaestroOutput(TypedDict, total=False):
     steps: Annotated[list[dict], operator.add]
     decisions: Annotated[list[dict], operator.add]
     """Every router decision of the current episode (types.Decision): the action and its log-probability."""
+    stop: StopReason | None
+    """Why the episode ended (typed); `stop_detail` holds an input error's reason, `stop_reason` the text clients
+    see (`policy`, `budget`, `input error: <reason>`...)."""
+    stop_detail: str | None
     stop_reason: str | None
     episodes: Annotated[list[EpisodeRecord], operator.add]
     messages: Annotated[list[AnyMessage], add_messages]
@@ -206,14 +210,14 @@ def build_graph(
         question = clean_question(question)
         update: dict = {"question": question, "steps": Overwrite([]), "decisions": Overwrite([]),
                         "answer": None, "answer_source": None,
-                        "stop_reason": None, "pending": None}
+                        "stop": None, "stop_reason": None, "pending": None}
         if not state.get("choices"):  # options written in the question are its choices
             update["choices"] = inline_choices(question)
         if image_sources is not None and images:
             try:
                 images = image_sources.resolve(images)
             except ImageRefused as exc:
-                return Command(goto=ANSWER, update={**update, "images": [], "stop_reason": f"{INPUT_ERROR}{exc}"})
+                return Command(goto=ANSWER, update={**update, "images": [], **_stop(StopReason.INPUT_ERROR, exc)})
         if images != kept:
             update["images"] = images
         return Command(goto=ROUTER, update=update)
@@ -223,24 +227,24 @@ def build_graph(
         try:
             context = MaestroContext.of(runtime.context)
         except ConfigError as exc:
-            return Command(goto=ANSWER, update={"answer": None, "stop_reason": f"{INPUT_ERROR}{exc}"})
+            return Command(goto=ANSWER, update={"answer": None, **_stop(StopReason.INPUT_ERROR, exc)})
         view = _view(state, context)
         write = runtime.stream_writer
         if not view.question.strip() and not view.images:
             return Command(goto=ANSWER, update={"answer": None,
-                                                "stop_reason": f"{INPUT_ERROR}empty question and no image"})
+                                                **_stop(StopReason.INPUT_ERROR, "empty question and no image")})
         problem = question_problem(view.question)
         if problem:
-            return Command(goto=ANSWER, update={"answer": None, "stop_reason": f"{INPUT_ERROR}{problem}"})
+            return Command(goto=ANSWER, update={"answer": None, **_stop(StopReason.INPUT_ERROR, problem)})
         try:
             policy = default_policy if context.policy is None else policies.get(context.policy)
         except ConfigError as exc:  # a policy the catalog refuses or cannot build: the run's input was wrong
-            return Command(goto=ANSWER, update={"answer": None, "stop_reason": f"{INPUT_ERROR}{exc}"})
+            return Command(goto=ANSWER, update={"answer": None, **_stop(StopReason.INPUT_ERROR, exc)})
         space = ActionSpace.build(registry, view)
         if view.budget_spent and len(space.answers) == 1:  # nothing left to decide: the graph answers
             only = space.answers[0]
             decision = Decision.of(only, turn=view.turn, policy=policy.name, log_prob=0.0, entropy=0.0, forced=True)
-            return Command(goto=ANSWER, update={"answer": only.text, "stop_reason": _stop_reason(view, only.text),
+            return Command(goto=ANSWER, update={"answer": only.text, **_ending(view, only.text),
                                                 "decisions": [decision.model_dump()]})
         cancel = current_cancel()  # a router LM's blocking call is abandoned when the episode is cancelled
         started = time.perf_counter()
@@ -261,7 +265,7 @@ def build_graph(
         decided = [Decision.of(action, turn=view.turn, policy=policy.name, log_prob=log_prob,
                                entropy=dist.entropy()).model_dump()]
         if isinstance(action, Answer):
-            return Command(goto=ANSWER, update={"answer": action.text, "stop_reason": _stop_reason(view, action.text),
+            return Command(goto=ANSWER, update={"answer": action.text, **_ending(view, action.text),
                                                 "decisions": decided})
         if isinstance(action, InvalidAction):  # no action at all (e.g. malformed LM output): same treatment
             step = Step(model="", skill="", input=action.text, error=action.reason, error_kind=ErrorKind.POLICY)
@@ -292,16 +296,19 @@ def build_graph(
     def answer(state: MaestroState, runtime: Runtime[MaestroContext]) -> dict:
         """End the episode: a typed `error` event first when its input was at fault (so a caller sees the reason,
         not just a missing answer), the answer event, and the episode appended to the thread's `episodes`."""
-        reason = state.get("stop_reason") or "policy"
-        if reason.startswith(INPUT_ERROR):
-            runtime.stream_writer({"event": "error", "kind": "input", "message": reason.removeprefix(INPUT_ERROR)})
+        stop = StopReason(state.get("stop") or StopReason.POLICY)
+        reason = state.get("stop_reason") or stop_text(stop)
+        if stop == StopReason.INPUT_ERROR:
+            runtime.stream_writer({"event": "error", "kind": "input", "message": state.get("stop_detail") or ""})
             final, source = state.get("answer"), None  # the input must be fixed: a guess would hide that
         else:
             final, source = _final_answer(state)
-        runtime.stream_writer({"event": "answer", "answer": final, "answer_source": source, "stop_reason": reason})
+        runtime.stream_writer({"event": "answer", "answer": final, "answer_source": source, "stop": stop,
+                               "stop_reason": reason})
         record = EpisodeRecord(question=state.get("question") or "", choices=state.get("choices"), answer=final,
                                answer_source=source, stop_reason=reason, steps=list(state.get("steps") or []))
-        update: dict = {"answer": final, "answer_source": source, "stop_reason": reason, "episodes": [record],
+        update: dict = {"answer": final, "answer_source": source, "stop": stop, "stop_reason": reason,
+                        "episodes": [record],
                         "choices": None}
         if state.get("messages"):
             update["messages"] = [AIMessage(content=final if final is not None else f"(no answer: {reason})")]
@@ -321,8 +328,6 @@ def build_graph(
     return builder.compile(checkpointer=checkpointer, name=name)
 
 
-INPUT_ERROR = "input error: "
-"""How a stop reason starts when the run's input was at fault (refused image, unreadable file, bad context)."""
 
 
 def _final_answer(state: Mapping[str, Any]) -> tuple[str | None, AnswerSource | None]:
@@ -348,13 +353,19 @@ def _final_answer(state: Mapping[str, Any]) -> tuple[str | None, AnswerSource | 
     return final, None if final is None else "policy"
 
 
-def _stop_reason(view: EpisodeView, answer: str | None) -> str:
+def _stop(stop: StopReason, detail: object = None) -> dict:
+    """The state update that ends an episode for `stop`: the typed kind, its detail, and the text clients see."""
+    text = str(detail) if detail is not None else None
+    return {"stop": stop, "stop_detail": text, "stop_reason": stop_text(stop, text)}
+
+
+def _ending(view: EpisodeView, answer: str | None) -> dict:
     """Why an episode ends with `answer`: a no-answer after every step that ran a skill failed on its input (a
     missing or unreadable image) is the input's fault and says so; else the budget, or the policy's choice."""
     ran = [s for s in view.steps if s.error_kind != ErrorKind.POLICY]
     if answer is None and ran and all(s.error_kind == ErrorKind.INPUT for s in ran):
-        return f"{INPUT_ERROR}{ran[0].error}"
-    return "budget" if view.budget_spent else "policy"
+        return _stop(StopReason.INPUT_ERROR, ran[0].error)
+    return _stop(StopReason.BUDGET if view.budget_spent else StopReason.POLICY)
 
 
 def _describe(action: Invoke | Answer | InvalidAction) -> dict:

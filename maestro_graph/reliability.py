@@ -37,7 +37,7 @@ from .registry import Registry, load_config, load_skill
 from .runner import run_episode, run_tasks
 from .tasks import Task, load_tasks
 from .trust_suite import run_trust_suite
-from .types import ErrorKind, Invoke, Step
+from .types import ErrorKind, Invoke, Step, StopReason
 
 __all__ = ["FaultScenario", "SCENARIOS", "FAST_MODELS", "hostile_images", "fault_registry", "run_reliability",
            "bad_skill_registry"]
@@ -207,7 +207,7 @@ def bad_input_suite(folder: Path, registry: Registry) -> list[InputCase]:
 
     qr = str(EXAMPLES / "qrcode.png")
     for name, question, images_, expected, check in (
-        ("empty", "   ", [], "rejected", lambda r: r.answer is None and r.stop_reason.startswith("input error")),
+        ("empty", "   ", [], "rejected", lambda r: r.answer is None and r.stop == StopReason.INPUT_ERROR),
         ("very long", "What is this? " * (MAX_QUESTION_CHARS // 10), [qr], "rejected",
          lambda r: r.answer is None and "above the cap" in r.stop_reason),
         ("control characters", "What text does the\x00 QR\u202e code\x1b encode?", [qr], "handled",

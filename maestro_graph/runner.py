@@ -14,14 +14,14 @@ from typing import Any, Iterator
 from tqdm import tqdm
 
 from .executors import Executor, ThreadExecutor
-from .graph import INPUT_ERROR, AnswerSource, MaestroContext, build_graph
+from .graph import AnswerSource, MaestroContext, build_graph
 from .jsonl import read_jsonl
 from .pair_outcomes import PairOutcomes
 from .policy import OraclePolicy, make_policy
 from .policy.base import Policy
 from .registry import Registry
 from .tasks import Task, TaskProblem, load_tasks
-from .types import Decision, ErrorKind, Step
+from .types import Decision, ErrorKind, Step, StopReason, stop_text
 
 __all__ = ["EpisodeResult", "RECORD_VERSION", "run_episode", "run_tasks", "predict", "PredictSummary"]
 
@@ -38,13 +38,23 @@ class EpisodeResult:
 
     answer: str | None
     steps: list[Step]
-    stop_reason: str
+    stop: StopReason
     latency_s: float
     error: str | None = None
     decisions: list[Decision] = field(default_factory=list)
     """Every router decision, with its log-probability under the acting policy (types.Decision)."""
     answer_source: AnswerSource | None = None
     """Who gave the answer ("policy", "candidate" or a marked "guess"); None without one."""
+    stop_detail: str | None = None
+    """An input error's reason."""
+
+    def __post_init__(self) -> None:
+        self.stop = StopReason(self.stop)
+
+    @property
+    def stop_reason(self) -> str:
+        """The stop reason as clients and prediction files show it (`input error: <reason>`)."""
+        return stop_text(self.stop, self.stop_detail)
 
     @property
     def cost(self) -> float:
@@ -52,12 +62,12 @@ class EpisodeResult:
 
     @property
     def failed(self) -> bool:
-        """The episode could not do its work: it crashed (`error`), its input was at fault (its stop reason starts
-        with `INPUT_ERROR`), or every step that ran a skill failed on its input (an unreadable image), even when a
-        guess was answered. Such an episode is still scored but counted as failed, so a run over broken files never
-        reports "0 failed"."""
+        """The episode could not do its work: it crashed (`error`), its input was at fault (StopReason.INPUT_ERROR),
+        or every step that ran a skill failed on its input (an unreadable image), even when a guess was answered.
+        Such an episode is still scored but counted as failed, so a run over broken files never reports
+        "0 failed"."""
         ran = [s for s in self.steps if s.error_kind != ErrorKind.POLICY]
-        return (self.error is not None or self.stop_reason.startswith(INPUT_ERROR)
+        return (self.error is not None or self.stop == StopReason.INPUT_ERROR
                 or (bool(ran) and all(s.error_kind == ErrorKind.INPUT for s in ran)))
 
     def prediction(self, task_id: str) -> dict[str, Any]:
@@ -73,6 +83,8 @@ class EpisodeResult:
             "decisions": [d.model_dump(mode="json") for d in self.decisions],
             "cost": round(self.cost, 6),
             "latency_s": round(self.latency_s, 4),
+            "stop": self.stop,
+            "stop_detail": self.stop_detail,
             "stop_reason": self.stop_reason,
             "error": self.error,
             "failed": self.failed,
@@ -81,9 +93,15 @@ class EpisodeResult:
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> "EpisodeResult":
         """The episode of a prediction record, of this version or version 1 (whose steps lack their evidence and
-        error kind, and which has no decisions: those stay empty, never re-derived)."""
+        error kind, and which has no decisions: those stay empty, never re-derived; its stop kind is read from the
+        text it recorded, the one place a stop reason is parsed)."""
+        if "stop" in record:
+            stop, detail = StopReason(record["stop"]), record.get("stop_detail")
+        else:
+            kind, _, rest = str(record.get("stop_reason") or "policy").partition(": ")
+            stop, detail = StopReason(kind), rest or None
         return cls(answer=record.get("answer"), steps=[Step.model_validate(s) for s in record.get("steps", [])],
-                   stop_reason=record.get("stop_reason", ""), latency_s=record.get("latency_s", 0.0),
+                   stop=stop, stop_detail=detail, latency_s=record.get("latency_s", 0.0),
                    error=record.get("error"),
                    decisions=[Decision.model_validate(d) for d in record.get("decisions", [])],
                    answer_source=record.get("answer_source"))
@@ -114,7 +132,8 @@ def run_episode(
     return EpisodeResult(
         answer=out.get("answer"),
         steps=[Step.model_validate(s) for s in out.get("steps", [])],
-        stop_reason=out.get("stop_reason", ""),
+        stop=out.get("stop") or StopReason.POLICY,
+        stop_detail=out.get("stop_detail"),
         latency_s=time.perf_counter() - start,
         decisions=[Decision.model_validate(d) for d in out.get("decisions", [])],
         answer_source=out.get("answer_source"),

@@ -8,10 +8,28 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-__all__ = ["PAIR_SEP", "ErrorKind", "Decision", "Invoke", "Answer", "Action", "InvalidAction", "SkillResult", "Step", "pair_id", "split_pair"]
+__all__ = ["PAIR_SEP", "ErrorKind", "StopReason", "stop_text", "Decision", "Invoke", "Answer", "Action", "InvalidAction", "SkillResult", "Step", "pair_id", "split_pair"]
 
 PAIR_SEP = "@@"
 
+
+
+class StopReason(StrEnum):
+    """Why an episode ended, set where it ends. The policy answered; the turn or cost budget ran out (the answer is
+    the policy's pick among the candidates); the input was at fault (refused image, bad context, every step failed
+    on its input); the caller went away; or the episode itself crashed (a batch run records it and goes on)."""
+
+    POLICY = "policy"
+    BUDGET = "budget"
+    INPUT_ERROR = "input error"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+
+def stop_text(stop: StopReason, detail: str | None = None) -> str:
+    """The stop reason as clients and prediction files show it: the kind, and for an input error its reason
+    (`input error: image 0: ...`)."""
+    return f"{stop}: {detail}" if detail else str(stop)
 
 
 class ErrorKind(StrEnum):

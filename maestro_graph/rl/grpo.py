@@ -301,7 +301,7 @@ class GRPOTrainer:
             plans.append(_GroupPlan(self.tasks[int(task_index)], drop_models, drop_skills, descriptions,
                                     [int(rng.integers(2**31)) + g for g in range(cfg.group_size)]))
         sampled = dict(self.executor.map_unordered(_RolloutJob(self.policy, cfg.max_turns, cfg.max_cost), plans))
-        groups, rewards_all, scores_all, calls, costs = [], [], [], [], []
+        groups, rewards_all, scores_all, calls, costs, group_rewards = [], [], [], [], [], []
         skipped = 0
         for g_index, task_index in enumerate(picks):
             task = self.tasks[int(task_index)]
@@ -309,6 +309,7 @@ class GRPOTrainer:
             registry = plan.view(self.registry)
             episodes = sampled[g_index]
             rewards = np.asarray([self.rewards(task, e) for e in episodes])
+            group_rewards.append(rewards.tolist())
             rewards_all += rewards.tolist()
             scores_all += [outcome(task, e) for e in episodes]
             calls += [len(e.steps) for e in episodes]
@@ -325,7 +326,7 @@ class GRPOTrainer:
             groups.append(group)
         stats = {"reward": float(np.mean(rewards_all)), "accuracy": float(np.mean(scores_all)),
                  "calls": float(np.mean(calls)), "cost": float(np.mean(costs)), "skipped_groups": skipped,
-                 "groups": len(picks)}
+                 "groups": len(picks), "group_rewards": group_rewards}
         return groups, stats
 
     def _score(self, group: _Group, sample: Sample) -> tuple[torch.Tensor, torch.Tensor]:

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from ..runner import EpisodeResult
 from ..tasks import Task
-from ..types import ErrorKind
+from ..types import ErrorKind, StopReason
 
 __all__ = ["RewardFunc", "Rewards", "outcome", "cost", "format_errors"]
 
@@ -38,7 +38,7 @@ def format_errors(task: Task, episode: EpisodeResult) -> float:
     """Minus the router's outputs that were no valid action (error steps of kind policy: malformed tags, unknown or
     incompatible pairs), and minus one when the budget, not the router, ended the episode."""
     invalid = sum(1 for s in episode.steps if s.error_kind == ErrorKind.POLICY)
-    return -float(invalid + (episode.stop_reason == "budget"))
+    return -float(invalid + (episode.stop == StopReason.BUDGET))
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from typing import Any
 
 
 from ..configs import load_yaml
+from ..types import StopReason
 from ..errors import ConfigError
 from ..jsonl import read_jsonl
 from ..graph import MaestroContext, build_graph
@@ -318,7 +319,7 @@ def evaluate_lm(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[
         episode = run_episode(graph, task.question, task.images, task.choices, context=context)
         scores.append(task.score(episode.answer))
         errors += int(-format_errors(task, episode))
-        answered += episode.stop_reason == "policy"
+        answered += episode.stop == StopReason.POLICY
     n = max(1, len(tasks))
     return {"items": len(tasks), "accuracy": sum(scores) / n, "format_errors_per_episode": errors / n,
             "router_answered": answered / n}

@@ -21,12 +21,15 @@ import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Literal
+from typing import Any, AsyncIterator, Callable, Iterator, Literal
 
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from starlette.concurrency import run_in_threadpool
 
 from ..cancellation import Cancelled, cancellable
+from ..errors import ServiceUnavailable, import_extra
+from ..types import StopReason
 from ..graph import MaestroContext, build_graph
 from ..policy import PolicyNotOffered
 from ..registry import Registry
@@ -46,12 +49,60 @@ Emit = Callable[[dict[str, Any]], None]
 """Receives each stream event of an episode (decision, step, answer); called from the worker thread."""
 
 
-def open_checkpointer(path: Path) -> SqliteSaver:
-    """A SQLite checkpointer shared by the worker threads (SqliteSaver serialises access with its own lock)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    saver = SqliteSaver(sqlite3.connect(str(path), check_same_thread=False))
-    saver.setup()
+def open_checkpointer(location: str | Path) -> BaseCheckpointSaver:
+    """The checkpointer of `--checkpoint-db`: a `postgresql://` URL is a Postgres database that several replicas
+    share (any of them can resume a thread; a pool of connections checked before each use, so one lost while idle is
+    replaced), anything else a SQLite file of this replica's own (SqliteSaver serialises the worker threads with its
+    own lock). An unreachable database is a ServiceUnavailable naming it."""
+    text = str(location)
+    if not text.startswith(_POSTGRES_SCHEMES):
+        path = Path(location)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        saver = SqliteSaver(sqlite3.connect(str(path), check_same_thread=False))
+        saver.setup()
+        return saver
+    postgres = import_extra("langgraph.checkpoint.postgres", "postgres", "a Postgres checkpoint database")
+    pool_module = import_extra("psycopg_pool", "postgres", "a Postgres checkpoint database")
+    from psycopg.rows import dict_row
+
+    pool = pool_module.ConnectionPool(text, min_size=1, max_size=_POOL_SIZE, open=False,
+                                      check=pool_module.ConnectionPool.check_connection,
+                                      kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
+                                              "connect_timeout": int(_CONNECT_TIMEOUT_S)})
+    try:
+        pool.open(wait=True, timeout=_CONNECT_TIMEOUT_S)
+        saver = postgres.PostgresSaver(pool)
+        saver.setup()
+    except Exception as exc:  # noqa: BLE001 - process boundary: any failure to reach the database stops the start
+        pool.close()
+        raise ServiceUnavailable("Postgres (checkpoints)", _redacted(text), str(exc).splitlines()[0] if str(exc)
+                                 else exc.__class__.__name__) from None
     return saver
+
+
+_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+_POOL_SIZE = 8
+"""Connections a replica holds to the checkpoint database (its episode workers share them)."""
+_CONNECT_TIMEOUT_S = 5.0
+
+
+def _redacted(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    scheme, _, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    return f"{scheme}://{credentials.split(':')[0]}{at}{host}" if at else url
+
+
+def _store_errors(checkpointer: BaseCheckpointSaver | None) -> tuple[type[BaseException], ...]:
+    """What a lost checkpoint database raises: a request that meets one is refused with a retryable 503, and its
+    thread, whose last committed step is in the database, resumes on a retry (Postgres only: a SQLite file does not
+    go away)."""
+    if checkpointer is None or not type(checkpointer).__module__.startswith("langgraph.checkpoint.postgres"):
+        return ()
+    import psycopg
+    import psycopg_pool
+
+    return psycopg.OperationalError, psycopg.InterfaceError, psycopg_pool.PoolTimeout
 
 
 @dataclass
@@ -71,6 +122,7 @@ class Episode:
 class EpisodeOutcome:
     answer: str | None
     steps: list[dict[str, Any]]
+    stop: StopReason
     stop_reason: str
     thread_id: str | None
     resumed: bool
@@ -96,9 +148,11 @@ class EpisodeService:
     """Runs episodes of one compiled graph. `admit` must succeed before `start`; the slot is released when the
     worker finishes (not when a client gives up), so the cap bounds the threads really busy."""
 
-    def __init__(self, registry: Registry, settings: ServeSettings, *, checkpointer: SqliteSaver | None = None):
+    def __init__(self, registry: Registry, settings: ServeSettings, *,
+                 checkpointer: BaseCheckpointSaver | None = None):
         self.settings = settings
         self.checkpointer = checkpointer
+        self._store_errors = _store_errors(checkpointer)
         self.policies = settings.catalog()
         self.graph = build_graph(registry, self.policies.get(), policies=self.policies, checkpointer=checkpointer)
         self._slots = threading.BoundedSemaphore(settings.max_episodes)
@@ -162,7 +216,8 @@ class EpisodeService:
             emit(event)
 
         try:
-            self._classify(episode)
+            with self._checkpoint_store(episode):
+                self._classify(episode)
             context = contextvars.copy_context()  # the worker's log lines name this request and thread
             context.run(thread_id_var.set, episode.thread_id)
             future = self._pool.submit(context.run, self._run, episode, observed)
@@ -177,6 +232,20 @@ class EpisodeService:
         self._release(episode.thread_id)
         if not future.cancelled() and future.exception() is not None:
             self.metrics.observe_failure()
+
+    @contextlib.contextmanager
+    def _checkpoint_store(self, episode: Episode) -> Iterator[None]:
+        """A lost checkpoint database fails the request with a retryable 503; the thread keeps every step
+        committed before the loss, so the same request later resumes it."""
+        try:
+            yield
+        except self._store_errors as exc:
+            log.warning("checkpoint database lost: %s: %s", exc.__class__.__name__, exc)
+            resume = f"; retry with thread id {episode.thread_id} to resume it" if episode.thread_id else ""
+            raise ApiError(503, "checkpoints_unavailable", f"the checkpoint database is unreachable "
+                           f"({exc.__class__.__name__}){resume}",
+                           headers={"Retry-After": "1", **({THREAD_HEADER: episode.thread_id}
+                                                            if episode.thread_id else {})}) from None
 
     def _config(self, episode: Episode) -> dict[str, Any]:
         config: dict[str, Any] = {"recursion_limit": 2 * episode.context.max_turns + 6}
@@ -197,7 +266,8 @@ class EpisodeService:
         with self._lock:
             self.running += 1
         try:
-            outcome, ran = self._episode(episode, emit)
+            with self._checkpoint_store(episode):
+                outcome, ran = self._episode(episode, emit)
         finally:
             with self._lock:
                 self.running -= 1
@@ -238,7 +308,7 @@ class EpisodeService:
                     values = chunk
                     if episode.cancel.is_set():  # the client is gone or timed out: stop at this step boundary
                         break
-        finished = bool(values.get("stop_reason")) and not episode.cancel.is_set()
+        finished = bool(values.get("stop")) and not episode.cancel.is_set()
         return self._outcome(values, episode, start, finished=finished), values.get("steps", [])[done_before:]
 
     @staticmethod
@@ -247,7 +317,8 @@ class EpisodeService:
             answer=values.get("answer"),
             steps=[_public(s) for s in values.get("steps", [])],
             usage=usage_of(values.get("steps", [])),
-            stop_reason=(values.get("stop_reason") or "") if finished else "cancelled",
+            stop=StopReason(values.get("stop") or StopReason.POLICY) if finished else StopReason.CANCELLED,
+            stop_reason=(values.get("stop_reason") or "") if finished else str(StopReason.CANCELLED),
             thread_id=episode.thread_id, resumed=episode.mode == "resume", replayed=episode.mode == "replay",
             latency_s=time.perf_counter() - start,
         )
@@ -343,7 +414,7 @@ def _finished(snapshot: Any) -> bool:
     """An episode ended when the answer node has written its stop reason and nothing is left to run. (A thread
     whose last task finished just before the process stopped may show no next node yet no stop reason: its
     results are pending writes, and resuming carries on from them.)"""
-    return bool(snapshot.values.get("stop_reason")) and not snapshot.next
+    return bool(snapshot.values.get("stop")) and not snapshot.next
 
 
 def usage_of(steps: list[dict[str, Any]]) -> dict[str, int]:

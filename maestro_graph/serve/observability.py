@@ -21,6 +21,8 @@ from prometheus_client.core import GaugeMetricFamily
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..types import StopReason
+
 if TYPE_CHECKING:
     from ..registry import Registry
     from .episodes import EpisodeOutcome
@@ -105,9 +107,9 @@ def log_config(level: str, fmt: Literal["json", "text"]) -> dict[str, Any]:
 
 def outcome_label(outcome: "EpisodeOutcome") -> str:
     """How an episode ended, as the `outcome` label: answered, no_answer, input_error or cancelled."""
-    if outcome.stop_reason == "cancelled":
+    if outcome.stop == StopReason.CANCELLED:
         return "cancelled"
-    if outcome.stop_reason.startswith("input error"):
+    if outcome.stop == StopReason.INPUT_ERROR:
         return "input_error"
     return "answered" if outcome.answer is not None else "no_answer"
 

@@ -50,8 +50,9 @@ class ServeSettings(BaseModel):
     image_dirs: tuple[Path, ...] = Field(
         (), description="directories whose image files a request may name by path (default: none, data URLs only)"
     )
-    checkpoint_db: Path | None = Field(
-        None, description="SQLite file for checkpoints: episodes get thread ids and resume after a crash"
+    checkpoint_db: Path | str | None = Field(
+        None, description="checkpoints: a SQLite file, or a postgresql:// URL that several replicas share; episodes "
+        "get thread ids and resume after a crash (on any replica, with Postgres)"
     )
     langserve_path: str = Field("/maestro", pattern=r"^/[a-z0-9/_-]*$", description="where LangServe routes go")
 

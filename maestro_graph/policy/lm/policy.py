@@ -46,8 +46,8 @@ class LMConfig(BaseModel):
     constrained: Literal["choice", "regex"] | None = None
     temperature: float = Field(0.0, ge=0, description="0 decodes greedily")
     max_new_tokens: int = Field(48, gt=0)
-    card_chars: int = Field(200, ge=20)
-    observation_chars: int = Field(600, ge=20)
+    card_chars: int = Field(PromptOptions.card_chars, ge=20)
+    observation_chars: int = Field(PromptOptions.observation_chars, ge=20)
     timeout_s: float = Field(60.0, gt=0)
     retries: int = Field(2, ge=0, description="openai: retries after a failed request, with exponential backoff")
     backoff_s: float = Field(1.0, ge=0)
@@ -122,7 +122,9 @@ class LMPolicy:
         return Distribution.certain(parse_action(text))
 
     def _choice(self, messages: list[dict], view: EpisodeView, space: ActionSpace) -> Distribution:
-        actions = space.actions
+        # A pair already called is not offered again (its repeat returns the same result), as the neural policy
+        # masks it: an untrained scorer otherwise spends every turn on its favourite pair.
+        actions = tuple(a for a in space.actions if not (isinstance(a, Invoke) and view.called(a.pair)))
         texts = [action_text(a) for a in actions]
         if isinstance(self.backend, ScoringBackend):
             logp = np.asarray(self.backend.score(messages, texts), dtype=float)

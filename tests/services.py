@@ -1,0 +1,141 @@
+"""Real services for the scale tests, each started on a free loopback port in a temporary directory and stopped
+afterwards: a Ray cluster (`ray start --head`), `redis-server`, and PostgreSQL (Debian's `initdb`/`pg_ctl`, run as
+the `postgres` user when the tests run as root, since PostgreSQL refuses to run as root). scripts/setup.sh installs
+them; where one truly cannot be had, the test skips with the reason."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import importlib.util
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from maestro_graph.serve.loopback import free_port
+
+_UP_TIMEOUT_S = 60.0
+
+
+def _wait(ready, what: str, proc: subprocess.Popen | None = None, log: Path | None = None) -> None:
+    deadline = time.monotonic() + _UP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}: {log.read_text()[-2000:] if log else ''}")
+        with contextlib.suppress(Exception):
+            if ready():
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"{what} did not come up within {_UP_TIMEOUT_S:.0f} s")
+
+
+def _stop(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
+    """SIGTERM to the service's own process group (the service and the children it started), then SIGKILL."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+def ray_env() -> dict[str, str]:
+    """Token authentication (on by default for Ray clusters since 2.59) with a token made for this test run: the
+    cluster and every client of it get it through the environment, as an operator's would."""
+    token = os.environ.get("MAESTRO_TEST_RAY_TOKEN") or secrets.token_hex(16)
+    os.environ["MAESTRO_TEST_RAY_TOKEN"] = token
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "RAY_USAGE_STATS_ENABLED": "0",
+            "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).parent)}
+
+
+@contextlib.contextmanager
+def ray_cluster(num_cpus: int = 2) -> Iterator[str]:
+    """A one-node Ray cluster of `num_cpus` logical CPUs; yields its address (HOST:PORT)."""
+    if importlib.util.find_spec("ray") is None:  # not imported here: Ray reads its token settings on import
+        pytest.skip("the `ray` extra is not installed (pip install -e '.[ray]')")
+    ray_bin = Path(sys.executable).parent / "ray"
+    port = free_port()
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
+    log = Path(temp) / "start.log"
+    with log.open("w") as fh:
+        proc = subprocess.Popen([str(ray_bin), "start", "--head", "--block", f"--port={port}",
+                                 f"--num-cpus={num_cpus}", "--include-dashboard=false", "--disable-usage-stats",
+                                 "--node-ip-address=127.0.0.1", f"--temp-dir={temp}"],
+                                env={**os.environ, **ray_env()}, stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        _wait(lambda: "Ray runtime started" in log.read_text(), "ray start", proc, log)
+        yield f"127.0.0.1:{port}"
+    finally:
+        _stop(proc, grace_s=2.0)  # a throw-away cluster: no state worth a clean shutdown
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def redis_server(folder: Path) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`redis-server` without persistence; yields (redis:// URL, process) so a test can stop it mid-run."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed (scripts/setup.sh installs it with apt-get)")
+    redis = pytest.importorskip("redis", reason="the `redis` extra is not installed (pip install -e '.[redis]')")
+    port = free_port()
+    log = folder / "redis.log"
+    with log.open("w") as fh:
+        proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                 "--appendonly", "no", "--dir", str(folder), "--daemonize", "no"],
+                                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        _wait(lambda: redis.Redis.from_url(url).ping(), "redis-server", proc, log)
+        yield url, proc
+    finally:
+        _stop(proc)
+
+
+def _pg_bin() -> Path | None:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    return Path(found[-1]).parent if found else None
+
+
+@contextlib.contextmanager
+def postgres_server() -> Iterator[str]:
+    """A throw-away PostgreSQL cluster (trust authentication, loopback only); yields its postgresql:// URL."""
+    bin_dir = _pg_bin()
+    if bin_dir is None:
+        pytest.skip("PostgreSQL is not installed (scripts/setup.sh installs Debian's postgresql with apt-get)")
+    pytest.importorskip("langgraph.checkpoint.postgres",
+                        reason="the `postgres` extra is not installed (pip install -e '.[postgres]')")
+    temp = Path(tempfile.mkdtemp(prefix="pg", dir="/tmp"))
+    data = temp / "data"
+    as_user: list[str] = []
+    if os.geteuid() == 0:  # PostgreSQL refuses to run as root: run it as the unprivileged `postgres` user
+        user = pwd.getpwnam("postgres")
+        os.chown(temp, user.pw_uid, user.pw_gid)
+        as_user = ["runuser", "-u", "postgres", "--"]
+    port = free_port()
+    subprocess.run([*as_user, str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
+                    "--no-sync"], check=True, capture_output=True)
+    log = temp / "postgres.log"
+    proc = subprocess.Popen([*as_user, str(bin_dir / "postgres"), "-D", str(data), "-p", str(port), "-k", str(temp),
+                             "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"],
+                            stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    try:
+        import psycopg
+
+        _wait(lambda: psycopg.connect(url, connect_timeout=2).close() is None, "postgres", proc, log)
+        yield url
+    finally:
+        _stop(proc)
+        shutil.rmtree(temp, ignore_errors=True)

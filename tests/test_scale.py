@@ -1,0 +1,179 @@
+"""Scale-out on real services (tests/services.py starts them): episodes and GRPO rollouts on a Ray cluster give the
+records a thread pool gives, workers share the expert cache through Redis, `maestro serve` replicas share threads
+through Postgres, and an unreachable service is a clear error at start."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+import torch
+import yaml
+from typer.testing import CliRunner
+
+from maestro_graph.cache import open_cache
+from maestro_graph.cli import app
+from maestro_graph.executors import RayExecutor, RegistrySource
+from maestro_graph.rl.grpo import GRPOConfig, GRPOTrainer
+from maestro_graph.serve.loopback import free_port
+from maestro_graph.tasks import load_tasks
+from servers import EXAMPLES, ROOT, SLOW_QUESTION, data_url, maestro_serve, slow_registry
+from services import postgres_server, ray_cluster, ray_env, redis_server
+
+BARCODE_TASKS = ROOT / "tests" / "data" / "real" / "barcode" / "tasks.jsonl"
+MAESTRO = Path(sys.executable).parent / "maestro"
+
+
+def _barcode_registry(folder: Path) -> Path:
+    """Two barcode readers on the two barcode skills: fast, CPU-light, deterministic experts."""
+    path = folder / "registry.yaml"
+    path.write_text(yaml.safe_dump({"skill_dirs": [str(ROOT / "skills")], "skills": ["barcode-reading", "barcode"],
+                                    "models": [
+        {"name": "zxing", "description": "zxing-cpp barcode reader.", "capabilities": ["barcode"],
+         "backend": {"type": "python", "entry": "maestro_graph.experts.zxing_barcode:ZXingBarcodeExpert"},
+         "cost": {"per_call": 0.01}},
+        {"name": "opencv-barcode", "description": "OpenCV barcode and QR reader.", "capabilities": ["barcode"],
+         "backend": {"type": "python", "entry": "maestro_graph.experts.opencv_barcode:OpenCVBarcodeExpert"},
+         "cost": {"per_call": 0.01}}]}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def cluster() -> str:
+    with ray_cluster(num_cpus=2) as address:
+        yield address
+
+
+def test_unreachable_services_are_clear_errors_at_start(tmp_path):
+    closed = free_port()  # nothing listens there
+    runner = CliRunner()
+    common = ["eval", "-t", str(BARCODE_TASKS), "-p", "rules", "-o", str(tmp_path / "out"), "--registry",
+              str(_barcode_registry(tmp_path)), "--cache-dir", str(tmp_path / "cache")]
+    cases = [(common + ["--executor", f"ray:127.0.0.1:{closed}"], f"Ray cluster at 127.0.0.1:{closed}"),
+             (common + ["--cache-url", f"redis://127.0.0.1:{closed}/0"], f"Redis (expert cache) at redis://127.0.0.1:{closed}/0"),
+             (["serve", "--checkpoint-db", f"postgresql://postgres:secret@127.0.0.1:{closed}/postgres"],
+              f"Postgres (checkpoints) at postgresql://postgres@127.0.0.1:{closed}/postgres")]
+    for args, message in cases:
+        result = runner.invoke(app, args)
+        output = " ".join(result.output.split())  # rich wraps long lines
+        assert result.exit_code == 2, output
+        assert message in output and "unreachable" in output and "Traceback" not in output
+        assert "secret" not in output  # the password stays out of the message
+
+
+def test_redis_going_away_degrades_to_the_local_cache_with_one_warning(tmp_path):
+    with redis_server(tmp_path) as (url, proc):
+        cache = open_cache(tmp_path / "local", url)
+        cache.put("k1", {"answer": 1})
+        assert cache.get("k1") == (True, {"answer": 1}) and not (tmp_path / "local").exists()  # on the server
+        proc.terminate()
+        proc.wait(timeout=10)
+        with pytest.warns(UserWarning, match="Redis expert cache .* unreachable") as caught:
+            assert cache.get("k1") == (False, None)  # the server's entries are gone with it: recomputed
+            cache.put("k2", (1, 2))
+            assert cache.get("k2") == (True, (1, 2))  # now kept in the local directory
+        assert len(caught) == 1
+        assert (cache.stats.hits, cache.stats.misses) == (2, 1)
+
+
+def _records(folder: Path) -> dict[str, list[dict]]:
+    """Each policy's prediction records by id, latencies left out (the only field that may differ)."""
+    def strip(record: dict) -> dict:
+        record = {k: v for k, v in record.items() if k != "latency_s"}
+        record["steps"] = [{k: v for k, v in s.items() if k != "latency_s"} for s in record["steps"]]
+        return record
+
+    return {f.stem: sorted((strip(json.loads(line)) for line in f.read_text().splitlines()), key=lambda r: r["id"])
+            for f in sorted((folder / "predictions").glob("*.jsonl"))}
+
+
+@pytest.mark.slow
+def test_eval_on_ray_writes_the_thread_records_and_workers_share_the_redis_cache(cluster, tmp_path):
+    registry = _barcode_registry(tmp_path)
+    env = {**os.environ, **ray_env()}
+
+    def maestro_eval(out: str, *extra: str) -> dict:
+        subprocess.run([str(MAESTRO), "eval", "-t", str(BARCODE_TASKS), "-p", "rules", "-p", "random",
+                        "--limit", "6", "--workers", "2", "--registry", str(registry), "-o", str(tmp_path / out),
+                        *extra], env=env, check=True, capture_output=True, timeout=300)
+        return json.loads((tmp_path / out / "results.json").read_text())["policies"]
+
+    maestro_eval("threads", "--cache-dir", str(tmp_path / "cache-threads"))
+    with redis_server(tmp_path) as (url, _):
+        ray_args = ["--executor", f"ray:{cluster}", "--cache-url", url]
+        first = maestro_eval("ray", *ray_args, "--cache-dir", str(tmp_path / "cache-ray"))
+        second = maestro_eval("ray-again", *ray_args, "--cache-dir", str(tmp_path / "cache-ray-again"))
+    assert _records(tmp_path / "threads") == _records(tmp_path / "ray")
+    assert sum(m["items"] for m in first.values()) == 12 and all(m["cache_misses"] > 0 for m in first.values())
+    # a fresh local directory, so every hit came from Redis: the second run calls no expert at all
+    assert all(m["cache_misses"] == 0 and m["cache_hits"] > 0 for m in second.values())
+    assert {p: [r["answer"] for r in rs] for p, rs in _records(tmp_path / "ray-again").items()} == \
+        {p: [r["answer"] for r in rs] for p, rs in _records(tmp_path / "ray").items()}
+
+
+@pytest.mark.slow
+def test_grpo_rollouts_on_two_ray_workers_match_the_local_trainer(cluster, tmp_path, monkeypatch):
+    for key, value in ray_env().items():  # before Ray is imported: it reads its authentication settings then
+        monkeypatch.setenv(key, value)
+    import ray
+    source = RegistrySource(_barcode_registry(tmp_path), tmp_path / "cache")
+    tasks, _ = load_tasks(BARCODE_TASKS)
+    config = GRPOConfig(steps=2, tasks_per_step=4, group_size=3, registry_dropout=0.3, seed=7, hidden=32)
+    local = GRPOTrainer(source.load(), tasks, config, tmp_path / "local")
+    try:
+        executor = RayExecutor(source, workers=2, address=cluster)
+        remote = GRPOTrainer(source.load(), tasks, config, tmp_path / "ray", executor=executor)
+        walls = {}
+        for name, trainer in (("local", local), ("ray", remote)):
+            start = time.perf_counter()
+            stats = [trainer.train_step() for _ in range(config.steps)]
+            walls[name] = (time.perf_counter() - start, [s["group_rewards"] for s in stats])
+    finally:
+        ray.shutdown()
+    print(f"GRPO {config.steps} steps x {config.tasks_per_step} groups x {config.group_size}: local "
+          f"{walls['local'][0]:.1f} s, 2 Ray workers {walls['ray'][0]:.1f} s")
+    assert walls["ray"][1] == walls["local"][1]  # the same rewards, group by group, step by step
+    assert any(len(set(g)) > 1 for step in walls["local"][1] for g in step)  # some group carried a signal
+    for key, value in local.policy.net.state_dict().items():  # so the learner on the driver made the same update
+        assert torch.allclose(value, remote.policy.net.state_dict()[key]), key
+
+
+@pytest.mark.slow
+def test_a_thread_started_on_one_replica_resumes_on_another_through_postgres(tmp_path):
+    registry = slow_registry(tmp_path, delay_s=4.0)
+    messages = [{"role": "user", "content": [
+        {"type": "text", "text": SLOW_QUESTION},
+        {"type": "image_url", "image_url": {"url": data_url(EXAMPLES / "circles.png")}}]}]
+    with postgres_server() as db:
+        args = ["--registry", str(registry), "--checkpoint-db", db, "--policy", "rules"]
+        with maestro_serve(args, tmp_path / "a.log") as (replica_a, url_a), \
+                maestro_serve(args, tmp_path / "b.log") as (_, url_b):
+            client_a = openai.OpenAI(base_url=f"{url_a}/v1", api_key="unused", max_retries=0)
+            seen = []
+            with pytest.raises((openai.APIError, httpx.HTTPError)):
+                for chunk in client_a.chat.completions.create(model="maestro", messages=messages, stream=True,
+                                                              extra_body={"thread_id": "t-replicas"}):
+                    event = chunk.model_extra.get("maestro") or {}
+                    seen.append(event.get("event"))
+                    if event.get("event") == "decision" and event["action"].get("pair") == "slow-ocr@@text-reading":
+                        replica_a.kill()  # SIGKILL while the slow second step runs on replica A
+                        replica_a.wait(timeout=10)
+            assert seen.count("step") == 1
+
+            before = httpx.get(f"{url_b}/v1/threads/t-replicas").json()  # replica B sees A's checkpoints
+            assert before["finished"] is False and [s["model"] for s in before["steps"]] == ["crashing-ocr"]
+            client_b = openai.OpenAI(base_url=f"{url_b}/v1", api_key="unused", max_retries=0)
+            reply = client_b.chat.completions.create(model="maestro", messages=messages,
+                                                     extra_body={"thread_id": "t-replicas"})
+            trace = reply.model_extra["maestro"]
+            assert trace["resumed"] is True and reply.choices[0].message.content == "late"
+            assert trace["steps"][0] == before["steps"][0]  # A's finished step is kept, not run again
+            assert [s["model"] for s in trace["steps"]] == ["crashing-ocr", "slow-ocr"]  # each step once
+            assert httpx.get(f"{url_b}/v1/threads/t-replicas").json()["finished"] is True
