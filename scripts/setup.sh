@@ -25,6 +25,8 @@ apt_install() {  # CONSEQUENCE PACKAGE...: install Debian packages with apt-get 
 # Tesseract is a Debian package; without it the registry reports the `tesseract` model unavailable (and why)
 command -v tesseract >/dev/null 2>&1 ||
   apt_install "the tesseract model will be unavailable" tesseract-ocr tesseract-ocr-eng
+# ZBar (libzbar0, read through pyzbar) is the barcode reader no training run has seen (configs/registry-zbar.yaml)
+ldconfig -p 2>/dev/null | grep -q libzbar || apt_install "the zbar model will be unavailable" libzbar0
 # The scale tests start a real redis-server and PostgreSQL (initdb, postgres) in temporary folders
 command -v redis-server >/dev/null 2>&1 || apt_install "the Redis cache tests will skip" redis-server
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || apt_install "the Postgres checkpoint tests will skip" postgresql

@@ -108,34 +108,52 @@ def _pg_bin() -> Path | None:
     return Path(found[-1]).parent if found else None
 
 
+class Postgres:
+    """A throw-away PostgreSQL cluster (trust authentication, loopback only) at `url`; `stop` and `start` take it
+    away and bring it back on the same port with the same data, as a database failover would."""
+
+    def __init__(self, bin_dir: Path, temp: Path, as_user: list[str], port: int):
+        self.bin_dir, self.temp, self.as_user = bin_dir, temp, as_user
+        self.url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        self.port = port
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        import psycopg
+
+        log = self.temp / "postgres.log"
+        self.proc = subprocess.Popen([*self.as_user, str(self.bin_dir / "postgres"), "-D", str(self.temp / "data"),
+                                      "-p", str(self.port), "-k", str(self.temp), "-c", "listen_addresses=127.0.0.1",
+                                      "-c", "fsync=off"],
+                                     stdout=log.open("a"), stderr=subprocess.STDOUT, start_new_session=True)
+        _wait(lambda: psycopg.connect(self.url, connect_timeout=2).close() is None, "postgres", self.proc, log)
+
+    def stop(self) -> None:
+        """A fast shutdown: every client connection is cut."""
+        if self.proc is not None:
+            _stop(self.proc)
+
+
 @contextlib.contextmanager
-def postgres_server() -> Iterator[str]:
-    """A throw-away PostgreSQL cluster (trust authentication, loopback only); yields its postgresql:// URL."""
+def postgres_server() -> Iterator[Postgres]:
+    """A started Postgres (see the class); removed afterwards."""
     bin_dir = _pg_bin()
     if bin_dir is None:
         pytest.skip("PostgreSQL is not installed (scripts/setup.sh installs Debian's postgresql with apt-get)")
     pytest.importorskip("langgraph.checkpoint.postgres",
                         reason="the `postgres` extra is not installed (pip install -e '.[postgres]')")
     temp = Path(tempfile.mkdtemp(prefix="pg", dir="/tmp"))
-    data = temp / "data"
     as_user: list[str] = []
     if os.geteuid() == 0:  # PostgreSQL refuses to run as root: run it as the unprivileged `postgres` user
         user = pwd.getpwnam("postgres")
         os.chown(temp, user.pw_uid, user.pw_gid)
         as_user = ["runuser", "-u", "postgres", "--"]
-    port = free_port()
-    subprocess.run([*as_user, str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
+    subprocess.run([*as_user, str(bin_dir / "initdb"), "-D", str(temp / "data"), "-U", "postgres", "--auth=trust",
                     "--no-sync"], check=True, capture_output=True)
-    log = temp / "postgres.log"
-    proc = subprocess.Popen([*as_user, str(bin_dir / "postgres"), "-D", str(data), "-p", str(port), "-k", str(temp),
-                             "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"],
-                            stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    server = Postgres(bin_dir, temp, as_user, free_port())
     try:
-        import psycopg
-
-        _wait(lambda: psycopg.connect(url, connect_timeout=2).close() is None, "postgres", proc, log)
-        yield url
+        server.start()
+        yield server
     finally:
-        _stop(proc)
+        server.stop()
         shutil.rmtree(temp, ignore_errors=True)

@@ -152,7 +152,7 @@ def test_a_thread_started_on_one_replica_resumes_on_another_through_postgres(tmp
         {"type": "text", "text": SLOW_QUESTION},
         {"type": "image_url", "image_url": {"url": data_url(EXAMPLES / "circles.png")}}]}]
     with postgres_server() as db:
-        args = ["--registry", str(registry), "--checkpoint-db", db, "--policy", "rules"]
+        args = ["--registry", str(registry), "--checkpoint-db", db.url, "--policy", "rules"]
         with maestro_serve(args, tmp_path / "a.log") as (replica_a, url_a), \
                 maestro_serve(args, tmp_path / "b.log") as (_, url_b):
             client_a = openai.OpenAI(base_url=f"{url_a}/v1", api_key="unused", max_retries=0)
@@ -177,3 +177,30 @@ def test_a_thread_started_on_one_replica_resumes_on_another_through_postgres(tmp
             assert trace["steps"][0] == before["steps"][0]  # A's finished step is kept, not run again
             assert [s["model"] for s in trace["steps"]] == ["crashing-ocr", "slow-ocr"]  # each step once
             assert httpx.get(f"{url_b}/v1/threads/t-replicas").json()["finished"] is True
+
+
+@pytest.mark.slow
+def test_a_lost_postgres_fails_the_request_with_503_and_the_thread_resumes(tmp_path):
+    registry = slow_registry(tmp_path, delay_s=3.0)
+    messages = [{"role": "user", "content": [
+        {"type": "text", "text": SLOW_QUESTION},
+        {"type": "image_url", "image_url": {"url": data_url(EXAMPLES / "circles.png")}}]}]
+    with postgres_server() as db:
+        args = ["--registry", str(registry), "--checkpoint-db", db.url, "--policy", "rules"]
+        with maestro_serve(args, tmp_path / "serve.log") as (_, url):
+            client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+            errors = []
+            with pytest.raises(openai.APIError) as raised:
+                for chunk in client.chat.completions.create(model="maestro", messages=messages, stream=True,
+                                                            extra_body={"thread_id": "t-lost"}):
+                    event = chunk.model_extra.get("maestro") or {}
+                    if event.get("event") == "decision" and event["action"].get("pair") == "slow-ocr@@text-reading":
+                        db.stop()  # the database goes away while the slow step runs
+            errors.append(raised.value)
+            assert "checkpoints_unavailable" in str(errors[0].body) or "unreachable" in str(errors[0])
+            db.start()  # back on the same port with the same data: the retry resumes the thread
+            reply = client.chat.completions.create(model="maestro", messages=messages,
+                                                   extra_body={"thread_id": "t-lost"})
+            trace = reply.model_extra["maestro"]
+            assert trace["resumed"] is True and reply.choices[0].message.content == "late"
+            assert [s["model"] for s in trace["steps"]] == ["crashing-ocr", "slow-ocr"]

@@ -8,6 +8,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from tqdm import tqdm
@@ -94,11 +95,14 @@ def evaluate(
     progress: bool = True,
     predictions_dir: Path | None = None,
     executor: Executor | None = None,
+    select: Callable[[Task], bool] | None = None,
 ) -> EvalRun:
-    """Run every policy on the same items (on `executor`; default `workers` threads). With `predictions_dir`, each
+    """Run every policy on the same items (on `executor`; default `workers` threads), the items of `task_files`
+    that `select` keeps (all by default) up to `limit`. With `predictions_dir`, each
     episode's record is written to `<policy>.jsonl` there as soon as it finishes, so a run that is interrupted or
     crashes keeps what it did (the report does not write them again)."""
     tasks, skipped = load_task_files(task_files)
+    tasks = [t for t in tasks if select(t)] if select is not None else tasks
     tasks = tasks[:limit] if limit else tasks
     outcomes: PairOutcomes | None = None
     if any(p in TRAINED_POLICIES for p in policies):

@@ -1,10 +1,11 @@
-"""The skeleton the experiment scripts share (scripts/cost_sweep.py, scripts/unseen_expert.py): train a neural
+"""The skeleton the experiment scripts share (scripts/cost_sweep.py, scripts/generalisation.py): train a neural
 policy (resumable: rerunning the script continues the run) and evaluate policies on task files into a folder, with
 the same report `maestro eval` writes."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from ..evaluation.evaluate import evaluate
 from ..evaluation.report import write_report
@@ -24,7 +25,10 @@ def train_resumable(registry: Registry, tasks: list[Task], config: GRPOConfig, o
     return f"neural:{trainer.policy_path}"
 
 
-def evaluate_into(out_dir: Path, registry: Registry, task_files: list[Path], policies: list[str]) -> dict:
-    """Every policy on the same items: predictions, results.json, report.md and plots under `out_dir`."""
-    run = evaluate(registry, task_files, policies, predictions_dir=out_dir / "predictions")
+def evaluate_into(out_dir: Path, registry: Registry, task_files: list[Path], policies: list[str], *,
+                  select: Callable[[Task], bool] | None = None, limit: int | None = None) -> dict:
+    """Every policy on the same items (those of `task_files` that `select` keeps, up to `limit`): predictions,
+    results.json, report.md and plots under `out_dir`."""
+    run = evaluate(registry, task_files, policies, predictions_dir=out_dir / "predictions", select=select,
+                   limit=limit)
     return write_report(run, out_dir)
