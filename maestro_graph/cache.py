@@ -1,5 +1,6 @@
-"""A persistent on-disk cache of expert calls and of whole skill steps, so repeated episodes (oracle, evaluation,
-rollouts, training) are cheap.
+"""A persistent cache of expert calls and of whole skill steps, so repeated episodes (oracle, evaluation,
+rollouts, training) are cheap: a local directory (the default), or a Redis server that every worker of a cluster
+shares (`RedisBackend`), behind one backend interface with the same keys, encoding and statistics.
 
 Expert calls are keyed by model name and card version, method and arguments (images by pixel content); steps by
 model and card version, skill and a hash of its folder's files, the request and the image files' bytes. Only
@@ -37,7 +38,8 @@ from .experts.opencv_vision import Circle, CirclePair, Color, Crossing, Grid, Po
 from .experts.protocols import Barcode, ChatReply, TextBox
 from .types import ErrorKind, Step
 
-__all__ = ["ExpertCache", "CacheStats", "CACHEABLE_TYPES", "CacheBackend", "DirectoryBackend", "RedisBackend", "open_cache"]
+__all__ = ["ExpertCache", "CacheStats", "CACHEABLE_TYPES", "CacheBackend", "DirectoryBackend", "RedisBackend",
+           "open_cache"]
 
 CACHEABLE_TYPES: tuple[type, ...] = (TextBox, ChatReply, Barcode, Color, Circle, CirclePair, Polygon, Crossing,
                                      Grid, Step, ErrorKind, ExpertFailure)
@@ -212,10 +214,6 @@ class RedisBackend:
         except (*self._errors, ValueError) as exc:
             raise ServiceUnavailable("Redis (expert cache)", url, str(exc) or exc.__class__.__name__) from None
 
-    def __reduce__(self) -> tuple:
-        """Rebuilt from the URL in another process (a Ray worker), never shipped with a live connection."""
-        return RedisBackend, (self.url, self.fallback)
-
     def _redis(self, command: Callable[[], Any], fallback: Callable[[], Any]) -> Any:
         """Run a Redis command, or its local `fallback` once the server has gone away (warned about once)."""
         if not self._down:
@@ -257,7 +255,7 @@ class ExpertCache:
     stores bytes; the JSON encoding, the statistics and the corrupt-entry rule are the same for all of them."""
 
     def __init__(self, root: str | Path | CacheBackend):
-        self.backend: CacheBackend = root if hasattr(root, "read") else DirectoryBackend(root)  # type: ignore[arg-type]
+        self.backend: CacheBackend = DirectoryBackend(root) if isinstance(root, (str, os.PathLike)) else root
         self.stats = CacheStats()
 
     @property

@@ -12,6 +12,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .bench.cli import bench_app
@@ -62,7 +63,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[red]error:[/red] {message}")
+    err.print(f"[red]error:[/red] {escape(message)}")  # a message's own brackets (`.[ray]`) are text, not markup
     raise typer.Exit(code)
 
 
@@ -332,11 +333,15 @@ app.add_typer(cache_app, name="cache")
 
 
 @cache_app.command("clear")
-def cache_clear(cache_dir: Path = CacheDirOpt) -> None:
-    """Delete every cached expert call."""
-    from .cache import ExpertCache
+def cache_clear(cache_dir: Path = CacheDirOpt, cache_url: Optional[str] = CacheUrlOpt) -> None:
+    """Delete every cached expert call (on the Redis server too, with --cache-url)."""
+    from .cache import open_cache
 
-    console.print(f"removed {ExpertCache(cache_dir).clear()} entries from {cache_dir}")
+    try:
+        cache = open_cache(cache_dir, cache_url)
+    except MaestroError as exc:
+        _fail(str(exc))
+    console.print(f"removed {cache.clear()} entries from {cache.location}")
 
 
 checkpoint_app = typer.Typer(help="Neural policy checkpoint files.", no_args_is_help=True)
@@ -582,11 +587,16 @@ def train_lm_(
         summary = train_lm(cfg)
     except MaestroError as exc:
         _fail(str(exc))
-    for phase in ("before", "after"):
+    for phase in ("before", "after_sft", "after"):
         if phase in summary:
             m = summary[phase]
             console.print(f"{phase}: accuracy {m['accuracy']:.3f} on {m['items']} items, "
                           f"{m['format_errors_per_episode']:.2f} format errors per episode")
+    skipped = [*summary.get("sft_lines_skipped", []), *summary.get("sft_examples_skipped", []),
+               *summary.get("rollout_problems", [])]
+    if skipped:
+        console.print(f"{len(skipped)} input problems skipped, cut or rejected (each named in summary.json), "
+                      f"first: {skipped[0]}")
     console.print(f"trained in {summary['train_seconds']:.0f}s -> {summary['final_model']} "
                   f"(log, reward_curve.png, summary.json in {cfg.out_dir})")
 

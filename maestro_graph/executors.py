@@ -96,17 +96,22 @@ class RayExecutor:
 
     def __init__(self, source: RegistrySource, *, workers: int, address: str | None = None,
                  stats: CacheStats | None = None):
+        if address not in (None, "auto"):
+            _probe(address)  # before importing Ray, which reads its settings (authentication) on import
         self.ray = import_extra("ray", "ray", "--executor ray")
         self.stats = stats
         if not self.ray.is_initialized():
-            if address not in (None, "auto"):
-                _probe(address)
             env = {k: os.environ[k] for k in _WORKER_ENV if k in os.environ}
             try:
                 self.ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False,
                               runtime_env={"env_vars": env}, log_to_driver=False, configure_logging=False)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise ServiceUnavailable("Ray cluster", address or "local", str(exc).splitlines()[0]) from None
+        cpus = self.ray.cluster_resources().get("CPU", 0)
+        if cpus < workers:  # an actor that cannot be placed would hold its items forever
+            raise ConfigError(f"the Ray cluster has {cpus:g} CPUs and each of the {workers} workers takes one; lower "
+                              "--workers or give the nodes more logical CPUs (`ray start --num-cpus N`: experts "
+                              "that wait on a server need few real cores)", field="workers")
         worker = self.ray.remote(num_cpus=1, max_restarts=_RESTARTS, max_task_retries=_RESTARTS)(_RayWorker)
         self._actors = [worker.remote(source) for _ in range(workers)]
 

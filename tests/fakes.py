@@ -3,7 +3,9 @@ made to fail on demand; every other test uses the real experts."""
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 from maestro_graph.experts.protocols import TextBox
 
@@ -35,3 +37,19 @@ class MissingBinaryExpert:
 
     def ocr(self, image):  # pragma: no cover - never called: the registry refuses unavailable models
         raise AssertionError("unavailable expert was called")
+
+
+class DyingOnceBarcodeExpert:
+    """A barcode reader whose process dies on its first call, as a cluster worker whose machine goes away: the first
+    process to call it writes `marker` and exits at once; every later call reads the barcode with zxing-cpp."""
+
+    def __init__(self, marker: str):
+        self.marker = Path(marker)
+
+    def decode(self, image):
+        if not self.marker.exists():
+            self.marker.touch()
+            os._exit(1)
+        from maestro_graph.experts.zxing_barcode import ZXingBarcodeExpert
+
+        return ZXingBarcodeExpert().decode(image)

@@ -39,10 +39,10 @@ def _wait(ready, what: str, proc: subprocess.Popen | None = None, log: Path | No
     raise RuntimeError(f"{what} did not come up within {_UP_TIMEOUT_S:.0f} s")
 
 
-def _stop(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
-    """SIGTERM to the service's own process group (the service and the children it started), then SIGKILL."""
+def _stop(proc: subprocess.Popen, grace_s: float = 20.0, sig: int = signal.SIGTERM) -> None:
+    """`sig` to the service's own process group (the service and the children it started), then SIGKILL."""
     if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
+        os.killpg(proc.pid, sig)
         try:
             proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
@@ -129,9 +129,9 @@ class Postgres:
         _wait(lambda: psycopg.connect(self.url, connect_timeout=2).close() is None, "postgres", self.proc, log)
 
     def stop(self) -> None:
-        """A fast shutdown: every client connection is cut."""
+        """A fast shutdown (SIGINT; SIGTERM would wait for the clients to leave): every connection is cut."""
         if self.proc is not None:
-            _stop(self.proc)
+            _stop(self.proc, sig=signal.SIGINT)
 
 
 @contextlib.contextmanager

@@ -85,11 +85,12 @@ def test_predict_records_every_item_and_skips_bad_lines(tmp_path):
     out = tmp_path / "pred.jsonl"
     result = invoke("predict", "--tasks", str(tasks), "--out", str(out), "--policy", "rules")
     assert result.exit_code == 0, result.output
-    records = [json.loads(x) for x in out.read_text().splitlines()]
-    assert [r["id"] for r in records] == ["good", "corrupt"]
-    assert records[0]["answer"] == "7" and records[0]["score"] == 1.0
-    assert records[1]["answer"] is None and "empty" in records[1]["steps"][0]["error"]
-    assert set(records[0]) >= {"id", "answer", "steps", "cost", "latency_s"}
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    records = {r["id"]: r for r in lines}  # one per item, each written as its episode finished
+    assert len(lines) == 2 and sorted(records) == ["corrupt", "good"]
+    assert records["good"]["answer"] == "7" and records["good"]["score"] == 1.0
+    assert records["corrupt"]["answer"] is None and "empty" in records["corrupt"]["steps"][0]["error"]
+    assert set(records["good"]) >= {"id", "answer", "steps", "cost", "latency_s"}
     assert "skipped" in result.output and "malformed JSON" in result.output
 
 

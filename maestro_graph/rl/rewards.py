@@ -18,7 +18,7 @@ from ..runner import EpisodeResult
 from ..tasks import Task
 from ..types import ErrorKind, StopReason
 
-__all__ = ["RewardFunc", "Rewards", "outcome", "cost", "format_errors"]
+__all__ = ["METRICS", "RewardFunc", "Rewards", "calls", "cost", "format_errors", "outcome", "valid_actions"]
 
 RewardFunc = Callable[[Task, EpisodeResult], float]
 """One reward part: a float per finished episode of a task (the function's name is the part's name)."""
@@ -39,6 +39,21 @@ def format_errors(task: Task, episode: EpisodeResult) -> float:
     incompatible pairs), and minus one when the budget, not the router, ended the episode."""
     invalid = sum(1 for s in episode.steps if s.error_kind == ErrorKind.POLICY)
     return -float(invalid + (episode.stop == StopReason.BUDGET))
+
+
+def valid_actions(task: Task, episode: EpisodeResult) -> float:
+    """The share of the router's decisions that were valid actions (a metric: TRL training logs it with weight 0)."""
+    decisions = [d for d in episode.decisions if not d.forced]
+    return 1.0 - sum(d.kind == "invalid" for d in decisions) / len(decisions) if decisions else 1.0
+
+
+def calls(task: Task, episode: EpisodeResult) -> float:
+    """Expert calls in the episode (a metric, weight 0)."""
+    return float(len(episode.steps))
+
+
+METRICS: tuple[RewardFunc, ...] = (valid_actions, calls)
+"""Logged beside the reward parts with weight zero (verifiers' habit: a metric is a reward that does not count)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +85,10 @@ class Rewards:
 
     def __call__(self, task: Task, episode: EpisodeResult) -> float:
         return self.total(self.parts(task, episode))
+
+    def with_metrics(self) -> "Rewards":
+        """These rewards plus `METRICS` at weight zero: logged per step, no part of the training signal."""
+        return Rewards((*self.funcs, *METRICS), (*self.weights, *(0.0 for _ in METRICS)))
 
     def trl_funcs(self) -> list[Callable[..., list[float]]]:
         """TRL reward functions reading the parts a rollout function returned (one column `reward_<name>` per part),

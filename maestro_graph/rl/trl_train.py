@@ -14,6 +14,7 @@ part as a column and `Rewards.trl_funcs()` hands them to TRL, so TRL weights and
 from __future__ import annotations
 
 import json
+import logging
 import random
 import time
 from collections.abc import Sequence
@@ -21,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 
 from ..configs import load_yaml
 from ..types import StopReason
@@ -28,13 +30,15 @@ from ..errors import ConfigError
 from ..jsonl import read_jsonl
 from ..graph import MaestroContext, build_graph
 from ..policy.lm.backends import TransformersLM
-from ..policy.lm.policy import LMPolicy
+from ..policy.lm.policy import ROUTER_FILE, LMPolicy
 from ..policy.lm.prompt import PromptOptions, conversation
 from ..registry import Registry
 from ..runner import run_episode
 from ..tasks import Task
 from .export import ExportOptions, episode_messages
 from .rewards import format_errors
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "GraphRollout",
@@ -97,6 +101,16 @@ class LMTrainConfig:
     """An exported TRL file (`maestro export --format trl`); its successful episodes warm-start the model."""
     sft_steps: int = 0
     sft_min_score: float = 1.0
+    sft_learning_rate: float | None = None
+    """Learning rate of the SFT warm start (None: `learning_rate`); imitation takes a larger step than GRPO."""
+    max_length: int = 2048
+    """Longest SFT example and GRPO episode in tokens; a longer one is skipped (SFT) or cut (GRPO), named in the
+    summary and counted, and training goes on."""
+    lora_r: int = 0
+    """Rank of a LoRA adapter (peft) trained instead of the whole model; 0 trains every weight. The adapter is what
+    OUT/final holds: a few MB over the base model (`lm:shipped` is one)."""
+    lora_alpha: int = 16
+    lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     seed: int = 0
     extra_grpo_args: dict[str, Any] = field(default_factory=dict)
     """More `trl.GRPOConfig` fields, passed through."""
@@ -112,6 +126,7 @@ class LMTrainConfig:
             (self.sft_steps == 0 or self.sft_data is not None, "sft_data", "is needed when sft_steps > 0"),
             (self.constrained in (None, "choice"), "constrained", "must be `choice` or null"),
             (not (self.use_vllm and self.constrained), "constrained", "scores actions locally: not with use_vllm"),
+            (self.lora_r >= 0, "lora_r", "must be >= 0 (0 trains the whole model)"),
         ]
         for ok, name, why in checks:
             if not ok:
@@ -203,6 +218,8 @@ class GraphRollout:
         self.config = config
         self.rng = random.Random(config.seed)
         self.calls = 0
+        self.problems: list[str] = []
+        """Episodes cut to `max_length` and completions the parser rejected, each named by task and turn."""
 
     def backend(self, trainer: Any) -> Any:
         if self.config.use_vllm:
@@ -219,7 +236,7 @@ class GraphRollout:
         policy = LMPolicy(self.backend(trainer), constrained=cfg.constrained, prompt=cfg.prompt, name="lm:train")
         graph = build_graph(self.registry, policy)
         chosen: dict[str, Task] = {}
-        rewards = cfg.export_options.rewards
+        rewards = cfg.export_options.rewards.with_metrics()
         out: dict[str, list] = {k: [] for k in ("prompt_ids", "completion_ids", "env_mask",
                                                 *(f"reward_{name}" for name in rewards.names))}
         try:
@@ -232,6 +249,13 @@ class GraphRollout:
                 episode = run_episode(graph, task.question, task.images, task.choices, context=context)
                 messages = episode_messages(task, episode, self.registry, cfg.export_options)
                 prompt_ids, completion_ids, mask = turn_tokens(trainer.processing_class, messages)
+                self.problems += [f"task {task.id}: turn {d.turn}: completion rejected: {d.reason}"
+                                  for d in episode.decisions if d.kind == "invalid"]
+                room = max(1, cfg.max_length - len(prompt_ids))
+                if len(completion_ids) > room:
+                    self.problems.append(f"task {task.id}: episode of {len(prompt_ids) + len(completion_ids)} tokens "
+                                         f"cut to max_length={cfg.max_length}")
+                    completion_ids, mask = completion_ids[:room], mask[:room]
                 out["prompt_ids"].append(prompt_ids)
                 out["completion_ids"].append(completion_ids)
                 out["env_mask"].append(mask)
@@ -246,7 +270,8 @@ class GraphRollout:
 # -- SFT warm start --------------------------------------------------------------------------------------------------
 def sft_examples(records: Sequence[dict], min_score: float = 1.0) -> list[dict]:
     """Prompt/completion pairs, one per assistant turn of each exported episode whose score reaches `min_score`
-    (the loss then falls on the router's own turns only)."""
+    (the loss then falls on the router's own turns only). Each keeps its episode's `id` and turn, so a problem
+    with one can be named."""
     examples = []
     for record in records:
         if record.get("rewards", {}).get("outcome", 0.0) < min_score or "tools" in record:
@@ -254,12 +279,26 @@ def sft_examples(records: Sequence[dict], min_score: float = 1.0) -> list[dict]:
         messages = record["messages"]
         for k, message in enumerate(messages):
             if message["role"] == "assistant" and k >= 2:
-                examples.append({"prompt": messages[:k], "completion": [message]})
+                examples.append({"prompt": messages[:k], "completion": [message], "id": str(record.get("id")),
+                                 "turn": k // 2 - 1})
     return examples
 
 
-def _common_args(config: LMTrainConfig, out: Path, steps: int) -> dict[str, Any]:
-    return {"output_dir": str(out), "max_steps": steps,
+def _fitting(examples: list[dict], tokenizer: Any, max_length: int) -> tuple[list[dict], list[str]]:
+    """The examples within `max_length` tokens, and a message naming each one left out (SFTTrainer would cut its
+    completion, the very tokens it is to learn)."""
+    kept, problems = [], []
+    for e in examples:
+        n = len(_template(tokenizer, e["prompt"] + e["completion"], False))
+        if n > max_length:
+            problems.append(f"episode {e['id']} turn {e['turn']}: {n} tokens, over max_length={max_length}: skipped")
+        else:
+            kept.append({"prompt": e["prompt"], "completion": e["completion"]})
+    return kept, problems
+
+
+def _common_args(config: LMTrainConfig, out: Path, steps: int, progress: bool = True) -> dict[str, Any]:
+    return {"output_dir": str(out), "max_steps": steps, "disable_tqdm": not progress,
             "per_device_train_batch_size": config.per_device_train_batch_size,
             "gradient_accumulation_steps": config.gradient_accumulation_steps, "learning_rate": config.learning_rate,
             "use_cpu": config.use_cpu, "bf16": config.bf16, "gradient_checkpointing": config.gradient_checkpointing,
@@ -267,45 +306,50 @@ def _common_args(config: LMTrainConfig, out: Path, steps: int) -> dict[str, Any]
             "save_strategy": "no", "seed": config.seed, "dataloader_num_workers": 0}
 
 
-def _grpo_fields(config: LMTrainConfig, out: Path, reward_weights: list[float] | None) -> dict[str, Any]:
+def _grpo_fields(config: LMTrainConfig, out: Path, reward_weights: list[float] | None,
+                 progress: bool = True) -> dict[str, Any]:
     """The `GRPOConfig` fields this config sets itself (`extra_grpo_args` may not repeat them)."""
-    return {**_common_args(config, out, config.steps), "num_generations": config.num_generations,
+    return {**_common_args(config, out, config.steps, progress), "num_generations": config.num_generations,
             "max_completion_length": config.max_new_tokens * (2 * config.max_turns + 1) + 64,
             "temperature": config.temperature, "beta": config.beta, "reward_weights": reward_weights,
             "use_vllm": config.use_vllm, **({"vllm_mode": config.vllm_mode} if config.use_vllm else {})}
 
 
 def run_sft(model: Any, tokenizer: Any, records: Sequence[dict], config: LMTrainConfig, out: Path,
-            steps: int) -> Any:
-    """`steps` SFT steps on the successful turns of `records`; returns the trainer."""
+            steps: int, progress: bool = True) -> tuple[Any, list[str]]:
+    """`steps` SFT steps on the successful turns of `records`; returns the trainer and the examples left out."""
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    examples = sft_examples(records, config.sft_min_score)
+    examples, problems = _fitting(sft_examples(records, config.sft_min_score), tokenizer, config.max_length)
     if not examples:
-        raise ConfigError(f"no exported episode reaches score {config.sft_min_score}: nothing to warm-start on",
-                          field="sft_data")
-    args = SFTConfig(**_common_args(config, out, steps), max_length=2048)
-    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples), processing_class=tokenizer)
+        raise ConfigError(f"no exported episode reaches score {config.sft_min_score} within max_length="
+                          f"{config.max_length} tokens: nothing to warm-start on", field="sft_data")
+    args = {**_common_args(config, out, steps, progress), "learning_rate": config.sft_learning_rate
+            or config.learning_rate}
+    trainer = SFTTrainer(model=model, args=SFTConfig(**args, max_length=config.max_length),
+                         train_dataset=Dataset.from_list(examples), processing_class=tokenizer)
     trainer.train()
-    return trainer
+    return trainer, problems
 
 
 def run_grpo(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[Task], config: LMTrainConfig,
-             out: Path) -> Any:
-    """`config.steps` GRPO steps with graph rollouts; returns the trainer."""
+             out: Path, progress: bool = True) -> tuple[Any, list[str]]:
+    """`config.steps` GRPO steps with graph rollouts; returns the trainer and the problems of its episodes (cut to
+    `max_length`, completions rejected by the parser)."""
     import os
 
     from trl import GRPOConfig, GRPOTrainer
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     dataset, by_prompt = grpo_dataset([t for t in tasks if t.answer is not None], registry, config)
-    rewards = config.export_options.rewards
-    args = GRPOConfig(**_grpo_fields(config, out, list(rewards.weights)), **config.extra_grpo_args)
+    rewards = config.export_options.rewards.with_metrics()
+    args = GRPOConfig(**_grpo_fields(config, out, list(rewards.weights), progress), **config.extra_grpo_args)
+    rollout = GraphRollout(registry, by_prompt, config)
     trainer = GRPOTrainer(model=model, reward_funcs=rewards.trl_funcs(), args=args, train_dataset=dataset,
-                          processing_class=tokenizer, rollout_func=GraphRollout(registry, by_prompt, config))
+                          processing_class=tokenizer, rollout_func=rollout)
     trainer.train()
-    return trainer
+    return trainer, rollout.problems
 
 
 def evaluate_lm(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[Task], config: LMTrainConfig) -> dict:
@@ -331,10 +375,15 @@ def _plot(history: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = [k for k in ("reward", "rewards/outcome/mean", "rewards/format_errors/mean", "step_time")
+    keys = [k for k in ("reward", "rewards/outcome/mean", "rewards/cost/mean", "rewards/format_errors/mean",
+                        "rewards/valid_actions/mean", "completions/mean_length", "kl", "step_time")
             if any(k in h for h in history)]
-    fig, axes = plt.subplots(1, len(keys), figsize=(3.4 * len(keys), 2.8), squeeze=False)
-    for ax, key in zip(axes[0], keys):
+    cols = min(4, len(keys))
+    fig, axes = plt.subplots(-(-len(keys) // cols), cols, figsize=(3.4 * cols, 2.8 * -(-len(keys) // cols)),
+                             squeeze=False)
+    for ax in axes.flat[len(keys):]:
+        ax.set_visible(False)
+    for ax, key in zip(axes.flat, keys):
         points = [(h["step"], h[key]) for h in history if key in h]
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o")
         ax.set_title(key.replace("rewards/", "").replace("/mean", ""))
@@ -344,8 +393,29 @@ def _plot(history: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def _save(model: Any, tokenizer: Any, config: LMTrainConfig, folder: Path) -> Path:
+    """The weights (a LoRA adapter alone when training one) with the tokenizer and ROUTER_FILE, so that
+    `lm:transformers:FOLDER` reads its prompts with the limits it was trained with."""
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    settings = {"adapter": "." if config.lora_r else None, "model": config.model if config.lora_r else None,
+                "constrained": config.constrained, "card_chars": config.card_chars,
+                "observation_chars": config.observation_chars, "max_new_tokens": config.max_new_tokens}
+    (folder / ROUTER_FILE).write_text(yaml.safe_dump(settings, sort_keys=False))
+    return folder
+
+
+def _with_lora(model: Any, config: LMTrainConfig) -> Any:
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(model, LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0,
+                                            target_modules=config.lora_target_modules, task_type="CAUSAL_LM"))
+
+
 def train_lm(config: LMTrainConfig, progress: bool = True) -> dict:
-    """The whole recipe; writes OUT/final (model + tokenizer), train_log.jsonl, reward_curve.png, summary.json."""
+    """The whole recipe; writes OUT/final (model or LoRA adapter + tokenizer + router.yaml; OUT/sft-final too after
+    a warm start), train_log.jsonl, reward_curve.png, summary.json (greedy accuracy on `eval_tasks` before, after
+    SFT and after GRPO, and every input problem skipped or cut, each named)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -368,21 +438,31 @@ def train_lm(config: LMTrainConfig, progress: bool = True) -> dict:
     summary: dict[str, Any] = {"config": asdict(config)}
     if eval_items:
         summary["before"] = evaluate_lm(model, tokenizer, registry, eval_items, config)
+    if config.lora_r:
+        model = _with_lora(model, config)
     history: list[dict] = []
     start = time.perf_counter()
     if config.sft_steps:
         lines = list(read_jsonl(config.sft_data))
         records = [line.value for line in lines if line.problem is None and isinstance(line.value, dict)]
-        summary["sft_lines_skipped"] = [f"line {line.number}: {line.problem or 'not a JSON object'}"
-                                        for line in lines if line.problem is not None or not isinstance(line.value, dict)]
-        sft = run_sft(model, tokenizer, records, config, out / "sft", config.sft_steps)
+        skipped = [f"line {line.number}: {line.problem or 'not a JSON object'}"
+                   for line in lines if line.problem is not None or not isinstance(line.value, dict)]
+        for problem in skipped:
+            log.warning("%s: %s: skipped", config.sft_data, problem)
+        sft, too_long = run_sft(model, tokenizer, records, config, out / "sft", config.sft_steps, progress)
+        for problem in too_long:
+            log.warning("%s: %s", config.sft_data, problem)
+        summary["sft_lines_skipped"], summary["sft_examples_skipped"] = skipped, too_long
         history += [{"phase": "sft", **h} for h in sft.state.log_history]
-    grpo = run_grpo(model, tokenizer, registry, tasks, config, out / "grpo")
+        summary["sft_seconds"] = time.perf_counter() - start
+        _save(model, tokenizer, config, out / "sft-final")
+        if eval_items:
+            summary["after_sft"] = evaluate_lm(model, tokenizer, registry, eval_items, config)
+    grpo, problems = run_grpo(model, tokenizer, registry, tasks, config, out / "grpo", progress)
+    summary["rollout_problems"] = problems
     history += [{"phase": "grpo", **h} for h in grpo.state.log_history]
     summary["train_seconds"] = time.perf_counter() - start
-    final = out / "final"
-    grpo.model.save_pretrained(final)
-    tokenizer.save_pretrained(final)
+    final = _save(grpo.model, tokenizer, config, out / "final")
     if eval_items:
         summary["after"] = evaluate_lm(grpo.model, tokenizer, registry, eval_items, config)
     with (out / "train_log.jsonl").open("w") as fh:

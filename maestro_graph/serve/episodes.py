@@ -65,7 +65,7 @@ def open_checkpointer(location: str | Path) -> BaseCheckpointSaver:
     pool_module = import_extra("psycopg_pool", "postgres", "a Postgres checkpoint database")
     from psycopg.rows import dict_row
 
-    pool = pool_module.ConnectionPool(text, min_size=1, max_size=_POOL_SIZE, open=False,
+    pool = pool_module.ConnectionPool(text, min_size=1, max_size=_POOL_SIZE, open=False, timeout=_CONNECT_TIMEOUT_S,
                                       check=pool_module.ConnectionPool.check_connection,
                                       kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
                                               "connect_timeout": int(_CONNECT_TIMEOUT_S)})
@@ -84,6 +84,7 @@ _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _POOL_SIZE = 8
 """Connections a replica holds to the checkpoint database (its episode workers share them)."""
 _CONNECT_TIMEOUT_S = 5.0
+"""How long connecting, or waiting for a pooled connection, may take before the database counts as lost."""
 
 
 def _redacted(url: str) -> str:

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ...errors import MaestroError
@@ -55,32 +56,53 @@ class TransformersLM:
     folder / packaged GGUF with `TransformersLM.from_source` (loading goes through the chat expert's loader)."""
 
     def __init__(self, model: Any = None, tokenizer: Any = None, *, temperature: float = 0.0,
-                 max_new_tokens: int = 48, source: dict | None = None):
+                 max_new_tokens: int = 48, source: dict | None = None, adapter: str | None = None):
         if (model is None) != (tokenizer is None) or (model is None) == (source is None):
             raise ValueError("give either a loaded model and tokenizer, or `source` to load lazily")
         self._model, self._tokenizer = model, tokenizer
         self._source = source
+        self._adapter = adapter
+        self._system: tuple[list[int], Any] | None = None
+        """(token ids, key/value cache) of the last system prompt scored: every decision of every episode over one
+        registry starts with it, so it is encoded once per backend (training builds a backend per step, so the
+        cache never outlives the weights it was computed with)."""
         self.temperature = temperature
         self.max_new_tokens = max_new_tokens
         self._lock = threading.Lock()
 
     @classmethod
     def from_source(cls, model: str | None = None, gguf_package: str | None = None, gguf_file: str | None = None,
-                    **kwargs: Any) -> TransformersLM:
+                    adapter: str | None = None, **kwargs: Any) -> TransformersLM:
+        """A lazily loaded model; `adapter` is a LoRA adapter folder (peft) merged into it on load, so a trained
+        router ships as a few MB over the packaged base model."""
         from ...backends.hf import local_model_problem
+        from ...backends.packages import missing_package
 
         reason = local_model_problem(model, gguf_package, gguf_file)
+        if adapter is not None and not reason:
+            missing = missing_package("peft")
+            if missing:
+                reason = f"Python package {missing!r} is not installed (needed for the LoRA adapter {adapter})"
+            elif not (Path(adapter) / "adapter_config.json").is_file():
+                reason = f"{adapter} holds no adapter_config.json (not a peft LoRA adapter folder)"
         if reason:
             raise BackendError(f"cannot load the router LM: {reason}")
-        return cls(source={"model": model, "gguf_package": gguf_package, "gguf_file": gguf_file}, **kwargs)
+        return cls(source={"model": model, "gguf_package": gguf_package, "gguf_file": gguf_file}, adapter=adapter,
+                   **kwargs)
 
     def loaded(self) -> tuple[Any, Any]:
-        """(model, tokenizer), loading them on first use."""
+        """(model, tokenizer), loading them on first use (and merging the adapter, so decisions pay nothing for
+        it)."""
         with self._lock:
             if self._model is None:
                 from ...backends.hf import load_causal_lm, resolve_model_source
 
-                self._tokenizer, self._model = load_causal_lm(*resolve_model_source(**self._source))
+                tokenizer, model = load_causal_lm(*resolve_model_source(**self._source))
+                if self._adapter is not None:
+                    from peft import PeftModel
+
+                    model = PeftModel.from_pretrained(model, self._adapter).merge_and_unload().eval()
+                self._tokenizer, self._model = tokenizer, model
             return self._model, self._tokenizer
 
     def _prompt_ids(self, messages: list[dict]) -> Any:
@@ -109,10 +131,26 @@ class TransformersLM:
             )
         return tokenizer.decode(output[0, prompt.shape[1]:], skip_special_tokens=True).strip()
 
+    def _head(self, model: Any, tokenizer: Any, messages: list[dict], prompt: Any) -> tuple[Any, Any]:
+        """(logits after the prompt, key/value cache of the prompt), reusing the system prompt's cache: on a CPU
+        the system prompt (cards, pairs, rules) is most of the tokens of a decision."""
+        import copy
+
+        system = list(tokenizer.apply_chat_template(messages[:1], tokenize=True, return_dict=True)["input_ids"])
+        n = len(system)
+        if messages[0]["role"] != "system" or n >= prompt.shape[1] or prompt[0, :n].tolist() != system:
+            head = model(input_ids=prompt, use_cache=True)  # a template whose system rendering is no prefix
+            return head.logits, head.past_key_values
+        if self._system is None or self._system[0] != system:
+            self._system = (system, model(input_ids=prompt[:, :n], use_cache=True).past_key_values)
+        cache = copy.deepcopy(self._system[1])
+        head = model(input_ids=prompt[:, n:], past_key_values=cache, use_cache=True)
+        return head.logits, head.past_key_values
+
     def score(self, messages: list[dict], continuations: Sequence[str]) -> list[float]:
         """Mean per-token log-probability of each continuation as the assistant's reply (the mean, so a longer
-        action is not penalised for its length). The prompt is encoded once and its key/value cache shared by all
-        continuations (one batched forward pass)."""
+        action is not penalised for its length). The prompt is encoded once (its system part once per backend,
+        `_head`) and its key/value cache shared by all continuations (one batched forward pass)."""
         import torch
 
         model, tokenizer = self.loaded()
@@ -124,12 +162,11 @@ class TransformersLM:
         mask = torch.tensor([[1] * len(p) + [0] * (width - len(p)) for p in pieces])
         n = len(pieces)
         with self._lock, torch.inference_mode():
-            head = model(input_ids=prompt, use_cache=True)
-            cache = head.past_key_values
+            head_logits, cache = self._head(model, tokenizer, messages, prompt)
             cache.batch_repeat_interleave(n)
             full_mask = torch.cat([torch.ones(n, prompt.shape[1], dtype=torch.long), mask], dim=1)
             tail = model(input_ids=batch, past_key_values=cache, attention_mask=full_mask).logits
-        first = torch.log_softmax(head.logits[0, -1].float(), dim=-1)
+        first = torch.log_softmax(head_logits[0, -1].float(), dim=-1)
         rest = torch.log_softmax(tail[:, :-1].float(), dim=-1)
         scores = []
         for i, piece in enumerate(pieces):

