@@ -165,8 +165,9 @@ def test_gpu_config_code_path_runs_one_step_on_cpu_with_the_tiny_model(tmp_path)
     assert config.constrained is None and config.gradient_checkpointing
     summary = train_lm(config, progress=False)
     assert summary["before"]["items"] == summary["after"]["items"] == 1
-    from transformers import AutoModelForCausalLM
-
-    trained = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "final")
-    base = AutoModelForCausalLM.from_pretrained(cached_hf_folder())
-    assert any(not torch.equal(a, b) for a, b in zip(trained.parameters(), base.parameters()))
+    # one optimiser step ran on rollouts generated freely (a group whose rewards are equal moves no weight: the
+    # CPU recipe's test asserts that training changes them)
+    log = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
+    steps = [h for h in log if "rewards/format_errors/mean" in h]
+    assert len(steps) == 1 and steps[0]["step"] == 1 and "completions/mean_length" in steps[0]
+    assert (tmp_path / "run" / "final" / "config.json").is_file()

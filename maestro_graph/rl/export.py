@@ -121,8 +121,10 @@ def _as_tool_calls(messages: list[dict], steps: list[Step]) -> list[dict]:
 def episode_messages(task: Task, episode: EpisodeResult, registry: Registry, options: ExportOptions) -> list[dict]:
     messages = conversation(task.question, task.choices, len(task.images), episode.steps, registry.pairs(),
                             options.max_turns, options.prompt)
-    if episode.stop in (StopReason.POLICY, StopReason.BUDGET) and episode.answer is not None:
+    gave_up = bool(episode.decisions) and episode.decisions[-1].kind == "answer" and not episode.decisions[-1].forced
+    if episode.stop in (StopReason.POLICY, StopReason.BUDGET) and (episode.answer is not None or gave_up):
         # after "turns left: 0" the router is asked once more, for an answer only: that answer is its last turn
+        # (an empty answer too: it is the router's own action, and a trainer must see it)
         messages.append(final_answer_message(episode.answer))
     return _as_tool_calls(messages, episode.steps) if options.tool_calls else messages
 

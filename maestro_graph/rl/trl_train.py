@@ -108,7 +108,7 @@ class LMTrainConfig:
     summary and counted, and training goes on."""
     lora_r: int = 0
     """Rank of a LoRA adapter (peft) trained instead of the whole model; 0 trains every weight. The adapter is what
-    OUT/final holds: a few MB over the base model (`lm:shipped` is one)."""
+    OUT/final holds: a few MB over the base model."""
     lora_alpha: int = 16
     lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     seed: int = 0
