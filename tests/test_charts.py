@@ -16,6 +16,7 @@ def _run(registry, model: str, task):
     return registry.run(Invoke(model, "chart-qa"), question=task.question, images=task.images, choices=task.choices)
 
 
+@pytest.mark.slow
 def test_tesseract_accuracy_floor(registry):
     """Labelled bars/pies/scatter points, axis reading and the chart-type check: the current code gets all 9."""
     right = 0

@@ -38,6 +38,7 @@ def test_ask_json_is_machine_readable():
     assert data["policy"] == "neural"  # ask answers with the shipped checkpoint unless told otherwise
 
 
+@pytest.mark.slow
 def test_ask_from_a_fresh_process_prints_nothing_but_the_answer():
     """As a script calls it: JSON on stdout, and no model-loading progress bar on stderr on first use."""
     done = subprocess.run([sys.executable, "-m", "maestro_graph.cli", "ask", "How many circles are in the image?",

@@ -52,6 +52,7 @@ def test_zoom_views_map_back_to_source(zoom_ctx):
         zoom_ctx.use("zoom", op="rotate", image=image)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model, floor", [("rapidocr", 2), ("tesseract", 3)])  # measured: 3/3 and 4/7
 def test_document_fields_on_real_receipts(registry, model, floor):
     tasks = real_tasks("documents")

@@ -15,6 +15,7 @@ from maestro_graph.rl.grpo import GRPOConfig, GRPOTrainer
 from maestro_graph.tasks import load_tasks
 
 
+@pytest.mark.slow
 def test_one_grpo_step_matches_the_update_recorded_before_the_refactor(tmp_path):
     reference = json.loads((DATA / "grpo_step_reference.json").read_text())
     registry = Registry.load(fault_registry(tmp_path, None))

@@ -138,6 +138,7 @@ def test_observation_text_does_not_change_any_policys_decision(registry, name):
     assert all(getattr(x, "text", None) != "42" for x in b.actions)  # "42" is not even an action
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["rules", "fixed", "neural-untrained", "random"])
 def test_injected_image_does_not_steer_the_answer(registry, tmp_path, name):
     image = _injected_qr(tmp_path)

@@ -197,6 +197,7 @@ def smollm2() -> TransformersLM:
     return TransformersLM.from_source(model=str(cached_hf_folder()), max_new_tokens=24)
 
 
+@pytest.mark.slow
 def test_constrained_smollm2_always_acts_validly_through_the_graph(registry, smollm2):
     policy = LMPolicy(smollm2, constrained="choice", prompt=SHORT)
     view = EpisodeView(real_tasks("tables")[0].question, ("x.png",), None, (), 2, 10.0)
@@ -210,6 +211,7 @@ def test_constrained_smollm2_always_acts_validly_through_the_graph(registry, smo
         assert episode.stop_reason in ("policy", "budget")
 
 
+@pytest.mark.slow
 def test_choice_scores_reuse_the_system_prompt_and_never_offer_a_called_pair(registry, smollm2):
     """The system prompt's key/value cache changes no score (against a backend that has never seen it), and a pair
     already called leaves the action set (its repeat returns the same result)."""

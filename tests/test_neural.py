@@ -222,6 +222,7 @@ def test_image_rewritten_in_place_is_described_again(tmp_path):
     assert second[1] > first[1] and second[5] > first[5]  # wider, and colourful where the first was white
 
 
+@pytest.mark.slow
 def test_embeddings_are_the_sentence_transformers_numbers():
     """The embedding path computes exactly what `SentenceTransformer.encode` does, batches, truncation and unicode
     included: the shipped checkpoint was trained on those numbers. (Texts no other test embeds: a memoised text

@@ -167,6 +167,7 @@ def test_bad_input_suite_all_as_expected(tmp_path):
     assert [c for c in cases if not c.ok] == []
 
 
+@pytest.mark.slow
 def test_reliability_report_small_run(tmp_path):
     """A short run of the whole command: nothing lost, every episode completes, the table is written."""
     barcode = ROOT / "tests" / "data" / "real" / "barcode" / "tasks.jsonl"

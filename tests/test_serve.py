@@ -310,6 +310,7 @@ def _wait_idle(url: str) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_timeout_cancels_the_episode_cap_and_resume_from_checkpoint(tmp_path):
     """One worker, one slot, a 1.5 s timeout, checkpoints, and an episode whose second step takes 3 s: the 504
     cancels the episode at once (the worker does not sit out the step), and the thread resumes later from its

@@ -47,6 +47,7 @@ def answered(registry):
     return run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", OCR_MODELS)
 def test_table_qa_accuracy_floor(answered, model):
     right, misses = 0, []
