@@ -14,7 +14,7 @@ from PIL import Image
 
 from ..backends.packages import missing_package
 from .protocols import Barcode
-from .zxing_barcode import Variant, image_variants
+from .zxing_barcode import Variant, read_with_variants
 
 __all__ = ["OpenCVBarcodeExpert"]
 
@@ -48,22 +48,8 @@ class OpenCVBarcodeExpert:
         return None
 
     def decode(self, image: Image.Image) -> list[Barcode]:
-        gray = image.convert("L")
-        factor = min(1.0, self.max_side / max(gray.size))
-        base = Variant("original", gray, lambda p: p)
-        if factor < 1.0:
-            size = (round(gray.width * factor), round(gray.height * factor))
-            base = Variant("original", gray.resize(size, Image.LANCZOS), lambda p: (p[0] / factor, p[1] / factor))
         with self._lock:
-            found = self._read(base)
-            if found or not self.try_harder:
-                return found
-            for variant in image_variants(base.image, self.max_side):
-                mapped = Variant(variant.name, variant.image, lambda p, v=variant: base.to_original(v.to_original(p)))
-                found = self._read(mapped)
-                if found:
-                    return found
-        return []
+            return read_with_variants(image, self._read, max_side=self.max_side, try_harder=self.try_harder)
 
     def _read(self, variant: Variant) -> list[Barcode]:
         import cv2

@@ -82,6 +82,27 @@ def image_variants(gray: Image.Image, max_side: int) -> Iterator[Variant]:
     yield _rotated(gray, 45)
 
 
+def read_with_variants(image: Image.Image, read: Callable[[Variant], list[Barcode]], *, max_side: int,
+                       try_harder: bool) -> list[Barcode]:
+    """Greyscale `image` (shrunk to `max_side`) read once, then, if nothing was found and `try_harder`, re-read on
+    each `image_variants` copy until one finds something; boxes are in the original image's pixels. The retry
+    strategy of the readers that take no second-pass options of their own (OpenCV, ZBar)."""
+    gray = image.convert("L")
+    factor = min(1.0, max_side / max(gray.size))
+    base = Variant("original", gray, lambda p: p)
+    if factor < 1.0:
+        size = (round(gray.width * factor), round(gray.height * factor))
+        base = Variant("original", gray.resize(size, Image.LANCZOS), lambda p: (p[0] / factor, p[1] / factor))
+    found = read(base)
+    if found or not try_harder:
+        return found
+    for variant in image_variants(base.image, max_side):
+        found = read(Variant(variant.name, variant.image, lambda p, v=variant: base.to_original(v.to_original(p))))
+        if found:
+            return found
+    return []
+
+
 @dataclass(frozen=True)
 class _Read:
     barcode: Barcode
