@@ -20,7 +20,8 @@ from typing import Any, Callable, Iterator
 
 from .errors import Cancelled
 
-__all__ = ["cancellable", "current_cancel", "raise_if_cancelled", "run_abandonable", "Cancelled", "POLL_S"]
+__all__ = ["cancellable", "current_cancel", "raise_if_cancelled", "run_abandonable", "wait_result", "Cancelled",
+           "POLL_S"]
 
 POLL_S = 0.05
 """How often a waiting expert call or skill step looks at the cancel event."""
@@ -63,7 +64,13 @@ def run_abandonable(func: Callable[..., Any], *args: Any, timeout_s: float | Non
             future.set_exception(exc)
 
     threading.Thread(target=target, name="maestro-abandonable", daemon=True).start()
-    deadline = None if timeout_s is None else time.perf_counter() + timeout_s
+    return wait_result(future, None if timeout_s is None else time.perf_counter() + timeout_s, cancel)
+
+
+def wait_result(future: Future, deadline: float | None, cancel: threading.Event | None) -> Any:
+    """The future's result before `deadline` (a `time.perf_counter()` value; None: no limit; FutureTimeout after
+    it), looking at `cancel` every POLL_S and raising Cancelled as soon as it is set (the work is left to finish
+    on its own thread)."""
     while cancel is not None:
         raise_if_cancelled(cancel)
         left = POLL_S if deadline is None else deadline - time.perf_counter()
@@ -72,4 +79,4 @@ def run_abandonable(func: Callable[..., Any], *args: Any, timeout_s: float | Non
         except FutureTimeout:
             if deadline is not None and left <= POLL_S:
                 raise
-    return future.result(timeout=timeout_s)
+    return future.result(timeout=None if deadline is None else max(0.0, deadline - time.perf_counter()))

@@ -35,7 +35,7 @@ from .registry.handles import Ledger
 from .serve import ServeSettings, create_app, startup_problem
 from .serve.loopback import running_app
 
-__all__ = ["Target", "TrustCase", "TRUST_CHECKS", "run_trust_suite", "Listener"]
+__all__ = ["Target", "TrustCase", "TRUST_CHECKS", "run_trust_suite", "Listener", "PlantedPickle"]
 
 QUESTION = "What text does the QR code encode?"
 MEMORY_NAMES = 600
@@ -89,8 +89,9 @@ class Listener:
             conn.close()
 
 
-class _Planted:
-    """Unpickling this creates the marker file: what an attacker's pickle would do with a shell command."""
+class PlantedPickle:
+    """Unpickling this creates the marker file: what an attacker's pickle would do with a shell command (the
+    suite and the tests plant it as a checkpoint, a cache entry or a policy file)."""
 
     def __init__(self, marker: Path):
         self.marker = marker
@@ -124,7 +125,7 @@ def pickled_checkpoint(t: Target) -> TrustCase:
     replies = []
     for name in ("planted.pt", "planted.safetensors"):
         path = t.folder / name
-        path.write_bytes(pickle.dumps(_Planted(marker)))
+        path.write_bytes(pickle.dumps(PlantedPickle(marker)))
         replies += [_chat(t.url, policy=f"neural:{path}", image=t.image),
                     _langserve(t.url, f"neural:{path}", t.image)]
         try:  # the operator's own path (`maestro ask --policy neural:FILE`): the loader reads no pickle
@@ -267,7 +268,7 @@ def pickled_cache(t: Target) -> TrustCase:
     for suffix in (".pkl", ".json"):
         path = cache.root / key[:2] / f"{key}{suffix}"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(pickle.dumps(_Planted(marker)))
+        path.write_bytes(pickle.dumps(PlantedPickle(marker)))
     hit, _ = cache.get(key)
     return TrustCase("planted pickle in the expert cache", "never unpickled", not hit and not marker.exists(),
                      f"hit {hit}, corrupt entries {cache.stats.corrupt}, "

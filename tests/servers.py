@@ -81,6 +81,24 @@ def langgraph_dev(folder: Path, env: dict[str, str] | None = None) -> Iterator[s
         proc.wait(timeout=30)
 
 
+def slow_messages() -> list[dict]:
+    """The chat request of a `slow_registry` episode: the slow question about an example image."""
+    return [{"role": "user", "content": [{"type": "text", "text": SLOW_QUESTION},
+                                         {"type": "image_url", "image_url": {"url": data_url(EXAMPLES / "circles.png")}}]}]
+
+
+def stream_slow_episode(client, thread_id: str, on_slow_step, seen: list) -> None:
+    """Stream a `slow_registry` episode on `thread_id` with an `openai` client, appending each chunk's Maestro event
+    to `seen`, and call `on_slow_step()` when the router decides for the slow second step (to kill a server or
+    stop its database while that step runs)."""
+    for chunk in client.chat.completions.create(model="maestro", messages=slow_messages(), stream=True,
+                                                extra_body={"thread_id": thread_id}):
+        event = chunk.model_extra.get("maestro") or {}
+        seen.append(event.get("event"))
+        if event.get("event") == "decision" and event["action"].get("pair") == "slow-ocr@@text-reading":
+            on_slow_step()
+
+
 def slow_registry(folder: Path, *, delay_s: float) -> Path:
     """A registry of two OCR experts on the real `text-reading` skill: a cheap one that crashes (the keyword-rules
     policy tries it first, then moves on) and one that answers only after `delay_s`. An episode therefore has a

@@ -16,6 +16,7 @@ from maestro_graph.experts.opencv_vision import Circle, CirclePair, Color, Cross
 from maestro_graph.experts.protocols import Barcode, ChatReply, TextBox
 from maestro_graph.registry.config import ModelCard
 from maestro_graph.registry.handles import BoundExpert, ExpertHandle, Ledger
+from maestro_graph.trust_suite import PlantedPickle
 from maestro_graph.types import ErrorKind, Step
 
 
@@ -127,16 +128,6 @@ def test_step_cache_replays_and_invalidates_on_version_change(tmp_path):
 QR = Path(__file__).resolve().parents[1] / "examples" / "qrcode.png"
 
 
-class _Planted:
-    """A pickle that creates `marker` when it is unpickled (what an attacker would plant in the cache folder)."""
-
-    def __init__(self, marker: Path):
-        self.marker = marker
-
-    def __reduce__(self):
-        return open, (str(self.marker), "w")
-
-
 def _zxing(cache: ExpertCache) -> BoundExpert:
     card = ModelCard.model_validate({
         "name": "zxing", "description": "zxing-cpp", "capabilities": ["barcode"], "cost": {"per_call": 0.05},
@@ -147,7 +138,7 @@ def _zxing(cache: ExpertCache) -> BoundExpert:
 
 def test_planted_pickle_is_never_unpickled(tmp_path):
     proof = tmp_path / "proof"
-    pickle.loads(pickle.dumps(_Planted(proof)))
+    pickle.loads(pickle.dumps(PlantedPickle(proof)))
     assert proof.exists()  # the payload is live: unpickling it would have run code
     cache = ExpertCache(tmp_path / "cache")
     expert = _zxing(cache)
@@ -157,14 +148,14 @@ def test_planted_pickle_is_never_unpickled(tmp_path):
     (entry,) = (tmp_path / "cache").glob("*/*.json")
     marker = tmp_path / "marker"
 
-    entry.write_bytes(pickle.dumps(_Planted(marker)))  # at the path of the real key
+    entry.write_bytes(pickle.dumps(PlantedPickle(marker)))  # at the path of the real key
     with pytest.warns(UserWarning, match="corrupt"):
         assert expert.decode(image) == expected
     assert not marker.exists() and cache.stats.corrupt == 1 and cache.stats.hits == 0
     assert json.loads(entry.read_text())["format"] == 1  # recomputed and rewritten as JSON
 
     entry.unlink()
-    entry.with_suffix(".pkl").write_bytes(pickle.dumps(_Planted(marker)))  # an entry of the old format
+    entry.with_suffix(".pkl").write_bytes(pickle.dumps(PlantedPickle(marker)))  # an entry of the old format
     assert expert.decode(image) == expected
     assert not marker.exists() and cache.stats.hits == 0 and cache.stats.corrupt == 1  # never read at all
     assert expert.decode(image) == expected and cache.stats.hits == 1  # the JSON entry written beside it is

@@ -21,27 +21,18 @@ from maestro_graph.policy.neural import (NeuralConfig, NeuralPolicy, read_checkp
 from maestro_graph.rl.grpo import GRPOConfig, GRPOTrainer
 from maestro_graph.tasks import Task
 from maestro_graph.types import Step
+from maestro_graph.trust_suite import PlantedPickle
 
 ROOT = Path(__file__).resolve().parents[1]
 CIRCLES = str(ROOT / "examples" / "circles.png")
 
 
-class _PlantedPickle:
-    """Unpickling this creates the marker file: what a checkpoint loader that unpickles would do."""
-
-    def __init__(self, marker: Path):
-        self.marker = marker
-
-    def __reduce__(self):
-        return open, (str(self.marker), "w")
-
-
 def _plant(path: Path, marker: Path, how: str) -> Path:
     """A planted pickle at `path`, raw or in torch's zip container (a real `.pt` is the latter)."""
     if how == "pickle":
-        path.write_bytes(pickle.dumps({"format": "maestro-neural-1", "net": _PlantedPickle(marker)}))
+        path.write_bytes(pickle.dumps({"format": "maestro-neural-1", "net": PlantedPickle(marker)}))
     else:
-        torch.save({"format": "maestro-neural-1", "net": _PlantedPickle(marker)}, path)
+        torch.save({"format": "maestro-neural-1", "net": PlantedPickle(marker)}, path)
     assert not marker.exists()
     return path
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import pickle
 from pathlib import Path
 
 import pytest
 
-from maestro_graph.trust_suite import Listener
+from maestro_graph.trust_suite import Listener, PlantedPickle
 from servers import data_url, langgraph_dev
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,14 +45,6 @@ def test_sdk_runs_an_episode_with_streamed_steps(server_url):
     assert values["answer"] == "7"
 
 
-class _Evil:
-    def __init__(self, marker: Path):
-        self.marker = marker
-
-    def __reduce__(self):
-        return os.system, (f"touch {self.marker}",)
-
-
 def test_agent_server_runs_accept_only_what_the_operator_offers(server_url, tmp_path):
     """Attacks through the run context and the input of the real Agent Server graph: a pickled checkpoint named as
     the policy, an LM endpoint on an internal port, a local file path. Each run ends with its reason (no internal
@@ -62,7 +53,7 @@ def test_agent_server_runs_accept_only_what_the_operator_offers(server_url, tmp_
 
     marker = tmp_path / "pwned"
     evil = tmp_path / "evil.pt"
-    evil.write_bytes(pickle.dumps(_Evil(marker)))
+    evil.write_bytes(pickle.dumps(PlantedPickle(marker)))
     listener = Listener()
     qr = data_url(ROOT / "examples/qrcode.png")
     question = "What text does the QR code encode?"

@@ -7,7 +7,7 @@ import httpx
 import openai
 import pytest
 
-from servers import EXAMPLES, SLOW_QUESTION, data_url, maestro_serve, slow_registry
+from servers import maestro_serve, slow_messages, slow_registry, stream_slow_episode
 
 pytestmark = pytest.mark.slow
 
@@ -17,21 +17,14 @@ def test_killed_server_resumes_the_thread_after_restart(tmp_path):
     db = tmp_path / "checkpoints.sqlite"
     args = ["--registry", str(registry), "--checkpoint-db", str(db), "--policy", "rules"]  # rules: crashing-ocr first
     log = tmp_path / "serve.log"
-    messages = [{"role": "user", "content": [
-        {"type": "text", "text": SLOW_QUESTION},
-        {"type": "image_url", "image_url": {"url": data_url(EXAMPLES / "circles.png")}}]}]
+    messages = slow_messages()
 
     with maestro_serve(args, log) as (proc, url):
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
         seen = []
         with pytest.raises((openai.APIError, httpx.HTTPError)):
-            for chunk in client.chat.completions.create(model="maestro", messages=messages, stream=True,
-                                                        extra_body={"thread_id": "t-crash"}):
-                event = chunk.model_extra.get("maestro") or {}
-                seen.append(event.get("event"))
-                if event.get("event") == "decision" and event["action"].get("pair") == "slow-ocr@@text-reading":
-                    proc.kill()  # SIGKILL while the slow second step runs: no chance to clean up
-                    proc.wait(timeout=10)
+            # SIGKILL while the slow second step runs: no chance to clean up
+            stream_slow_episode(client, "t-crash", lambda: (proc.kill(), proc.wait(timeout=10)), seen)
         assert seen.count("step") == 1  # the first step finished (and was checkpointed) before the kill
 
     with maestro_serve(args, log) as (_, url):

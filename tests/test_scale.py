@@ -24,7 +24,7 @@ from maestro_graph.executors import RayExecutor, RegistrySource
 from maestro_graph.rl.grpo import GRPOConfig, GRPOTrainer
 from maestro_graph.serve.loopback import free_port
 from maestro_graph.tasks import load_tasks
-from servers import EXAMPLES, ROOT, SLOW_QUESTION, data_url, maestro_serve, slow_registry
+from servers import ROOT, maestro_serve, slow_messages, slow_registry, stream_slow_episode
 from services import postgres_server, ray_cluster, ray_env, redis_server
 
 BARCODE_TASKS = ROOT / "tests" / "data" / "real" / "barcode" / "tasks.jsonl"
@@ -184,9 +184,7 @@ def test_grpo_rollouts_on_two_ray_workers_match_the_local_trainer(cluster, tmp_p
 @pytest.mark.slow
 def test_a_thread_started_on_one_replica_resumes_on_another_through_postgres(tmp_path):
     registry = slow_registry(tmp_path, delay_s=4.0)
-    messages = [{"role": "user", "content": [
-        {"type": "text", "text": SLOW_QUESTION},
-        {"type": "image_url", "image_url": {"url": data_url(EXAMPLES / "circles.png")}}]}]
+    messages = slow_messages()
     with postgres_server() as db:
         args = ["--registry", str(registry), "--checkpoint-db", db.url, "--policy", "rules"]
         with maestro_serve(args, tmp_path / "a.log") as (replica_a, url_a), \
@@ -194,13 +192,9 @@ def test_a_thread_started_on_one_replica_resumes_on_another_through_postgres(tmp
             client_a = openai.OpenAI(base_url=f"{url_a}/v1", api_key="unused", max_retries=0)
             seen = []
             with pytest.raises((openai.APIError, httpx.HTTPError)):
-                for chunk in client_a.chat.completions.create(model="maestro", messages=messages, stream=True,
-                                                              extra_body={"thread_id": "t-replicas"}):
-                    event = chunk.model_extra.get("maestro") or {}
-                    seen.append(event.get("event"))
-                    if event.get("event") == "decision" and event["action"].get("pair") == "slow-ocr@@text-reading":
-                        replica_a.kill()  # SIGKILL while the slow second step runs on replica A
-                        replica_a.wait(timeout=10)
+                # SIGKILL while the slow second step runs on replica A
+                stream_slow_episode(client_a, "t-replicas", lambda: (replica_a.kill(), replica_a.wait(timeout=10)),
+                                    seen)
             assert seen.count("step") == 1
 
             before = httpx.get(f"{url_b}/v1/threads/t-replicas").json()  # replica B sees A's checkpoints
@@ -218,19 +212,13 @@ def test_a_thread_started_on_one_replica_resumes_on_another_through_postgres(tmp
 @pytest.mark.slow
 def test_a_lost_postgres_fails_the_request_with_503_and_the_thread_resumes(tmp_path):
     registry = slow_registry(tmp_path, delay_s=3.0)
-    messages = [{"role": "user", "content": [
-        {"type": "text", "text": SLOW_QUESTION},
-        {"type": "image_url", "image_url": {"url": data_url(EXAMPLES / "circles.png")}}]}]
+    messages = slow_messages()
     with postgres_server() as db:
         args = ["--registry", str(registry), "--checkpoint-db", db.url, "--policy", "rules"]
         with maestro_serve(args, tmp_path / "serve.log") as (_, url):
             client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
             with pytest.raises(openai.APIError) as raised:
-                for chunk in client.chat.completions.create(model="maestro", messages=messages, stream=True,
-                                                            extra_body={"thread_id": "t-lost"}):
-                    event = chunk.model_extra.get("maestro") or {}
-                    if event.get("event") == "decision" and event["action"].get("pair") == "slow-ocr@@text-reading":
-                        db.stop()  # the database goes away while the slow step runs
+                stream_slow_episode(client, "t-lost", db.stop, [])  # the database goes away while the slow step runs
             assert "checkpoints_unavailable" in str(raised.value.body), raised.value.body  # the 503's code
             db.start()  # back on the same port with the same data: the retry resumes the thread
             reply = client.chat.completions.create(model="maestro", messages=messages,

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from maestro_graph.reliability import fault_registry
-from maestro_graph.trust_suite import TRUST_CHECKS, Target
+from maestro_graph.trust_suite import PlantedPickle, TRUST_CHECKS, Target
 from servers import EXAMPLES, ROOT, data_url, free_port, maestro_serve, server_env
 
 QR_QUESTION = "What text does the QR code encode?"
@@ -35,19 +35,11 @@ def test_attack_against_maestro_serve(check, target):
     assert case.ok, f"{case.attack}: {case.must} did not hold: {case.detail}"
 
 
-class _Evil:
-    def __init__(self, marker: Path):
-        self.marker = marker
-
-    def __reduce__(self):
-        return os.system, (f"touch {self.marker}",)
-
-
 def test_a_pickle_through_maestro_ask_never_runs(tmp_path):
     """`maestro ask --policy neural:FILE` is the operator's, but a checkpoint is data: the loader reads no pickle."""
     marker = tmp_path / "pwned"
     evil = tmp_path / "evil.pt"
-    evil.write_bytes(pickle.dumps(_Evil(marker)))
+    evil.write_bytes(pickle.dumps(PlantedPickle(marker)))
     maestro = Path(sys.executable).parent / "maestro"
     run = subprocess.run([str(maestro), "ask", QR_QUESTION, "-i", str(EXAMPLES / "qrcode.png"), "--policy",
                           f"neural:{evil}"], cwd=ROOT, env=server_env(), capture_output=True, text=True, timeout=120)

@@ -22,7 +22,7 @@ import time
 from collections import Counter
 import types
 import typing
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -30,7 +30,7 @@ from typing import Any
 
 from ..cache import ExpertCache
 from ..digests import Uncacheable, cache_key
-from ..cancellation import POLL_S, raise_if_cancelled
+from ..cancellation import POLL_S, raise_if_cancelled, wait_result
 from ..errors import Cancelled, ConfigError, ExpertError, ExpertFailure, ExpertTimeout, ExpertUnavailable
 from .faults import FaultyExpert, InjectedFault
 from ..experts.protocols import ChatReply
@@ -86,19 +86,6 @@ def _acquire(slots: threading.BoundedSemaphore, deadline: float, cancel: threadi
             return True
         if left <= 0:
             return False
-
-
-def _result(future: Future, deadline: float, cancel: threading.Event | None) -> Any:
-    """The call's result before the deadline (FutureTimeout after it); Cancelled as soon as the episode is, the
-    call left to finish on its own thread."""
-    while True:
-        raise_if_cancelled(cancel)
-        left = deadline - time.perf_counter()
-        try:
-            return future.result(timeout=max(0.0, min(left, POLL_S) if cancel is not None else left))
-        except FutureTimeout:
-            if left <= POLL_S or cancel is None:
-                raise
 
 
 class Breaker:
@@ -328,7 +315,7 @@ class ExpertHandle:
             future = self._pool.submit(func, *args, **kwargs)
             future.add_done_callback(lambda _f: self._slots.release())
             try:
-                result = _result(future, deadline, ledger.cancel)
+                result = wait_result(future, deadline, ledger.cancel)
             except FutureTimeout as exc:
                 raise ExpertTimeout(f"model {self.name!r}.{method} timed out after {self.card.timeout_s}s") from exc
             except Cancelled:
