@@ -16,7 +16,7 @@ from maestro_graph.cli import app
 from maestro_graph.errors import ConfigError
 from maestro_graph.policy.lm import conversation, final_answer_message
 from maestro_graph.policy.lm.weights import cached_hf_folder
-from maestro_graph.rl.trl_train import LMTrainConfig, load_train_config, sft_examples, turn_tokens
+from maestro_graph.rl.trl_train import LMTrainConfig, load_train_config, sft_examples, sft_tokens, turn_tokens
 from maestro_graph.types import Step
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,9 +44,10 @@ def test_turn_tokens_mask_only_the_routers_own_turns(base, registry):
     assert "<information>" in env and "<information>" not in own and "How many?" in tokenizer.decode(prompt)
 
 
-def test_exported_trajectories_become_sft_examples(tmp_path):
-    """The SFT data path: `maestro export` with the train-lm prompt limits, successful episodes only. (That SFT and
-    GRPO then change the weights is asserted by the shrunken recipe below.)"""
+def test_exported_trajectories_become_sft_examples(tmp_path, base):
+    """The SFT data path: `maestro export` with the train-lm prompt limits, successful episodes only, one example
+    per episode with the loss on the router's turns only, an episode over max_length named and skipped. (That SFT
+    and GRPO then change the weights is asserted by the shrunken recipe below.)"""
     from datasets import load_dataset
 
     runner = CliRunner()
@@ -65,7 +66,15 @@ def test_exported_trajectories_become_sft_examples(tmp_path):
     failed = [{**r, "rewards": {**r["rewards"], "outcome": 0.0}} for r in records]
     assert sft_examples(failed) == []  # only successful episodes teach
     examples = sft_examples(records, min_score=0.0)
-    assert examples and all(e["completion"][0]["role"] == "assistant" for e in examples)
+    assert len(examples) == len(records) == 2
+    _, tokenizer = base
+    rows, problems = sft_tokens(examples, tokenizer, max_length=4096)
+    assert len(rows) == 2 and not problems
+    learned = tokenizer.decode([t for t in rows[0]["labels"] if t != -100])
+    assert learned.count("<|im_end|>") == sum(m["role"] == "assistant" for m in examples[0]["messages"][2:])
+    assert "<answer>" in learned and "<information>" not in learned and "Question:" not in learned
+    short, problems = sft_tokens(examples, tokenizer, max_length=len(rows[0]["input_ids"]) - 1)
+    assert len(short) < 2 and problems[0].startswith(f"episode {examples[0]['id']}: ")
 
 
 def test_shipped_configs_load_and_extra_args_may_not_repeat_a_field():
@@ -93,23 +102,43 @@ def _export(tmp_path: Path, card_chars: int, observation_chars: int) -> Path:
 
 def _trained(folder: Path) -> bool:
     """Whether a saved LoRA adapter moved away from its initialisation (peft starts every lora_B at zero)."""
+    return any(k.endswith("lora_B.weight") and v.abs().sum() > 0 for k, v in _adapter(folder).items())
+
+
+def _tiny(tmp_path: Path, sft_data: Path, out: str, **overrides) -> LMTrainConfig:
+    """configs/train-lm-cpu.yaml at a tiny size: two SFT steps, one GRPO step, a checkpoint at every step."""
+    return load_train_config(ROOT / "configs" / "train-lm-cpu.yaml", **{
+        "tasks": [str(TASKS)], "eval_tasks": str(TASKS), "eval_limit": 2, "sft_data": str(sft_data), "sft_steps": 2,
+        "sft_min_score": 0.0, "steps": 1, "num_generations": 2, "per_device_train_batch_size": 2, "max_turns": 1,
+        "save_steps": 1, "out_dir": str(tmp_path / out), "registry": str(ROOT / "configs" / "registry-nolm.yaml"),
+        **overrides})
+
+
+def _adapter(folder: Path) -> dict:
     from safetensors.torch import load_file
 
-    weights = load_file(folder / "adapter_model.safetensors")
-    return any(k.endswith("lora_B.weight") and v.abs().sum() > 0 for k, v in weights.items())
+    return load_file(folder / "adapter_model.safetensors")
 
 
-def test_shrunken_cpu_recipe_learns_saves_an_adapter_and_evaluates(tmp_path):
+def test_shrunken_cpu_recipe_learns_saves_an_adapter_evaluates_and_resumes(tmp_path):
     """configs/train-lm-cpu.yaml end to end at a tiny size: a damaged trajectory line is named and skipped, SFT and
-    GRPO change the adapter, and the saved router loads as a policy with the prompt limits it was trained with."""
+    GRPO change the adapter, and the saved router loads as a policy with the prompt limits it was trained with.
+    The same run killed (SIGKILL) after its first SFT checkpoint and started again resumes there: the same
+    second-step loss (same data order) and the same final adapter as the run never interrupted."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from dataclasses import asdict, replace
+
+    import yaml
+
     from maestro_graph.policy import make_policy
     from maestro_graph.rl.trl_train import train_lm
 
     sft_data = _export(tmp_path, 60, 160)
-    config = load_train_config(ROOT / "configs" / "train-lm-cpu.yaml", tasks=[str(TASKS)], eval_tasks=str(TASKS),
-                               eval_limit=2, sft_data=str(sft_data), sft_steps=1, sft_min_score=0.0, steps=1,
-                               num_generations=2, per_device_train_batch_size=2, max_turns=1,
-                               out_dir=str(tmp_path / "run"), registry=str(ROOT / "configs" / "registry-nolm.yaml"))
+    config = _tiny(tmp_path, sft_data, "run")
     summary = train_lm(config, progress=False)
     assert [p.split(":")[0] for p in summary["sft_lines_skipped"]] == ["line 3"]
     assert all(summary[k]["items"] == 2 for k in ("before", "after_sft", "after"))
@@ -122,6 +151,26 @@ def test_shrunken_cpu_recipe_learns_saves_an_adapter_and_evaluates(tmp_path):
     policy = make_policy(f"lm:transformers:{tmp_path / 'run' / 'final'}#choice")
     assert (policy.prompt.card_chars, policy.prompt.observation_chars) == (60, 160)
     assert policy.backend._adapter == str(tmp_path / "run" / "final")
+
+    again = replace(config, out_dir=str(tmp_path / "again"), eval_tasks=None)  # evaluation changes no weight
+    (tmp_path / "again.yaml").write_text(yaml.safe_dump(asdict(again)))
+    child = subprocess.Popen([sys.executable, "-m", "maestro_graph.cli", "train-lm", "--config",
+                              str(tmp_path / "again.yaml")], cwd=tmp_path, start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = tmp_path / "again" / "sft" / "checkpoint-1" / "trainer_state.json"
+    deadline = time.monotonic() + 300
+    while not first.is_file() and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert child.poll() is None, "the run to interrupt ended before its first checkpoint"
+    os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+    assert first.is_file() and not (tmp_path / "again" / "final").exists()
+    resumed = train_lm(again, progress=False)
+    losses = [[h["loss"] for h in s["sft_history"] if "loss" in h] for s in (summary, resumed)]
+    assert len(losses[1]) == 2 and losses[1] == pytest.approx(losses[0], abs=1e-5)
+    ours, theirs = _adapter(tmp_path / "run" / "final"), _adapter(tmp_path / "again" / "final")
+    assert ours.keys() == theirs.keys()
+    assert all(torch.allclose(ours[k], theirs[k], atol=1e-6) for k in ours)
 
 
 def test_gpu_config_code_path_runs_one_step_on_cpu_with_the_tiny_model(tmp_path):

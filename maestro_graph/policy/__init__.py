@@ -38,7 +38,7 @@ __all__ = [
 
 TRAINED_POLICIES = ("best-single", "knn", "classifier")
 POLICY_NAMES = ("neural", "neural:CHECKPOINT", "rules", "random", "fixed:MODEL@@SKILL", *TRAINED_POLICIES, "oracle",
-                "lm:transformers", "lm:openai:BASE_URL|MODEL", "lm:FILE.yaml")
+                "lm:shipped", "lm:transformers", "lm:openai:BASE_URL|MODEL", "lm:FILE.yaml")
 SHIPPED_CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "neural.safetensors"
 """The policy trained by the project's own `maestro train` (see the README for the command)."""
 

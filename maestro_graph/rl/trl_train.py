@@ -49,6 +49,7 @@ __all__ = [
     "run_grpo",
     "run_sft",
     "sft_examples",
+    "sft_tokens",
     "train_lm",
     "turn_tokens",
 ]
@@ -110,7 +111,13 @@ class LMTrainConfig:
     """Rank of a LoRA adapter (peft) trained instead of the whole model; 0 trains every weight. The adapter is what
     OUT/final holds: a few MB over the base model."""
     lora_alpha: int = 16
+    lora_layers: int = 0
+    """Adapt only the top N decoder layers (0: all of them). Backpropagation stops at the lowest adapted layer, so a
+    step over a 600-token prompt costs about 0.6x on a CPU; the router's decision sits in the top layers anyway."""
     lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    save_steps: int = 10
+    """Checkpoint every N optimiser steps of each phase (the last one kept): `maestro train-lm` run again with the
+    same config resumes an interrupted run from it, with the same data order and the same rollout seeds."""
     seed: int = 0
     extra_grpo_args: dict[str, Any] = field(default_factory=dict)
     """More `trl.GRPOConfig` fields, passed through."""
@@ -127,6 +134,8 @@ class LMTrainConfig:
             (self.constrained in (None, "choice"), "constrained", "must be `choice` or null"),
             (not (self.use_vllm and self.constrained), "constrained", "scores actions locally: not with use_vllm"),
             (self.lora_r >= 0, "lora_r", "must be >= 0 (0 trains the whole model)"),
+            (self.lora_layers >= 0, "lora_layers", "must be >= 0 (0 adapts every layer)"),
+            (self.save_steps >= 1, "save_steps", "must be at least 1"),
         ]
         for ok, name, why in checks:
             if not ok:
@@ -216,8 +225,8 @@ class GraphRollout:
         self.registry = registry
         self.by_prompt = by_prompt
         self.config = config
-        self.rng = random.Random(config.seed)
-        self.calls = 0
+        self._step = -1
+        self._calls = 0
         self.problems: list[str] = []
         """Episodes cut to `max_length` and completions the parser rejected, each named by task and turn."""
 
@@ -236,16 +245,18 @@ class GraphRollout:
         policy = LMPolicy(self.backend(trainer), constrained=cfg.constrained, prompt=cfg.prompt, name="lm:train")
         graph = build_graph(self.registry, policy)
         chosen: dict[str, Task] = {}
+        if trainer.state.global_step != self._step:  # episodes are seeded by step, so a resumed run replays them
+            self._step, self._calls = trainer.state.global_step, 0
         rewards = cfg.export_options.rewards.with_metrics()
         out: dict[str, list] = {k: [] for k in ("prompt_ids", "completion_ids", "env_mask",
                                                 *(f"reward_{name}" for name in rewards.names))}
         try:
             for prompt in prompts:
                 key = _key(prompt)
-                task = chosen.setdefault(key, self.rng.choice(self.by_prompt[key]))
-                self.calls += 1
-                context = MaestroContext(max_turns=cfg.max_turns, max_cost=cfg.max_cost, greedy=False,
-                                         seed=cfg.seed * 1_000_003 + self.calls)
+                seed = (cfg.seed * 1_000_003 + self._step) * 1_000_003 + self._calls
+                task = chosen.setdefault(key, random.Random(seed).choice(self.by_prompt[key]))
+                self._calls += 1
+                context = MaestroContext(max_turns=cfg.max_turns, max_cost=cfg.max_cost, greedy=False, seed=seed)
                 episode = run_episode(graph, task.question, task.images, task.choices, context=context)
                 messages = episode_messages(task, episode, self.registry, cfg.export_options)
                 prompt_ids, completion_ids, mask = turn_tokens(trainer.processing_class, messages)
@@ -269,32 +280,27 @@ class GraphRollout:
 
 # -- SFT warm start --------------------------------------------------------------------------------------------------
 def sft_examples(records: Sequence[dict], min_score: float = 1.0) -> list[dict]:
-    """Prompt/completion pairs, one per assistant turn of each exported episode whose score reaches `min_score`
-    (the loss then falls on the router's own turns only). Each keeps its episode's `id` and turn, so a problem
-    with one can be named."""
-    examples = []
-    for record in records:
-        if record.get("rewards", {}).get("outcome", 0.0) < min_score or "tools" in record:
-            continue
-        messages = record["messages"]
-        for k, message in enumerate(messages):
-            if message["role"] == "assistant" and k >= 2:
-                examples.append({"prompt": messages[:k], "completion": [message], "id": str(record.get("id")),
-                                 "turn": k // 2 - 1})
-    return examples
+    """The exported episodes whose score reaches `min_score`, each a whole conversation with its `id`: one example per
+    episode, the loss on the router's own turns only (`sft_tokens`), so an episode's turns cost one forward pass
+    over the shared prompt rather than one pass each."""
+    return [{"messages": r["messages"], "id": str(r.get("id"))} for r in records
+            if r.get("rewards", {}).get("outcome", 0.0) >= min_score and "tools" not in r]
 
 
-def _fitting(examples: list[dict], tokenizer: Any, max_length: int) -> tuple[list[dict], list[str]]:
-    """The examples within `max_length` tokens, and a message naming each one left out (SFTTrainer would cut its
-    completion, the very tokens it is to learn)."""
-    kept, problems = [], []
+def sft_tokens(examples: list[dict], tokenizer: Any, max_length: int) -> tuple[list[dict], list[str]]:
+    """Pre-tokenized SFT rows (`input_ids`, and `labels` -100 outside the router's turns, as `turn_tokens` masks
+    them for GRPO) within `max_length` tokens, and a message naming each episode left out (SFTTrainer would cut
+    its last turns, the very tokens it is to learn)."""
+    rows, problems = [], []
     for e in examples:
-        n = len(_template(tokenizer, e["prompt"] + e["completion"], False))
+        prompt, completion, mask = turn_tokens(tokenizer, e["messages"])
+        n = len(prompt) + len(completion)
         if n > max_length:
-            problems.append(f"episode {e['id']} turn {e['turn']}: {n} tokens, over max_length={max_length}: skipped")
+            problems.append(f"episode {e['id']}: {n} tokens, over max_length={max_length}: skipped")
         else:
-            kept.append({"prompt": e["prompt"], "completion": e["completion"]})
-    return kept, problems
+            rows.append({"input_ids": prompt + completion,
+                         "labels": [-100] * len(prompt) + [t if m else -100 for t, m in zip(completion, mask)]})
+    return rows, problems
 
 
 def _common_args(config: LMTrainConfig, out: Path, steps: int, progress: bool = True) -> dict[str, Any]:
@@ -302,8 +308,17 @@ def _common_args(config: LMTrainConfig, out: Path, steps: int, progress: bool = 
             "per_device_train_batch_size": config.per_device_train_batch_size,
             "gradient_accumulation_steps": config.gradient_accumulation_steps, "learning_rate": config.learning_rate,
             "use_cpu": config.use_cpu, "bf16": config.bf16, "gradient_checkpointing": config.gradient_checkpointing,
-            "report_to": "none", "logging_steps": 1,
-            "save_strategy": "no", "seed": config.seed, "dataloader_num_workers": 0}
+            "report_to": "none", "logging_steps": 1, "save_strategy": "steps", "save_steps": config.save_steps,
+            "save_total_limit": 1, "seed": config.seed, "dataloader_num_workers": 0}
+
+
+def _last_checkpoint(folder: Path) -> str | None:
+    """The newest complete `checkpoint-N` folder a phase left (transformers' resume point), or None. A checkpoint
+    is complete once its `trainer_state.json` is written, the last of its files: a run killed while saving leaves an
+    incomplete one, which is passed over (the one before it is removed only after a save completes)."""
+    done = [p for p in folder.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()
+            and (p / "trainer_state.json").is_file()]
+    return str(max(done, key=lambda p: int(p.name.split("-")[-1]))) if done else None
 
 
 def _grpo_fields(config: LMTrainConfig, out: Path, reward_weights: list[float] | None,
@@ -321,7 +336,7 @@ def run_sft(model: Any, tokenizer: Any, records: Sequence[dict], config: LMTrain
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    examples, problems = _fitting(sft_examples(records, config.sft_min_score), tokenizer, config.max_length)
+    examples, problems = sft_tokens(sft_examples(records, config.sft_min_score), tokenizer, config.max_length)
     if not examples:
         raise ConfigError(f"no exported episode reaches score {config.sft_min_score} within max_length="
                           f"{config.max_length} tokens: nothing to warm-start on", field="sft_data")
@@ -329,7 +344,7 @@ def run_sft(model: Any, tokenizer: Any, records: Sequence[dict], config: LMTrain
             or config.learning_rate}
     trainer = SFTTrainer(model=model, args=SFTConfig(**args, max_length=config.max_length),
                          train_dataset=Dataset.from_list(examples), processing_class=tokenizer)
-    trainer.train()
+    trainer.train(resume_from_checkpoint=_last_checkpoint(out))
     return trainer, problems
 
 
@@ -348,7 +363,7 @@ def run_grpo(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[Tas
     rollout = GraphRollout(registry, by_prompt, config)
     trainer = GRPOTrainer(model=model, reward_funcs=rewards.trl_funcs(), args=args, train_dataset=dataset,
                           processing_class=tokenizer, rollout_func=rollout)
-    trainer.train()
+    trainer.train(resume_from_checkpoint=_last_checkpoint(out))
     return trainer, rollout.problems
 
 
@@ -408,14 +423,48 @@ def _save(model: Any, tokenizer: Any, config: LMTrainConfig, folder: Path) -> Pa
 def _with_lora(model: Any, config: LMTrainConfig) -> Any:
     from peft import LoraConfig, get_peft_model
 
+    layers = None
+    if config.lora_layers:
+        total = model.config.num_hidden_layers
+        layers = list(range(max(0, total - config.lora_layers), total))
     return get_peft_model(model, LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0,
-                                            target_modules=config.lora_target_modules, task_type="CAUSAL_LM"))
+                                            target_modules=config.lora_target_modules, layers_to_transform=layers,
+                                            task_type="CAUSAL_LM"))
+
+
+def _resumed(out: Path, config: LMTrainConfig) -> dict[str, Any]:
+    """The summary an earlier run of this very config left in `out` (written after every phase), or a fresh one; a
+    folder that holds a run of another config is refused rather than mixed into."""
+    summary: dict[str, Any] = {"config": asdict(config)}
+    path = out / "summary.json"
+    if not path.is_file():
+        return summary
+    earlier = json.loads(path.read_text())
+    changed = sorted(k for k in summary["config"] if earlier.get("config", {}).get(k) != summary["config"][k])
+    if changed:
+        raise ConfigError(f"{out} holds a run of another config ({changed[0]} was "
+                          f"{earlier.get('config', {}).get(changed[0])!r}); give another out_dir or delete it to "
+                          "start over", field=changed[0])
+    return earlier
+
+
+def _load_trainable(model: Any, folder: Path, config: LMTrainConfig) -> Any:
+    """The model as a finished phase saved it, ready to train on (a LoRA adapter over `model`, or a whole model)."""
+    if config.lora_r:
+        from peft import PeftModel
+
+        return PeftModel.from_pretrained(model, folder, is_trainable=True)
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=model.dtype)
 
 
 def train_lm(config: LMTrainConfig, progress: bool = True) -> dict:
     """The whole recipe; writes OUT/final (model or LoRA adapter + tokenizer + router.yaml; OUT/sft-final too after
     a warm start), train_log.jsonl, reward_curve.png, summary.json (greedy accuracy on `eval_tasks` before, after
-    SFT and after GRPO, and every input problem skipped or cut, each named)."""
+    SFT and after GRPO, and every input problem skipped or cut, each named). Run again on the same OUT, it picks up
+    where an interrupted run stopped: finished phases are kept, a phase in progress resumes from its last
+    checkpoint."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -425,6 +474,12 @@ def train_lm(config: LMTrainConfig, progress: bool = True) -> dict:
 
     out = Path(config.out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    summary = _resumed(out, config)
+
+    def done(phase: str, **parts: Any) -> None:
+        summary.update(parts, phases=[*summary.get("phases", []), phase])
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+
     torch.manual_seed(config.seed)
     registry = Registry.load(config.registry, cache=ExpertCache(config.cache_dir) if config.cache_dir else None)
     tasks, _ = load_task_files([Path(p) for p in config.tasks])
@@ -435,14 +490,13 @@ def train_lm(config: LMTrainConfig, progress: bool = True) -> dict:
     eval_items: list[Task] = []
     if config.eval_tasks:
         eval_items = load_task_files([Path(config.eval_tasks)])[0][: config.eval_limit]
-    summary: dict[str, Any] = {"config": asdict(config)}
-    if eval_items:
-        summary["before"] = evaluate_lm(model, tokenizer, registry, eval_items, config)
-    if config.lora_r:
-        model = _with_lora(model, config)
-    history: list[dict] = []
-    start = time.perf_counter()
-    if config.sft_steps:
+    if eval_items and "before" not in summary:
+        done("before", before=evaluate_lm(model, tokenizer, registry, eval_items, config))
+    start = time.perf_counter() - summary.get("sft_seconds", 0.0)
+    if config.sft_steps and "sft" in summary.get("phases", []):
+        model = _load_trainable(model, out / "sft-final", config)
+    elif config.sft_steps:
+        model = _with_lora(model, config) if config.lora_r else model
         lines = list(read_jsonl(config.sft_data))
         records = [line.value for line in lines if line.problem is None and isinstance(line.value, dict)]
         skipped = [f"line {line.number}: {line.problem or 'not a JSON object'}"
@@ -452,23 +506,24 @@ def train_lm(config: LMTrainConfig, progress: bool = True) -> dict:
         sft, too_long = run_sft(model, tokenizer, records, config, out / "sft", config.sft_steps, progress)
         for problem in too_long:
             log.warning("%s: %s", config.sft_data, problem)
-        summary["sft_lines_skipped"], summary["sft_examples_skipped"] = skipped, too_long
-        history += [{"phase": "sft", **h} for h in sft.state.log_history]
-        summary["sft_seconds"] = time.perf_counter() - start
         _save(model, tokenizer, config, out / "sft-final")
+        parts: dict[str, Any] = {"sft_lines_skipped": skipped, "sft_examples_skipped": too_long,
+                                 "sft_history": sft.state.log_history, "sft_seconds": time.perf_counter() - start}
         if eval_items:
-            summary["after_sft"] = evaluate_lm(model, tokenizer, registry, eval_items, config)
+            parts["after_sft"] = evaluate_lm(model, tokenizer, registry, eval_items, config)
+        done("sft", **parts)
+    elif config.lora_r:
+        model = _with_lora(model, config)
     grpo, problems = run_grpo(model, tokenizer, registry, tasks, config, out / "grpo", progress)
-    summary["rollout_problems"] = problems
-    history += [{"phase": "grpo", **h} for h in grpo.state.log_history]
-    summary["train_seconds"] = time.perf_counter() - start
     final = _save(grpo.model, tokenizer, config, out / "final")
-    if eval_items:
-        summary["after"] = evaluate_lm(grpo.model, tokenizer, registry, eval_items, config)
+    history = [{"phase": "sft", **h} for h in summary.get("sft_history", [])]
+    history += [{"phase": "grpo", **h} for h in grpo.state.log_history]
     with (out / "train_log.jsonl").open("w") as fh:
         for h in history:
             fh.write(json.dumps(h) + "\n")
     _plot([h for h in history if h["phase"] == "grpo"], out / "reward_curve.png")
-    summary["final_model"] = str(final)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    parts = {"rollout_problems": problems, "train_seconds": time.perf_counter() - start, "final_model": str(final)}
+    if eval_items:
+        parts["after"] = evaluate_lm(grpo.model, tokenizer, registry, eval_items, config)
+    done("grpo", **parts)
     return summary

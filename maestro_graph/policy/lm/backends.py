@@ -140,12 +140,12 @@ class TransformersLM:
         n = len(system)
         if messages[0]["role"] != "system" or n >= prompt.shape[1] or prompt[0, :n].tolist() != system:
             head = model(input_ids=prompt, use_cache=True)  # a template whose system rendering is no prefix
-            return head.logits, head.past_key_values
+            return head.logits, head.cache
         if self._system is None or self._system[0] != system:
-            self._system = (system, model(input_ids=prompt[:, :n], use_cache=True).past_key_values)
+            self._system = (system, model(input_ids=prompt[:, :n], use_cache=True).cache)
         cache = copy.deepcopy(self._system[1])
-        head = model(input_ids=prompt[:, n:], past_key_values=cache, use_cache=True)
-        return head.logits, head.past_key_values
+        head = model(input_ids=prompt[:, n:], cache=cache, use_cache=True)
+        return head.logits, head.cache
 
     def score(self, messages: list[dict], continuations: Sequence[str]) -> list[float]:
         """Mean per-token log-probability of each continuation as the assistant's reply (the mean, so a longer
@@ -165,7 +165,7 @@ class TransformersLM:
             head_logits, cache = self._head(model, tokenizer, messages, prompt)
             cache.batch_repeat_interleave(n)
             full_mask = torch.cat([torch.ones(n, prompt.shape[1], dtype=torch.long), mask], dim=1)
-            tail = model(input_ids=batch, past_key_values=cache, attention_mask=full_mask).logits
+            tail = model(input_ids=batch, cache=cache, attention_mask=full_mask).logits
         first = torch.log_softmax(head_logits[0, -1].float(), dim=-1)
         rest = torch.log_softmax(tail[:, :-1].float(), dim=-1)
         scores = []

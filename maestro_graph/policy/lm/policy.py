@@ -3,9 +3,10 @@ one action. Free generation yields a certain distribution (the LM sampled alread
 every valid action with a local model (a real distribution, so the graph's greedy/sample applies) or asks the
 endpoint to pick one; the `regex` constraint lets an endpoint write any request or answer but only valid pairs.
 
-Names (`make_policy`): `lm:transformers[:MODEL_DIR][#choice]` (a `maestro train-lm` folder: a whole model or a LoRA
-adapter, with its ROUTER_FILE), `lm:openai:BASE_URL|MODEL[#choice|#regex]`, or
-`lm:FILE.yaml` holding an `LMConfig`.
+Names (`make_policy`): `lm:shipped[#choice]` (the router trained by the README's CPU recipe, a LoRA adapter over the
+packaged SmolLM2 inside this package), `lm:transformers[:MODEL_DIR][#choice]` (a `maestro train-lm` folder: a whole
+model or a LoRA adapter, with its ROUTER_FILE), `lm:openai:BASE_URL|MODEL[#choice|#regex]`, or `lm:FILE.yaml`
+holding an `LMConfig`.
 """
 
 from __future__ import annotations
@@ -25,11 +26,16 @@ from .backends import BackendError, LMBackend, OpenAILM, ScoringBackend, Transfo
 from .parser import answer_text, parse_action, search_text
 from .prompt import PromptOptions, conversation
 
-__all__ = ["LM_POLICY_NAMES", "ROUTER_FILE", "LMConfig", "LMPolicy", "action_regex", "make_lm_policy"]
+__all__ = ["LM_POLICY_NAMES", "ROUTER_FILE", "SHIPPED_ROUTER", "LMConfig", "LMPolicy", "action_regex",
+           "make_lm_policy"]
 
-LM_POLICY_NAMES = ("lm:transformers[:MODEL_DIR][#choice]", "lm:openai:BASE_URL|MODEL[#choice|#regex]", "lm:FILE.yaml")
+LM_POLICY_NAMES = ("lm:shipped[#choice]", "lm:transformers[:MODEL_DIR][#choice]",
+                   "lm:openai:BASE_URL|MODEL[#choice|#regex]", "lm:FILE.yaml")
 ROUTER_FILE = "router.yaml"
 """Written by `maestro train-lm` beside the weights it saves: the `LMConfig` fields the router was trained with."""
+SHIPPED_ROUTER = Path(__file__).resolve().parents[2] / "checkpoints" / "lm-router"
+"""`lm:shipped`: OUT/final of `maestro train-lm --config configs/train-lm-cpu.yaml` (adapter and ROUTER_FILE only;
+the tokenizer is the base model's)."""
 MAX_WORDS = 6
 """Longest request (and answer) the regex constraint lets an endpoint write, in words of at most 20 characters with
 single spaces, so a small model cannot pad to the token limit with blanks."""
@@ -161,6 +167,8 @@ def _from_name(spec: str) -> LMConfig:
     body, _, constraint = spec.partition("#")
     constrained = constraint or None
     kind, _, target = body.partition(":")
+    if kind == "shipped" and not target:
+        return _trained_folder(SHIPPED_ROUTER, constrained)
     if kind == "transformers":
         if target and (Path(target) / ROUTER_FILE).is_file():
             return _trained_folder(Path(target), constrained)
