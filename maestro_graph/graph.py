@@ -263,7 +263,7 @@ def build_graph(
         log_prob = None if "overruled" in event else dist.log_prob(action)
         write({**event, "action": _describe(action), "log_prob": log_prob})
         decided = [Decision.of(action, turn=view.turn, policy=policy.name, log_prob=log_prob,
-                               entropy=dist.entropy()).model_dump()]
+                               entropy=dist.entropy(), latency_s=decided_s).model_dump()]
         if isinstance(action, Answer):
             return Command(goto=ANSWER, update={"answer": action.text, **_ending(view, action.text),
                                                 "decisions": decided})

@@ -134,11 +134,14 @@ class Decision(BaseModel):
     log_prob: float | None = None
     entropy: float | None = None
     forced: bool = False
+    latency_s: float | None = Field(None, description="seconds the policy took to decide (None: the graph decided "
+                                                      "without asking it)")
 
     @classmethod
     def of(cls, action: "Invoke | Answer | InvalidAction", *, turn: int, policy: str, log_prob: float | None,
-           entropy: float | None, forced: bool = False) -> "Decision":
-        common = {"turn": turn, "policy": policy, "log_prob": log_prob, "entropy": entropy, "forced": forced}
+           entropy: float | None, forced: bool = False, latency_s: float | None = None) -> "Decision":
+        common = {"turn": turn, "policy": policy, "log_prob": log_prob, "entropy": entropy, "forced": forced,
+                  "latency_s": latency_s}
         if isinstance(action, Invoke):
             return cls(kind="invoke", pair=action.pair, input=action.input, **common)
         if isinstance(action, Answer):

@@ -67,6 +67,8 @@ def test_eval_writes_report_for_every_policy(files):
         assert {"macro_accuracy", "accuracy_by_domain", "mean_cost", "latency_p50_s", "latency_p95_s",
                 "calls_per_episode", "pair_share", "failures", "cache_hits"} <= set(metrics), name
     assert data["policies"]["fixed:opencv-vision@@counting"]["accuracy_by_source"] == {"codes": 0.0, "shapes": 1.0}
+    # every policy that decided has its decision latency (the oracle is asked too; a fixed pair decides in ~0 ms)
+    assert all(m["decision_p50_ms"] > 0 for m in data["policies"].values())
     assert data["best_single_pair"] in {"opencv-vision@@counting", "zxing@@barcode-reading",
                                         "opencv-barcode@@barcode-reading"}
     report = (out / "report.md").read_text()

@@ -48,6 +48,8 @@ class PolicyResult:
             routing[r["source"]].update(called)
         n = max(1, len(self.records))
         latencies = [r["latency_s"] for r in self.records] or [0.0]
+        decisions = [d["latency_s"] for r in self.records for d in r.get("decisions", [])
+                     if d.get("latency_s") is not None] or [0.0]
         source_acc = {s: float(np.mean(v)) for s, v in sorted(by_source.items())}
         return {
             "items": len(self.records),
@@ -58,6 +60,7 @@ class PolicyResult:
             "mean_cost": float(np.mean([r["cost"] for r in self.records])) if self.records else 0.0,
             "latency_p50_s": float(np.percentile(latencies, 50)),
             "latency_p95_s": float(np.percentile(latencies, 95)),
+            "decision_p50_ms": 1000 * float(np.percentile(decisions, 50)),
             "calls_per_episode": float(np.mean([len(r["steps"]) for r in self.records])) if self.records else 0.0,
             "pair_share": {p: c / n for p, c in pairs.most_common()},
             "routing": {s: {p: c / len(by_source[s]) for p, c in cnt.items()} for s, cnt in routing.items()},

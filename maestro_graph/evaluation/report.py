@@ -40,10 +40,11 @@ def write_report(run: EvalRun, out_dir: Path) -> dict:
     sources = sorted({s for m in metrics.values() for s in m["accuracy_by_source"]})
     plots = _plots(metrics, sources, out_dir)
     main = _table(
-        ["policy", "macro acc", "accuracy", "mean cost", "calls/ep", "p50 s", "p95 s", "failed", "no answer",
-         "cache hits", "wall s"],
+        ["policy", "macro acc", "accuracy", "mean cost", "calls/ep", "p50 s", "p95 s", "decision p50 ms", "failed",
+         "no answer", "cache hits", "wall s"],
         [[p, f"{m['macro_accuracy']:.3f}", f"{m['accuracy']:.3f}", f"{m['mean_cost']:.2f}",
           f"{m['calls_per_episode']:.2f}", f"{m['latency_p50_s']:.2f}", f"{m['latency_p95_s']:.2f}",
+          f"{m['decision_p50_ms']:.1f}",
           str(m["failures"]), str(m["no_answer"]), f"{m['cache_hits']}/{m['cache_hits'] + m['cache_misses']}",
           f"{m['wall_s']:.0f}"] for p, m in metrics.items()],
     )

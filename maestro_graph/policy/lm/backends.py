@@ -148,9 +148,12 @@ class TransformersLM:
         return head.logits, head.cache
 
     def score(self, messages: list[dict], continuations: Sequence[str]) -> list[float]:
-        """Mean per-token log-probability of each continuation as the assistant's reply (the mean, so a longer
-        action is not penalised for its length). The prompt is encoded once (its system part once per backend,
-        `_head`) and its key/value cache shared by all continuations (one batched forward pass)."""
+        """Log-probability of each continuation as the assistant's reply: the sum over its tokens, so the `choice`
+        distribution is the model's own sequence distribution restricted to the valid actions, the one SFT and GRPO
+        train (a per-token mean flattens it about fifteen-fold and favours long, predictable actions: after the
+        README's SFT, greedy validation accuracy 0.378 with the mean, 0.459 with the sum). The prompt is encoded
+        once (its system part once per backend, `_head`) and its key/value cache shared by all continuations (one
+        batched forward pass)."""
         import torch
 
         model, tokenizer = self.loaded()
@@ -173,7 +176,7 @@ class TransformersLM:
             total = first[piece[0]]
             if len(piece) > 1:
                 total = total + rest[i, torch.arange(len(piece) - 1), torch.tensor(piece[1:])].sum()
-            scores.append(float(total) / len(piece))
+            scores.append(float(total))
         return scores
 
 
