@@ -242,6 +242,19 @@ def test_a_trained_folder_is_read_with_its_own_prompt_limits(tmp_path):
         make_policy(f"lm:transformers:{tmp_path}")
 
 
+@pytest.mark.slow
+def test_the_shipped_router_is_a_trained_adapter_that_decides_differently_from_its_base(registry, smollm2):
+    """`lm:shipped` is the README recipe's adapter inside the package, read with the prompt limits it was trained
+    with; its choice distribution on a real question is not the base model's."""
+    shipped = make_policy("lm:shipped#choice")
+    assert (shipped.prompt.card_chars, shipped.prompt.observation_chars) == (60, 160)
+    base = LMPolicy(smollm2, constrained="choice", prompt=shipped.prompt)
+    view = EpisodeView(real_tasks("tables")[0].question, ("x.png",), None, (), 2, 10.0)
+    space = ActionSpace.build(registry, view)
+    ours, theirs = shipped.distribution(view, space), base.distribution(view, space)
+    assert ours.actions == theirs.actions and np.abs(ours.probs - theirs.probs).max() > 0.05
+
+
 def test_free_smollm2_output_is_parsed_or_reported(registry, smollm2):
     task = real_tasks("tables")[0]
     policy = make_policy(f"lm:transformers:{cached_hf_folder()}")
