@@ -253,6 +253,10 @@ def test_the_shipped_router_is_a_trained_adapter_that_decides_differently_from_i
     space = ActionSpace.build(registry, view)
     ours, theirs = shipped.distribution(view, space), base.distribution(view, space)
     assert ours.actions == theirs.actions and np.abs(ours.probs - theirs.probs).max() > 0.05
+    # every eval worker builds its own policy: they share one loaded model (no concurrent first loads)
+    again = make_policy("lm:shipped#choice")
+    assert again.backend.loaded()[0] is shipped.backend.loaded()[0]
+    assert np.allclose(again.distribution(view, space).probs, ours.probs)
 
 
 def test_free_smollm2_output_is_parsed_or_reported(registry, smollm2):

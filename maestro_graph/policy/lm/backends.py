@@ -9,6 +9,7 @@ with exponential backoff and then raises `BackendError`, which the policy turns 
 from __future__ import annotations
 
 import io
+import json
 import threading
 import time
 from collections.abc import Sequence
@@ -28,6 +29,11 @@ REGEX_MIN_TOKENS = 160
 longest action the regex admits (see `action_regex`) is about 160 characters."""
 STOP_STRINGS = ("</search>", "</answer>")
 """Generation stops after the first closed action (the parser executes only the first one anyway)."""
+
+
+_LOADING = threading.Lock()
+_LOADED: dict[str, tuple[Any, Any]] = {}
+"""Local router models by (source, adapter): loaded once per process (`TransformersLM.loaded`)."""
 
 
 class BackendError(MaestroError):
@@ -92,18 +98,27 @@ class TransformersLM:
 
     def loaded(self) -> tuple[Any, Any]:
         """(model, tokenizer), loading them on first use (and merging the adapter, so decisions pay nothing for
-        it)."""
+        it). One load per model and adapter per process, shared by every backend built from them: each worker of
+        `maestro eval --workers N` builds its own policy, and concurrent first imports of transformers and peft
+        race (an ImportError, then an adapter merged into a half-imported peft that answered nothing at all)."""
         with self._lock:
             if self._model is None:
-                from ...backends.hf import load_causal_lm, resolve_model_source
-
-                tokenizer, model = load_causal_lm(*resolve_model_source(**self._source))
-                if self._adapter is not None:
-                    from peft import PeftModel
-
-                    model = PeftModel.from_pretrained(model, self._adapter).merge_and_unload().eval()
-                self._tokenizer, self._model = tokenizer, model
+                key = json.dumps([self._source, self._adapter], sort_keys=True)
+                with _LOADING:
+                    if key not in _LOADED:
+                        _LOADED[key] = self._load()
+                self._model, self._tokenizer = _LOADED[key]
             return self._model, self._tokenizer
+
+    def _load(self) -> tuple[Any, Any]:
+        from ...backends.hf import load_causal_lm, resolve_model_source
+
+        tokenizer, model = load_causal_lm(*resolve_model_source(**self._source))
+        if self._adapter is not None:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, self._adapter).merge_and_unload().eval()
+        return model, tokenizer
 
     def _prompt_ids(self, messages: list[dict]) -> Any:
         _, tokenizer = self.loaded()
