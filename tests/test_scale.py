@@ -102,7 +102,8 @@ def _records(folder: Path) -> dict[str, list[dict]]:
     """Each policy's prediction records by id, latencies left out (the only field that may differ)."""
     def strip(record: dict) -> dict:
         record = {k: v for k, v in record.items() if k != "latency_s"}
-        record["steps"] = [{k: v for k, v in s.items() if k != "latency_s"} for s in record["steps"]]
+        for part in ("steps", "decisions"):
+            record[part] = [{k: v for k, v in s.items() if k != "latency_s"} for s in record[part]]
         return record
 
     return {f.stem: sorted((strip(json.loads(line)) for line in f.read_text().splitlines()), key=lambda r: r["id"])
