@@ -16,6 +16,7 @@ import numpy as np
 
 from ..registry import Pair, Registry
 from ..scoring import normalize_text
+from ..tasks import Task
 from ..types import Action, Answer, InvalidAction, Invoke, Step
 
 __all__ = ["EpisodeView", "ActionSpace", "Distribution", "Policy", "best_candidate"]
@@ -49,6 +50,14 @@ class EpisodeView:
     steps: tuple[Step, ...]
     max_turns: int
     max_cost: float
+
+    @classmethod
+    def of_task(cls, task: Task, steps: tuple[Step, ...], max_turns: int, max_cost: float) -> "EpisodeView":
+        """What the router sees of a task after `steps`, as the graph builds it: the choices are the task's options
+        (written inline in the question when it has none), as the graph's intake sets them."""
+        options = task.options
+        return cls(task.question, tuple(task.images), tuple(options) if options else None, tuple(steps), max_turns,
+                   max_cost)
 
     @property
     def turn(self) -> int:

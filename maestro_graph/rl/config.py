@@ -27,6 +27,11 @@ class GRPOConfig:
         0.0, "Advantages are divided by max(group std, this). With a cost weight, a group whose episodes are all "
         "right differs only by cost, and dividing by its tiny std turns any weight into a full-strength 'call less' "
         "signal; a floor keeps such groups' advantages at the reward scale (0: plain GRPO).")
+    warm_start_steps: int = setting(
+        0, "Steps of the full-information warm start before GRPO (rl.warm_start): every pair is run once on every "
+        "training item (free with a warm expert cache), each action of the first two decisions is valued from those "
+        "outcomes, and each step maximises the policy's expected value over tasks_per_step items, all actions at "
+        "once (0: GRPO from the initial weights).")
     max_turns: int = setting(4, "Turn budget of each episode.")
     max_cost: float = setting(10.0, "Cost budget of each episode.")
     revisit_weight: float = setting(
@@ -50,6 +55,7 @@ class GRPOConfig:
     def __post_init__(self) -> None:
         checks = [
             (self.steps >= 1, "steps", "must be at least 1"),
+            (self.warm_start_steps >= 0, "warm_start_steps", "must be >= 0 (0: no warm start)"),
             (self.group_size >= 2, "group_size", "must be at least 2: advantages are relative within a group"),
             (self.tasks_per_step >= 1, "tasks_per_step", "must be at least 1"),
             (0 < self.clip < 1, "clip", "must be in (0, 1), typically 0.2"),

@@ -28,6 +28,7 @@ from ..types import Action, Answer, Invoke
 from .cards import sample_card_texts, sample_dropout
 from .config import GRPOConfig
 from .rewards import Rewards, outcome
+from .warm_start import warm_start
 
 __all__ = ["GRPOConfig", "GRPOTrainer", "Sample", "group_advantages", "TRAINER_FORMAT"]
 
@@ -105,7 +106,8 @@ def _samples(episode: EpisodeResult, task: Task, context: MaestroContext, advant
              group: int) -> list[Sample]:
     """The episode's recorded decisions that the policy made (an overruled one is the graph's, not a draw of the
     policy's; a forced one, with log-probability 0 and no gradient, still counts in the loss's mean)."""
-    return [Sample(_view(task, episode.steps[:d.turn], context), d.action(), d.log_prob, advantage, group)
+    return [Sample(EpisodeView.of_task(task, episode.steps[:d.turn], context.max_turns, context.max_cost), d.action(),
+                   d.log_prob, advantage, group)
             for d in episode.decisions if d.log_prob is not None]
 
 
@@ -117,11 +119,6 @@ def group_advantages(rewards: np.ndarray, std_floor: float = 0.0) -> np.ndarray:
 def _identity(task: Task) -> tuple:
     """The question and the images' content: the same item copied into another folder is still the same item."""
     return task.question, tuple(file_digest(ref) for ref in task.images)
-
-
-def _view(task: Task, steps: list, context: MaestroContext) -> EpisodeView:
-    return EpisodeView(task.question, tuple(task.images), tuple(task.choices) if task.choices else None,
-                       tuple(steps), context.max_turns, context.max_cost)
 
 
 def _index(actions: tuple, action: Action) -> int:
@@ -182,6 +179,8 @@ class GRPOTrainer:
         self.policy = policy or NeuralPolicy(NeuralConfig(hidden=config.hidden, seed=config.seed))
         self.optim = torch.optim.Adam(self.policy.net.parameters(), lr=config.lr)
         self.step = 0
+        self.warm_started = False
+        """Whether the warm start (config.warm_start_steps) is done; it runs whole before GRPO's first step."""
         self.history: list[dict] = []
         self.weights = np.ones(len(self.tasks))
         """Per-task sampling weights (revisit_weight after a group without signal)."""
@@ -217,7 +216,8 @@ class GRPOTrainer:
         write_tensor_file(self.checkpoint_path, tensors, {
             "format": TRAINER_FORMAT, "policy": self.policy.checkpoint_header(),
             "trainer": {"step": self.step, "param_groups": optim["param_groups"], "history": self.history,
-                        "config": asdict(self.config), "weights": self.weights.tolist(), "best": self.best}})
+                        "config": asdict(self.config), "weights": self.weights.tolist(), "best": self.best,
+                        "warm_started": self.warm_started}})
         self.averaged_policy().save(self.policy_path)
 
     def averaged_policy(self) -> NeuralPolicy:
@@ -237,7 +237,8 @@ class GRPOTrainer:
             return False
         state, parts = _read_state(path)
         mine = {k: v for k, v in asdict(self.config).items() if k not in _EXTENDABLE}
-        theirs = {k: v for k, v in state["config"].items() if k not in _EXTENDABLE}
+        # a setting added since the state was written had its default then
+        theirs = {k: v for k, v in {**asdict(GRPOConfig()), **state["config"]}.items() if k not in _EXTENDABLE}
         if mine != theirs:
             differ = sorted(k for k in mine if mine[k] != theirs.get(k))
             raise ConfigError(f"the checkpoint was trained with another config ({differ}); use a new --out or the "
@@ -259,6 +260,7 @@ class GRPOTrainer:
         self.history = state["history"]
         self.weights = np.asarray(state["weights"])
         self.best = state["best"]
+        self.warm_started = bool(state.get("warm_started", False))
         return True
 
     # -- validation --------------------------------------------------------------------------------------------------
@@ -365,7 +367,21 @@ class GRPOTrainer:
             fh.write(json.dumps(stats) + "\n")
         return stats
 
+    def warm_start(self, progress: bool = True) -> None:
+        """The full-information warm start (rl.warm_start), whole; its steps join train_log.jsonl, the average
+        restarts from its weights, and the result is validated (step 0) and checkpointed before GRPO begins."""
+        with (self.out / "train_log.jsonl").open("a") as fh:
+            warm_start(self.policy, self.registry, self.tasks, self.config, self.executor, progress,
+                       log=lambda record: fh.write(json.dumps(record) + "\n"))
+        self.average = {k: v.detach().clone() for k, v in self.policy.net.state_dict().items()}
+        self.warm_started = True
+        if self.eval_tasks:
+            self.validate()
+        self.save()
+
     def train(self, progress: bool = True) -> NeuralPolicy:
+        if self.config.warm_start_steps and not self.warm_started:
+            self.warm_start(progress)
         random.seed(self.config.seed)
         torch.manual_seed(self.config.seed + self.step)
         bar = tqdm(total=self.config.steps, initial=self.step, desc="GRPO", unit="step", disable=not progress)
