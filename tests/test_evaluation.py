@@ -83,6 +83,32 @@ def test_eval_writes_report_for_every_policy(files):
     assert all(r.oracle_accuracy >= r.best_accuracy for r in trained_on.by_source())
 
 
+def test_eval_reports_calls_where_no_pair_answers_and_unanswered_choice_items(files):
+    """The oracle's misses are the items no pair answers: each policy's calls there are reported; an item with
+    options written in the question never ends without an answer (the graph's fallback guesses an option)."""
+    rows = [{"id": "p1", "question": "Which painter made this picture?", "images": ["circles.png"],
+             "answer": "Kandinsky", "source": "art"},
+            {"id": "p2", "question": "Which painter made this picture? A. Klee B. Kandinsky C. Miro",
+             "images": ["circles.png"], "answer": "B", "source": "art"},
+            {"id": "c1", "question": "How many circles are in the image?", "images": ["circles.png"], "answer": "7",
+             "answer_type": "number", "source": "shapes"}]
+    (files / "art.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = files / "art-report"
+    result = CliRunner().invoke(app, ["eval", "--tasks", str(files / "art.jsonl"), "--out", str(out), "--registry",
+                                      str(files / "registry.yaml"), "--cache-dir", str(files / "cache"),
+                                      "-p", "rules", "-p", "oracle"])
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "results.json").read_text())
+    oracle = {r["id"]: r for r in map(json.loads, (out / "predictions" / "oracle.jsonl").read_text().splitlines())}
+    assert not oracle["p1"]["step_right"] and oracle["c1"]["step_right"]  # no pair knows the painter; one counts
+    no_pair = data["no_pair_items"]
+    assert no_pair["items"] == sum(not r["step_right"] for r in oracle.values())
+    assert set(no_pair["calls_per_episode"]) == {"rules", "oracle"} and no_pair["calls_per_episode"]["oracle"] > 1
+    for metrics in data["policies"].values():
+        assert (metrics["closed_items"], metrics["no_answer_closed"]) == (1, 0)
+    assert f"## Items no pair answers ({no_pair['items']}" in (out / "report.md").read_text()
+
+
 def test_training_file_cannot_be_an_evaluated_file(files):
     result = CliRunner().invoke(app, ["eval", "--tasks", str(files / "train.jsonl"), "--train-tasks",
                                       str(files / "test.jsonl"), "--train-tasks", str(files / "train.jsonl"),

@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 from tqdm import tqdm
 
+from ..answer_form import expected_form
 from ..executors import Executor
 from ..graph import MaestroContext
 from ..policy import TRAINED_POLICIES
@@ -66,6 +67,8 @@ class PolicyResult:
             "routing": {s: {p: c / len(by_source[s]) for p, c in cnt.items()} for s, cnt in routing.items()},
             "failures": sum(1 for r in self.records if r["failed"]),
             "no_answer": sum(1 for r in self.records if r["answer"] is None),
+            "closed_items": sum(1 for r in self.records if r.get("closed_form")),
+            "no_answer_closed": sum(1 for r in self.records if r.get("closed_form") and r["answer"] is None),
             "cache_hits": self.cache_hits,
             "cache_misses": self.cache_misses,
             "wall_s": self.wall_s,
@@ -84,6 +87,18 @@ class EvalRun:
     @property
     def best_single_pair(self) -> str | None:
         return self.outcomes.best_single() if self.outcomes else None
+
+    def no_pair_calls(self) -> dict | None:
+        """Calls per episode of each policy on the items no pair answers (no step of the oracle, which tries every
+        pair, answered right; a right guess among options does not count), where the right move is to stop early;
+        None without an `oracle` run."""
+        oracle = next((r for r in self.results if r.policy == "oracle"), None)
+        if oracle is None:
+            return None
+        missed = {r["id"] for r in oracle.records if not r["step_right"]}
+        calls = {r.policy: [len(x["steps"]) for x in r.records if x["id"] in missed] for r in self.results}
+        return {"items": len(missed), "calls_per_episode": {p: float(np.mean(c)) if c else 0.0
+                                                            for p, c in calls.items()}}
 
 
 def evaluate(
@@ -169,6 +184,10 @@ def _record(task: Task, episode: EpisodeResult) -> dict:
     row["score"] = task.score(episode.answer)
     row["source"] = task.source or "unknown"
     row["domain"] = task.domain or "unknown"
+    # whether a step's own answer was right (the oracle's steps: whether any pair answers the item)
+    row["step_right"] = any(task.score(s.answer) > 0 for s in episode.steps if s.answer is not None)
+    # options (given or inline) or a yes/no form: an item that never needs to end without an answer
+    row["closed_form"] = expected_form(task.question, task.options) in {"choice", "yesno"}
     return row
 
 

@@ -29,6 +29,7 @@ def write_report(run: EvalRun, out_dir: Path) -> dict:
         "best_single_pair": run.best_single_pair,
         "skipped_items": [p.__dict__ for p in run.skipped],
         "policies": metrics,
+        "no_pair_items": run.no_pair_calls(),
     }
     (out_dir / "results.json").write_text(json.dumps(results, indent=2))
     training = ""
@@ -41,13 +42,18 @@ def write_report(run: EvalRun, out_dir: Path) -> dict:
     plots = _plots(metrics, sources, out_dir)
     main = _table(
         ["policy", "macro acc", "accuracy", "mean cost", "calls/ep", "p50 s", "p95 s", "decision p50 ms", "failed",
-         "no answer", "cache hits", "wall s"],
+         "no answer", "no answer (choices, yes/no)", "cache hits", "wall s"],
         [[p, f"{m['macro_accuracy']:.3f}", f"{m['accuracy']:.3f}", f"{m['mean_cost']:.2f}",
           f"{m['calls_per_episode']:.2f}", f"{m['latency_p50_s']:.2f}", f"{m['latency_p95_s']:.2f}",
-          f"{m['decision_p50_ms']:.1f}",
-          str(m["failures"]), str(m["no_answer"]), f"{m['cache_hits']}/{m['cache_hits'] + m['cache_misses']}",
+          f"{m['decision_p50_ms']:.1f}", str(m["failures"]), str(m["no_answer"]),
+          f"{m['no_answer_closed']}/{m['closed_items']}", f"{m['cache_hits']}/{m['cache_hits'] + m['cache_misses']}",
           f"{m['wall_s']:.0f}"] for p, m in metrics.items()],
     )
+    no_pair = results["no_pair_items"]
+    stop_early = [] if no_pair is None else [
+        f"## Items no pair answers ({no_pair['items']}: the oracle's misses)", "",
+        "Calls per episode where every call is wasted; a policy that knows nothing fits stops early.", "",
+        _table(["policy", "calls/ep"], [[p, f"{c:.2f}"] for p, c in no_pair["calls_per_episode"].items()]), ""]
     per_source = _table(["source", *metrics], [[s, *(f"{m['accuracy_by_source'].get(s, float('nan')):.3f}"
                                                      for m in metrics.values())] for s in sources])
     domains = sorted({d for m in metrics.values() for d in m["accuracy_by_domain"]})
@@ -58,7 +64,7 @@ def write_report(run: EvalRun, out_dir: Path) -> dict:
         f"Tasks: {', '.join(run.task_files)}" + (f"; routers trained on {run.train_file}" if run.train_file else ""),
         f"Best single pair (chosen on the training file): {run.best_single_pair}" if run.best_single_pair else "",
         f"Items skipped (bad lines or missing images): {len(run.skipped)}", "",
-        "## Policies (macro accuracy = mean over sources)", "", main, "",
+        "## Policies (macro accuracy = mean over sources)", "", main, "", *stop_early,
         "## Accuracy per source", "", per_source, "", "## Accuracy per domain", "", per_domain, "",
         "## Plots", "", *[f"![{p.stem}]({p.name})" for p in plots], "",
     ]
