@@ -31,7 +31,7 @@ from .types import Answer, Decision, ErrorKind, InvalidAction, Invoke, Step, Sto
 
 __all__ = [
     "CONTEXT_KEY", "EpisodeRecord", "MaestroContext", "MaestroInput", "MaestroOutput", "MaestroState", "build_graph",
-    "INTAKE", "ROUTER", "ANSWER",
+    "INTAKE", "ROUTER", "ANSWER", "final_answer",
 ]
 
 INTAKE = "intake"
@@ -302,7 +302,7 @@ def build_graph(
             runtime.stream_writer({"event": "error", "kind": "input", "message": state.get("stop_detail") or ""})
             final, source = state.get("answer"), None  # the input must be fixed: a guess would hide that
         else:
-            final, source = _final_answer(state)
+            final, source = final_answer(state)
         runtime.stream_writer({"event": "answer", "answer": final, "answer_source": source, "stop": stop,
                                "stop_reason": reason})
         record = EpisodeRecord(question=state.get("question") or "", choices=state.get("choices"), answer=final,
@@ -330,8 +330,9 @@ def build_graph(
 
 
 
-def _final_answer(state: Mapping[str, Any]) -> tuple[str | None, AnswerSource | None]:
-    """The answer an episode ends with, for every policy: the policy's, unless the question has choices or a
+def final_answer(state: Mapping[str, Any]) -> tuple[str | None, AnswerSource | None]:
+    """The answer an episode ends with (`state`: question, choices, steps and the policy's answer), for every policy
+    and for the trainers that value an ending without running it: the policy's, unless the question has choices or a
     yes/no form and the policy's answer cannot be read in that form. A choice question takes the best-supported
     candidate naming an option, else a guess among the options; a yes/no question left without an answer takes the
     best-supported yes/no candidate, else `YES_NO_GUESS` (a yes/no question that got another answer keeps it: the

@@ -14,12 +14,13 @@ from maestro_graph.cache import ExpertCache
 from maestro_graph.errors import ConfigError
 from maestro_graph.policy.base import ActionSpace, EpisodeView
 from maestro_graph.policy import SHIPPED_CHECKPOINT
-from maestro_graph.policy.neural import (CHECKPOINT_FORMAT, CHECKPOINT_VERSION, NeuralPolicy, read_checkpoint_header,
+from maestro_graph.policy.neural import (CHECKPOINT_FORMAT, CHECKPOINT_VERSION, NeuralConfig, NeuralPolicy,
+                                         read_checkpoint_header,
                                          write_tensor_file)
 from maestro_graph.registry import Registry
 from maestro_graph.rl.grpo import GRPOConfig, GRPOTrainer, group_advantages
 from maestro_graph.tasks import load_tasks
-from maestro_graph.types import Step
+from maestro_graph.types import Answer, Step
 
 ROOT = Path(__file__).resolve().parents[1]
 CIRCLES = str(ROOT / "examples" / "circles.png")
@@ -42,6 +43,23 @@ def test_distribution_is_valid_and_masks_called_pairs(registry):
     dist = policy.distribution(later, ActionSpace.build(registry, later))
     names = [getattr(a, "pair", None) for a in dist.actions]
     assert "opencv-vision@@counting" not in names and any(getattr(a, "text", None) == "7" for a in dist.actions)
+
+
+def test_a_policy_may_give_up_after_a_call_that_answered_nothing(registry, tmp_path):
+    """With stop_without_answer, a call that produced no answer is followed by a choice between calling on and the
+    explicit no-answer (never before the first call); without it (older checkpoints) only calls are offered."""
+    failed = Step(model="zxing", skill="barcode-reading", answer=None)
+    first, after = _view("Which painter made this?", CIRCLES), _view("Which painter made this?", CIRCLES, [failed])
+    plain = NeuralPolicy()
+    assert Answer(None) not in plain.distribution(after, ActionSpace.build(registry, after)).actions
+    giving_up = NeuralPolicy(NeuralConfig(stop_without_answer=True))
+    assert Answer(None) not in giving_up.distribution(first, ActionSpace.build(registry, first)).actions
+    dist = giving_up.distribution(after, ActionSpace.build(registry, after))
+    assert Answer(None) in dist.actions and 0 < dist.probs[dist.actions.index(Answer(None))] < 1
+    assert np.isclose(dist.probs.sum(), 1.0) and "zxing@@barcode-reading" not in {getattr(a, "pair", None)
+                                                                                   for a in dist.actions}
+    giving_up.save(tmp_path / "p.safetensors")
+    assert NeuralPolicy.load(tmp_path / "p.safetensors").config.stop_without_answer is True
 
 
 def test_extreme_weights_give_a_valid_distribution(registry):

@@ -63,6 +63,10 @@ class NeuralConfig:
     hidden: int = 128
     """Width of the state and card encodings."""
     seed: int = 0
+    stop_without_answer: bool = False
+    """After a call, the policy may stop although no step has produced an answer (the explicit no-answer, which the
+    graph turns into a marked guess for choice and yes/no questions) instead of calling on until the budget ends:
+    what lets it stop early where no pair fits. False: the checkpoints made before it, which always call on."""
 
 
 @dataclass
@@ -98,6 +102,8 @@ class _Features:
     """(candidates, CAND_DIM)"""
     producer_skills: torch.Tensor
     producer_models: torch.Tensor
+    may_give_up: bool = False
+    """Stopping without a candidate is an action (NeuralConfig.stop_without_answer, after the first call)."""
 
 
 class _Net(nn.Module):
@@ -121,10 +127,11 @@ class _Net(nn.Module):
         n_pairs, n_candidates = len(f.pair_skill), len(f.candidates)
         if not n_pairs:
             p_stop = torch.ones(())
-        elif not n_candidates:
+        elif not n_candidates and not f.may_give_up:
             p_stop = torch.zeros(())  # nothing to answer yet: keep looking while pairs remain
-        else:
-            p_stop = torch.sigmoid(self.stop(torch.cat([h, f.candidates.max(0).values]))[0])
+        else:  # a candidate row of zeros: no support, no form, when nothing has answered
+            best = f.candidates.max(0).values if n_candidates else torch.zeros(CAND_DIM)
+            p_stop = torch.sigmoid(self.stop(torch.cat([h, best]))[0])
         parts: list[torch.Tensor] = []
         if n_pairs:
             s_keys = self.skill(f.skills)
@@ -142,8 +149,8 @@ class _Net(nn.Module):
             logits = self.cand(torch.cat([h.expand(n_candidates, -1), producers, f.candidates], dim=1))[:, 0]
             logits = logits + self.form_prior * (f.candidates[:, _HAS_FORM] - f.candidates[:, _CONTRADICTS_FORM])
             parts.append(p_stop * torch.softmax(logits, dim=0))
-        elif not n_pairs:
-            parts.append(torch.ones(1))
+        elif not n_pairs or f.may_give_up:
+            parts.append(p_stop.reshape(1))
         probs = torch.cat(parts).clamp_min(1e-9)
         return probs / probs.sum()
 
@@ -213,9 +220,12 @@ class NeuralPolicy:
             models=self._model_rows(view, [_model_card(p) for p in pairs], q_emb),
             candidates=self._candidate_features(view, candidates),
             producer_skills=self._skill_rows(view, [s for s, _ in producers], q_emb)[0],
-            producer_models=self._model_rows(view, [m for _, m in producers], q_emb))
-        actions = [Invoke(p.model.name, p.skill.name) for p in pairs] + candidates
-        return Scored(tuple(actions or [Answer(None)]), self.net(features))
+            producer_models=self._model_rows(view, [m for _, m in producers], q_emb),
+            may_give_up=self.config.stop_without_answer and bool(view.steps) and bool(pairs) and not candidates)
+        actions = [Invoke(p.model.name, p.skill.name) for p in pairs] + (candidates or [Answer(None)])
+        if pairs and not candidates and not features.may_give_up:
+            actions = actions[:-1]  # no answer to give yet, and no giving up: only calls
+        return Scored(tuple(actions), self.net(features))
 
     def _skill_rows(self, view: EpisodeView, skills: list[tuple[str, str]], q_emb: np.ndarray
                     ) -> tuple[torch.Tensor, torch.Tensor]:

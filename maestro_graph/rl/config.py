@@ -46,6 +46,9 @@ class GRPOConfig:
         "(0: no family is hidden, the stream of draws of earlier runs).")
     paraphrase_prob: float = setting(0.5, "Probability of replacing each card text by a paraphrase within a group.")
     hidden: int = setting(128, "Width of the policy's state and card encodings.")
+    stop_without_answer: bool = setting(
+        False, "Let the policy stop after a call although no step has answered (the graph then guesses among "
+        "options, or answers nothing), instead of calling on until the budget ends (NeuralConfig).")
     seed: int = setting(0, "Seed of every random choice of the run (a resumed run repeats them).")
     checkpoint_every: int = setting(10, "Steps between checkpoints (and validations, with eval tasks).")
     ema_decay: float = setting(

@@ -176,7 +176,8 @@ class GRPOTrainer:
         self.config = config
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
-        self.policy = policy or NeuralPolicy(NeuralConfig(hidden=config.hidden, seed=config.seed))
+        self.policy = policy or NeuralPolicy(NeuralConfig(hidden=config.hidden, seed=config.seed,
+                                                         stop_without_answer=config.stop_without_answer))
         self.optim = torch.optim.Adam(self.policy.net.parameters(), lr=config.lr)
         self.step = 0
         self.warm_started = False

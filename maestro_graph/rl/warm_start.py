@@ -3,9 +3,14 @@ measured (the expert cache keeps it, and `knn`/`classifier` are fitted on exactl
 learn from the one action an episode happened to sample. Each action of the first two decisions gets a value from
 the measured steps, and the policy maximises its expected value over all of them at once:
 
-- first decision: invoking pair j is worth its answer's score minus `cost_weight` x its cost (call, then answer);
-- after pair j: answering a candidate is worth that candidate's score; invoking pair k is worth the score of the
-  answer the episode would then give (`best_candidate` of the two steps) minus `cost_weight` x k's cost.
+- first decision: invoking pair j is worth the score of answering its answer minus `cost_weight` x its cost;
+- after pair j: answering a candidate (or nothing, where the policy may give up) is worth that ending's score;
+  invoking pair k is worth the score of the answer the episode would then give (`best_candidate` of the two steps)
+  minus `cost_weight` x k's cost.
+
+Every ending is scored through the graph's final-answer rule (`graph.final_answer`: a marked guess among the options
+of a choice question, "no" for a yes/no question left without an answer), so a value is what the episode would
+score.
 
 Where no pair helps, every further call is worth less than answering, so the policy learns to stop after one call
 instead of wandering through unrelated pairs. The sampled items see the same registry dropout and card paraphrases
@@ -22,6 +27,7 @@ import torch
 from tqdm import tqdm
 
 from ..executors import Executor
+from ..graph import final_answer
 from ..policy.base import ActionSpace, EpisodeView, best_candidate
 from ..policy.neural import NeuralPolicy
 from ..registry import Registry
@@ -60,22 +66,33 @@ def measure_steps(registry: Registry, tasks: list[Task], executor: Executor, pro
     return rows
 
 
+def _ending(task: Task, steps: list[Step], answer: str | None) -> float:
+    """The score of an episode that answers `answer` after `steps`, through the graph's own final-answer rule (the
+    marked guess among options or for yes/no included)."""
+    options = task.options
+    final, _ = final_answer({"question": task.question, "choices": options, "answer": answer,
+                             "steps": [s.model_dump() for s in steps]})
+    return task.score(final)
+
+
 def valued_decisions(task: Task, steps: dict[str, Step], registry: Registry, config: GRPOConfig
                      ) -> list[ValuedDecision]:
     """The first decision and the one after each available pair, each action valued (see the module docstring)."""
     available = [p for p in registry.pair_ids() if p in steps]
-    score = {pair: task.score(steps[pair].answer) for pair in available}
     first = ValuedDecision(EpisodeView.of_task(task, (), config.max_turns, config.max_cost), registry, {
-        Invoke(*split_pair(p)): score[p] - config.cost_weight * steps[p].cost for p in available})
+        Invoke(*split_pair(p)): (_ending(task, [steps[p]], best_candidate([steps[p]]))
+                                 - config.cost_weight * steps[p].cost)
+        for p in available})
     decisions = [first]
     for p in available:
         view = EpisodeView.of_task(task, (steps[p],), config.max_turns, config.max_cost)
         if view.budget_spent:
             continue
-        values: dict[Action, float] = {Answer(c): task.score(c) for c in view.candidates()}
+        values: dict[Action, float] = {Answer(c): _ending(task, [steps[p]], c) for c in view.candidates() or [None]}
         for k in available:
             if k != p:
-                values[Invoke(*split_pair(k))] = (task.score(best_candidate([steps[p], steps[k]]))
+                both = [steps[p], steps[k]]
+                values[Invoke(*split_pair(k))] = (_ending(task, both, best_candidate(both))
                                                   - config.cost_weight * steps[k].cost)
         decisions.append(ValuedDecision(view, registry, values))
     return decisions
