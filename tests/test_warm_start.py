@@ -16,7 +16,7 @@ from maestro_graph.policy.base import ActionSpace
 from maestro_graph.policy.neural import NeuralConfig, NeuralPolicy
 from maestro_graph.registry import Registry
 from maestro_graph.rl.grpo import GRPOConfig, GRPOTrainer
-from maestro_graph.rl.warm_start import measure_steps, valued_decisions, warm_start
+from maestro_graph.rl.warm_start import measure_steps, valued_tree, warm_start
 from maestro_graph.tasks import load_tasks
 from maestro_graph.types import Answer, Invoke
 
@@ -46,56 +46,53 @@ def setting(tmp_path_factory):
     return folder, tasks, registry, measured
 
 
-def _expected_values(policy, tasks, registry, measured, config):
-    """Mean expected value of the policy's distributions over every valued decision (full registry, real cards)."""
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for task, steps in zip(tasks, measured):
-            for decision in valued_decisions(task, steps, registry, config):
-                scored = policy.score(decision.view, ActionSpace.build(registry, decision.view))
-                total += sum(float(p) * decision.values.get(a, 0.0) for a, p in zip(scored.actions, scored.probs))
-                count += 1
-    return total / count
-
-
 @pytest.mark.slow
 def test_action_values_come_from_the_measured_steps(setting):
     _, tasks, registry, measured = setting
     config = GRPOConfig(cost_weight=0.1)
-    qr = tasks[1]
-    first, *after = valued_decisions(qr, measured[1], registry, config)
-    assert not first.view.steps and set(first.values) == {Invoke(*p.split("@@")) for p in registry.pair_ids()}
+    tree = valued_tree(tasks[1], measured[1], registry, config)
+    assert not tree.first.view.steps
+    assert set(tree.first.values) == set(tree.after) == {Invoke(*p.split("@@")) for p in registry.pair_ids()}
     zxing = Invoke("zxing", "barcode-reading")
-    assert first.values[zxing] == pytest.approx(1 - 0.1 * measured[1]["zxing@@barcode-reading"].cost)
-    assert all(v <= 0 for a, v in first.values.items() if a.skill != "barcode-reading")
+    assert tree.call_cost[zxing] == pytest.approx(0.1 * measured[1]["zxing@@barcode-reading"].cost)
+    assert tree.first.values[zxing] == pytest.approx(1 - tree.call_cost[zxing])
+    assert all(v <= 0 for a, v in tree.first.values.items() if a.skill != "barcode-reading")
     # after the right reader: answering its candidate is worth 1, a further call its cost less (at best)
-    after_zxing = next(d for d in after if d.view.steps[0].pair == "zxing@@barcode-reading")
+    after_zxing = tree.after[zxing]
+    assert after_zxing.view.steps[0].pair == "zxing@@barcode-reading"
     assert after_zxing.values[Answer("Wikipedia")] == 1.0
     for action, value in after_zxing.values.items():
         if isinstance(action, Invoke):
             assert value <= 1.0 - 0.1 * measured[1][action.pair].cost + 1e-6, action
-    # an item no pair answers: after any call, answering is worth more than any call that costs anything
-    for decision in valued_decisions(tasks[3], measured[3], registry, config)[1:]:
+    # an item no pair answers: after any call, answering (or giving up) is worth 0, a call minus its cost
+    for decision in valued_tree(tasks[3], measured[3], registry, config).after.values():
         for action, value in decision.values.items():
             cost = measured[3][action.pair].cost if isinstance(action, Invoke) else 0.0
             assert value == pytest.approx(-0.1 * cost), action
 
 
 @pytest.mark.slow
-def test_warm_start_raises_the_expected_value_of_the_decisions(setting):
+def test_warm_start_raises_the_expected_value_and_learns_where_to_stop(setting):
     _, tasks, registry, measured = setting
-    config = GRPOConfig(warm_start_steps=40, tasks_per_step=4, cost_weight=0.1, registry_dropout=0.0,
-                        paraphrase_prob=0.0, seed=1)
-    policy = NeuralPolicy(NeuralConfig(seed=1))
-    before = _expected_values(policy, tasks, registry, measured, config)
+    config = GRPOConfig(warm_start_steps=40, tasks_per_step=4, cost_weight=0.1, call_weight=0.05, registry_dropout=0.0,
+                        paraphrase_prob=0.0, seed=1, stop_without_answer=True)
+    policy = NeuralPolicy(NeuralConfig(seed=1, stop_without_answer=True))
+    read = valued_tree(tasks[1], measured[1], registry, config).after[Invoke("zxing", "barcode-reading")]
+
+    def p_stop_after_reading() -> float:
+        dist = policy.distribution(read.view, ActionSpace.build(registry, read.view))
+        return float(dist.probs[dist.actions.index(Answer("Wikipedia"))])
+
+    before = p_stop_after_reading()
     history = warm_start(policy, registry, tasks, config, ThreadExecutor(registry), progress=False)
-    after = _expected_values(policy, tasks, registry, measured, config)
-    assert len(history) == 40 and {"first_value", "later_value", "loss"} <= set(history[0])
-    assert after > before + 0.2, (before, after)
-    # the QR item's first decision now goes to a barcode reader
-    first = valued_decisions(tasks[1], measured[1], registry, config)[0]
-    action = policy.distribution(first.view, ActionSpace.build(registry, first.view)).greedy()
-    assert isinstance(action, Invoke) and action.skill == "barcode-reading"
+    assert len(history) == 40 and {"loss", "value", "stop_after_one"} <= set(history[0])
+    # every step sees all four items through the full registry: the value is the policy's, and it rises
+    assert history[-1]["value"] > history[0]["value"] + 0.2, (history[0], history[-1])
+    tree = valued_tree(tasks[1], measured[1], registry, config)
+    first = policy.distribution(tree.first.view, ActionSpace.build(registry, tree.first.view)).greedy()
+    assert isinstance(first, Invoke) and first.skill == "barcode-reading"  # the QR item goes to a barcode reader
+    # with a price per call, answering once the reader has read it became the likelier action
+    assert p_stop_after_reading() > max(before, 0.5), (before, p_stop_after_reading())
 
 
 @pytest.mark.slow

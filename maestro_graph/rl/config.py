@@ -23,6 +23,10 @@ class GRPOConfig:
     entropy_coef: float = setting(0.01, "Weight of the entropy bonus.")
     inner_epochs: int = setting(2, "Gradient passes over each step's rollouts (the clip matters from the second on).")
     cost_weight: float = setting(0.0, "Reward = answer score - cost_weight * episode cost.")
+    call_weight: float = setting(
+        0.0, "Reward also minus call_weight per expert call: a price per turn beyond its cost (a skill that "
+        "declines costs nothing but takes a turn and time), so stopping once an answer is trusted, or where no "
+        "pair fits, is worth something (0: no such part).")
     advantage_std_floor: float = setting(
         0.0, "Advantages are divided by max(group std, this). With a cost weight, a group whose episodes are all "
         "right differs only by cost, and dividing by its tiny std turns any weight into a full-strength 'call less' "
@@ -64,6 +68,7 @@ class GRPOConfig:
             (0 < self.clip < 1, "clip", "must be in (0, 1), typically 0.2"),
             (self.lr > 0, "lr", "must be positive"),
             (self.cost_weight >= 0, "cost_weight", "must be >= 0 (0 ignores cost)"),
+            (self.call_weight >= 0, "call_weight", "must be >= 0 (0: calls are priced by their cost only)"),
             (self.advantage_std_floor >= 0, "advantage_std_floor", "must be >= 0 (0: divide by the group's std)"),
             (0 <= self.registry_dropout < 1, "registry_dropout", "must be in [0, 1)"),
             (0 <= self.family_dropout < 1, "family_dropout", "must be in [0, 1)"),

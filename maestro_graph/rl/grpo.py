@@ -188,8 +188,9 @@ class GRPOTrainer:
         self.average = {k: v.detach().clone() for k, v in self.policy.net.state_dict().items()}
         """The moving average of the weights (ema_decay) that policy.safetensors holds."""
         self.context = MaestroContext(max_turns=config.max_turns, max_cost=config.max_cost, greedy=False)
-        self.rewards = Rewards.make(cost_weight=config.cost_weight)
-        """Outcome minus cost_weight * cost (the neural policy makes no format errors)."""
+        self.rewards = Rewards.make(cost_weight=config.cost_weight, call_weight=config.call_weight)
+        """Outcome minus cost_weight * cost, minus call_weight per call (the neural policy makes no format
+        errors)."""
 
     # -- checkpoints -------------------------------------------------------------------------------------------------
     @property

@@ -2,11 +2,11 @@
 `reward_funcs` + `reward_weights`. The neural GRPO trainer, TRL training of LM routers and trajectory export all
 compute an episode's reward through `Rewards`, and log each part by its name.
 
-    reward = 1 * outcome + cost_weight * cost + format_weight * format
+    reward = 1 * outcome + cost_weight * cost + format_weight * format [+ call_weight * turns]
 
 `outcome` is the answer score (0..1), `cost` minus the episode's expert cost, `format` minus the number of outputs
 that were no valid action (LM routers; 0 for the neural policy, whose actions are always valid, beyond running out
-of budget).
+of budget), `turns` minus the number of expert calls (a part only when its weight is set).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ..runner import EpisodeResult
 from ..tasks import Task
 from ..types import ErrorKind, StopReason
 
-__all__ = ["METRICS", "RewardFunc", "Rewards", "calls", "cost", "format_errors", "outcome", "valid_actions"]
+__all__ = ["METRICS", "RewardFunc", "Rewards", "calls", "cost", "format_errors", "outcome", "turns", "valid_actions"]
 
 RewardFunc = Callable[[Task, EpisodeResult], float]
 """One reward part: a float per finished episode of a task (the function's name is the part's name)."""
@@ -39,6 +39,12 @@ def format_errors(task: Task, episode: EpisodeResult) -> float:
     incompatible pairs), and minus one when the budget, not the router, ended the episode."""
     invalid = sum(1 for s in episode.steps if s.error_kind == ErrorKind.POLICY)
     return -float(invalid + (episode.stop == StopReason.BUDGET))
+
+
+def turns(task: Task, episode: EpisodeResult) -> float:
+    """Minus the episode's expert calls: each takes a turn and a wait whatever its price (a skill that declines
+    costs nothing), so a weight on it makes stopping once an answer is trusted worth something."""
+    return -float(len(episode.steps))
 
 
 def valid_actions(task: Task, episode: EpisodeResult) -> float:
@@ -68,10 +74,13 @@ class Rewards:
             raise ValueError(f"{len(self.funcs)} reward functions but {len(self.weights)} weights")
 
     @classmethod
-    def make(cls, *, cost_weight: float = 0.0, format_weight: float = 0.0) -> "Rewards":
+    def make(cls, *, cost_weight: float = 0.0, format_weight: float = 0.0, call_weight: float = 0.0) -> "Rewards":
         """The project's reward: outcome, minus `cost_weight` per unit of cost, minus `format_weight` per format
-        error."""
-        return cls((outcome, cost, format_errors), (1.0, cost_weight, format_weight))
+        error, minus `call_weight` per call (the `turns` part, present only with a weight)."""
+        funcs, weights = (outcome, cost, format_errors), (1.0, cost_weight, format_weight)
+        if call_weight:
+            funcs, weights = (*funcs, turns), (*weights, call_weight)
+        return cls(funcs, weights)
 
     @property
     def names(self) -> tuple[str, ...]:
