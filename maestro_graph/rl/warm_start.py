@@ -9,9 +9,9 @@ is valued from the measured steps, and the policy is trained toward the best act
 
 The first decision's target is the call whose best continuation is worth most; each decision after j weighs by the
 policy's own probability of calling j first, so "stop or go on" is learnt where the policy actually goes, not
-after every pair alike (after an unrelated pair going on is always right). Every
-ending is scored through the graph's final-answer rule (`graph.final_answer`: a marked guess among the options of a
-choice question, "no" for a yes/no question left without an answer), so a value is what the episode would score.
+after every pair alike (after an unrelated pair going on is always right). Every ending is scored through the
+graph's final-answer rule (`graph.final_answer`: a marked guess among the options of a choice question, "no" for a
+yes/no question left without an answer), so a value is what the episode would score.
 Where no pair helps, every further call is worth less than answering, so the policy learns to stop after one call
 instead of wandering through unrelated pairs. The sampled items see the same registry dropout and card paraphrases
 as GRPO's groups, so values attach to card words, not to names. GRPO then trains the later decisions and the
