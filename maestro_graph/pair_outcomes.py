@@ -17,20 +17,29 @@ from .executors import Executor, ThreadExecutor
 from .registry import Registry
 from .registry.profiles import ProfileFile, pair_fingerprints, profile_entry, registry_fingerprint
 from .tasks import Task
-from .types import Invoke, split_pair
+from .types import Invoke, Step, split_pair
 
-__all__ = ["PairOutcomes", "SourceSummary", "measure_pairs"]
+__all__ = ["PairOutcomes", "SourceSummary", "measure_pairs", "measure_steps"]
 
 
-def _measure_task(pairs: list[str], registry: Registry, task: Task) -> tuple[list[float], list[float]]:
-    """Every pair's score and cost on one task (an executor job: module-level, so Ray workers can run it)."""
-    scores, costs = [], []
-    for pair in pairs:
-        model, skill = split_pair(pair)
-        step = registry.run(Invoke(model, skill), question=task.question, images=task.images, choices=task.options)
-        scores.append(task.score(step.answer))
-        costs.append(step.cost)
-    return scores, costs
+def _pair_steps(pairs: list[str], registry: Registry, task: Task) -> dict[str, Step]:
+    """Every pair's step on one task, as the graph's skill node runs it (an executor job: module-level, so Ray
+    workers can run it)."""
+    return {pair: registry.run(Invoke(*split_pair(pair)), question=task.question, images=task.images,
+                               choices=task.options) for pair in pairs}
+
+
+def measure_steps(registry: Registry, tasks: list[Task], *, workers: int = 2, progress: bool = True,
+                  executor: Executor | None = None) -> list[dict[str, Step]]:
+    """Every available pair's step on every task, concurrently over tasks on `executor` (default: `workers`
+    threads; per-model limits still apply): what `measure_pairs` scores, and what the warm start builds its views
+    from."""
+    rows: list[dict[str, Step]] = [{} for _ in tasks]
+    runs = (executor or ThreadExecutor(registry, workers)).map_unordered(
+        partial(_pair_steps, registry.pair_ids()), tasks)
+    for i, row in tqdm(runs, total=len(tasks), desc="measuring pairs", unit="item", disable=not progress):
+        rows[i] = row
+    return rows
 
 
 @dataclass
@@ -103,13 +112,10 @@ class PairOutcomes:
 
 def measure_pairs(registry: Registry, tasks: list[Task], *, workers: int = 2, progress: bool = True,
                   executor: Executor | None = None) -> PairOutcomes:
-    """Run every available pair once on every task, concurrently over tasks on `executor` (default: `workers`
-    threads; per-model limits still apply)."""
+    """Every available pair's score and cost on every task (`measure_steps`)."""
     pairs = registry.pair_ids()
-    rows: list[tuple[list[float], list[float]]] = [([], [])] * len(tasks)
-    runs = (executor or ThreadExecutor(registry, workers)).map_unordered(partial(_measure_task, pairs), tasks)
-    for i, row in tqdm(runs, total=len(tasks), desc="measuring pairs", unit="item", disable=not progress):
-        rows[i] = row
+    steps = measure_steps(registry, tasks, workers=workers, progress=progress, executor=executor)
+    shape = (len(tasks), len(pairs))
     return PairOutcomes(
         task_ids=[t.id for t in tasks],
         questions=[t.question for t in tasks],
@@ -117,6 +123,7 @@ def measure_pairs(registry: Registry, tasks: list[Task], *, workers: int = 2, pr
         choices=[t.options for t in tasks],
         sources=[t.source or "unknown" for t in tasks],
         pairs=pairs,
-        scores=np.asarray([r[0] for r in rows], dtype=np.float32).reshape(len(tasks), len(pairs)),
-        costs=np.asarray([r[1] for r in rows], dtype=np.float32).reshape(len(tasks), len(pairs)),
+        scores=np.asarray([[t.score(row[p].answer) for p in pairs] for t, row in zip(tasks, steps)],
+                          dtype=np.float32).reshape(shape),
+        costs=np.asarray([[row[p].cost for p in pairs] for row in steps], dtype=np.float32).reshape(shape),
     )

@@ -12,11 +12,12 @@ import torch
 
 from maestro_graph.cache import ExpertCache
 from maestro_graph.executors import ThreadExecutor
+from maestro_graph.pair_outcomes import measure_steps
 from maestro_graph.policy.base import ActionSpace
 from maestro_graph.policy.neural import NeuralConfig, NeuralPolicy
 from maestro_graph.registry import Registry
 from maestro_graph.rl.grpo import GRPOConfig, GRPOTrainer
-from maestro_graph.rl.warm_start import measure_steps, valued_tree, warm_start
+from maestro_graph.rl.warm_start import valued_tree, warm_start
 from maestro_graph.tasks import load_tasks
 from maestro_graph.types import Answer, Invoke
 
@@ -42,7 +43,7 @@ def setting(tmp_path_factory):
     (folder / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     tasks, _ = load_tasks(folder / "train.jsonl")
     registry = Registry.load(cache=ExpertCache(folder / "cache")).without(models={"smollm2"})
-    measured = measure_steps(registry, tasks, ThreadExecutor(registry), progress=False)
+    measured = measure_steps(registry, tasks, executor=ThreadExecutor(registry), progress=False)
     return folder, tasks, registry, measured
 
 

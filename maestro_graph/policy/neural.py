@@ -222,9 +222,9 @@ class NeuralPolicy:
             producer_skills=self._skill_rows(view, [s for s, _ in producers], q_emb)[0],
             producer_models=self._model_rows(view, [m for _, m in producers], q_emb),
             may_give_up=self.config.stop_without_answer and bool(view.steps) and bool(pairs) and not candidates)
-        actions = [Invoke(p.model.name, p.skill.name) for p in pairs] + (candidates or [Answer(None)])
-        if pairs and not candidates and not features.may_give_up:
-            actions = actions[:-1]  # no answer to give yet, and no giving up: only calls
+        actions = [Invoke(p.model.name, p.skill.name) for p in pairs] + candidates
+        if not candidates and (not pairs or features.may_give_up):
+            actions.append(Answer(None))  # nothing to answer with: the explicit no-answer, when it is an action
         return Scored(tuple(actions), self.net(features))
 
     def _skill_rows(self, view: EpisodeView, skills: list[tuple[str, str]], q_emb: np.ndarray

@@ -34,8 +34,8 @@ class GRPOConfig:
     warm_start_steps: int = setting(
         0, "Steps of the full-information warm start before GRPO (rl.warm_start): every pair is run once on every "
         "training item (free with a warm expert cache), each action of the first two decisions is valued from those "
-        "outcomes, and each step maximises the policy's expected value over tasks_per_step items, all actions at "
-        "once (0: GRPO from the initial weights).")
+        "outcomes, and each step trains the decisions of tasks_per_step items toward their best actions, all "
+        "actions at once (0: GRPO from the initial weights).")
     max_turns: int = setting(4, "Turn budget of each episode.")
     max_cost: float = setting(10.0, "Cost budget of each episode.")
     revisit_weight: float = setting(

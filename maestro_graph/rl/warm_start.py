@@ -20,7 +20,6 @@ answer choice through the graph."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 import torch
@@ -28,6 +27,7 @@ from tqdm import tqdm
 
 from ..executors import Executor
 from ..graph import final_answer
+from ..pair_outcomes import measure_steps
 from ..policy.base import ActionSpace, EpisodeView, best_candidate
 from ..policy.neural import NeuralPolicy
 from ..registry import Registry
@@ -36,7 +36,7 @@ from ..types import Action, Answer, Invoke, Step, split_pair
 from .cards import sample_card_texts, sample_dropout
 from .config import GRPOConfig
 
-__all__ = ["TEMPERATURE", "ValuedDecision", "ValuedTree", "measure_steps", "valued_tree", "warm_start"]
+__all__ = ["TEMPERATURE", "ValuedDecision", "ValuedTree", "valued_tree", "warm_start"]
 
 TEMPERATURE = 0.01
 """Of the targets' soft argmax over action values: a call priced 0.05 below the best action gets e^-5 of its mass."""
@@ -50,23 +50,6 @@ class ValuedDecision:
     view: EpisodeView
     registry: Registry
     values: dict[Action, float]
-
-
-def _pair_steps(pairs: list[str], registry: Registry, task: Task) -> dict[str, Step]:
-    """Every pair's step on one task, as the graph's skill node runs it (an executor job: module-level)."""
-    return {pair: registry.run(Invoke(*split_pair(pair)), question=task.question, images=task.images,
-                               choices=task.options) for pair in pairs}
-
-
-def measure_steps(registry: Registry, tasks: list[Task], executor: Executor, progress: bool = True
-                  ) -> list[dict[str, Step]]:
-    """Every pair's step on every task (pair_outcomes.measure_pairs keeps only scores; the views need the steps)."""
-    rows: list[dict[str, Step]] = [{} for _ in tasks]
-    runs = executor.map_unordered(partial(_pair_steps, registry.pair_ids()), tasks)
-    for i, row in tqdm(runs, total=len(tasks), desc="warm start: every pair on every item", unit="item",
-                       disable=not progress):
-        rows[i] = row
-    return rows
 
 
 def _ending(task: Task, steps: list[Step], answer: str | None) -> float:
@@ -157,7 +140,7 @@ def warm_start(policy: NeuralPolicy, registry: Registry, tasks: list[Task], conf
     dropout registry and card paraphrases drawn per item as GRPO draws them per group. Returns one record per step
     (the loss, the policy's mean expected value over the items' trees before the step, its probability of stopping
     after the first call); `log(record)` sees each."""
-    measured = measure_steps(registry, tasks, executor, progress)
+    measured = measure_steps(registry, tasks, progress=progress, executor=executor)
     optim = torch.optim.Adam(policy.net.parameters(), lr=config.lr)
     history = []
     bar = tqdm(range(config.warm_start_steps), desc="warm start", unit="step", disable=not progress)
