@@ -582,7 +582,7 @@ def train_lm_(
     config: Path = typer.Option(..., "--config", "-c", exists=True, dir_okay=False,
                                 help="Training config YAML (configs/train-lm-cpu.yaml, configs/train-lm-gpu.yaml)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Override the config's out_dir."),
-    steps: Optional[int] = typer.Option(None, min=1, help="Override the config's GRPO steps."),
+    steps: Optional[int] = typer.Option(None, min=0, help="Override the config's GRPO steps (0: SFT only)."),
 ) -> None:
     """Train the LM router with TRL: optional SFT warm start, then GRPO with episodes run through the graph."""
     _threads()

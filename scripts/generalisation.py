@@ -13,6 +13,15 @@ Experiments (each a held-out part of `--registry` plus, for `zbar`, an expert no
     .venv/bin/python scripts/generalisation.py --train runs/real-dev/train.jsonl --tasks runs/real-dev/test.jsonl \
         --out runs/generalisation --seeds 0 1 --steps 60 --registry configs/registry-nolm.yaml
 
+With `--router lm` the trained policy is the LM router instead (`maestro train-lm`'s recipe, `--lm-config`): its SFT
+warm start imitates a teacher's episodes (`--teacher`, a prediction file on the `--train` items: the README's
+recipe uses the neural policy's), re-rendered with the held-out registry and without the items and episodes that
+need the held-out part, so the router never reads a held-out card before it is evaluated:
+
+    .venv/bin/python scripts/generalisation.py --router lm --experiments barcode --seeds 0 1 \
+        --train runs/val-real/train.jsonl --teacher runs/lm/neural-val-train.jsonl --tasks runs/real-dev/test.jsonl \
+        --domains barcode --max-turns 2 --registry configs/registry-nolm.yaml --out runs/generalisation-lm
+
 Writes OUT/table.md, OUT/results.json and OUT/generalisation.png (accuracy before/after per experiment, the oracle's
 after as the ceiling). Every run is resumable (rerun the same command).
 """
@@ -30,12 +39,16 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
+import yaml  # noqa: E402
 
 from maestro_graph.cache import ExpertCache  # noqa: E402
 from maestro_graph.configs import add_arguments, from_arguments  # noqa: E402
+from maestro_graph.graph import MaestroContext  # noqa: E402
 from maestro_graph.registry import Registry  # noqa: E402
 from maestro_graph.rl.config import GRPOConfig  # noqa: E402
 from maestro_graph.rl.experiments import evaluate_into, train_resumable  # noqa: E402
+from maestro_graph.rl.export import load_episodes, trl_record  # noqa: E402
+from maestro_graph.rl.trl_train import load_train_config, train_lm  # noqa: E402
 from maestro_graph.tasks import Task, load_task_files  # noqa: E402
 
 
@@ -82,6 +95,27 @@ def experiments(names: list[str], full: Registry, zbar: Registry | None) -> list
     return out
 
 
+def _train_lm_router(exp: Experiment, args: argparse.Namespace, seed: int, run: Path) -> str:
+    """The LM recipe on the experiment's registry; returns the trained router's policy name. The SFT file holds the
+    teacher's episodes on the kept items that call only pairs of that registry, rendered from its cards."""
+    overrides = {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.lm_set)}
+    sft = run.parent / "sft.jsonl"
+    config = load_train_config(args.lm_config, tasks=[str(args.train)], out_dir=str(run / "train"), seed=seed,
+                               registry=args.registry, cache_dir=args.cache_dir, sft_data=str(sft),
+                               **overrides)
+    if config.sft_steps and not sft.is_file():
+        episodes, bad = load_episodes(args.teacher, args.train)
+        ids = set(exp.before.pair_ids())
+        kept = [(t, e) for t, e in episodes
+                if exp.keep(t) and all(s.pair in ids for s in e.steps if s.error_kind != "policy")]
+        sft.parent.mkdir(parents=True, exist_ok=True)
+        sft.write_text("".join(json.dumps(trl_record(t, e, exp.before, config.export_options)) + "\n"
+                               for t, e in kept))
+        print(f"{exp.name}: {len(kept)} of {len(episodes)} teacher episodes kept ({len(bad)} unreadable) -> {sft}")
+    train_lm(config, registry=exp.before)
+    return f"lm:transformers:{run / 'train' / 'final'}#choice"
+
+
 def _accuracy(results: dict, policy: str) -> float:
     return results["policies"][policy]["accuracy"]
 
@@ -97,8 +131,21 @@ def main() -> None:
     parser.add_argument("--zbar-registry", default=None)
     parser.add_argument("--limit", type=int, default=None, help="evaluate on the first N test items only")
     parser.add_argument("--cache-dir", default=".maestro-cache")
+    parser.add_argument("--domains", nargs="+", default=None, help="evaluate only the test items of these domains")
+    parser.add_argument("--router", choices=("neural", "lm"), default="neural",
+                        help="the policy trained on the held-out registry: the neural policy (GRPOConfig flags "
+                             "below) or the LM router (--lm-config)")
+    parser.add_argument("--lm-config", type=Path, default=Path("configs/train-lm-cpu.yaml"),
+                        help="--router lm: the `maestro train-lm` recipe (its tasks, registry and out_dir are the "
+                             "experiment's)")
+    parser.add_argument("--teacher", type=Path, default=None,
+                        help="--router lm: prediction file on the --train items whose episodes SFT imitates")
+    parser.add_argument("--lm-set", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="--router lm: override fields of --lm-config, e.g. sft_steps=100 steps=0")
     add_arguments(parser, GRPOConfig, exclude=("seed",))
     args = parser.parse_args()
+    if args.router == "lm" and args.teacher is None:
+        parser.error("--router lm needs --teacher (the episodes its SFT warm start imitates)")
     torch.set_num_threads(1)
     cache = ExpertCache(args.cache_dir)
     full = Registry.load(args.registry, cache=cache)
@@ -106,27 +153,38 @@ def main() -> None:
     train, _ = load_task_files([args.train])
     test, _ = load_task_files([args.tasks])
     rows = []
+    # --max-turns (a GRPOConfig flag) is also the evaluated episodes' budget; the LM recipe trains with 2
+    context = MaestroContext(max_turns=args.max_turns) if args.max_turns else None
     for exp in experiments(args.experiments, full, zbar):
-        items = [t for t in test if exp.evaluated(t)][: args.limit]
+        def select(t: Task, exp: Experiment = exp) -> bool:
+            return exp.evaluated(t) and (not args.domains or t.domain in args.domains)
+
+        items = [t for t in test if select(t)][: args.limit]
         for seed in args.seeds:
             run = args.out / exp.name / f"seed{seed}"
-            policy = train_resumable(exp.before, [t for t in train if exp.keep(t)],
-                                     from_arguments(GRPOConfig, args, seed=seed), run / "train")
-            row = {"experiment": exp.name, "seed": seed, "items": len(items)}
+            if args.router == "lm":
+                policy = _train_lm_router(exp, args, seed, run)
+            else:
+                policy = train_resumable(exp.before, [t for t in train if exp.keep(t)],
+                                         from_arguments(GRPOConfig, args, seed=seed), run / "train")
+            row = {"experiment": exp.name, "router": args.router, "seed": seed, "items": len(items)}
             for label, registry in (("before", exp.before), ("after", exp.after)):
-                results = evaluate_into(run / label, registry, [args.tasks], [policy, "oracle"],
-                                        select=exp.evaluated, limit=args.limit)
+                done = run / label / "results.json"
+                results = (json.loads(done.read_text()) if done.is_file() else
+                           evaluate_into(run / label, registry, [args.tasks], [policy, "oracle"],
+                                         select=select, limit=args.limit, context=context))
                 row[label] = _accuracy(results, policy)
                 row[f"oracle_{label}"] = _accuracy(results, "oracle")
             rows.append(row)
             print(json.dumps(row))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(rows, indent=2))
-    lines = ["| experiment | seed | items | before | after | oracle after | after / oracle |", "|---|---|---|---|---|---|---|"]
+    lines = ["| experiment | router | seed | items | before | after | oracle after | after / oracle |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         share = r["after"] / r["oracle_after"] if r["oracle_after"] else float("nan")
-        lines.append(f"| {r['experiment']} | {r['seed']} | {r['items']} | {r['before']:.3f} | {r['after']:.3f} | "
-                     f"{r['oracle_after']:.3f} | {share:.2f} |")
+        lines.append(f"| {r['experiment']} | {r['router']} | {r['seed']} | {r['items']} | {r['before']:.3f} | "
+                     f"{r['after']:.3f} | {r['oracle_after']:.3f} | {share:.2f} |")
     (args.out / "table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     _plot(rows, args.out / "generalisation.png")

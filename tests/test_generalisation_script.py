@@ -33,4 +33,35 @@ def test_the_benchmark_writes_its_table(tmp_path):
     assert [r["experiment"] for r in rows] == ["barcode"] and rows[0]["items"] == 3
     assert rows[0]["before"] == 0.0  # no barcode reader in the registry: nothing can read a barcode
     assert rows[0]["oracle_after"] > 0  # with the readers back, some pair reads them
-    assert "| barcode | 0 | 3 |" in (out / "table.md").read_text() and (out / "generalisation.png").stat().st_size
+    assert "| barcode | neural | 0 | 3 |" in (out / "table.md").read_text() and (out / "generalisation.png").stat().st_size
+
+
+def test_the_lm_router_trains_without_the_held_out_cards_and_meets_them_after(tmp_path):
+    """--router lm at toy size (one SFT step, no GRPO): the warm start imitates the teacher's episodes rendered from
+    the held-out registry, so no barcode card reaches the router before it is evaluated with the readers added."""
+    for area in ("barcode", "vision"):
+        shutil.copytree(REAL / area, tmp_path / area)
+    registry = fault_registry(tmp_path, None)
+    train, out = tmp_path / "vision" / "tasks.jsonl", tmp_path / "out"
+    teacher = tmp_path / "teacher.jsonl"
+    env = server_env()
+    cli = [sys.executable, "-m", "maestro_graph.cli"]
+    predict = subprocess.run([*cli, "predict", "-t", str(train), "-o", str(teacher), "--policy", "fixed:opencv-vision@@counting",
+                              "--registry", str(registry), "--max-turns", "1", "--limit", "3"],
+                             env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert predict.returncode == 0, predict.stderr[-2000:]
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "generalisation.py"), "--router", "lm",
+                          "--teacher", str(teacher), "--train", str(train), "--tasks", str(tmp_path / "barcode" / "tasks.jsonl"),
+                          "--out", str(out), "--experiments", "barcode", "--seeds", "0", "--limit", "2",
+                          "--max-turns", "1", "--registry", str(registry), "--cache-dir", str(tmp_path / "cache"),
+                          "--lm-config", str(ROOT / "configs" / "train-lm-cpu.yaml"), "--lm-set", "sft_steps=1",
+                          "steps=0", "sft_min_score=0", "per_device_train_batch_size=2", "num_generations=2",
+                          "max_turns=1", f"eval_tasks={train}", "eval_limit=1"],
+                         env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    sft = [json.loads(line) for line in (out / "barcode" / "sft.jsonl").read_text().splitlines()]
+    assert sft and not any("barcode" in m["content"] for r in sft for m in r["messages"])
+    assert (out / "barcode" / "seed0" / "train" / "final" / "adapter_model.safetensors").is_file()
+    [row] = json.loads((out / "results.json").read_text())
+    assert (row["router"], row["items"], row["before"]) == ("lm", 2, 0.0)
+    assert row["oracle_after"] > 0

