@@ -47,7 +47,7 @@ from maestro_graph.graph import MaestroContext  # noqa: E402
 from maestro_graph.registry import Registry  # noqa: E402
 from maestro_graph.rl.config import GRPOConfig  # noqa: E402
 from maestro_graph.rl.experiments import evaluate_into, train_resumable  # noqa: E402
-from maestro_graph.rl.export import load_episodes, trl_record  # noqa: E402
+from maestro_graph.rl.export import export_file  # noqa: E402
 from maestro_graph.rl.trl_train import load_train_config, train_lm  # noqa: E402
 from maestro_graph.tasks import Task, load_task_files  # noqa: E402
 
@@ -104,14 +104,11 @@ def _train_lm_router(exp: Experiment, args: argparse.Namespace, seed: int, run: 
                                registry=args.registry, cache_dir=args.cache_dir, sft_data=str(sft),
                                **overrides)
     if config.sft_steps and not sft.is_file():
-        episodes, bad = load_episodes(args.teacher, args.train)
         ids = set(exp.before.pair_ids())
-        kept = [(t, e) for t, e in episodes
-                if exp.keep(t) and all(s.pair in ids for s in e.steps if s.error_kind != "policy")]
-        sft.parent.mkdir(parents=True, exist_ok=True)
-        sft.write_text("".join(json.dumps(trl_record(t, e, exp.before, config.export_options)) + "\n"
-                               for t, e in kept))
-        print(f"{exp.name}: {len(kept)} of {len(episodes)} teacher episodes kept ({len(bad)} unreadable) -> {sft}")
+        kept, bad = export_file(args.teacher, args.train, sft, "trl", exp.before, config.export_options,
+                                keep=lambda t, e: exp.keep(t) and all(s.pair in ids for s in e.steps
+                                                                      if s.error_kind != "policy"))
+        print(f"{exp.name}: {kept} teacher episodes kept ({len(bad)} unreadable lines) -> {sft}")
     train_lm(config, registry=exp.before)
     return f"lm:transformers:{run / 'train' / 'final'}#choice"
 

@@ -33,7 +33,8 @@ def test_the_benchmark_writes_its_table(tmp_path):
     assert [r["experiment"] for r in rows] == ["barcode"] and rows[0]["items"] == 3
     assert rows[0]["before"] == 0.0  # no barcode reader in the registry: nothing can read a barcode
     assert rows[0]["oracle_after"] > 0  # with the readers back, some pair reads them
-    assert "| barcode | neural | 0 | 3 |" in (out / "table.md").read_text() and (out / "generalisation.png").stat().st_size
+    assert "| barcode | neural | 0 | 3 |" in (out / "table.md").read_text()
+    assert (out / "generalisation.png").stat().st_size
 
 
 def test_the_lm_router_trains_without_the_held_out_cards_and_meets_them_after(tmp_path):
@@ -46,12 +47,14 @@ def test_the_lm_router_trains_without_the_held_out_cards_and_meets_them_after(tm
     teacher = tmp_path / "teacher.jsonl"
     env = server_env()
     cli = [sys.executable, "-m", "maestro_graph.cli"]
-    predict = subprocess.run([*cli, "predict", "-t", str(train), "-o", str(teacher), "--policy", "fixed:opencv-vision@@counting",
-                              "--registry", str(registry), "--max-turns", "1", "--limit", "3"],
+    predict = subprocess.run([*cli, "predict", "-t", str(train), "-o", str(teacher), "--policy",
+                              "fixed:opencv-vision@@counting", "--registry", str(registry), "--max-turns", "1",
+                              "--limit", "3"],
                              env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert predict.returncode == 0, predict.stderr[-2000:]
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "generalisation.py"), "--router", "lm",
-                          "--teacher", str(teacher), "--train", str(train), "--tasks", str(tmp_path / "barcode" / "tasks.jsonl"),
+                          "--teacher", str(teacher), "--train", str(train),
+                          "--tasks", str(tmp_path / "barcode" / "tasks.jsonl"),
                           "--out", str(out), "--experiments", "barcode", "--seeds", "0", "--limit", "2",
                           "--max-turns", "1", "--registry", str(registry), "--cache-dir", str(tmp_path / "cache"),
                           "--lm-config", str(ROOT / "configs" / "train-lm-cpu.yaml"), "--lm-set", "sft_steps=1",

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -170,9 +170,12 @@ def verl_row(index: int, task: Task, episode: EpisodeResult, registry: Registry,
 
 
 def export_file(records_file: str | Path, tasks_file: str | Path, out: str | Path, fmt: Literal["trl", "verl"],
-                registry: Registry, options: ExportOptions = ExportOptions()) -> tuple[int, list[str]]:
-    """Write the export; returns the number of episodes written and the lines that could not be read."""
+                registry: Registry, options: ExportOptions = ExportOptions(),
+                keep: Callable[[Task, EpisodeResult], bool] | None = None) -> tuple[int, list[str]]:
+    """Write the export of the episodes `keep` selects (default: all); returns the number of episodes written and
+    the lines that could not be read."""
     episodes, bad = load_episodes(records_file, tasks_file)
+    episodes = [(t, e) for t, e in episodes if keep is None or keep(t, e)]
     out_path = Path(out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "trl":
