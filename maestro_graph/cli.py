@@ -412,8 +412,9 @@ def registry_show(registry: Optional[Path] = RegistryOpt,
 
 @registry_app.command("profile")
 def registry_profile(
-    tasks: Path = typer.Option(..., "--tasks", "-t", exists=True, dir_okay=False,
-                               help="Labelled calibration task file (JSONL), a few items per kind of question."),
+    tasks: list[Path] = typer.Option(..., "--tasks", "-t", exists=True, dir_okay=False,
+                                     help="Labelled calibration task file (JSONL), a few items per kind of "
+                                          "question (repeat for several files)."),
     registry: Optional[Path] = RegistryOpt,
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Profile file to write (default: next to the "
                                        "registry file, <registry>.profile.json)."),
@@ -424,20 +425,22 @@ def registry_profile(
     the registry; the registry file's `profile:` key makes policies read it (`Pair.profile`)."""
     from .pair_outcomes import measure_pairs
     from .registry.config import default_config_path
-    from .tasks import load_tasks
+    from .tasks import load_task_files
 
     reg = _registry(registry, cache_dir)
-    items, problems = load_tasks(tasks)
+    items, problems = load_task_files(tasks)
     for problem in problems:
         err.print(f"[yellow]skipped[/yellow] {problem.file}:{problem.line}: {problem.error}")
     if not items:
-        _fail(f"no usable item in {tasks}")
+        _fail(f"no usable item in {', '.join(map(str, tasks))}")
     config_path = Path(reg.config.source) if reg.config.source != "<memory>" else default_config_path()
     target = out or config_path.with_name(f"{config_path.stem}.profile.json")
-    profile = measure_pairs(reg, items, workers=workers).profile(reg, str(tasks))
+    profile = measure_pairs(reg, items, workers=workers).profile(reg, " + ".join(map(str, tasks)))
     target.write_text(profile.model_dump_json(indent=2) + "\n", encoding="utf-8")
     for entry in profile.pairs:
-        console.print(f"{entry.pair}: {entry.accuracy:.3f} on {entry.items} items, mean cost {entry.mean_cost:g}")
+        family = "unknown" if entry.family_accuracy is None else f"{entry.family_accuracy:.3f}"
+        console.print(f"{entry.pair}: {entry.accuracy:.3f} on {entry.items} items, {family} on the "
+                      f"{entry.family_items} its family answers, mean cost {entry.mean_cost:g}")
     console.print(f"wrote {target}; policies read it once the registry file has `profile: {target.name}` "
                   "(a path relative to the registry file)")
 

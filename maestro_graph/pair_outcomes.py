@@ -91,9 +91,14 @@ class PairOutcomes:
 
     def profile(self, registry: Registry, calibration: str) -> ProfileFile:
         """The registry's profile from these outcomes (measured on a calibration file): one entry per pair with
-        its accuracy and mean cost, fingerprinted against the registry (registry.profiles)."""
+        its accuracy, its accuracy where its family (its skill) can answer, and its mean cost, fingerprinted against
+        the registry (registry.profiles)."""
         cards = registry.pair_cards()
-        entries = [profile_entry(*cards[pair], self.scores[:, j].tolist(), self.costs[:, j].tolist())
+        skills = [split_pair(pair)[1] for pair in self.pairs]
+        right = self.scores >= 0.5
+        family_answers = {k: right[:, [j for j, s in enumerate(skills) if s == k]].any(axis=1) for k in set(skills)}
+        entries = [profile_entry(*cards[pair], self.scores[:, j].tolist(), self.costs[:, j].tolist(),
+                                 family_answers[skills[j]].tolist())
                    for j, pair in enumerate(self.pairs)] if self.task_ids else []
         return ProfileFile(registry=registry_fingerprint(pair_fingerprints(cards)), calibration=calibration,
                            pairs=entries)

@@ -44,7 +44,9 @@ import yaml  # noqa: E402
 from maestro_graph.cache import ExpertCache  # noqa: E402
 from maestro_graph.configs import add_arguments, from_arguments  # noqa: E402
 from maestro_graph.graph import MaestroContext  # noqa: E402
+from maestro_graph.pair_outcomes import measure_pairs  # noqa: E402
 from maestro_graph.registry import Registry  # noqa: E402
+from maestro_graph.registry.profiles import ProfileFile  # noqa: E402
 from maestro_graph.rl.config import GRPOConfig  # noqa: E402
 from maestro_graph.rl.experiments import evaluate_into, train_resumable  # noqa: E402
 from maestro_graph.rl.export import export_file  # noqa: E402
@@ -54,48 +56,73 @@ from maestro_graph.tasks import Task, load_task_files  # noqa: E402
 
 @dataclass
 class Experiment:
-    """What is held out of training, and where the checkpoint is evaluated. `keep` selects the training items (it
+    """What is held out of training, and where the checkpoint is evaluated. `after` is the registry evaluated last;
+    training and the "before" evaluation use it without `models` and `skills`. `keep` selects the training items (it
     drops those only the held-out part could answer, by the items' domain or source: training data, never a policy
-    input); `evaluated` selects the test items."""
+    input); `evaluated` selects the test items; `calibrate` the training items a profile is measured on (every one
+    for a held-out expert, which is profiled on its own kind of items when it is added; none of a held-out source)."""
 
     name: str
-    before: Registry
     after: Registry
     keep: Callable[[Task], bool]
+    models: set[str] = frozenset()
+    skills: set[str] = frozenset()
     evaluated: Callable[[Task], bool] = lambda t: True
+    calibrate: Callable[[Task], bool] = lambda t: True
+    routers: tuple[str, ...] = ()
+    """Trained routers evaluated beside the policy, fitted on the same training items (leave-one-source-out)."""
+    domain: str | None = None
+    """The domain the held-out part serves (its items' accuracy is compared with the oracle's; every other domain
+    with itself before); None: the part serves every domain."""
+
+    def registries(self, after: Registry) -> tuple[Registry, Registry]:
+        """(before, after) from `after` (the experiment's registry, profiled or not)."""
+        return after.without(models=self.models, skills=self.skills), after
 
 
-def _held(full: Registry, *, capability: str | None = None, models: set[str] = frozenset(),
-          skills: set[str] = frozenset()) -> Registry:
-    if capability:
-        models = models | {n for n, h in full.models.items() if capability in h.card.capabilities}
-        skills = skills | {s.name for s in full.skills.values() if capability in s.requires}
-    return full.without(models=models, skills=skills)
+def _family(full: Registry, capability: str) -> dict:
+    return {"models": {n for n, h in full.models.items() if capability in h.card.capabilities},
+            "skills": {s.name for s in full.skills.values() if capability in s.requires}}
 
 
 def experiments(names: list[str], full: Registry, zbar: Registry | None) -> list[Experiment]:
     out = []
     for name in names:
         if name == "barcode":
-            out.append(Experiment(name, _held(full, capability="barcode"), full, lambda t: t.domain != "barcode"))
+            out.append(Experiment(name, full, lambda t: t.domain != "barcode", domain="barcode",
+                                  **_family(full, "barcode")))
         elif name == "second-ocr":
-            out.append(Experiment(name, _held(full, models={"tesseract"}), full, lambda t: True))
+            out.append(Experiment(name, full, lambda t: True, models={"tesseract"}))
         elif name == "doc-fields":
-            out.append(Experiment(name, _held(full, skills={"document-fields"}), full, lambda t: True))
+            out.append(Experiment(name, full, lambda t: True, skills={"document-fields"}, domain="document"))
         elif name == "zbar":
             if zbar is None:
                 raise SystemExit("the zbar experiment needs --zbar-registry (configs/registry-zbar.yaml)")
-            out.append(Experiment(name, full, zbar, lambda t: True))
+            out.append(Experiment(name, zbar, lambda t: True, models=set(zbar.models) - set(full.models),
+                                  domain="barcode"))
         elif name.startswith("source:"):
             source = name.partition(":")[2]
-            out.append(Experiment(name, full, full, lambda t, s=source: t.source != s,
-                                  lambda t, s=source: t.source == s))
+            out.append(Experiment(name, full, lambda t, s=source: t.source != s, evaluated=lambda t, s=source:
+                                  t.source == s, calibrate=lambda t, s=source: t.source != s,
+                                  routers=("knn", "classifier")))
         else:
             raise SystemExit(f"unknown experiment {name!r}")
     return out
 
 
-def _train_lm_router(exp: Experiment, args: argparse.Namespace, seed: int, run: Path) -> str:
+def _profiled(exp: Experiment, train: list[Task], args: argparse.Namespace, folder: Path) -> Registry:
+    """The experiment's registry with every pair profiled on its calibration items (`maestro registry profile` on
+    them; kept as folder/profile.json, so a rerun reuses it)."""
+    path = folder / "profile.json"
+    if not path.is_file():
+        items = [t for t in train if exp.calibrate(t)]
+        profile = measure_pairs(exp.after, items, workers=args.workers).profile(exp.after, f"{args.train} ({exp.name})")
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(profile.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    return exp.after.with_profile(ProfileFile.model_validate_json(path.read_text(encoding="utf-8")), str(path))
+
+
+def _train_lm_router(exp: Experiment, before: Registry, args: argparse.Namespace, seed: int, run: Path) -> str:
     """The LM recipe on the experiment's registry; returns the trained router's policy name. The SFT file holds the
     teacher's episodes on the kept items that call only pairs of that registry, rendered from its cards."""
     overrides = {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.lm_set)}
@@ -104,17 +131,33 @@ def _train_lm_router(exp: Experiment, args: argparse.Namespace, seed: int, run: 
                                registry=args.registry, cache_dir=args.cache_dir, sft_data=str(sft),
                                **overrides)
     if config.sft_steps and not sft.is_file():
-        ids = set(exp.before.pair_ids())
-        kept, bad = export_file(args.teacher, args.train, sft, "trl", exp.before, config.export_options,
+        ids = set(before.pair_ids())
+        kept, bad = export_file(args.teacher, args.train, sft, "trl", before, config.export_options,
                                 keep=lambda t, e: exp.keep(t) and all(s.pair in ids for s in e.steps
                                                                       if s.error_kind != "policy"))
         print(f"{exp.name}: {kept} teacher episodes kept ({len(bad)} unreadable lines) -> {sft}")
-    train_lm(config, registry=exp.before)
+    train_lm(config, registry=before)
     return f"lm:transformers:{run / 'train' / 'final'}#choice"
 
 
 def _accuracy(results: dict, policy: str) -> float:
     return results["policies"][policy]["accuracy"]
+
+
+def _by_domain(results: dict, policy: str) -> dict[str, float]:
+    return results["policies"][policy]["accuracy_by_domain"]
+
+
+def _domain_figures(row: dict, domain: str | None) -> tuple[float, float]:
+    """(the held-out domain's accuracy after / the oracle's there, the largest fall of any other domain from before
+    to after): the two done-when figures of a held-out family."""
+    after, oracle = row["domains_after"], row["oracle_domains_after"]
+    if domain is None or domain not in after:
+        share = row["after"] / row["oracle_after"] if row["oracle_after"] else float("nan")
+    else:
+        share = after[domain] / oracle[domain] if oracle[domain] else float("nan")
+    falls = [row["domains_before"][d] - after[d] for d in after if d != domain and d in row["domains_before"]]
+    return share, max(falls, default=0.0)
 
 
 def main() -> None:
@@ -129,6 +172,11 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="evaluate on the first N test items only")
     parser.add_argument("--cache-dir", default=".maestro-cache")
     parser.add_argument("--domains", nargs="+", default=None, help="evaluate only the test items of these domains")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile each experiment's registry on its calibration items first (every pair once on "
+                             "the --train items, those of a held-out source excepted) so the policy reads each pair's "
+                             "measured family accuracy, the held-out part's included once it is added")
+    parser.add_argument("--workers", type=int, default=2, help="threads for --profile's measurement")
     parser.add_argument("--router", choices=("neural", "lm"), default="neural",
                         help="the policy trained on the held-out registry: the neural policy (GRPOConfig flags "
                              "below) or the LM router (--lm-config)")
@@ -157,31 +205,45 @@ def main() -> None:
             return exp.evaluated(t) and (not args.domains or t.domain in args.domains)
 
         items = [t for t in test if select(t)][: args.limit]
+        before, after = exp.registries(_profiled(exp, train, args, args.out / exp.name) if args.profile
+                                       else exp.after)
+        kept = [t for t in train if exp.keep(t)]
+        # a held-out source changes the items, not the registry: one evaluation serves as before and after
+        phases = (("before", before), ("after", after)) if exp.models or exp.skills else (("after", after),)
         for seed in args.seeds:
             run = args.out / exp.name / f"seed{seed}"
             if args.router == "lm":
-                policy = _train_lm_router(exp, args, seed, run)
+                policy = _train_lm_router(exp, before, args, seed, run)
             else:
-                policy = train_resumable(exp.before, [t for t in train if exp.keep(t)],
-                                         from_arguments(GRPOConfig, args, seed=seed), run / "train")
-            row = {"experiment": exp.name, "router": args.router, "seed": seed, "items": len(items)}
-            for label, registry in (("before", exp.before), ("after", exp.after)):
+                policy = train_resumable(before, kept, from_arguments(GRPOConfig, args, seed=seed), run / "train")
+            row = {"experiment": exp.name, "router": args.router, "seed": seed, "items": len(items),
+                   "profiled": args.profile}
+            for label, registry in phases:
                 done = run / label / "results.json"
                 results = (json.loads(done.read_text()) if done.is_file() else
-                           evaluate_into(run / label, registry, [args.tasks], [policy, "oracle"],
-                                         select=select, limit=args.limit, context=context))
+                           evaluate_into(run / label, registry, [args.tasks], [policy, "oracle", *exp.routers],
+                                         select=select, limit=args.limit, context=context, train_items=kept))
                 row[label] = _accuracy(results, policy)
                 row[f"oracle_{label}"] = _accuracy(results, "oracle")
+                row[f"domains_{label}"] = _by_domain(results, policy)
+                row[f"oracle_domains_{label}"] = _by_domain(results, "oracle")
+                row.update({router: _accuracy(results, router) for router in exp.routers})
+            for key in ("", "oracle_", "domains_", "oracle_domains_"):
+                row.setdefault(f"{key}before", row[f"{key}after"])
+            row["domain"] = exp.domain
+            row["domain_share"], row["largest_fall"] = _domain_figures(row, exp.domain)
             rows.append(row)
             print(json.dumps(row))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(rows, indent=2))
-    lines = ["| experiment | router | seed | items | before | after | oracle after | after / oracle |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| experiment | router | profiled | seed | items | before | after | oracle after | domain | "
+             "domain after / oracle | largest fall of another domain | knn | classifier |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        share = r["after"] / r["oracle_after"] if r["oracle_after"] else float("nan")
-        lines.append(f"| {r['experiment']} | {r['router']} | {r['seed']} | {r['items']} | {r['before']:.3f} | "
-                     f"{r['after']:.3f} | {r['oracle_after']:.3f} | {share:.2f} |")
+        routers = " | ".join(f"{r[k]:.3f}" if k in r else "" for k in ("knn", "classifier"))
+        lines.append(f"| {r['experiment']} | {r['router']} | {'yes' if r.get('profiled') else 'no'} | {r['seed']} | "
+                     f"{r['items']} | {r['before']:.3f} | {r['after']:.3f} | {r['oracle_after']:.3f} | "
+                     f"{r['domain'] or 'all'} | {r['domain_share']:.2f} | {r['largest_fall']:+.3f} | {routers} |")
     (args.out / "table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     _plot(rows, args.out / "generalisation.png")

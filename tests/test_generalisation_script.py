@@ -24,17 +24,30 @@ def test_the_benchmark_writes_its_table(tmp_path):
     out = tmp_path / "out"
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "generalisation.py"), "--train",
                           str(tmp_path / "vision" / "tasks.jsonl"), "--tasks", str(tmp_path / "barcode" / "tasks.jsonl"),
-                          "--out", str(out), "--experiments", "barcode", "--seeds", "0", "--steps", "1",
+                          "--out", str(out), "--experiments", "barcode", "source:zxing_barcodes", "--seeds", "0", "--steps", "1",
                           "--group-size", "2", "--tasks-per-step", "2", "--limit", "3", "--registry", str(registry),
-                          "--cache-dir", str(tmp_path / "cache")],
+                          "--cache-dir", str(tmp_path / "cache"), "--profile", "--workers", "1"],
                          env=server_env(), capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     rows = json.loads((out / "results.json").read_text())
-    assert [r["experiment"] for r in rows] == ["barcode"] and rows[0]["items"] == 3
+    assert [r["experiment"] for r in rows] == ["barcode", "source:zxing_barcodes"]
+    assert rows[0]["items"] == 3 and rows[0]["profiled"]
+    # every pair of the registry with the readers back was profiled on the training items, the readers included
+    profile = json.loads((out / "barcode" / "profile.json").read_text())
+    pairs = {e["pair"]: e for e in profile["pairs"]}
+    assert "zxing@@barcode-reading" in pairs and "opencv-vision@@counting" in pairs
+    assert all(e["items"] == 12 for e in pairs.values())  # every item of the vision training file
+    assert pairs["opencv-vision@@counting"]["family_items"] >= 1
     assert rows[0]["before"] == 0.0  # no barcode reader in the registry: nothing can read a barcode
     assert rows[0]["oracle_after"] > 0  # with the readers back, some pair reads them
-    assert "| barcode | neural | 0 | 3 |" in (out / "table.md").read_text()
+    assert "| barcode | neural | yes | 0 | 3 |" in (out / "table.md").read_text()
+    assert rows[0]["domain"] == "barcode" and rows[0]["domains_before"] == {"barcode": 0.0}
     assert (out / "generalisation.png").stat().st_size
+    # leave one source out: one evaluation (the registry is the same), beside knn and classifier fitted on the
+    # same training items (none of the held-out source's)
+    loso = rows[1]
+    assert loso["before"] == loso["after"] and {"knn", "classifier"} <= set(loso)
+    assert not (out / "source:zxing_barcodes" / "seed0" / "before").exists()
 
 
 def test_the_lm_router_trains_without_the_held_out_cards_and_meets_them_after(tmp_path):

@@ -18,6 +18,8 @@ from maestro_graph.policy.neural import (CHECKPOINT_FORMAT, CHECKPOINT_VERSION, 
                                          read_checkpoint_header,
                                          write_tensor_file)
 from maestro_graph.registry import Registry
+from maestro_graph.registry.profiles import ProfileFile, profile_entry
+from maestro_graph.rl.cards import sample_unprofiled
 from maestro_graph.rl.grpo import GRPOConfig, GRPOTrainer, group_advantages
 from maestro_graph.tasks import load_tasks
 from maestro_graph.types import Answer, Step
@@ -84,6 +86,54 @@ def test_the_untrained_prior_favours_the_card_resembling_the_question(registry):
     barcode = sum(p for a, p in zip(full.actions, full.probs) if getattr(a, "skill", "") == "barcode-reading")
     uniform = sum(1 for a in full.actions if getattr(a, "skill", "") == "barcode-reading") / len(full.actions)
     assert barcode > uniform
+
+
+def _profiled(registry: Registry, accuracy: dict[str, float]) -> Registry:
+    """The registry with these pairs profiled at these family accuracies (the rest unknown)."""
+    cards = registry.pair_cards()
+    entries = [profile_entry(*cards[pair], [acc], [0.05], [True]) for pair, acc in accuracy.items()]
+    return registry.with_profile(ProfileFile(registry="test", calibration="test", pairs=entries))
+
+
+def test_a_pairs_measured_family_accuracy_steers_the_model_and_the_answer(registry):
+    """Between two barcode readers the policy has never trained with, the profile decides: the model head prefers the
+    reader measured right more often, the candidate head believes its reading, and a hidden profile is unknown
+    again (the same distribution as with no profile at all)."""
+    policy = NeuralPolicy()
+    view = _view("What is the value encoded in this barcode?", QRCODE)
+
+    def reader_odds(reg: Registry) -> float:
+        dist = policy.distribution(view, ActionSpace.build(reg, view))
+        p = {getattr(a, "pair", None): q for a, q in zip(dist.actions, dist.probs)}
+        return p["zxing@@barcode-reading"] / p["opencv-barcode@@barcode-reading"]
+
+    zxing_good = _profiled(registry, {"zxing@@barcode-reading": 0.95, "opencv-barcode@@barcode-reading": 0.2})
+    opencv_good = _profiled(registry, {"zxing@@barcode-reading": 0.2, "opencv-barcode@@barcode-reading": 0.95})
+    assert reader_odds(zxing_good) > 4 * reader_odds(registry) > 16 * reader_odds(opencv_good)
+    hidden = zxing_good.without(unprofiled={"zxing@@barcode-reading", "opencv-barcode@@barcode-reading"})
+    assert reader_odds(hidden) == pytest.approx(reader_odds(registry))
+
+    readings = [Step(model="opencv-barcode", skill="barcode-reading", answer="Wikipedia", confidence=0.8),
+                Step(model="zxing", skill="barcode-reading", answer="Wikipedla", confidence=0.8)]
+    after = _view("What is the value encoded in this barcode?", QRCODE, readings)
+
+    def believed(reg: Registry) -> str:
+        dist = policy.distribution(after, ActionSpace.build(reg, after))
+        answers = [(q, a.text) for a, q in zip(dist.actions, dist.probs) if isinstance(a, Answer)]
+        return max(answers)[1]
+
+    assert believed(zxing_good) == "Wikipedla" and believed(opencv_good) == "Wikipedia"
+
+
+def test_profile_dropout_hides_some_profiles_per_group_and_none_without_a_profile(registry):
+    profiled = _profiled(registry, {p: 0.5 for p in registry.pair_ids()})
+    hidden = sample_unprofiled(profiled, np.random.default_rng(0), 0.5)
+    assert hidden and hidden < set(registry.pair_ids())
+    view = profiled.without(unprofiled=hidden)
+    assert {p.id for p in view.pairs() if p.profile is None} == hidden
+    assert sample_unprofiled(registry, np.random.default_rng(0), 0.5) == set()
+    with pytest.raises(ConfigError, match="profile_dropout"):
+        GRPOConfig(profile_dropout=1.5)
 
 
 def test_checkpoint_round_trip_and_clear_errors(tmp_path):

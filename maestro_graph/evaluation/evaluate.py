@@ -107,6 +107,7 @@ def evaluate(
     policies: list[str],
     *,
     train_tasks: list[Path] | tuple[Path, ...] = (),
+    train_items: list[Task] | tuple[Task, ...] = (),
     context: MaestroContext | None = None,
     workers: int = 2,
     limit: int | None = None,
@@ -116,7 +117,8 @@ def evaluate(
     select: Callable[[Task], bool] | None = None,
 ) -> EvalRun:
     """Run every policy on the same items (on `executor`; default `workers` threads), the items of `task_files`
-    that `select` keeps (all by default) up to `limit`. With `predictions_dir`, each
+    that `select` keeps (all by default) up to `limit`; the trained routers are fitted on the items of `train_tasks`
+    plus `train_items` (an experiment's selection of a file, say). With `predictions_dir`, each
     episode's record is written to `<policy>.jsonl` there as soon as it finishes, so a run that is interrupted or
     crashes keeps what it did (the report does not write them again)."""
     tasks, skipped = load_task_files(task_files)
@@ -124,21 +126,24 @@ def evaluate(
     tasks = tasks[:limit] if limit else tasks
     outcomes: PairOutcomes | None = None
     if any(p in TRAINED_POLICIES for p in policies):
-        if not train_tasks:
+        if not train_tasks and not train_items:
             raise ValueError(f"policies {[p for p in policies if p in TRAINED_POLICIES]} need --train-tasks FILE")
         evaluated = {Path(f).resolve() for f in task_files}
         leaked = [str(f) for f in train_tasks if Path(f).resolve() in evaluated]
         if leaked:
             raise ValueError(f"{leaked[0]} is both a training and an evaluated file: evaluation items would leak "
                              "into training")
-        train, _ = load_task_files(train_tasks)
+        train = (load_task_files(train_tasks)[0] if train_tasks else []) + list(train_items)
+        held_out = {(t.question, tuple(t.images)) for t in tasks}
+        if any((t.question, tuple(t.images)) in held_out for t in train_items):
+            raise ValueError("a training item is also evaluated: evaluation items would leak into training")
         outcomes = measure_pairs(registry, train, workers=workers, progress=progress, executor=executor)
     results = []
     for policy in policies:
         results.append(run_policy(registry, tasks, policy, context=context, outcomes=outcomes, workers=workers,
                                   progress=progress, predictions_dir=predictions_dir, executor=executor))
-    return EvalRun(results, skipped, ", ".join(map(str, train_tasks)) or None, [str(f) for f in task_files],
-                   outcomes)
+    fitted_on = [*map(str, train_tasks), *([f"{len(train_items)} selected items"] if train_items else [])]
+    return EvalRun(results, skipped, ", ".join(fitted_on) or None, [str(f) for f in task_files], outcomes)
 
 
 def run_policy(registry: Registry, tasks: list[Task], policy: str | Policy, *, context: MaestroContext | None = None,

@@ -37,6 +37,10 @@ __all__ = ["NeuralConfig", "NeuralPolicy", "Scored", "HISTORY_DIM", "CHECKPOINT_
 
 HISTORY_DIM = 8
 CARD_EXTRA = 4  # per-card history features plus the question-card cosine
+MODEL_EXTRA = CARD_EXTRA + 3
+"""A model row's columns after the card embedding: its history, cost and cosine, whether the pair was called, and
+what is known of the pair's accuracy on its family (Pair.accuracy: known or not, the figure)."""
+_KNOWN, _ACCURACY = EMBED_DIM + MODEL_EXTRA - 2, EMBED_DIM + MODEL_EXTRA - 1
 _SUPPORT_COLUMNS = ("support_share", "support_count", "max_confidence", "mean_confidence", "latest")
 _CANDIDATE_COLUMNS = (*_SUPPORT_COLUMNS, *(f"form_{i}" for i in range(FORM_DIM)), "consensus")
 """A candidate's row: its support and confidence, whether it is the latest answer, candidate_form's columns (has
@@ -53,7 +57,7 @@ EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 HEADER_KEY = "maestro"
 """The one key of a safetensors file's string-to-string metadata; its value is the JSON header."""
 _FEATURES = {"embed_dim": EMBED_DIM, "question_dim": QUESTION_DIM, "history_dim": HISTORY_DIM,
-             "candidate_dim": CAND_DIM}
+             "candidate_dim": CAND_DIM, "model_extra": MODEL_EXTRA}
 _HEADER_KEYS = {"format", "version", "config", "features", "embedding", "extra"}
 _LEGACY_FORMAT = "maestro-neural-1"
 
@@ -86,7 +90,8 @@ class _Features:
     """The numbers one decision is scored from (no weights). Skills and models of the callable pairs (pairs already
     called are left out), and the candidate answers with the skill and model cards of the pair that produced each.
     Rows: skill card = [embedding | calls/2, answered, errored | question cosine]; model card = [embedding | calls/2,
-    errored, log(1 + cost per call), question cosine, pair called]; candidate = _CANDIDATE_COLUMNS."""
+    errored, log(1 + cost per call), question cosine, pair called, accuracy known, accuracy (0 when unknown)];
+    candidate = _CANDIDATE_COLUMNS."""
 
     state: torch.Tensor
     """Question features and the episode's history, (QUESTION_DIM + HISTORY_DIM,)."""
@@ -97,7 +102,7 @@ class _Features:
     pair_skill: torch.Tensor
     """(pairs,): the row in `skills` of each pair's skill."""
     models: torch.Tensor
-    """(pairs, EMBED_DIM + CARD_EXTRA + 1)"""
+    """(pairs, EMBED_DIM + MODEL_EXTRA)"""
     candidates: torch.Tensor
     """(candidates, CAND_DIM)"""
     producer_skills: torch.Tensor
@@ -114,11 +119,15 @@ class _Net(nn.Module):
         super().__init__()
         self.state = nn.Sequential(nn.Linear(QUESTION_DIM + HISTORY_DIM, hidden), nn.Tanh())
         self.skill = nn.Sequential(nn.Linear(EMBED_DIM + CARD_EXTRA, hidden), nn.Tanh())
-        self.model = nn.Sequential(nn.Linear(EMBED_DIM + CARD_EXTRA + 1, hidden), nn.Tanh())
+        self.model = nn.Sequential(nn.Linear(EMBED_DIM + MODEL_EXTRA, hidden), nn.Tanh())
         self.model_query = nn.Linear(2 * hidden, hidden)
         self.skill_cos = nn.Parameter(torch.tensor(4.0))  # prior: the question resembles the skill card
         self.form_prior = nn.Parameter(torch.tensor(3.0))  # prior: the answer has the form the question asks for
-        self.stop = nn.Sequential(nn.Linear(hidden + CAND_DIM, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+        # priors: among a skill's models, the one measured more accurate on the family; among candidates, the one
+        # whose producer is (both 0 where nothing is known, so an unprofiled registry is scored from its cards)
+        self.accuracy_prior = nn.Parameter(torch.tensor(4.0))
+        self.trust_prior = nn.Parameter(torch.tensor(2.0))
+        self.stop = nn.Sequential(nn.Linear(hidden + CAND_DIM + 1, hidden), nn.Tanh(), nn.Linear(hidden, 1))
         self.cand = nn.Sequential(nn.Linear(3 * hidden + CAND_DIM, hidden), nn.Tanh(), nn.Linear(hidden, 1))
         self.scale = 1.0 / math.sqrt(hidden)
 
@@ -131,7 +140,9 @@ class _Net(nn.Module):
             p_stop = torch.zeros(())  # nothing to answer yet: keep looking while pairs remain
         else:  # a candidate row of zeros: no support, no form, when nothing has answered
             best = f.candidates.max(0).values if n_candidates else torch.zeros(CAND_DIM)
-            p_stop = torch.sigmoid(self.stop(torch.cat([h, best]))[0])
+            # how far the most trusted producer is known to be right on its family (0: unknown, or no candidate)
+            trust = _known_accuracy(f.producer_models).max().reshape(1) if n_candidates else torch.zeros(1)
+            p_stop = torch.sigmoid(self.stop(torch.cat([h, best, trust]))[0])
         parts: list[torch.Tensor] = []
         if n_pairs:
             s_keys = self.skill(f.skills)
@@ -139,7 +150,7 @@ class _Net(nn.Module):
             idx = f.pair_skill
             m_keys = self.model(f.models)
             queries = self.model_query(torch.cat([h.expand(len(s_keys), -1), s_keys], dim=1))
-            logits = (m_keys * queries[idx]).sum(1) * self.scale
+            logits = (m_keys * queries[idx]).sum(1) * self.scale + self.accuracy_prior * _known_accuracy(f.models)
             weights = torch.exp(logits - logits.max())
             # a skill whose models all sit ~90 nats below the best underflows to 0: its models get 0, not 0/0 = NaN
             group = torch.zeros(len(s_keys)).index_add(0, idx, weights).clamp_min(torch.finfo(torch.float32).tiny)
@@ -148,11 +159,17 @@ class _Net(nn.Module):
             producers = torch.cat([self.skill(f.producer_skills), self.model(f.producer_models)], dim=1)
             logits = self.cand(torch.cat([h.expand(n_candidates, -1), producers, f.candidates], dim=1))[:, 0]
             logits = logits + self.form_prior * (f.candidates[:, _HAS_FORM] - f.candidates[:, _CONTRADICTS_FORM])
+            logits = logits + self.trust_prior * _known_accuracy(f.producer_models)
             parts.append(p_stop * torch.softmax(logits, dim=0))
         elif not n_pairs or f.may_give_up:
             parts.append(p_stop.reshape(1))
         probs = torch.cat(parts).clamp_min(1e-9)
         return probs / probs.sum()
+
+
+def _known_accuracy(models: torch.Tensor) -> torch.Tensor:
+    """Each model row's known family accuracy centred on 0.5, and 0 where it is unknown."""
+    return models[:, _KNOWN] * (models[:, _ACCURACY] - 0.5)
 
 
 def _history(view: EpisodeView) -> np.ndarray:
@@ -179,10 +196,11 @@ class _ModelCard:
     text: str
     per_call: float
     pair: str
+    accuracy: float | None = None
 
 
 def _model_card(pair: Pair) -> _ModelCard:
-    return _ModelCard(pair.model.name, pair.model.description, pair.model.cost.per_call, pair.id)
+    return _ModelCard(pair.model.name, pair.model.description, pair.model.cost.per_call, pair.id, pair.accuracy)
 
 
 class NeuralPolicy:
@@ -245,8 +263,9 @@ class NeuralPolicy:
         cos = emb @ q_emb
         history = np.asarray([[sum(s.model == c.name for s in view.steps) / 2,
                                float(any(s.model == c.name and s.error for s in view.steps)),
-                               math.log1p(c.per_call), float(cos[i]), float(view.called(c.pair))]
-                              for i, c in enumerate(cards)], dtype=np.float32).reshape(len(cards), CARD_EXTRA + 1)
+                               math.log1p(c.per_call), float(cos[i]), float(view.called(c.pair)),
+                               float(c.accuracy is not None), c.accuracy or 0.0]
+                              for i, c in enumerate(cards)], dtype=np.float32).reshape(len(cards), MODEL_EXTRA)
         return torch.from_numpy(np.hstack([emb, history]).astype(np.float32))
 
     def _producer(self, view: EpisodeView, space: ActionSpace, candidate: Answer

@@ -26,7 +26,7 @@ from .config import ModelCard
 from .skills import SkillSpec
 
 __all__ = ["PROFILE_VERSION", "PairCards", "PairProfile", "ProfileFile", "pair_fingerprint", "pair_fingerprints",
-           "profile_entry", "read_profile", "registry_fingerprint"]
+           "fitting_entries", "profile_entry", "read_profile", "registry_fingerprint"]
 
 PROFILE_VERSION = 1
 
@@ -44,8 +44,12 @@ class PairProfile(BaseModel):
     fingerprint: str
     family: str
     items: int = Field(ge=1)
-    accuracy: float = Field(ge=0, le=1)
+    accuracy: float = Field(ge=0, le=1, description="mean score over every calibration item")
     mean_cost: float = Field(ge=0)
+    family_items: int = Field(0, ge=0, description="calibration items that some pair of the family got right")
+    family_accuracy: float | None = Field(
+        None, ge=0, le=1, description="mean score over the family_items: how often the pair is right where its "
+        "family can be (None: no such item, or a profile written before it was measured)")
 
 
 class ProfileFile(BaseModel):
@@ -88,22 +92,34 @@ def read_profile(path: str | Path, pairs: PairCards) -> dict[str, PairProfile]:
     except ValidationError as exc:
         field, message = first_validation_problem(exc)
         raise ConfigError(message, file=str(path), field=field) from exc
+    return fitting_entries(profile, pairs, str(path))
+
+
+def fitting_entries(profile: ProfileFile, pairs: PairCards, where: str) -> dict[str, PairProfile]:
+    """The entries of a profile that fit these pairs, by pair id; those that do not are warned about (naming
+    `where` and the entry) and ignored, never silently applied."""
     current = pair_fingerprints(pairs)
     fits = {e.pair: e for e in profile.pairs if current.get(e.pair) == e.fingerprint}
     if not fits and profile.pairs:
-        warnings.warn(f"profile {path} belongs to another registry (fingerprint {profile.registry}, this registry's "
-                      f"{registry_fingerprint(current)}): ignored; run `maestro registry profile` again", stacklevel=2)
+        warnings.warn(f"profile {where} belongs to another registry (fingerprint {profile.registry}, this "
+                      f"registry's {registry_fingerprint(current)}): ignored; run `maestro registry profile` again",
+                      stacklevel=2)
         return {}
     for entry in profile.pairs:
         if entry.pair not in fits:
             why = "not in this registry" if entry.pair not in current else "another model version or skill code"
-            warnings.warn(f"profile {path}: entry {entry.pair} ignored ({why}); profile the registry again",
+            warnings.warn(f"profile {where}: entry {entry.pair} ignored ({why}); profile the registry again",
                           stacklevel=2)
     return fits
 
 
-def profile_entry(card: ModelCard, skill: SkillSpec, scores: list[float], costs: list[float]) -> PairProfile:
-    """A pair's entry from its scores and costs on the calibration items."""
+def profile_entry(card: ModelCard, skill: SkillSpec, scores: list[float], costs: list[float],
+                  family_answers: list[bool]) -> PairProfile:
+    """A pair's entry from its scores and costs on the calibration items, and whether some pair of its family got
+    each item right. The family accuracy is the figure a router compares: on a calibration file of mixed kinds the
+    overall accuracy mostly says how many items were of the family's kind, not how good the pair is at them."""
+    family = [score for score, answered in zip(scores, family_answers) if answered]
     return PairProfile(pair=pair_id(card.name, skill.name), fingerprint=pair_fingerprint(card, skill),
                        family=skill.name, items=len(scores), accuracy=sum(scores) / len(scores),
-                       mean_cost=sum(costs) / len(costs))
+                       mean_cost=sum(costs) / len(costs), family_items=len(family),
+                       family_accuracy=sum(family) / len(family) if family else None)

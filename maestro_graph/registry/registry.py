@@ -17,7 +17,7 @@ from ..types import ErrorKind, Invoke, SkillResult, Step, pair_id
 from .config import ModelCard, PythonBackend, RegistryConfig, load_config
 from .context import SkillContext
 from .handles import BoundExpert, ExpertHandle, Ledger
-from .profiles import PairCards, PairProfile, read_profile
+from .profiles import PairCards, PairProfile, ProfileFile, fitting_entries, read_profile
 from .skills import SkillSpec, discover_skills
 
 __all__ = ["Registry", "Pair"]
@@ -38,10 +38,13 @@ class Pair:
 
     @property
     def accuracy(self) -> float | None:
-        """What is known of the pair's accuracy on its family: its profile, measured here, else the card's
-        reported figure for the skill (`evaluations`), else None (unknown)."""
+        """What is known of the pair's accuracy on its family's items: its profile, measured here (its overall
+        accuracy where no calibration item was of the family's kind, or the profile predates family figures), else
+        the card's reported figure for the skill (`evaluations`), else None (unknown). The neural policy reads it as
+        a feature of the pair."""
         if self.profile is not None:
-            return self.profile.accuracy
+            family = self.profile.family_accuracy
+            return self.profile.accuracy if family is None else family
         return self.model.reported_accuracy(self.skill.name)
 
 
@@ -93,18 +96,25 @@ class Registry:
         return registry
 
     def without(self, *, models: set[str] = frozenset(), skills: set[str] = frozenset(),
-                descriptions: dict[str, str] | None = None) -> "Registry":
-        """A view of this registry with some models and skills left out and some card texts replaced (by model or
-        skill name), sharing the loaded experts and skill code (training's registry dropout and card paraphrases,
-        and experiments that add an expert after training). Policies read the replaced texts through `pairs()`;
-        nothing else changes."""
+                descriptions: dict[str, str] | None = None, unprofiled: set[str] = frozenset()) -> "Registry":
+        """A view of this registry with some models and skills left out, some card texts replaced (by model or
+        skill name) and some pairs' profiles hidden (by pair id), sharing the loaded experts and skill code
+        (training's registry dropout, card paraphrases and profile dropout, and experiments that add an expert after
+        training). Policies read the replaced texts and profiles through `pairs()`; nothing else changes."""
         view = Registry.__new__(Registry)
         view.config = self.config
         view.cache = self.cache
         view.models = {name: h for name, h in self.models.items() if name not in models}
         view.skills = {name: s for name, s in self.skills.items() if name not in skills}
         view.descriptions = {**self.descriptions, **(descriptions or {})}
-        view.profiles = self.profiles
+        view.profiles = {pair: entry for pair, entry in self.profiles.items() if pair not in unprofiled}
+        return view
+
+    def with_profile(self, profile: ProfileFile, where: str = "<memory>") -> "Registry":
+        """A view of this registry whose pairs read `profile` (its fitting entries; see profiles.fitting_entries)
+        instead of the config's profile file: experiments that profile a registry on their own calibration items."""
+        view = self.without()
+        view.profiles = fitting_entries(profile, self.pair_cards(), where)
         return view
 
     # -- the action space ---------------------------------------------------------------------------------------

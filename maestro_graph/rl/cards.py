@@ -9,7 +9,7 @@ import numpy as np
 
 from ..registry import Registry
 
-__all__ = ["families", "paraphrase", "sample_card_texts", "sample_dropout"]
+__all__ = ["families", "paraphrase", "sample_card_texts", "sample_dropout", "sample_unprofiled"]
 
 _PREFIXES = ("", "This expert: ", "Capability card. ", "Use it when needed: ", "Description: ")
 
@@ -59,3 +59,12 @@ def sample_dropout(registry: Registry, rng: np.random.Generator, prob: float,
     if not registry.without(models=models, skills=skills).pairs():
         return set(), set()
     return models, skills
+
+
+def sample_unprofiled(registry: Registry, rng: np.random.Generator, prob: float) -> set[str]:
+    """Profiled pairs whose profile one group's registry hides, each with probability `prob`: the policy also meets
+    pairs it knows nothing measured about (a new expert before `maestro registry profile`), so it reads their cards
+    rather than leaning on figures that may be missing. No draw when nothing is profiled or `prob` is 0."""
+    if prob <= 0:
+        return set()
+    return {pair for pair in sorted(registry.profiles) if rng.random() < prob}

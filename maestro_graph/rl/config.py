@@ -48,6 +48,10 @@ class GRPOConfig:
         "only it can run, or a skill with the models only it uses (rl.cards.families), so that the policy meets "
         "registries missing a kind of expertise, as one added after training is missing from the training registry "
         "(0: no family is hidden, the stream of draws of earlier runs).")
+    profile_dropout: float = setting(
+        0.25, "Probability of hiding each profiled pair's profile (its measured family accuracy, `maestro registry "
+        "profile`) from a group's registry, so the policy learns both to use a profile and to do without one. "
+        "Nothing is hidden, or drawn, when the registry has no profile.")
     paraphrase_prob: float = setting(0.5, "Probability of replacing each card text by a paraphrase within a group.")
     hidden: int = setting(128, "Width of the policy's state and card encodings.")
     stop_without_answer: bool = setting(
@@ -72,6 +76,7 @@ class GRPOConfig:
             (self.advantage_std_floor >= 0, "advantage_std_floor", "must be >= 0 (0: divide by the group's std)"),
             (0 <= self.registry_dropout < 1, "registry_dropout", "must be in [0, 1)"),
             (0 <= self.family_dropout < 1, "family_dropout", "must be in [0, 1)"),
+            (0 <= self.profile_dropout <= 1, "profile_dropout", "must be in [0, 1]"),
             (0 <= self.paraphrase_prob <= 1, "paraphrase_prob", "must be in [0, 1]"),
             (0 < self.revisit_weight <= 1, "revisit_weight", "must be in (0, 1]; 1 samples tasks uniformly"),
             (self.max_turns >= 1, "max_turns", "must be at least 1"),

@@ -28,9 +28,10 @@ def train_resumable(registry: Registry, tasks: list[Task], config: GRPOConfig, o
 
 def evaluate_into(out_dir: Path, registry: Registry, task_files: list[Path], policies: list[str], *,
                   select: Callable[[Task], bool] | None = None, limit: int | None = None,
-                  context: MaestroContext | None = None) -> dict:
+                  context: MaestroContext | None = None, train_items: list[Task] | None = None) -> dict:
     """Every policy on the same items (those of `task_files` that `select` keeps, up to `limit`, with the budgets of
-    `context`): predictions, results.json, report.md and plots under `out_dir`."""
+    `context`; the trained routers fitted on `train_items`): predictions, results.json, report.md and plots under
+    `out_dir`."""
     run = evaluate(registry, task_files, policies, predictions_dir=out_dir / "predictions", select=select,
-                   limit=limit, context=context)
+                   limit=limit, context=context, train_items=train_items or ())
     return write_report(run, out_dir)

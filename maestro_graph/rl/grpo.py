@@ -25,7 +25,7 @@ from ..registry import Registry
 from ..runner import EpisodeResult, run_episode
 from ..tasks import Task
 from ..types import Action, Answer, Invoke
-from .cards import sample_card_texts, sample_dropout
+from .cards import sample_card_texts, sample_dropout, sample_unprofiled
 from .config import GRPOConfig
 from .rewards import Rewards, outcome
 from .warm_start import warm_start
@@ -55,18 +55,19 @@ class Sample:
 
 @dataclass
 class _GroupPlan:
-    """What one group samples, drawn on the driver: its task, the registry dropout and card texts, and one seed per
-    episode."""
+    """What one group samples, drawn on the driver: its task, the registry dropout, card texts and hidden profiles,
+    and one seed per episode."""
 
     task: Task
     drop_models: set[str]
     drop_skills: set[str]
     descriptions: dict[str, str]
     seeds: list[int]
+    unprofiled: set[str] = field(default_factory=set)
 
     def view(self, registry: Registry) -> Registry:
         return registry.without(models=self.drop_models, skills=self.drop_skills).without(
-            descriptions=self.descriptions)
+            descriptions=self.descriptions, unprofiled=self.unprofiled)
 
 
 class _RolloutJob:
@@ -302,8 +303,10 @@ class GRPOTrainer:
             drop_models, drop_skills = sample_dropout(self.registry, rng, cfg.registry_dropout, cfg.family_dropout)
             dropped = self.registry.without(models=drop_models, skills=drop_skills)
             descriptions = sample_card_texts(dropped, rng, cfg.paraphrase_prob)
-            plans.append(_GroupPlan(self.tasks[int(task_index)], drop_models, drop_skills, descriptions,
-                                    [int(rng.integers(2**31)) + g for g in range(cfg.group_size)]))
+            seeds = [int(rng.integers(2**31)) + g for g in range(cfg.group_size)]
+            unprofiled = sample_unprofiled(dropped, rng, cfg.profile_dropout)
+            plans.append(_GroupPlan(self.tasks[int(task_index)], drop_models, drop_skills, descriptions, seeds,
+                                    unprofiled))
         sampled = dict(self.executor.map_unordered(_RolloutJob(self.policy, cfg.max_turns, cfg.max_cost), plans))
         groups, rewards_all, scores_all, calls, costs, group_rewards = [], [], [], [], [], []
         skipped = 0
