@@ -117,6 +117,17 @@ def test_training_file_cannot_be_an_evaluated_file(files):
     assert result.exit_code == 2 and "leak" in result.output
 
 
+def test_routers_fitted_on_selected_items_refuse_an_evaluated_one(files):
+    """An experiment fits knn on a selection of items (leave-one-source-out's other sources) instead of a file: an
+    item that is also evaluated is refused before anything runs."""
+    from maestro_graph.evaluation.evaluate import evaluate
+
+    registry = Registry.load(files / "registry.yaml")
+    evaluated, _ = load_tasks(files / "test.jsonl")
+    with pytest.raises(ValueError, match="leak"):
+        evaluate(registry, [files / "test.jsonl"], ["knn"], train_items=evaluated[:1])
+
+
 def test_unknown_policy_lists_valid_ones(files):
     result = CliRunner().invoke(app, ["eval", "--tasks", str(files / "test.jsonl"), "--policy", "smart",
                                       "--out", str(files / "y")])
