@@ -1,6 +1,8 @@
 """One GRPO step on a fixed seed gives the update it gave before the trajectory refactor (the trainer now reads the
 decisions the graph recorded instead of re-deriving them). tests/data/grpo_step_reference.json was written by the
-same setup from the tree of commit 5a2d9a3, before the change: per tensor its sum, its norm and its first values."""
+same setup from the tree of commit 5a2d9a3, before the change: per tensor its sum, its norm and its first values.
+Rewritten once since, by the same setup, when the network gained the pairs' accuracy inputs and priors (profiles;
+other initial weights, so another update: rewards and accuracy of the step unchanged, 32 decisions instead of 33)."""
 
 from __future__ import annotations
 
