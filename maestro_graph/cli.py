@@ -436,7 +436,7 @@ def registry_profile(
     config_path = Path(reg.config.source) if reg.config.source != "<memory>" else default_config_path()
     target = out or config_path.with_name(f"{config_path.stem}.profile.json")
     profile = measure_pairs(reg, items, workers=workers).profile(reg, " + ".join(map(str, tasks)))
-    target.write_text(profile.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    profile.save(target)
     for entry in profile.pairs:
         family = "unknown" if entry.family_accuracy is None else f"{entry.family_accuracy:.3f}"
         console.print(f"{entry.pair}: {entry.accuracy:.3f} on {entry.items} items, {family} on the "

@@ -16,6 +16,7 @@ from typing import Any, Literal, Sequence
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from .choices import inline_choices
+from .digests import file_digest
 from .errors import first_validation_problem
 from .jsonl import read_jsonl
 from .scoring import score
@@ -44,6 +45,11 @@ class Task(BaseModel):
         """The item's choices as an episode sees them: the `choices` given, else those written in the question
         (`choices.inline_choices`, what the graph's intake reads), so that a letter answer to inline options scores."""
         return self.choices or inline_choices(self.question)
+
+    def identity(self) -> tuple:
+        """The question and the images' content: the same item copied into another folder is still the same item
+        (what keeps evaluation items out of training)."""
+        return self.question, tuple(file_digest(ref) for ref in self.images)
 
     def score(self, prediction: str | None) -> float:
         """The prediction scored against this item's answer key (0.0 when the item has none)."""

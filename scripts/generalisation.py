@@ -46,7 +46,6 @@ from maestro_graph.configs import add_arguments, from_arguments  # noqa: E402
 from maestro_graph.graph import MaestroContext  # noqa: E402
 from maestro_graph.pair_outcomes import measure_pairs  # noqa: E402
 from maestro_graph.registry import Registry  # noqa: E402
-from maestro_graph.registry.profiles import ProfileFile  # noqa: E402
 from maestro_graph.rl.config import GRPOConfig  # noqa: E402
 from maestro_graph.rl.experiments import evaluate_into, train_resumable  # noqa: E402
 from maestro_graph.rl.export import export_file  # noqa: E402
@@ -116,10 +115,9 @@ def _profiled(exp: Experiment, train: list[Task], args: argparse.Namespace, fold
     path = folder / "profile.json"
     if not path.is_file():
         items = [t for t in train if exp.calibrate(t)]
-        profile = measure_pairs(exp.after, items, workers=args.workers).profile(exp.after, f"{args.train} ({exp.name})")
-        folder.mkdir(parents=True, exist_ok=True)
-        path.write_text(profile.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    return exp.after.with_profile(ProfileFile.model_validate_json(path.read_text(encoding="utf-8")), str(path))
+        outcomes = measure_pairs(exp.after, items, workers=args.workers)
+        outcomes.profile(exp.after, f"{args.train} ({exp.name})").save(path)
+    return exp.after.with_profile(path)
 
 
 def _train_lm_router(exp: Experiment, before: Registry, args: argparse.Namespace, seed: int, run: Path) -> str:

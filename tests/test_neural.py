@@ -88,14 +88,15 @@ def test_the_untrained_prior_favours_the_card_resembling_the_question(registry):
     assert barcode > uniform
 
 
-def _profiled(registry: Registry, accuracy: dict[str, float]) -> Registry:
-    """The registry with these pairs profiled at these family accuracies (the rest unknown)."""
+def _profiled(registry: Registry, accuracy: dict[str, float], path: Path) -> Registry:
+    """The registry with these pairs profiled at these family accuracies (the rest unknown), the profile at path."""
     cards = registry.pair_cards()
     entries = [profile_entry(*cards[pair], [acc], [0.05], [True]) for pair, acc in accuracy.items()]
-    return registry.with_profile(ProfileFile(registry="test", calibration="test", pairs=entries))
+    ProfileFile(registry="test", calibration="test", pairs=entries).save(path)
+    return registry.with_profile(path)
 
 
-def test_a_pairs_measured_family_accuracy_steers_the_model_and_the_answer(registry):
+def test_a_pairs_measured_family_accuracy_steers_the_model_and_the_answer(registry, tmp_path):
     """Between two barcode readers the policy has never trained with, the profile decides: the model head prefers the
     reader measured right more often, the candidate head believes its reading, and a hidden profile is unknown
     again (the same distribution as with no profile at all)."""
@@ -108,8 +109,10 @@ def test_a_pairs_measured_family_accuracy_steers_the_model_and_the_answer(regist
         p = {getattr(a, "pair", None): q for a, q in zip(dist.actions, dist.probs)}
         return p["zxing@@barcode-reading"] / p["opencv-barcode@@barcode-reading"]
 
-    zxing_good = _profiled(registry, {"zxing@@barcode-reading": 0.95, "opencv-barcode@@barcode-reading": 0.2})
-    opencv_good = _profiled(registry, {"zxing@@barcode-reading": 0.2, "opencv-barcode@@barcode-reading": 0.95})
+    zxing_good = _profiled(registry, {"zxing@@barcode-reading": 0.95, "opencv-barcode@@barcode-reading": 0.2},
+                           tmp_path / "zxing-good.json")
+    opencv_good = _profiled(registry, {"zxing@@barcode-reading": 0.2, "opencv-barcode@@barcode-reading": 0.95},
+                            tmp_path / "opencv-good.json")
     assert reader_odds(zxing_good) > 4 * reader_odds(unknown) > 16 * reader_odds(opencv_good)
     hidden = zxing_good.without(unprofiled={"zxing@@barcode-reading", "opencv-barcode@@barcode-reading"})
     assert reader_odds(hidden) == pytest.approx(reader_odds(unknown))
@@ -126,8 +129,8 @@ def test_a_pairs_measured_family_accuracy_steers_the_model_and_the_answer(regist
     assert believed(zxing_good) == "Wikipedla" and believed(opencv_good) == "Wikipedia"
 
 
-def test_profile_dropout_hides_some_profiles_per_group_and_none_without_a_profile(registry):
-    profiled = _profiled(registry, {p: 0.5 for p in registry.pair_ids()})
+def test_profile_dropout_hides_some_profiles_per_group_and_none_without_a_profile(registry, tmp_path):
+    profiled = _profiled(registry, {p: 0.5 for p in registry.pair_ids()}, tmp_path / "profile.json")
     hidden = sample_unprofiled(profiled, np.random.default_rng(0), 0.5)
     assert hidden and hidden < set(registry.pair_ids())
     view = profiled.without(unprofiled=hidden)

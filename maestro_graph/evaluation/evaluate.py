@@ -133,9 +133,9 @@ def evaluate(
         if leaked:
             raise ValueError(f"{leaked[0]} is both a training and an evaluated file: evaluation items would leak "
                              "into training")
-        train = (load_task_files(train_tasks)[0] if train_tasks else []) + list(train_items)
-        held_out = {(t.question, tuple(t.images)) for t in tasks}
-        if any((t.question, tuple(t.images)) in held_out for t in train_items):
+        train = load_task_files(train_tasks)[0] + list(train_items)
+        held_out = {t.identity() for t in tasks}
+        if any(t.identity() in held_out for t in train_items):
             raise ValueError("a training item is also evaluated: evaluation items would leak into training")
         outcomes = measure_pairs(registry, train, workers=workers, progress=progress, executor=executor)
     results = []

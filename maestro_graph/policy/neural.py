@@ -134,6 +134,7 @@ class _Net(nn.Module):
     def forward(self, f: _Features) -> torch.Tensor:
         h = self.state(f.state)
         n_pairs, n_candidates = len(f.pair_skill), len(f.candidates)
+        producer_trust = _known_accuracy(f.producer_models)
         if not n_pairs:
             p_stop = torch.ones(())
         elif not n_candidates and not f.may_give_up:
@@ -141,7 +142,7 @@ class _Net(nn.Module):
         else:  # a candidate row of zeros: no support, no form, when nothing has answered
             best = f.candidates.max(0).values if n_candidates else torch.zeros(CAND_DIM)
             # how far the most trusted producer is known to be right on its family (0: unknown, or no candidate)
-            trust = _known_accuracy(f.producer_models).max().reshape(1) if n_candidates else torch.zeros(1)
+            trust = producer_trust.max().reshape(1) if n_candidates else torch.zeros(1)
             p_stop = torch.sigmoid(self.stop(torch.cat([h, best, trust]))[0])
         parts: list[torch.Tensor] = []
         if n_pairs:
@@ -159,7 +160,7 @@ class _Net(nn.Module):
             producers = torch.cat([self.skill(f.producer_skills), self.model(f.producer_models)], dim=1)
             logits = self.cand(torch.cat([h.expand(n_candidates, -1), producers, f.candidates], dim=1))[:, 0]
             logits = logits + self.form_prior * (f.candidates[:, _HAS_FORM] - f.candidates[:, _CONTRADICTS_FORM])
-            logits = logits + self.trust_prior * _known_accuracy(f.producer_models)
+            logits = logits + self.trust_prior * producer_trust
             parts.append(p_stop * torch.softmax(logits, dim=0))
         elif not n_pairs or f.may_give_up:
             parts.append(p_stop.reshape(1))

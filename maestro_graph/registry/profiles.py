@@ -26,7 +26,7 @@ from .config import ModelCard
 from .skills import SkillSpec
 
 __all__ = ["PROFILE_VERSION", "PairCards", "PairProfile", "ProfileFile", "pair_fingerprint", "pair_fingerprints",
-           "fitting_entries", "profile_entry", "read_profile", "registry_fingerprint"]
+           "profile_entry", "read_profile", "registry_fingerprint"]
 
 PROFILE_VERSION = 1
 
@@ -62,6 +62,11 @@ class ProfileFile(BaseModel):
     calibration: str = Field(description="the calibration task file, as given")
     pairs: list[PairProfile]
 
+    def save(self, path: str | Path) -> None:
+        """Write the file `read_profile` reads (`maestro registry profile`, and experiments' own profiles)."""
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
+
 
 def pair_fingerprint(card: ModelCard, skill: SkillSpec) -> str:
     """What a pair's measured outcome depends on: not the card's description or cost, which a profile outlives."""
@@ -92,23 +97,16 @@ def read_profile(path: str | Path, pairs: PairCards) -> dict[str, PairProfile]:
     except ValidationError as exc:
         field, message = first_validation_problem(exc)
         raise ConfigError(message, file=str(path), field=field) from exc
-    return fitting_entries(profile, pairs, str(path))
-
-
-def fitting_entries(profile: ProfileFile, pairs: PairCards, where: str) -> dict[str, PairProfile]:
-    """The entries of a profile that fit these pairs, by pair id; those that do not are warned about (naming
-    `where` and the entry) and ignored, never silently applied."""
     current = pair_fingerprints(pairs)
     fits = {e.pair: e for e in profile.pairs if current.get(e.pair) == e.fingerprint}
     if not fits and profile.pairs:
-        warnings.warn(f"profile {where} belongs to another registry (fingerprint {profile.registry}, this "
-                      f"registry's {registry_fingerprint(current)}): ignored; run `maestro registry profile` again",
-                      stacklevel=2)
+        warnings.warn(f"profile {path} belongs to another registry (fingerprint {profile.registry}, this registry's "
+                      f"{registry_fingerprint(current)}): ignored; run `maestro registry profile` again", stacklevel=2)
         return {}
     for entry in profile.pairs:
         if entry.pair not in fits:
             why = "not in this registry" if entry.pair not in current else "another model version or skill code"
-            warnings.warn(f"profile {where}: entry {entry.pair} ignored ({why}); profile the registry again",
+            warnings.warn(f"profile {path}: entry {entry.pair} ignored ({why}); profile the registry again",
                           stacklevel=2)
     return fits
 

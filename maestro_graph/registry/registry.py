@@ -17,7 +17,7 @@ from ..types import ErrorKind, Invoke, SkillResult, Step, pair_id
 from .config import ModelCard, PythonBackend, RegistryConfig, load_config
 from .context import SkillContext
 from .handles import BoundExpert, ExpertHandle, Ledger
-from .profiles import PairCards, PairProfile, ProfileFile, fitting_entries, read_profile
+from .profiles import PairCards, PairProfile, read_profile
 from .skills import SkillSpec, discover_skills
 
 __all__ = ["Registry", "Pair"]
@@ -110,11 +110,12 @@ class Registry:
         view.profiles = {pair: entry for pair, entry in self.profiles.items() if pair not in unprofiled}
         return view
 
-    def with_profile(self, profile: ProfileFile, where: str = "<memory>") -> "Registry":
-        """A view of this registry whose pairs read `profile` (its fitting entries; see profiles.fitting_entries)
-        instead of the config's profile file: experiments that profile a registry on their own calibration items."""
+    def with_profile(self, path: str | Path) -> "Registry":
+        """A view of this registry whose pairs read the profile file at `path` (its fitting entries, as the
+        config's `profile:` key reads one) instead of the config's: experiments that profile a registry on their
+        own calibration items."""
         view = self.without()
-        view.profiles = fitting_entries(profile, self.pair_cards(), where)
+        view.profiles = read_profile(path, self.pair_cards())
         return view
 
     # -- the action space ---------------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..digests import file_digest
 from ..errors import ConfigError
 from ..executors import Executor, ThreadExecutor
 from ..graph import MaestroContext, build_graph
@@ -63,7 +62,7 @@ class _GroupPlan:
     drop_skills: set[str]
     descriptions: dict[str, str]
     seeds: list[int]
-    unprofiled: set[str] = field(default_factory=set)
+    unprofiled: set[str]
 
     def view(self, registry: Registry) -> Registry:
         return registry.without(models=self.drop_models, skills=self.drop_skills).without(
@@ -117,11 +116,6 @@ def group_advantages(rewards: np.ndarray, std_floor: float = 0.0) -> np.ndarray:
     return (rewards - rewards.mean()) / (max(rewards.std(), std_floor) + 1e-6)
 
 
-def _identity(task: Task) -> tuple:
-    """The question and the images' content: the same item copied into another folder is still the same item."""
-    return task.question, tuple(file_digest(ref) for ref in task.images)
-
-
 def _index(actions: tuple, action: Action) -> int:
     for i, candidate in enumerate(actions):
         if candidate == action:
@@ -165,8 +159,8 @@ class GRPOTrainer:
         self.eval_tasks = [t for t in eval_tasks or [] if t.answer is not None]
         """Validation items: at every checkpoint the averaged policy answers them greedily, and the best one so far
         is kept as best.safetensors (selected on these items, never on the ones a report evaluates)."""
-        held_out = {_identity(t) for t in self.eval_tasks}
-        shared = {_identity(t) for t in self.tasks} & held_out if held_out else set()
+        held_out = {t.identity() for t in self.eval_tasks}
+        shared = {t.identity() for t in self.tasks} & held_out if held_out else set()
         if shared:
             raise ConfigError(f"{len(shared)} validation items are also training items (e.g. "
                               f"{sorted(shared)[0][0][:60]!r}): validate on items the policy is not trained on",
