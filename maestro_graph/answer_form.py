@@ -13,7 +13,7 @@ from typing import Literal
 
 from .scoring import normalize_text, parse_number, score
 
-__all__ = ["CONTRADICTS_FORM", "FORM_DIM", "HAS_FORM", "Form", "candidate_form", "expected_form", "is_yes_no"]
+__all__ = ["CONTRADICTS_FORM", "FORM_DIM", "HAS_FORM", "Form", "candidate_form", "expected_form", "has_form", "is_yes_no"]
 
 Form = Literal["choice", "yesno", "number", "text"]
 
@@ -46,13 +46,27 @@ def is_yes_no(text: str | None) -> bool:
     return bool(words) and len(words) <= 2 and words[0] in _YES_NO_WORDS
 
 
+def _is_short_number(text: str) -> bool:
+    return 0 < len(normalize_text(text).split()) <= 3 and parse_number(text) is not None
+
+
+def _names_option(text: str, choices: list[str] | tuple[str, ...] | None) -> bool:
+    options = list(choices or [])
+    return any(score(text, option, "choice", choices=options) for option in options)
+
+
+def has_form(text: str | None, expected: Form, choices: list[str] | tuple[str, ...] | None) -> bool:
+    """Whether a candidate answer is in the form the question asks for: an option, yes/no, a short number, or (for a
+    free-text question) any non-empty text."""
+    if not text or not text.strip():
+        return False
+    checks = {"choice": lambda: _names_option(text, choices), "yesno": lambda: is_yes_no(text),
+              "number": lambda: _is_short_number(text), "text": lambda: True}
+    return checks[expected]()
+
+
 def candidate_form(text: str, expected: Form, choices: list[str] | tuple[str, ...] | None) -> list[float]:
     """[is yes/no, is a short number, names an option, has the expected form, contradicts it, log word count]."""
-    words = normalize_text(text).split()
-    is_yesno = is_yes_no(text)
-    is_number = 0 < len(words) <= 3 and parse_number(text) is not None
-    options = list(choices or [])
-    in_choices = any(score(text, option, "choice", choices=options) for option in options)
-    has = {"choice": in_choices, "yesno": is_yesno, "number": is_number, "text": True}[expected]
-    return [float(is_yesno), float(is_number), float(in_choices), float(has and expected != "text"),
-            float(not has), math.log1p(len(words)) / 3]
+    has = has_form(text, expected, choices) or expected == "text"
+    return [float(is_yes_no(text)), float(_is_short_number(text)), float(_names_option(text, choices)),
+            float(has and expected != "text"), float(not has), math.log1p(len(normalize_text(text).split())) / 3]

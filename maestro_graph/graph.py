@@ -19,7 +19,7 @@ from langgraph.types import Checkpointer, Command, Overwrite
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict  # pydantic builds JSON schemas from it on Python < 3.12 (Studio's forms)
 
-from .answer_form import expected_form, is_yes_no
+from .answer_form import expected_form, has_form
 from .cancellation import current_cancel, raise_if_cancelled, run_abandonable
 from .choices import YES_NO_GUESS, guess_option, inline_choices, names_option
 from .errors import ConfigError
@@ -98,8 +98,9 @@ class MaestroInput(TypedDict, total=False):
 
 AnswerSource = Literal["policy", "candidate", "guess"]
 """Who gave an episode's answer: the policy (or the graph for it, once the budget was spent); the graph, choosing the
-best-supported candidate that names an option because the policy's answer named none; or the graph's prior guess
-(`choices.guess_option`, `choices.YES_NO_GUESS`) because no expert answered in the form the question asks for."""
+best-supported candidate in the question's form because the policy gave no answer (or, for a choice question, named
+no option); or the graph's prior guess (`choices.guess_option`, `choices.YES_NO_GUESS`) because no expert answered
+in the form the question asks for (see `final_answer`)."""
 
 
 class EpisodeRecord(TypedDict):
@@ -332,26 +333,28 @@ def build_graph(
 
 def final_answer(state: Mapping[str, Any]) -> tuple[str | None, AnswerSource | None]:
     """The answer an episode ends with (`state`: question, choices, steps and the policy's answer), for every policy
-    and for the trainers that value an ending without running it: the policy's, unless the question has choices or a
-    yes/no form and the policy's answer cannot be read in that form. A choice question takes the best-supported
-    candidate naming an option, else a guess among the options; a yes/no question left without an answer takes the
-    best-supported yes/no candidate, else `YES_NO_GUESS` (a yes/no question that got another answer keeps it: the
-    form is read from the wording, which can be wrong, as in "Is it odd or even?"). A free-form question nothing
-    answered stays without an answer."""
+    and for the trainers that value an ending without running it. The policy's answer, unless it gave none or (for a
+    choice question) named no option: then the best-supported candidate in the form the question asks for (an
+    option, yes/no, a short number, any text), marked `candidate`; then, with nothing of that form, a marked
+    `guess` where one has a prior (among a choice question's options, `YES_NO_GUESS` for a yes/no question). An
+    answer the policy gave in another form than the wording suggests keeps it (the form is read from the wording,
+    which can be wrong, as in "Is it odd or even?"); only a choice question must name an option. A question nothing
+    answered in its form, with no prior, stays without an answer."""
     final = state.get("answer")
     choices = state.get("choices") or None
     steps = _steps(dict(state))
     form = expected_form(state.get("question") or "", choices)
-    if form == "choice" and not names_option(final, choices):
-        named = best_candidate([s for s in steps if names_option(s.answer, choices)])
-        if named is not None:
-            return named, "candidate"
+    if final is not None and (form != "choice" or names_option(final, choices)):
+        return final, "policy"
+    said = best_candidate([s for s in steps if has_form(s.answer, form, choices)])
+    if said is not None:
+        return said, "candidate"
+    if form == "choice":
         evidence = [t for s in steps if not s.error for t in (s.answer, s.evidence) if t]
         return guess_option(choices, evidence), "guess"
-    if form == "yesno" and final is None:
-        said = best_candidate([s for s in steps if is_yes_no(s.answer)])
-        return (said, "candidate") if said is not None else (YES_NO_GUESS, "guess")
-    return final, None if final is None else "policy"
+    if form == "yesno":
+        return YES_NO_GUESS, "guess"
+    return None, None
 
 
 def _stop(stop: StopReason, detail: object = None) -> dict:

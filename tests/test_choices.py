@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from maestro_graph.choices import YES_NO_GUESS, guess_option, inline_choices, names_option
-from maestro_graph.graph import MaestroContext, build_graph
+from maestro_graph.graph import MaestroContext, build_graph, final_answer
 from maestro_graph.policy import make_policy
 from maestro_graph.runner import run_episode
 from maestro_graph.tasks import Task
+from maestro_graph.types import Step
 
 WITH_OPTIONS = [
     ("In the triangle shown, what is the measure of the angle at B? A. 30°; B. 60°; C. 90°", ["30°", "60°", "90°"]),
@@ -132,6 +133,22 @@ def test_a_yes_no_question_nothing_answered_gets_the_default_guess(graph):
 def test_a_free_form_question_nothing_answered_stays_without_an_answer(graph):
     result = run_episode(graph, "What is written on the sign?", [CIRCLES], context=NO_CODE)
     assert result.answer is None and result.answer_source is None
+
+
+def _ending(question: str, answer: str | None, *answers: str | None) -> tuple[str | None, str | None]:
+    steps = [Step(model="m", skill=f"s{i}", answer=a, confidence=0.5).model_dump() for i, a in enumerate(answers)]
+    return final_answer({"question": question, "answer": answer, "steps": steps})
+
+
+def test_a_free_form_question_the_policy_left_unanswered_takes_the_best_candidate_of_its_form():
+    """A number question takes a short number (two readers agreeing on 7 beat one reading 3), never a sentence; a
+    free-text question takes any answer; the policy's own answer always wins; an error step offers nothing."""
+    assert _ending("How many circles are there?", None, "3", "seven circles found", "7", "7") == ("7", "candidate")
+    assert _ending("How many circles are there?", None, "seven circles found") == (None, None)
+    assert _ending("What is written on the sign?", None, None, "STOP") == ("STOP", "candidate")
+    assert _ending("What is written on the sign?", "EXIT", "STOP") == ("EXIT", "policy")
+    errored = Step(model="m", skill="s", answer="12", error="timed out").model_dump()
+    assert final_answer({"question": "How many?", "answer": None, "steps": [errored]}) == (None, None)
 
 
 def test_an_expert_answer_naming_an_option_is_the_policys_not_a_guess(graph):
