@@ -46,6 +46,15 @@ class Task(BaseModel):
         (`choices.inline_choices`, what the graph's intake reads), so that a letter answer to inline options scores."""
         return self.choices or inline_choices(self.question)
 
+    @property
+    def chance(self) -> float:
+        """The expected score of a uniform guess, the floor a source's accuracy is read against (the foundation
+        figures' definition): 1/len(options) for an item with options, 1/2 for a yes/no answer, 0 otherwise."""
+        options = self.options
+        if options:
+            return 1.0 / len(options)
+        return 0.5 if self.answer_type == "yesno" else 0.0
+
     def identity(self) -> tuple:
         """The question and the images' content: the same item copied into another folder is still the same item
         (what keeps evaluation items out of training)."""

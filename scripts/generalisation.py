@@ -146,6 +146,18 @@ def _by_domain(results: dict, policy: str) -> dict[str, float]:
     return results["policies"][policy]["accuracy_by_domain"]
 
 
+def _answering(results: dict, policies: dict[str, str]) -> dict:
+    """The after-phase figures of stopping and answering, per router label (`policies`: label -> policy name):
+    episodes without an answer (of them, items with choices or a yes/no form), and calls per episode on the items no
+    pair answers."""
+    metrics, no_pair = results["policies"], results.get("no_pair_items") or {"items": 0, "calls_per_episode": {}}
+    return {"closed_items": metrics["oracle"]["closed_items"],
+            "no_answer": {k: metrics[p]["no_answer"] for k, p in policies.items()},
+            "no_answer_closed": {k: metrics[p]["no_answer_closed"] for k, p in policies.items()},
+            "no_pair_items": no_pair["items"],
+            "no_pair_calls": {k: no_pair["calls_per_episode"].get(p, 0.0) for k, p in policies.items()}}
+
+
 def _domain_figures(row: dict, domain: str | None) -> tuple[float, float]:
     """(the held-out domain's accuracy after / the oracle's there, the largest fall of any other domain from before
     to after): the two done-when figures of a held-out family."""
@@ -215,7 +227,7 @@ def main() -> None:
             else:
                 policy = train_resumable(before, kept, from_arguments(GRPOConfig, args, seed=seed), run / "train")
             row = {"experiment": exp.name, "router": args.router, "seed": seed, "items": len(items),
-                   "profiled": args.profile}
+                   "profiled": args.profile, "chance": sum(t.chance for t in items) / max(len(items), 1)}
             for label, registry in phases:
                 done = run / label / "results.json"
                 results = (json.loads(done.read_text()) if done.is_file() else
@@ -226,6 +238,7 @@ def main() -> None:
                 row[f"domains_{label}"] = _by_domain(results, policy)
                 row[f"oracle_domains_{label}"] = _by_domain(results, "oracle")
                 row.update({router: _accuracy(results, router) for router in exp.routers})
+            row.update(_answering(results, {args.router: policy, **{r: r for r in exp.routers}}))
             for key in ("", "oracle_", "domains_", "oracle_domains_"):
                 row.setdefault(f"{key}before", row[f"{key}after"])
             row["domain"] = exp.domain
@@ -234,17 +247,51 @@ def main() -> None:
             print(json.dumps(row))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(rows, indent=2))
-    lines = ["| experiment | router | profiled | seed | items | before | after | oracle after | domain | "
+    lines = ["| experiment | router | profiled | seed | items | before | after | oracle after | chance | domain | "
              "domain after / oracle | largest fall of another domain | knn | classifier |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         routers = " | ".join(f"{r[k]:.3f}" if k in r else "" for k in ("knn", "classifier"))
         lines.append(f"| {r['experiment']} | {r['router']} | {'yes' if r.get('profiled') else 'no'} | {r['seed']} | "
                      f"{r['items']} | {r['before']:.3f} | {r['after']:.3f} | {r['oracle_after']:.3f} | "
-                     f"{r['domain'] or 'all'} | {r['domain_share']:.2f} | {r['largest_fall']:+.3f} | {routers} |")
+                     f"{r['chance']:.3f} | {r['domain'] or 'all'} | {r['domain_share']:.2f} | "
+                     f"{r['largest_fall']:+.3f} | {routers} |")
+    lines += _loso_summary(rows)
     (args.out / "table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     _plot(rows, args.out / "generalisation.png")
+
+
+def _loso_summary(rows: list[dict]) -> list[str]:
+    """Per seed, the leave-one-source-out figures: the macro over the held-out sources of the trained router, `knn`
+    and `classifier` (fitted on the same items in the same run), the sources that fell below chance, and, pooled over
+    the sources, episodes without an answer and calls per episode on the items no pair answers."""
+    lines = []
+    for seed in sorted({r["seed"] for r in rows}):
+        loso = [r for r in rows if r["seed"] == seed and r["experiment"].startswith("source:")]
+        if not loso:
+            continue
+        macro = {k: sum(r[k] for r in loso) / len(loso) for k in ("after", "knn", "classifier", "oracle_after")}
+        below = [f"{r['experiment'][7:]} ({r['after']:.3f} < {r['chance']:.3f})" for r in loso
+                 if r["after"] < r["chance"]]
+        items, closed, hopeless = (sum(r[k] for r in loso) for k in ("items", "closed_items", "no_pair_items"))
+        routers = (loso[0]["router"], "knn", "classifier")
+
+        def pooled(key: str, router: str) -> int:
+            return sum(r[key][router] for r in loso)
+
+        def calls(router: str) -> float:
+            return sum(r["no_pair_calls"][router] * r["no_pair_items"] for r in loso) / max(hopeless, 1)
+
+        lines.append(f"\nLeave-one-source-out, seed {seed}, macro over {len(loso)} held-out sources: "
+                     f"{routers[0]} {macro['after']:.3f}, knn {macro['knn']:.3f}, classifier "
+                     f"{macro['classifier']:.3f}, oracle {macro['oracle_after']:.3f}; below chance: "
+                     f"{', '.join(below) or 'none'}. No answer (of {items} items; of {closed} with choices or "
+                     f"yes/no): " + ", ".join(f"{k} {pooled('no_answer', k)} ({pooled('no_answer_closed', k)})"
+                                             for k in routers) +
+                     f". Calls per episode on the {hopeless} items no pair answers: " +
+                     ", ".join(f"{k} {calls(k):.2f}" for k in routers) + ".")
+    return lines
 
 
 def _plot(rows: list[dict], path: Path) -> None:

@@ -48,6 +48,8 @@ def test_the_benchmark_writes_its_table(tmp_path):
     loso = rows[1]
     assert loso["before"] == loso["after"] and {"knn", "classifier"} <= set(loso)
     assert not (out / "source:zxing_barcodes" / "seed0" / "before").exists()
+    assert loso["chance"] == 0.0  # free-form barcode answers: a guess scores nothing
+    assert "Leave-one-source-out, seed 0, macro over 1 held-out sources: neural" in (out / "table.md").read_text()
 
 
 def test_the_lm_router_trains_without_the_held_out_cards_and_meets_them_after(tmp_path):

@@ -1,8 +1,8 @@
-"""Task files: every bad line is reported with its line number and reason; good lines still load."""
+"""Task files: every bad line is reported with its line number and reason; good lines still load. A task's chance level."""
 
 import json
 
-from maestro_graph.tasks import load_tasks
+from maestro_graph.tasks import Task, load_tasks
 
 
 def test_bad_lines_are_reported_and_skipped(tmp_path):
@@ -26,3 +26,10 @@ def test_bad_lines_are_reported_and_skipped(tmp_path):
     assert "missing image" in problems[1].error
     assert "answer_type" in problems[2].error
     assert "duplicate id" in problems[4].error
+
+
+def test_chance_is_a_uniform_guess_over_the_items_options_or_yes_no():
+    assert Task(id="a", question="Which? A. x B. y C. z D. w", answer="x", answer_type="choice").chance == 0.25
+    assert Task(id="b", question="Which?", choices=["x", "y"], answer="x", answer_type="choice").chance == 0.5
+    assert Task(id="c", question="Is it red?", answer="yes", answer_type="yesno").chance == 0.5
+    assert Task(id="d", question="What is written?", answer="STOP").chance == 0.0
