@@ -72,11 +72,12 @@ def _progress(message: str) -> contextlib.AbstractContextManager:
     return err.status(message, spinner="dots") if err.is_terminal else contextlib.nullcontext()
 
 
-def _registry(path: Optional[Path], cache_dir: Optional[Path] = None, cache_url: Optional[str] = None):
+def _registry(path: Optional[Path], cache_dir: Optional[Path] = None, cache_url: Optional[str] = None,
+              profiled: bool = True):
     from .executors import RegistrySource
 
     try:
-        return RegistrySource(path, cache_dir, cache_url).load()
+        return RegistrySource(path, cache_dir, cache_url, profiled).load()
     except MaestroError as exc:
         _fail(str(exc))
 
@@ -416,8 +417,9 @@ def registry_profile(
                                      help="Labelled calibration task file (JSONL), a few items per kind of "
                                           "question (repeat for several files)."),
     registry: Optional[Path] = RegistryOpt,
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Profile file to write (default: next to the "
-                                       "registry file, <registry>.profile.json)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Profile file to write (default: the one the "
+                                       "registry file's `profile:` key names, else <registry>.profile.json next "
+                                       "to it)."),
     workers: int = WorkersOpt,
     cache_dir: Path = CacheDirOpt,
 ) -> None:
@@ -427,22 +429,26 @@ def registry_profile(
     from .registry.config import default_config_path
     from .tasks import load_task_files
 
-    reg = _registry(registry, cache_dir)
+    reg = _registry(registry, cache_dir, profiled=False)  # measuring needs no profile, and this writes it
     items, problems = load_task_files(tasks)
     for problem in problems:
         err.print(f"[yellow]skipped[/yellow] {problem.file}:{problem.line}: {problem.error}")
     if not items:
         _fail(f"no usable item in {', '.join(map(str, tasks))}")
     config_path = Path(reg.config.source) if reg.config.source != "<memory>" else default_config_path()
-    target = out or config_path.with_name(f"{config_path.stem}.profile.json")
+    named = reg.config.base_dir / reg.config.profile if reg.config.profile else None
+    target = out or named or config_path.with_name(f"{config_path.stem}.profile.json")
     profile = measure_pairs(reg, items, workers=workers).profile(reg, " + ".join(map(str, tasks)))
     profile.save(target)
     for entry in profile.pairs:
         family = "unknown" if entry.family_accuracy is None else f"{entry.family_accuracy:.3f}"
         console.print(f"{entry.pair}: {entry.accuracy:.3f} on {entry.items} items, {family} on the "
                       f"{entry.family_items} its family answers, mean cost {entry.mean_cost:g}")
-    console.print(f"wrote {target}; policies read it once the registry file has `profile: {target.name}` "
-                  "(a path relative to the registry file)")
+    if named is not None and target.resolve() == named.resolve():
+        console.print(f"wrote {target}, the registry file's `profile:`; policies read it from now on")
+    else:
+        console.print(f"wrote {target}; policies read it once the registry file has `profile: {target.name}` "
+                      "(a path relative to the registry file)")
 
 
 @app.command()

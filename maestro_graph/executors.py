@@ -54,6 +54,8 @@ class RegistrySource:
     """No cache when None (`--no-cache`)."""
     cache_url: str | None = None
     """A shared Redis cache, with `cache_dir` as its local fallback."""
+    profiled: bool = True
+    """Read the config's profile file (`Registry.load`)."""
 
     def __post_init__(self) -> None:
         for name in ("config", "cache_dir"):
@@ -65,7 +67,7 @@ class RegistrySource:
 
     def load(self) -> Registry:
         cache = open_cache(self.cache_dir, self.cache_url) if self.cache_dir is not None else None
-        return Registry.load(self.config, cache=cache)
+        return Registry.load(self.config, cache=cache, profiled=self.profiled)
 
 
 class ThreadExecutor:

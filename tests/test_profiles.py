@@ -82,10 +82,11 @@ def calibration(tmp_path) -> Path:
 
 
 def test_profiling_writes_each_pairs_outcome_and_policies_read_it(tmp_path, calibration):
-    reg_file = _registry_file(tmp_path, [_card(*OPENCV), _card(*ZXING)])
+    # the registry file already names its profile, not yet written: profiling writes it there
+    reg_file = _registry_file(tmp_path, [_card(*OPENCV), _card(*ZXING)], profile="profile.json")
     out = tmp_path / "profile.json"
     result = CliRunner().invoke(app, ["registry", "profile", "--tasks", str(calibration), "--registry",
-                                      str(reg_file), "--out", str(out), "--cache-dir", str(tmp_path / "cache")])
+                                      str(reg_file), "--cache-dir", str(tmp_path / "cache")])
     assert result.exit_code == 0, result.output
     assert f"{calibration}:3:id:Fieldrequired" in "".join(result.output.split())  # line named, the run went on
     profile = json.loads(out.read_text())

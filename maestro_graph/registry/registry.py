@@ -78,7 +78,10 @@ class Registry:
         """The profiled pairs (by pair id) of the config's `profile` file, those that fit this registry."""
 
     @classmethod
-    def load(cls, path: str | Path | None = None, *, cache: ExpertCache | None = None) -> "Registry":
+    def load(cls, path: str | Path | None = None, *, cache: ExpertCache | None = None,
+             profiled: bool = True) -> "Registry":
+        """The registry a config file describes; `profiled=False` leaves its `profile:` file unread (what
+        `maestro registry profile` needs: the file it is about to write may not exist yet)."""
         config = load_config(path)
         for index, card in enumerate(config.models):
             _check_entry(card, index, config.source)
@@ -91,7 +94,7 @@ class Registry:
                 )
             skills = {name: spec for name, spec in skills.items() if name in config.skills}
         registry = cls(config, skills, cache=cache)
-        if config.profile is not None:
+        if profiled and config.profile is not None:
             registry.profiles = read_profile(config.base_dir / config.profile, registry.pair_cards())
         return registry
 
