@@ -13,7 +13,7 @@ from typing import Literal
 
 from .scoring import normalize_text, parse_number, score
 
-__all__ = ["CONTRADICTS_FORM", "FORM_DIM", "HAS_FORM", "Form", "candidate_form", "expected_form", "has_form", "is_yes_no"]
+__all__ = ["CONTRADICTS_FORM", "FORM_DIM", "HAS_FORM", "Form", "candidate_form", "asks_yes_no", "expected_form", "has_form", "is_yes_no"]
 
 Form = Literal["choice", "yesno", "number", "text"]
 
@@ -37,6 +37,12 @@ def expected_form(question: str, choices: list[str] | tuple[str, ...] | None) ->
     if _HOW_MANY_RE.search(question):
         return "number"
     return "text"
+
+
+def asks_yes_no(question: str) -> bool:
+    """Whether the question itself says to answer yes or no ("Please answer Yes or No", "true or false"), not only
+    opens like a yes/no question (which "Is it odd or even?" does too)."""
+    return bool(_YES_NO_RE.search(question))
 
 
 def is_yes_no(text: str | None) -> bool:

@@ -19,7 +19,7 @@ from langgraph.types import Checkpointer, Command, Overwrite
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict  # pydantic builds JSON schemas from it on Python < 3.12 (Studio's forms)
 
-from .answer_form import expected_form, has_form
+from .answer_form import asks_yes_no, expected_form, has_form
 from .cancellation import current_cancel, raise_if_cancelled, run_abandonable
 from .choices import YES_NO_GUESS, guess_option, inline_choices, names_option
 from .errors import ConfigError
@@ -333,18 +333,20 @@ def build_graph(
 
 def final_answer(state: Mapping[str, Any]) -> tuple[str | None, AnswerSource | None]:
     """The answer an episode ends with (`state`: question, choices, steps and the policy's answer), for every policy
-    and for the trainers that value an ending without running it. The policy's answer, unless it gave none or (for a
-    choice question) named no option: then the best-supported candidate in the form the question asks for (an
-    option, yes/no, a short number, any text), marked `candidate`; then, with nothing of that form, a marked
-    `guess` where one has a prior (among a choice question's options, `YES_NO_GUESS` for a yes/no question). An
-    answer the policy gave in another form than the wording suggests keeps it (the form is read from the wording,
-    which can be wrong, as in "Is it odd or even?"); only a choice question must name an option. A question nothing
-    answered in its form, with no prior, stays without an answer."""
+    and for the trainers that value an ending without running it. The policy's answer, unless it gave none or the
+    question fixes the form and the answer is not in it (options, or an explicit "answer yes or no"): then the
+    best-supported candidate in the form the question asks for (an option, yes/no, a short number, any text), marked
+    `candidate`; then, with nothing of that form, a marked `guess` where one has a prior (among a choice question's
+    options, `YES_NO_GUESS` for a yes/no question). A form read only from the wording does not overrule the policy
+    ("Is it odd or even?" opens like a yes/no question). A question nothing answered in its form, with no prior,
+    stays without an answer."""
     final = state.get("answer")
     choices = state.get("choices") or None
     steps = _steps(dict(state))
-    form = expected_form(state.get("question") or "", choices)
-    if final is not None and (form != "choice" or names_option(final, choices)):
+    question = state.get("question") or ""
+    form = expected_form(question, choices)
+    fixed = form == "choice" or (form == "yesno" and asks_yes_no(question))
+    if final is not None and (not fixed or has_form(final, form, choices)):
         return final, "policy"
     said = best_candidate([s for s in steps if has_form(s.answer, form, choices)])
     if said is not None:

@@ -151,6 +151,16 @@ def test_a_free_form_question_the_policy_left_unanswered_takes_the_best_candidat
     assert final_answer({"question": "How many?", "answer": None, "steps": [errored]}) == (None, None)
 
 
+def test_an_explicit_yes_or_no_question_never_ends_with_another_form():
+    """"Please answer Yes or No" fixes the form: a table reader's number is replaced by a yes/no candidate or the
+    prior; a question that only opens like a yes/no question keeps the policy's answer."""
+    question = "According to this chart, the value of Piano is 9.00. Please answer Yes or No."
+    assert _ending(question, "9", "9") == (YES_NO_GUESS, "guess")
+    assert _ending(question, "9", "9", "Yes") == ("Yes", "candidate")
+    assert _ending(question, "yes", "9") == ("yes", "policy")
+    assert _ending("Is the number of sides odd or even?", "odd", "odd") == ("odd", "policy")
+
+
 def test_an_expert_answer_naming_an_option_is_the_policys_not_a_guess(graph):
     result = run_episode(graph, "How many circles are in the image? (A) 5 (B) 7 (C) 9", [CIRCLES],
                          context=MaestroContext(policy="fixed:opencv-vision@@counting"))
