@@ -158,7 +158,8 @@ def ask(
         result = run_episode(graph, question, images, list(choice) or None, context=context, config=config,
                              resume=resume)
     if as_json:
-        print(json.dumps({"answer": result.answer, "policy": policy, "stop_reason": result.stop_reason,
+        print(json.dumps({"answer": result.answer, "answer_source": result.answer_source, "policy": policy,
+                          "stop_reason": result.stop_reason,
                           "steps": [s.model_dump() for s in result.steps],
                           "cost": result.cost, "latency_s": result.latency_s}, ensure_ascii=False, indent=2))
         if result.answer is None:
@@ -171,7 +172,9 @@ def ask(
     console.print(table)
     if result.answer is None:
         _fail(f"no answer ({result.stop_reason})", code=1)
-    console.print(f"[bold]answer:[/bold] {result.answer}"
+    marked = {"guess": "   [yellow](a guess: no expert answered in the form the question asks for)[/yellow]",
+              "candidate": "   [yellow](an expert's answer the policy did not give)[/yellow]"}
+    console.print(f"[bold]answer:[/bold] {result.answer}{marked.get(result.answer_source or '', '')}"
                   f"   [dim]({result.stop_reason}, {result.latency_s:.1f}s, cost {result.cost:.3f})[/dim]")
 
 

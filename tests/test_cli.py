@@ -36,6 +36,18 @@ def test_ask_json_is_machine_readable():
     data = json.loads(result.output)
     assert data["answer"] == "7" and data["steps"][0]["skill"] == "counting"
     assert data["policy"] == "neural"  # ask answers with the shipped checkpoint unless told otherwise
+    assert data["answer_source"] == "policy"
+
+
+def test_ask_says_when_the_answer_is_a_guess():
+    """A count is no answer to "yes or no": the graph's prior stands in, and the user is told it is a guess."""
+    question = "Is the number of circles seven? Please answer yes or no."
+    result = invoke("ask", question, "--image", CIRCLES, "--policy", "fixed:opencv-vision@@counting")
+    assert result.exit_code == 0, result.output
+    assert "answer: no" in result.output and "a guess" in result.output
+    data = json.loads(invoke("ask", question, "--image", CIRCLES, "--policy", "fixed:opencv-vision@@counting",
+                             "--json").output)
+    assert data["answer_source"] == "guess" and data["steps"][0]["answer"] == "7"
 
 
 @pytest.mark.slow
