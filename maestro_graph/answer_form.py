@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Literal
+from typing import Callable, Literal
 
-from .scoring import normalize_text, parse_number, score
+from .choices import names_option
+from .scoring import normalize_text, parse_number
 
 __all__ = ["CONTRADICTS_FORM", "FORM_DIM", "HAS_FORM", "Form", "candidate_form", "asks_yes_no", "expected_form", "has_form", "is_yes_no"]
 
@@ -56,23 +57,24 @@ def _is_short_number(text: str) -> bool:
     return 0 < len(normalize_text(text).split()) <= 3 and parse_number(text) is not None
 
 
-def _names_option(text: str, choices: list[str] | tuple[str, ...] | None) -> bool:
-    options = list(choices or [])
-    return any(score(text, option, "choice", choices=options) for option in options)
+_HAS_FORM: dict[Form, Callable[[str, list[str] | tuple[str, ...] | None], bool]] = {
+    "yesno": lambda text, choices: is_yes_no(text),
+    "number": lambda text, choices: _is_short_number(text),
+    "choice": lambda text, choices: names_option(text, choices or []),
+    "text": lambda text, choices: True,
+}
+"""What each form asks of an answer; `candidate_form` reads all of them, `has_form` the question's."""
 
 
 def has_form(text: str | None, expected: Form, choices: list[str] | tuple[str, ...] | None) -> bool:
     """Whether a candidate answer is in the form the question asks for: an option, yes/no, a short number, or (for a
     free-text question) any non-empty text."""
-    if not text or not text.strip():
-        return False
-    checks = {"choice": lambda: _names_option(text, choices), "yesno": lambda: is_yes_no(text),
-              "number": lambda: _is_short_number(text), "text": lambda: True}
-    return checks[expected]()
+    return bool(text and text.strip()) and _HAS_FORM[expected](text, choices)
 
 
 def candidate_form(text: str, expected: Form, choices: list[str] | tuple[str, ...] | None) -> list[float]:
     """[is yes/no, is a short number, names an option, has the expected form, contradicts it, log word count]."""
-    has = has_form(text, expected, choices) or expected == "text"
-    return [float(is_yes_no(text)), float(_is_short_number(text)), float(_names_option(text, choices)),
-            float(has and expected != "text"), float(not has), math.log1p(len(normalize_text(text).split())) / 3]
+    flags = {form: check(text, choices) for form, check in _HAS_FORM.items()}
+    has = flags[expected]
+    return [float(flags["yesno"]), float(flags["number"]), float(flags["choice"]), float(has and expected != "text"),
+            float(not has), math.log1p(len(normalize_text(text).split())) / 3]

@@ -439,7 +439,7 @@ def registry_profile(
     if not items:
         _fail(f"no usable item in {', '.join(map(str, tasks))}")
     config_path = Path(reg.config.source) if reg.config.source != "<memory>" else default_config_path()
-    named = reg.config.base_dir / reg.config.profile if reg.config.profile else None
+    named = reg.config.profile_path()
     target = out or named or config_path.with_name(f"{config_path.stem}.profile.json")
     profile = measure_pairs(reg, items, workers=workers).profile(reg, " + ".join(map(str, tasks)))
     profile.save(target)

@@ -21,7 +21,7 @@ from typing_extensions import TypedDict  # pydantic builds JSON schemas from it 
 
 from .answer_form import asks_yes_no, expected_form, has_form
 from .cancellation import current_cancel, raise_if_cancelled, run_abandonable
-from .choices import YES_NO_GUESS, guess_option, inline_choices, names_option
+from .choices import YES_NO_GUESS, guess_option, inline_choices
 from .errors import ConfigError
 from .image_sources import ImageRefused, ImageSources
 from .policy import DEFAULT_POLICY, ActionSpace, EpisodeView, Policy, PolicyCatalog, best_candidate

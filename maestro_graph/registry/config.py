@@ -165,6 +165,10 @@ class RegistryConfig(_Strict):
     def skill_paths(self) -> list[Path]:
         return [(self.base_dir / d).resolve() for d in self.skill_dirs]
 
+    def profile_path(self) -> Path | None:
+        """The profile file the `profile:` key names, relative to this file (None: no profile)."""
+        return self.base_dir / self.profile if self.profile is not None else None
+
 
 def default_config_path() -> Path:
     """The default registry shipped with the package: local CPU experts only."""

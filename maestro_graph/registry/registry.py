@@ -95,7 +95,7 @@ class Registry:
             skills = {name: spec for name, spec in skills.items() if name in config.skills}
         registry = cls(config, skills, cache=cache)
         if profiled and config.profile is not None:
-            registry.profiles = read_profile(config.base_dir / config.profile, registry.pair_cards())
+            registry.profiles = read_profile(config.profile_path(), registry.pair_cards())
         return registry
 
     def without(self, *, models: set[str] = frozenset(), skills: set[str] = frozenset(),
