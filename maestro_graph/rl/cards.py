@@ -4,12 +4,15 @@ memorising names, so experts added after training are still routed to."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..registry import Registry
+from .config import GRPOConfig
 
-__all__ = ["families", "paraphrase", "sample_card_texts", "sample_dropout", "sample_unprofiled"]
+__all__ = ["RegistryView", "families", "paraphrase", "sample_card_texts", "sample_dropout", "sample_unprofiled",
+           "sample_view"]
 
 _PREFIXES = ("", "This expert: ", "Capability card. ", "Use it when needed: ", "Description: ")
 
@@ -68,3 +71,28 @@ def sample_unprofiled(registry: Registry, rng: np.random.Generator, prob: float)
     if prob <= 0:
         return set()
     return {pair for pair in sorted(registry.profiles) if rng.random() < prob}
+
+
+@dataclass(frozen=True)
+class RegistryView:
+    """The registry one training group (GRPO) or item (warm start) sees: what dropout hides, the paraphrased card
+    texts and the hidden profiles. Plain sets and strings, so a GRPO plan pickles to a Ray worker without the
+    registry."""
+
+    drop_models: frozenset[str]
+    drop_skills: frozenset[str]
+    descriptions: dict[str, str]
+    unprofiled: frozenset[str]
+
+    def apply(self, registry: Registry) -> Registry:
+        return registry.without(models=self.drop_models, skills=self.drop_skills).without(
+            descriptions=self.descriptions, unprofiled=self.unprofiled)
+
+
+def sample_view(registry: Registry, rng: np.random.Generator, config: GRPOConfig) -> RegistryView:
+    """One draw of every training augmentation, in a fixed order on `rng`, so both trainers sample alike."""
+    drop_models, drop_skills = sample_dropout(registry, rng, config.registry_dropout, config.family_dropout)
+    dropped = registry.without(models=drop_models, skills=drop_skills)
+    descriptions = sample_card_texts(dropped, rng, config.paraphrase_prob)
+    unprofiled = sample_unprofiled(dropped, rng, config.profile_dropout)
+    return RegistryView(frozenset(drop_models), frozenset(drop_skills), descriptions, frozenset(unprofiled))

@@ -24,7 +24,7 @@ from ..registry import Registry
 from ..runner import EpisodeResult, run_episode
 from ..tasks import Task
 from ..types import Action, Answer, Invoke
-from .cards import sample_card_texts, sample_dropout, sample_unprofiled
+from .cards import RegistryView, sample_view
 from .config import GRPOConfig
 from .rewards import Rewards, outcome
 from .warm_start import warm_start
@@ -54,19 +54,11 @@ class Sample:
 
 @dataclass
 class _GroupPlan:
-    """What one group samples, drawn on the driver: its task, the registry dropout, card texts and hidden profiles,
-    and one seed per episode."""
+    """What one group samples, drawn on the driver: its task, the registry it sees and one seed per episode."""
 
     task: Task
-    drop_models: set[str]
-    drop_skills: set[str]
-    descriptions: dict[str, str]
+    view: RegistryView
     seeds: list[int]
-    unprofiled: set[str]
-
-    def view(self, registry: Registry) -> Registry:
-        return registry.without(models=self.drop_models, skills=self.drop_skills).without(
-            descriptions=self.descriptions, unprofiled=self.unprofiled)
 
 
 class _RolloutJob:
@@ -88,7 +80,7 @@ class _RolloutJob:
         self.max_turns, self.max_cost = state["max_turns"], state["max_cost"]
 
     def __call__(self, registry: Registry, plan: _GroupPlan) -> list[EpisodeResult]:
-        graph = build_graph(plan.view(registry), self.policy)
+        graph = build_graph(plan.view.apply(registry), self.policy)
         task = plan.task
         return [run_episode(graph, task.question, task.images, task.choices,
                             context=MaestroContext(max_turns=self.max_turns, max_cost=self.max_cost, greedy=False,
@@ -294,20 +286,16 @@ class GRPOTrainer:
                            p=self.weights / self.weights.sum())
         plans = []
         for task_index in picks:  # every draw first, in the order a serial run makes them
-            drop_models, drop_skills = sample_dropout(self.registry, rng, cfg.registry_dropout, cfg.family_dropout)
-            dropped = self.registry.without(models=drop_models, skills=drop_skills)
-            descriptions = sample_card_texts(dropped, rng, cfg.paraphrase_prob)
+            view = sample_view(self.registry, rng, cfg)
             seeds = [int(rng.integers(2**31)) + g for g in range(cfg.group_size)]
-            unprofiled = sample_unprofiled(dropped, rng, cfg.profile_dropout)
-            plans.append(_GroupPlan(self.tasks[int(task_index)], drop_models, drop_skills, descriptions, seeds,
-                                    unprofiled))
+            plans.append(_GroupPlan(self.tasks[int(task_index)], view, seeds))
         sampled = dict(self.executor.map_unordered(_RolloutJob(self.policy, cfg.max_turns, cfg.max_cost), plans))
         groups, rewards_all, scores_all, calls, costs, group_rewards = [], [], [], [], [], []
         skipped = 0
         for g_index, task_index in enumerate(picks):
             task = self.tasks[int(task_index)]
             plan = plans[g_index]
-            registry = plan.view(self.registry)
+            registry = plan.view.apply(self.registry)
             episodes = sampled[g_index]
             rewards = np.asarray([self.rewards(task, e) for e in episodes])
             group_rewards.append(rewards.tolist())

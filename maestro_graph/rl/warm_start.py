@@ -33,7 +33,7 @@ from ..policy.neural import NeuralPolicy
 from ..registry import Registry
 from ..tasks import Task
 from ..types import Action, Answer, Invoke, Step, split_pair
-from .cards import sample_card_texts, sample_dropout, sample_unprofiled
+from .cards import sample_view
 from .config import GRPOConfig
 
 __all__ = ["TEMPERATURE", "ValuedDecision", "ValuedTree", "valued_tree", "warm_start"]
@@ -149,10 +149,7 @@ def warm_start(policy: NeuralPolicy, registry: Registry, tasks: list[Task], conf
         picks = rng.choice(len(tasks), size=min(config.tasks_per_step, len(tasks)), replace=False)
         losses, values, stops = [], [], []
         for i in picks:
-            drop_models, drop_skills = sample_dropout(registry, rng, config.registry_dropout, config.family_dropout)
-            dropped = registry.without(models=drop_models, skills=drop_skills)
-            view = dropped.without(descriptions=sample_card_texts(dropped, rng, config.paraphrase_prob),
-                                   unprofiled=sample_unprofiled(dropped, rng, config.profile_dropout))
+            view = sample_view(registry, rng, config).apply(registry)
             loss, value, stop = _tree_loss(policy, valued_tree(tasks[int(i)], measured[int(i)], view, config))
             losses.append(loss)
             values.append(value)
