@@ -20,6 +20,7 @@ When several blocks qualify the last one wins (some benchmarks repeat the option
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from .scoring import choice_letter, normalize_text, parse_number, score
@@ -94,9 +95,14 @@ def names_option(text: str | None, choices: list[str] | tuple[str, ...]) -> bool
     return text is not None and any(score(text, option, "choice", choices=options) for option in options)
 
 
-def guess_option(choices: list[str] | tuple[str, ...], evidence: list[str]) -> str:
+def guess_option(choices: list[str] | tuple[str, ...], evidence: list[str], question: str = "") -> str:
     """A prior pick among options when no expert named one: the option nearest a number the experts stated (an
-    angle read as 58 picks "60°"), else the option sharing most words with what they returned, else the first."""
+    angle read as 58 picks "60°"), else the option sharing most words of three letters or more with what they
+    returned (shorter ones match by accident: the article "a" is not option "a"); among options still tied, and
+    with nothing to go on that is all of them, one drawn uniformly by a digest of the question and the options.
+    So a guess scores chance over many questions instead of inheriting where a benchmark tends to put the right
+    option (taking the first scored below chance on a source whose answers are rarely the first), and the same
+    question always gets the same guess."""
     options = list(choices)
     numbers = [n for n in (parse_number(e) for e in evidence) if n is not None]
     values = [parse_number(o) for o in options]
@@ -105,6 +111,8 @@ def guess_option(choices: list[str] | tuple[str, ...], evidence: list[str]) -> s
             v = values[i]
             return float("inf") if v is None else min(abs(v - n) for n in numbers)
         return options[min(range(len(options)), key=distance)]
-    words = set(normalize_text(" ".join(evidence)).split())
+    words = {w for w in normalize_text(" ".join(evidence)).split() if len(w) >= 3}
     overlap = [len(words & set(normalize_text(o).split())) for o in options]
-    return options[max(range(len(options)), key=lambda i: (overlap[i], -i))]
+    tied = [o for o, n in zip(options, overlap) if n == max(overlap)]
+    draw = hashlib.sha256("\x1f".join([question, *options]).encode()).digest()
+    return tied[int.from_bytes(draw[:8], "big") % len(tied)]

@@ -353,7 +353,7 @@ def final_answer(state: Mapping[str, Any]) -> tuple[str | None, AnswerSource | N
         return said, "candidate"
     if form == "choice":
         evidence = [t for s in steps if not s.error for t in (s.answer, s.evidence) if t]
-        return guess_option(choices, evidence), "guess"
+        return guess_option(choices, evidence, question), "guess"
     if form == "yesno":
         return YES_NO_GUESS, "guess"
     return None, None

@@ -84,10 +84,21 @@ def test_an_answer_names_an_option_by_letter_or_by_text():
     assert not names_option("45", options) and not names_option(None, options)
 
 
-def test_the_guess_follows_the_experts_numbers_then_their_words_then_takes_the_first():
+def test_the_guess_follows_the_experts_numbers_then_their_words():
     assert guess_option(["30°", "60°", "90°"], ["58"]) == "60°"
     assert guess_option(["the square", "the circle"], ["a large circle in the middle"]) == "the circle"
-    assert guess_option(["red", "blue"], []) == "red"
+    # a one-letter option is not named by the article "a" in an expert's words
+    letters = ["a", "b", "c", "d", "e"]
+    picks = {guess_option(letters, ["a line was found"], f"Which option estimates angle {i}?") for i in range(40)}
+    assert picks == set(letters)
+
+
+def test_a_guess_with_nothing_to_go_on_is_uniform_over_questions_and_fixed_per_question():
+    options = ["red", "blue", "green", "white"]
+    picks = [guess_option(options, [], f"What colour is object {i}?") for i in range(400)]
+    counts = {o: picks.count(o) for o in options}
+    assert all(70 <= n <= 130 for n in counts.values()), counts  # 100 each expected; the first is not favoured
+    assert picks == [guess_option(options, [], f"What colour is object {i}?") for i in range(400)]
 
 
 def test_a_letter_answer_to_inline_options_scores_as_the_option():
