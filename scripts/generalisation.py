@@ -227,7 +227,8 @@ def main() -> None:
             else:
                 policy = train_resumable(before, kept, from_arguments(GRPOConfig, args, seed=seed), run / "train")
             row = {"experiment": exp.name, "router": args.router, "seed": seed, "items": len(items),
-                   "profiled": args.profile, "chance": sum(t.chance for t in items) / max(len(items), 1)}
+                   "profiled": args.profile, "chance": sum(t.chance for t in items) / max(len(items), 1),
+                   "phases": [label for label, _ in phases]}
             for label, registry in phases:
                 done = run / label / "results.json"
                 results = (json.loads(done.read_text()) if done.is_file() else
@@ -302,15 +303,31 @@ def _plot(rows: list[dict], path: Path) -> None:
 
     names = list(dict.fromkeys(r["experiment"] for r in rows))
     fig, ax = plt.subplots(figsize=(1.8 * len(names) + 2, 3.2))
+    labelled = set()
+
+    def label(name: str) -> str | None:  # each legend entry once
+        if name in labelled:
+            return None
+        labelled.add(name)
+        return name
+
     for i, name in enumerate(names):
         mine = [r for r in rows if r["experiment"] == name]
-        ax.scatter([i - 0.15] * len(mine), [r["before"] for r in mine], color="tab:gray", label="before" if not i else None)
-        ax.scatter([i + 0.15] * len(mine), [r["after"] for r in mine], color="tab:blue", label="after" if not i else None)
-        ax.hlines(max(r["oracle_after"] for r in mine), i - 0.3, i + 0.3, color="tab:green",
-                  label="oracle (after)" if not i else None)
+        policy = mine[0]["router"]
+        if "before" in mine[0].get("phases", ()):  # a registry held out: the policy without it, then with it
+            ax.scatter([i - 0.15] * len(mine), [r["before"] for r in mine], color="tab:gray", label=label("before"))
+            ax.scatter([i + 0.15] * len(mine), [r["after"] for r in mine], color="tab:blue", label=label("after"))
+        else:  # a source held out: the policy per seed beside the routers fitted on the same items
+            ax.scatter([i - 0.15] * len(mine), [r["after"] for r in mine], color="tab:blue",
+                       label=label(f"{policy} (one dot per seed)"))
+        for offset, router, marker in ((0.05, "knn", "x"), (0.2, "classifier", "+")):
+            if router in mine[0]:  # fitted once on the same items: one value for every seed
+                ax.scatter([i + offset], [mine[0][router]], color="tab:orange", marker=marker, label=label(router))
+        ax.hlines(max(r["oracle_after"] for r in mine), i - 0.3, i + 0.3, color="tab:green", label=label("oracle"))
+        ax.hlines(mine[0]["chance"], i - 0.3, i + 0.3, color="black", linestyles="dashed", label=label("chance"))
     ax.set_xticks(range(len(names)), names)
     ax.set_ylabel("accuracy")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
