@@ -314,7 +314,7 @@ def _plot(rows: list[dict], path: Path) -> None:
     for i, name in enumerate(names):
         mine = [r for r in rows if r["experiment"] == name]
         policy = mine[0]["router"]
-        if "before" in mine[0].get("phases", ()):  # a registry held out: the policy without it, then with it
+        if "before" in mine[0]["phases"]:  # a registry held out: the policy without it, then with it
             ax.scatter([i - 0.15] * len(mine), [r["before"] for r in mine], color="tab:gray", label=label("before"))
             ax.scatter([i + 0.15] * len(mine), [r["after"] for r in mine], color="tab:blue", label=label("after"))
         else:  # a source held out: the policy per seed beside the routers fitted on the same items
