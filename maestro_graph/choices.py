@@ -95,7 +95,7 @@ def names_option(text: str | None, choices: list[str] | tuple[str, ...]) -> bool
     return text is not None and any(score(text, option, "choice", choices=options) for option in options)
 
 
-def guess_option(choices: list[str] | tuple[str, ...], evidence: list[str], question: str = "") -> str:
+def guess_option(choices: list[str] | tuple[str, ...], evidence: list[str], question: str) -> str:
     """A prior pick among options when no expert named one: the option nearest a number the experts stated (an
     angle read as 58 picks "60°"), else the option sharing most words of three letters or more with what they
     returned (shorter ones match by accident: the article "a" is not option "a"); among options still tied, and
@@ -113,6 +113,7 @@ def guess_option(choices: list[str] | tuple[str, ...], evidence: list[str], ques
         return options[min(range(len(options)), key=distance)]
     words = {w for w in normalize_text(" ".join(evidence)).split() if len(w) >= 3}
     overlap = [len(words & set(normalize_text(o).split())) for o in options]
-    tied = [o for o, n in zip(options, overlap) if n == max(overlap)]
+    best = max(overlap)
+    tied = [o for o, n in zip(options, overlap) if n == best]
     draw = hashlib.sha256("\x1f".join([question, *options]).encode()).digest()
     return tied[int.from_bytes(draw[:8], "big") % len(tied)]

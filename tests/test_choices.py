@@ -85,8 +85,8 @@ def test_an_answer_names_an_option_by_letter_or_by_text():
 
 
 def test_the_guess_follows_the_experts_numbers_then_their_words():
-    assert guess_option(["30°", "60°", "90°"], ["58"]) == "60°"
-    assert guess_option(["the square", "the circle"], ["a large circle in the middle"]) == "the circle"
+    assert guess_option(["30°", "60°", "90°"], ["58"], "What is the angle?") == "60°"
+    assert guess_option(["the square", "the circle"], ["a large circle in the middle"], "Which shape?") == "the circle"
     # a one-letter option is not named by the article "a" in an expert's words
     letters = ["a", "b", "c", "d", "e"]
     picks = {guess_option(letters, ["a line was found"], f"Which option estimates angle {i}?") for i in range(40)}

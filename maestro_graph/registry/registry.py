@@ -94,8 +94,9 @@ class Registry:
                 )
             skills = {name: spec for name, spec in skills.items() if name in config.skills}
         registry = cls(config, skills, cache=cache)
-        if profiled and config.profile is not None:
-            registry.profiles = read_profile(config.profile_path(), registry.pair_cards())
+        profile = config.profile_path()
+        if profiled and profile is not None:
+            registry.profiles = read_profile(profile, registry.pair_cards())
         return registry
 
     def without(self, *, models: set[str] = frozenset(), skills: set[str] = frozenset(),

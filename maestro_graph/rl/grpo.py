@@ -294,8 +294,6 @@ class GRPOTrainer:
         skipped = 0
         for g_index, task_index in enumerate(picks):
             task = self.tasks[int(task_index)]
-            plan = plans[g_index]
-            registry = plan.view.apply(self.registry)
             episodes = sampled[g_index]
             rewards = np.asarray([self.rewards(task, e) for e in episodes])
             group_rewards.append(rewards.tolist())
@@ -309,7 +307,7 @@ class GRPOTrainer:
                 skipped += 1
                 continue
             advantages = group_advantages(rewards, cfg.advantage_std_floor)
-            group = _Group(registry)
+            group = _Group(plans[g_index].view.apply(self.registry))  # the registry the episodes saw
             for episode, adv in zip(episodes, advantages):
                 group.samples += _samples(episode, task, self.context, float(adv), g_index)
             groups.append(group)
