@@ -19,6 +19,7 @@ from .bench.cli import bench_app
 from .configs import typer_options
 from .rl.config import GRPOConfig
 from .errors import MaestroError
+from .registry.reach import REACH_FLOOR
 
 app = typer.Typer(
     help="Maestro-Graph: answer questions about images by orchestrating expert models with a policy.",
@@ -36,6 +37,9 @@ err = Console(stderr=True)
 RegistryOpt = typer.Option(None, "--registry", "-r", help="Registry config YAML (default: the packaged local one).")
 MaxTurnsOpt = typer.Option(4, min=1, help="Most expert calls per episode before answering.")
 MaxCostOpt = typer.Option(10.0, min=0, help="Cost budget of an episode, in card cost units.")
+ReachFloorOpt = typer.Option(
+    REACH_FLOOR, min=0, max=1, help="Stop before the first call when fewer of the 10 most similar calibration questions "
+    "were answered by some pair than this (the registry's reach, written by `maestro registry profile`); 0: off.")
 LimitOpt = typer.Option(None, min=1, help="Only the first N items.")
 WorkersOpt = typer.Option(2, min=1, help="Episodes run at once (per-model limits still apply).")
 CacheDirOpt = typer.Option(Path(".maestro-cache"), envvar="MAESTRO_CACHE_DIR",
@@ -113,6 +117,7 @@ def ask(
     registry: Optional[Path] = RegistryOpt,
     max_turns: int = MaxTurnsOpt,
     max_cost: float = MaxCostOpt,
+    reach_floor: float = ReachFloorOpt,
     as_json: bool = typer.Option(False, "--json", help="Print the answer and trace as JSON."),
     checkpoint_db: Optional[Path] = typer.Option(None, help="SQLite file to checkpoint the episode in."),
     thread: Optional[str] = typer.Option(None, help="Thread id for the checkpoint (with --checkpoint-db)."),
@@ -137,7 +142,7 @@ def ask(
         pol = make_policy(policy)
     except MaestroError as exc:
         _fail(str(exc))
-    context = MaestroContext(max_turns=max_turns, max_cost=max_cost)
+    context = MaestroContext(max_turns=max_turns, max_cost=max_cost, reach_floor=reach_floor)
     images = [str(p.resolve()) for p in image]
     config = {}
     if checkpoint_db:
@@ -188,6 +193,7 @@ def predict(
     registry: Optional[Path] = RegistryOpt,
     max_turns: int = MaxTurnsOpt,
     max_cost: float = MaxCostOpt,
+    reach_floor: float = ReachFloorOpt,
     limit: Optional[int] = LimitOpt,
     workers: int = WorkersOpt,
     cache_dir: Path = CacheDirOpt,
@@ -212,7 +218,7 @@ def predict(
             _fail(str(exc))
     runner = _executor(executor, reg, registry, cache_dir, cache_url, workers)
     summary = run_predict(reg, tasks, out, policy=policy, limit=limit, workers=workers, resume=resume, executor=runner,
-                          context=MaestroContext(max_turns=max_turns, max_cost=max_cost))
+                          context=MaestroContext(max_turns=max_turns, max_cost=max_cost, reach_floor=reach_floor))
     for problem in summary.skipped:
         err.print(f"[yellow]skipped[/yellow] {problem.file}:{problem.line} ({problem.id}): {problem.error}")
     table = Table("source", "items", "accuracy", title=f"{policy} on {tasks.name}")
@@ -237,6 +243,7 @@ def eval_(
     registry: Optional[Path] = RegistryOpt,
     max_turns: int = MaxTurnsOpt,
     max_cost: float = MaxCostOpt,
+    reach_floor: float = ReachFloorOpt,
     limit: Optional[int] = LimitOpt,
     workers: int = WorkersOpt,
     cache_dir: Path = CacheDirOpt,
@@ -265,7 +272,7 @@ def eval_(
     try:
         runner = _executor(executor, reg, registry, cache_dir, cache_url, workers)
         run = evaluate(reg, tasks, policy, train_tasks=train_tasks, workers=workers, limit=limit, executor=runner,
-                       context=MaestroContext(max_turns=max_turns, max_cost=max_cost),
+                       context=MaestroContext(max_turns=max_turns, max_cost=max_cost, reach_floor=reach_floor),
                        predictions_dir=out / "predictions")
     except ValueError as exc:
         _fail(str(exc))
@@ -430,6 +437,7 @@ def registry_profile(
     the registry; the registry file's `profile:` key makes policies read it (`Pair.profile`)."""
     from .pair_outcomes import measure_pairs
     from .registry.config import default_config_path
+    from .registry.reach import reach_path
     from .tasks import load_task_files
 
     reg = _registry(registry, cache_dir, profiled=False)  # measuring needs no profile, and this writes it
@@ -441,12 +449,16 @@ def registry_profile(
     config_path = Path(reg.config.source) if reg.config.source != "<memory>" else default_config_path()
     named = reg.config.profile_path()
     target = out or named or config_path.with_name(f"{config_path.stem}.profile.json")
-    profile = measure_pairs(reg, items, workers=workers).profile(reg, " + ".join(map(str, tasks)))
-    profile.save(target)
+    outcomes = measure_pairs(reg, items, workers=workers)
+    profile = outcomes.write_profile(reg, " + ".join(map(str, tasks)), target)
     for entry in profile.pairs:
         family = "unknown" if entry.family_accuracy is None else f"{entry.family_accuracy:.3f}"
         console.print(f"{entry.pair}: {entry.accuracy:.3f} on {entry.items} items, {family} on the "
                       f"{entry.family_items} its family answers, mean cost {entry.mean_cost:g}")
+    reach = outcomes.reach(reg)
+    console.print(f"reach: some pair answered {int(reach.answered.sum())} of {len(reach.answered)} items; an episode "
+                  f"stops before its first call where fewer of the {reach.k} most similar were answered than the run "
+                  f"context's reach_floor ({reach_path(target)})")
     if named is not None and target.resolve() == named.resolve():
         console.print(f"wrote {target}, the registry file's `profile:`; policies read it from now on")
     else:

@@ -13,7 +13,8 @@ from .embeddings import EMBED_DIM, embed
 from .errors import InputError
 from .images import load_image
 
-__all__ = ["IMAGE_DIM", "image_descriptors", "question_features", "QUESTION_DIM", "DESCRIPTION_CAP"]
+__all__ = ["IMAGE_DIM", "image_descriptors", "nearest_mean", "question_features", "unit_rows", "QUESTION_DIM",
+           "DESCRIPTION_CAP"]
 
 IMAGE_DIM = 8
 QUESTION_DIM = EMBED_DIM + IMAGE_DIM
@@ -61,3 +62,18 @@ def question_features(questions: list[str], images: list[list[str]] | list[tuple
     """Embedding of the question (with its options, when any) next to the image descriptors."""
     texts = [q + (" Options: " + " | ".join(c) if c else "") for q, c in zip(questions, choices or [None] * len(questions))]
     return np.hstack([embed(texts), np.stack([image_descriptors(i) for i in images])]).astype(np.float32)
+
+
+def unit_rows(features: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (cosine similarity becomes a dot product); an all-zero row stays zero."""
+    norms = np.linalg.norm(features, axis=-1, keepdims=True)
+    return (features / np.where(norms > 0, norms, 1.0)).astype(np.float32)
+
+
+def nearest_mean(rows: np.ndarray, values: np.ndarray, query: np.ndarray, k: int) -> np.ndarray:
+    """The mean of `values` over the k `rows` (unit length) most similar to `query`, weighted by cosine similarity:
+    what questions like this one scored (the kNN router's pair scores, a registry's reach)."""
+    sims = rows @ unit_rows(query)
+    nearest = np.argsort(-sims)[: min(k, len(rows))]
+    weights = np.maximum(sims[nearest], 0) + 1e-6
+    return (weights.reshape(-1, *[1] * (values.ndim - 1)) * values[nearest]).sum(0) / weights.sum()

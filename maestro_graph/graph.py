@@ -27,6 +27,7 @@ from .image_sources import ImageRefused, ImageSources
 from .policy import DEFAULT_POLICY, ActionSpace, EpisodeView, Policy, PolicyCatalog, best_candidate
 from .questions import clean_question, question_problem
 from .registry import Registry
+from .registry.reach import REACH_FLOOR
 from .types import Answer, Decision, ErrorKind, InvalidAction, Invoke, Step, StopReason, stop_text
 
 __all__ = [
@@ -53,6 +54,11 @@ class MaestroContext:
     """A policy name overriding the graph's policy for this run (e.g. "fixed:rapidocr@@chart-qa")."""
     greedy: bool = True
     seed: int | None = None
+    reach_floor: float = REACH_FLOOR
+    """Before the first call: when the registry's reach (`Registry.reach`: the similarity-weighted share of the 10
+    most similar calibration questions that some pair answered) is below this, the episode ends without a call, with
+    what the answer node can give (a marked guess for choice and yes/no questions). 0 turns it off; a registry without
+    a reach is never stopped."""
 
     @classmethod
     def of(cls, context: object) -> "MaestroContext":
@@ -241,6 +247,15 @@ def build_graph(
             policy = default_policy if context.policy is None else policies.get(context.policy)
         except ConfigError as exc:  # a policy the catalog refuses or cannot build: the run's input was wrong
             return Command(goto=ANSWER, update={"answer": None, **_stop(StopReason.INPUT_ERROR, exc)})
+        reach = registry.reach.estimate(view.question, view.images, view.choices) if (
+            not view.steps and context.reach_floor > 0 and registry.reach is not None) else None
+        if reach is not None and reach < context.reach_floor:  # nothing fits: no call, the answer node answers
+            decision = Decision.of(Answer(None), turn=0, policy=policy.name, log_prob=None, entropy=None, forced=True)
+            write({"event": "decision", "turn": 0, "policy": policy.name, "action": _describe(Answer(None)),
+                   "reach": round(reach, 3)})
+            detail = f"similar questions reached {reach:.2f} < floor {context.reach_floor:g}"
+            return Command(goto=ANSWER, update={"answer": None, **_stop(StopReason.OUT_OF_REACH, detail),
+                                                "decisions": [decision.model_dump()]})
         space = ActionSpace.build(registry, view)
         if view.budget_spent and len(space.answers) == 1:  # nothing left to decide: the graph answers
             only = space.answers[0]

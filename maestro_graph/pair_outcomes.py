@@ -16,6 +16,7 @@ from tqdm import tqdm
 from .executors import Executor, ThreadExecutor
 from .registry import Registry
 from .registry.profiles import ProfileFile, pair_fingerprints, profile_entry, registry_fingerprint
+from .registry.reach import Reach, reach_path
 from .tasks import Task
 from .types import Invoke, Step, split_pair
 
@@ -102,6 +103,20 @@ class PairOutcomes:
                    for j, pair in enumerate(self.pairs)] if self.task_ids else []
         return ProfileFile(registry=registry_fingerprint(pair_fingerprints(cards)), calibration=calibration,
                            pairs=entries)
+
+    def reach(self, registry: Registry) -> Reach:
+        """Which of these items some pair got right, beside each item's question features (registry.reach)."""
+        fingerprints = pair_fingerprints(registry.pair_cards())
+        return Reach.measure(self.questions, self.images, self.choices, (self.scores >= 0.5).any(axis=1),
+                             {pair: fingerprints[pair] for pair in self.pairs})
+
+    def write_profile(self, registry: Registry, calibration: str, path: str | Path) -> ProfileFile:
+        """The profile file at `path` and its reach beside it (`reach_path`): what `maestro registry profile` and
+        the experiments write."""
+        profile = self.profile(registry, calibration)
+        profile.save(path)
+        self.reach(registry).save(reach_path(path))
+        return profile
 
     def save(self, path: str | Path) -> None:
         data = {k: getattr(self, k) for k in ("task_ids", "questions", "images", "choices", "sources", "pairs")}

@@ -179,8 +179,8 @@ def run_tasks(
     same as a serial run's: each task has its own sampling seed."""
     context = context or MaestroContext()
     if policy_name == "oracle":
-        # the oracle tries every pair: give it a turn per pair and no cost cap
-        context = replace(context, max_turns=len(registry.pairs()) + 1, max_cost=float("inf"))
+        # the oracle tries every pair: give it a turn per pair, no cost cap and every question
+        context = replace(context, max_turns=len(registry.pairs()) + 1, max_cost=float("inf"), reach_floor=0.0)
     runs = (executor or ThreadExecutor(registry, workers)).map_unordered(_EpisodeJob(policy_name, context, outcomes),
                                                                          tasks)
     if not ordered:

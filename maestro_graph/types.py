@@ -16,11 +16,13 @@ PAIR_SEP = "@@"
 
 class StopReason(StrEnum):
     """Why an episode ended, set where it ends. The policy answered; the turn or cost budget ran out (the answer is
-    the policy's pick among the candidates); the input was at fault (refused image, bad context, every step failed
+    the policy's pick among the candidates); no pair reaches questions like this one (the registry's reach is below
+    the run's floor: the graph answered before any call); the input was at fault (refused image, bad context, every step failed
     on its input); the caller went away; or the episode itself crashed (a batch run records it and goes on)."""
 
     POLICY = "policy"
     BUDGET = "budget"
+    OUT_OF_REACH = "out of reach"
     INPUT_ERROR = "input error"
     CANCELLED = "cancelled"
     ERROR = "error"

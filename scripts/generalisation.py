@@ -46,6 +46,7 @@ from maestro_graph.configs import add_arguments, from_arguments  # noqa: E402
 from maestro_graph.graph import MaestroContext  # noqa: E402
 from maestro_graph.pair_outcomes import measure_pairs  # noqa: E402
 from maestro_graph.registry import Registry  # noqa: E402
+from maestro_graph.registry.reach import reach_path  # noqa: E402
 from maestro_graph.rl.config import GRPOConfig  # noqa: E402
 from maestro_graph.rl.experiments import evaluate_into, train_resumable  # noqa: E402
 from maestro_graph.rl.export import export_file  # noqa: E402
@@ -113,10 +114,10 @@ def _profiled(exp: Experiment, train: list[Task], args: argparse.Namespace, fold
     """The experiment's registry with every pair profiled on its calibration items (`maestro registry profile` on
     them; kept as folder/profile.json, so a rerun reuses it)."""
     path = folder / "profile.json"
-    if not path.is_file():
+    if not path.is_file() or not reach_path(path).is_file():
         items = [t for t in train if exp.calibrate(t)]
         outcomes = measure_pairs(exp.after, items, workers=args.workers)
-        outcomes.profile(exp.after, f"{args.train} ({exp.name})").save(path)
+        outcomes.write_profile(exp.after, f"{args.train} ({exp.name})", path)
     return exp.after.with_profile(path)
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from ..pair_outcomes import PairOutcomes
-from ..features import question_features
+from ..features import nearest_mean, question_features, unit_rows
 from ..registry import Pair
 from .base import EpisodeView
 from .simple import RankingPolicy
@@ -43,17 +43,13 @@ class KnnPolicy(RankingPolicy):
     def __init__(self, outcomes: PairOutcomes, k: int = 10):
         self.pairs = outcomes.pairs
         self.k = min(k, len(outcomes.task_ids))
-        feats = question_features(outcomes.questions, outcomes.images, outcomes.choices)
-        self.train = feats / np.linalg.norm(feats, axis=1, keepdims=True)
+        self.train = unit_rows(question_features(outcomes.questions, outcomes.images, outcomes.choices))
         self.scores = outcomes.scores
         self.prior = outcomes.macro_accuracy()
 
     def pair_scores(self, view: EpisodeView, pairs: list[Pair]) -> list[float]:
         q = question_features([view.question], [view.images], [view.choices])[0]
-        sims = self.train @ (q / np.linalg.norm(q))
-        nearest = np.argsort(-sims)[: self.k]
-        weights = np.maximum(sims[nearest], 0) + 1e-6
-        values = (weights[:, None] * self.scores[nearest]).sum(0) / weights.sum() + 1e-3 * self.prior
+        values = nearest_mean(self.train, self.scores, q, self.k) + 1e-3 * self.prior
         return _lookup(self.pairs, values, pairs)
 
 

@@ -17,7 +17,8 @@ from ..types import ErrorKind, Invoke, SkillResult, Step, pair_id
 from .config import ModelCard, PythonBackend, RegistryConfig, load_config
 from .context import SkillContext
 from .handles import BoundExpert, ExpertHandle, Ledger
-from .profiles import PairCards, PairProfile, read_profile
+from .profiles import PairCards, PairProfile, pair_fingerprints, read_profile
+from .reach import Reach, reach_path
 from .skills import SkillSpec, discover_skills
 
 __all__ = ["Registry", "Pair"]
@@ -76,6 +77,9 @@ class Registry:
         """Card texts that replace a model's or skill's description in the action space (training's paraphrases)."""
         self.profiles: dict[str, PairProfile] = {}
         """The profiled pairs (by pair id) of the config's `profile` file, those that fit this registry."""
+        self.reach: Reach | None = None
+        """Which questions the pairs answered on the profile's calibration items (registry.reach), when it covers
+        every available pair; None: unknown."""
 
     @classmethod
     def load(cls, path: str | Path | None = None, *, cache: ExpertCache | None = None,
@@ -95,9 +99,15 @@ class Registry:
             skills = {name: spec for name, spec in skills.items() if name in config.skills}
         registry = cls(config, skills, cache=cache)
         profile = config.profile_path()
-        if profiled and profile is not None:
-            registry.profiles = read_profile(profile, registry.pair_cards())
-        return registry
+        return registry._profiled(profile) if profiled and profile is not None else registry
+
+    def _profiled(self, profile: str | Path) -> "Registry":
+        """This registry reading the profile file at `profile` and the reach beside it (their fitting parts)."""
+        self.profiles = read_profile(profile, self.pair_cards())
+        available = set(self.pair_ids())
+        current = {pair: fp for pair, fp in pair_fingerprints(self.pair_cards()).items() if pair in available}
+        self.reach = Reach.read(reach_path(profile), current)
+        return self
 
     def without(self, *, models: set[str] = frozenset(), skills: set[str] = frozenset(),
                 descriptions: dict[str, str] | None = None, unprofiled: set[str] = frozenset()) -> "Registry":
@@ -112,15 +122,14 @@ class Registry:
         view.skills = {name: s for name, s in self.skills.items() if name not in skills}
         view.descriptions = {**self.descriptions, **(descriptions or {})}
         view.profiles = {pair: entry for pair, entry in self.profiles.items() if pair not in unprofiled}
+        view.reach = self.reach  # with fewer pairs, its estimate errs towards calling
         return view
 
     def with_profile(self, path: str | Path) -> "Registry":
         """A view of this registry whose pairs read the profile file at `path` (its fitting entries, as the
-        config's `profile:` key reads one) instead of the config's: experiments that profile a registry on their
-        own calibration items."""
-        view = self.without()
-        view.profiles = read_profile(path, self.pair_cards())
-        return view
+        config's `profile:` key reads one) and the reach beside it instead of the config's: experiments that
+        profile a registry on their own calibration items."""
+        return self.without()._profiled(path)
 
     # -- the action space ---------------------------------------------------------------------------------------
     def available(self, model: str) -> bool:

@@ -1,0 +1,109 @@
+"""A registry's reach: which calibration questions some pair of it answered, so that an episode can stop before
+its first call on a question like those none of its pairs could answer (knowing when nothing fits) instead of
+trying unrelated pairs.
+
+`maestro registry profile` measures every pair on every calibration item anyway; the reach keeps, per item, the
+question's features (as the routers see them: never its answer, source or domain) and whether any pair got it
+right, in a safetensors file beside the profile. The estimate for a new question is the similarity-weighted share of
+its nearest calibration questions that some pair answered (features.nearest_mean, as the kNN router scores pairs).
+
+A reach holds only for the pairs it measured: a registry with a pair the calibration did not run (an expert added
+since, another model version or skill code) may answer what the measured pairs could not, so there the reach is
+ignored with a warning naming the file and the pair. A registry with fewer pairs (a view of it) keeps it: the
+estimate then errs towards calling.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import save as safetensors_bytes
+
+from ..errors import ConfigError
+from ..features import QUESTION_DIM, nearest_mean, question_features, unit_rows
+
+__all__ = ["REACH_FLOOR", "REACH_FORMAT", "REACH_K", "Reach", "reach_path"]
+
+REACH_FORMAT = "maestro-reach-1"
+REACH_K = 10
+"""Calibration questions an estimate averages over (the kNN router's k)."""
+REACH_FLOOR = 0.35
+"""The default floor below which an episode stops before its first call (MaestroContext.reach_floor): the largest
+that cost no policy any accuracy on the validation split (README, "Knowing when nothing fits")."""
+
+
+def reach_path(profile: str | Path) -> Path:
+    """Where a profile's reach lives: `x.profile.json` -> `x.profile.reach.safetensors`."""
+    profile = Path(profile)
+    return profile.with_name(f"{profile.stem}.reach.safetensors")
+
+
+@dataclass(frozen=True)
+class Reach:
+    features: np.ndarray
+    """(items, QUESTION_DIM) unit rows: each calibration question's features."""
+    answered: np.ndarray
+    """(items,) 1.0 where some pair got the item right, else 0.0."""
+    pairs: dict[str, str]
+    """The measured pairs: fingerprint by pair id (registry.profiles.pair_fingerprint)."""
+    k: int = REACH_K
+
+    @classmethod
+    def measure(cls, questions: list[str], images: list[list[str]], choices: list, answered: np.ndarray,
+                pairs: dict[str, str]) -> "Reach":
+        return cls(unit_rows(question_features(questions, images, choices)), np.asarray(answered, np.float32), pairs)
+
+    def estimate(self, question: str, images: list[str] | tuple[str, ...],
+                 choices: list[str] | tuple[str, ...] | None) -> float:
+        """How likely some pair answers this question: the share of the k most similar calibration questions that
+        some pair answered, weighted by similarity."""
+        query = question_features([question], [images], [list(choices) if choices else None])[0]
+        return float(nearest_mean(self.features, self.answered, query, self.k))
+
+    def uncovered(self, current: dict[str, str]) -> list[str]:
+        """The pairs of `current` (fingerprint by id) this reach did not measure, as they are now."""
+        return sorted(pair for pair, fingerprint in current.items() if self.pairs.get(pair) != fingerprint)
+
+    def save(self, path: str | Path) -> None:
+        """Write the file `read` reads (float16 features: a few hundred kB for a few hundred items)."""
+        header = {"format": REACH_FORMAT, "k": self.k, "pairs": self.pairs}
+        data = safetensors_bytes({"features": self.features.astype(np.float16),
+                                  "answered": self.answered.astype(np.float32)}, metadata={"maestro": json.dumps(header)})
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_bytes(data)
+
+    @classmethod
+    def read(cls, path: str | Path, current: dict[str, str]) -> "Reach | None":
+        """The reach at `path` if it covers every pair of `current` (fingerprint by id); None, with a warning naming
+        the file and a pair, if it does not; None without one if there is no file (a profile written before reaches
+        existed: unknown). A damaged file is a ConfigError naming it."""
+        path = Path(path)
+        if not path.is_file():
+            return None
+        try:
+            with safe_open(str(path), framework="numpy") as fh:
+                header = json.loads((fh.metadata() or {}).get("maestro", "null"))
+                features, answered = fh.get_tensor("features"), fh.get_tensor("answered")
+        except (SafetensorError, OSError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"not a reach file ({exc}); run `maestro registry profile` again", file=str(path)) from exc
+        if not isinstance(header, dict) or header.get("format") != REACH_FORMAT:
+            raise ConfigError(f"not a {REACH_FORMAT} file", file=str(path), field="format")
+        pairs, k = header.get("pairs"), header.get("k")
+        if not isinstance(pairs, dict) or not isinstance(k, int) or k < 1:
+            raise ConfigError("the header needs `pairs` (fingerprint by pair id) and `k` (a positive integer)",
+                              file=str(path), field="pairs" if not isinstance(pairs, dict) else "k")
+        if features.ndim != 2 or features.shape[1] != QUESTION_DIM or answered.shape != (features.shape[0],):
+            raise ConfigError(f"features {list(features.shape)} and answered {list(answered.shape)} do not fit "
+                              f"(items x {QUESTION_DIM} and items)", file=str(path), field="features")
+        reach = cls(features.astype(np.float32), answered.astype(np.float32), pairs, k)
+        missing = reach.uncovered(current)
+        if missing:
+            warnings.warn(f"reach {path} ignored: pair {missing[0]} was not measured as it is now "
+                          f"({len(missing)} such); run `maestro registry profile` again", stacklevel=2)
+            return None
+        return reach

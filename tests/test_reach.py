@@ -1,0 +1,132 @@
+"""A registry's reach (knowing when nothing fits): `maestro registry profile` records which calibration questions
+some pair answered; an episode on a question like those none answered stops before its first call, with the answer
+node's marked guess, while questions the pairs do answer are routed as before. Real barcode readers and real items."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from maestro_graph.cli import app
+from maestro_graph.errors import ConfigError
+from maestro_graph.graph import MaestroContext, build_graph
+from maestro_graph.policy import make_policy
+from maestro_graph.registry import Registry
+from maestro_graph.registry.reach import Reach, reach_path
+from maestro_graph.runner import run_episode, run_tasks
+from maestro_graph.tasks import load_task_files
+from maestro_graph.types import StopReason
+
+SKILLS = Path(__file__).resolve().parents[1] / "maestro_graph" / "skills"
+BARCODES = Path(__file__).parent / "data" / "real" / "barcode"
+UNREACHED = ["How many circles are drawn in the figure?", "How many circles can you count in this picture?",
+             "Count the circles in the figure: how many are there?", "How many circles does the figure show?",
+             "What is the number of circles in the figure?", "How many circles are in this image?"]
+
+
+def _card(name: str, entry: str) -> dict:
+    return {"name": name, "description": f"{name} barcode reader.", "capabilities": ["barcode"],
+            "backend": {"type": "python", "entry": entry}, "cost": {"per_call": 0.05}}
+
+
+READERS = [_card("zxing", "maestro_graph.experts.zxing_barcode:ZXingBarcodeExpert"),
+           _card("opencv-barcode", "maestro_graph.experts.opencv_barcode:OpenCVBarcodeExpert")]
+
+
+def _registry_file(folder: Path, models: list[dict]) -> Path:
+    path = folder / "registry.yaml"
+    path.write_text(yaml.safe_dump({"skill_dirs": [str(SKILLS)], "skills": ["barcode-reading", "barcode"],
+                                    "models": models, "profile": "profile.json"}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory) -> Path:
+    """A profiled barcode registry: four real barcode items the readers decode, and six counting questions about
+    the same images that no reader answers."""
+    folder = tmp_path_factory.mktemp("reach")
+    items = [json.loads(line) for line in (BARCODES / "tasks.jsonl").read_text().splitlines()[:4]]
+    for item in items:
+        for image in item["images"]:
+            (folder / image).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(BARCODES / image, folder / image)
+    counting = [{**items[i % 4], "id": f"count-{i}", "question": q, "answer": "3", "answer_type": "number"}
+                for i, q in enumerate(UNREACHED)]
+    (folder / "calibration.jsonl").write_text("".join(json.dumps(t) + "\n" for t in items + counting))
+    result = CliRunner().invoke(app, ["registry", "profile", "--tasks", str(folder / "calibration.jsonl"),
+                                      "--registry", str(_registry_file(folder, READERS)),
+                                      "--cache-dir", str(folder / "cache")])
+    assert result.exit_code == 0, result.output
+    assert "some pair answered" in result.output and reach_path(folder / "profile.json").is_file()
+    return folder
+
+
+def test_profiling_writes_the_reach_and_it_separates_what_the_pairs_answer(profiled):
+    registry = Registry.load(profiled / "registry.yaml")
+    reach = registry.reach
+    assert reach is not None and reach.answered.tolist().count(1.0) >= 3 and reach.answered[4:].sum() == 0
+    image = [str(BARCODES / json.loads((BARCODES / "tasks.jsonl").read_text().splitlines()[0])["images"][0])]
+    assert reach.estimate("How many circles are there in the figure?", image, None) < 0.35
+    assert reach.estimate("What is the value encoded in this barcode?", image, None) > 0.35
+
+
+def test_a_question_out_of_reach_stops_before_any_call_with_a_marked_guess(profiled):
+    registry = Registry.load(profiled / "registry.yaml", cache=None)
+    graph = build_graph(registry, make_policy("rules"))
+    image = [str(BARCODES / json.loads((BARCODES / "tasks.jsonl").read_text().splitlines()[1])["images"][0])]
+    out = run_episode(graph, "How many circles are there in the figure?", image, ["2", "3", "4"])
+    assert out.steps == [] and out.stop == StopReason.OUT_OF_REACH and "floor 0.35" in out.stop_reason
+    assert out.answer in {"2", "3", "4"} and out.answer_source == "guess"
+    # a floor of 0 turns it off: the same question is tried with the readers
+    tried = run_episode(graph, "How many circles are there in the figure?", image, ["2", "3", "4"],
+                        context=MaestroContext(reach_floor=0.0))
+    assert tried.steps and tried.stop != StopReason.OUT_OF_REACH
+    # what the readers answer is routed as before
+    decoded = run_episode(graph, "What is the value encoded in this barcode?", image)
+    assert decoded.steps and decoded.answer == json.loads((BARCODES / "tasks.jsonl").read_text().splitlines()[1])["answer"]
+
+
+def test_the_oracle_is_never_stopped_by_the_reach(profiled):
+    registry = Registry.load(profiled / "registry.yaml")
+    tasks, _ = load_task_files([profiled / "calibration.jsonl"])
+    counting = [t for t in tasks if t.id.startswith("count-")][:1]
+    ((_, episode),) = list(run_tasks(registry, counting, "oracle"))
+    assert len(episode.steps) == len(registry.pairs())  # it tried every pair: an upper bound, not a routed policy
+
+
+def test_a_reach_that_does_not_cover_the_registry_is_ignored_with_a_warning_naming_it(profiled, tmp_path):
+    for name in ("profile.json", "profile.reach.safetensors", "calibration.jsonl"):
+        shutil.copy(profiled / name, tmp_path / name)
+    zbar = {**READERS[0], "name": "zbar-like", "description": "another reader"}
+    with pytest.warns(UserWarning, match=rf"reach {tmp_path / 'profile.reach.safetensors'} ignored: pair "
+                                         r"zbar-like@@barcode-reading was not measured"):
+        grown = Registry.load(_registry_file(tmp_path, [*READERS, zbar]))
+    assert grown.reach is None
+    # a view with fewer pairs keeps it (its estimate errs towards calling)
+    assert Registry.load(_registry_file(tmp_path, READERS)).without(models={"opencv-barcode"}).reach is not None
+
+
+def test_no_reach_file_is_unknown_and_a_damaged_one_is_a_config_error_naming_it(profiled, tmp_path):
+    shutil.copy(profiled / "profile.json", tmp_path / "profile.json")
+    assert Registry.load(_registry_file(tmp_path, READERS)).reach is None  # a profile from before reaches
+    reach_path(tmp_path / "profile.json").write_bytes(b"not safetensors")
+    with pytest.raises(ConfigError) as caught:
+        Registry.load(_registry_file(tmp_path, READERS))
+    assert "profile.reach.safetensors" in str(caught.value) and "maestro registry profile" in str(caught.value)
+
+
+def test_a_reach_round_trips_and_refuses_features_of_another_size(tmp_path):
+    reach = Reach(np.eye(3, 392, dtype=np.float32), np.asarray([1, 0, 1], np.float32), {"a@@b": "f1"})
+    reach.save(tmp_path / "r.safetensors")
+    back = Reach.read(tmp_path / "r.safetensors", {"a@@b": "f1"})
+    assert back is not None and back.answered.tolist() == [1, 0, 1] and back.k == reach.k
+    Reach(np.eye(3, 10, dtype=np.float32), reach.answered, reach.pairs).save(tmp_path / "small.safetensors")
+    with pytest.raises(ConfigError) as caught:
+        Reach.read(tmp_path / "small.safetensors", {"a@@b": "f1"})
+    assert caught.value.field == "features"
