@@ -57,8 +57,8 @@ class MaestroContext:
     reach_floor: float = REACH_FLOOR
     """Before the first call: when the registry's reach (`Registry.reach`: the similarity-weighted share of the 10
     most similar calibration questions that some pair answered) is below this, the episode ends without a call, with
-    what the answer node can give (a marked guess for choice and yes/no questions). 0 turns it off; a registry without
-    a reach is never stopped."""
+    what the answer node can give (a marked guess for choice and yes/no questions). 0 (`REACH_FLOOR`, the default)
+    turns it off; a registry without a reach is never stopped."""
 
     @classmethod
     def of(cls, context: object) -> "MaestroContext":

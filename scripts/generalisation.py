@@ -46,7 +46,7 @@ from maestro_graph.configs import add_arguments, from_arguments  # noqa: E402
 from maestro_graph.graph import MaestroContext  # noqa: E402
 from maestro_graph.pair_outcomes import measure_pairs  # noqa: E402
 from maestro_graph.registry import Registry  # noqa: E402
-from maestro_graph.registry.reach import reach_path  # noqa: E402
+from maestro_graph.registry.reach import REACH_FLOOR, reach_path  # noqa: E402
 from maestro_graph.rl.config import GRPOConfig  # noqa: E402
 from maestro_graph.rl.experiments import evaluate_into, train_resumable  # noqa: E402
 from maestro_graph.rl.export import export_file  # noqa: E402
@@ -188,6 +188,9 @@ def main() -> None:
                              "the --train items, those of a held-out source excepted) so the policy reads each pair's "
                              "measured family accuracy, the held-out part's included once it is added")
     parser.add_argument("--workers", type=int, default=2, help="threads for --profile's measurement")
+    parser.add_argument("--reach-floor", type=float, default=REACH_FLOOR,
+                        help="the evaluated episodes' MaestroContext.reach_floor: stop before the first call where the "
+                             "profile's reach is below it (needs --profile; 0: off)")
     parser.add_argument("--router", choices=("neural", "lm"), default="neural",
                         help="the policy trained on the held-out registry: the neural policy (GRPOConfig flags "
                              "below) or the LM router (--lm-config)")
@@ -210,7 +213,7 @@ def main() -> None:
     test, _ = load_task_files([args.tasks])
     rows = []
     # --max-turns (a GRPOConfig flag) is also the evaluated episodes' budget; the LM recipe trains with 2
-    context = MaestroContext(max_turns=args.max_turns) if args.max_turns else None
+    context = MaestroContext(**({"max_turns": args.max_turns} if args.max_turns else {}), reach_floor=args.reach_floor)
     for exp in experiments(args.experiments, full, zbar):
         def select(t: Task, exp: Experiment = exp) -> bool:
             return exp.evaluated(t) and (not args.domains or t.domain in args.domains)

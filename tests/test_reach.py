@@ -80,15 +80,15 @@ def test_a_question_out_of_reach_stops_before_any_call_with_a_marked_guess(profi
     registry = Registry.load(profiled / "registry.yaml", cache=None)
     graph = build_graph(registry, make_policy("rules"))
     image = [str(BARCODES / json.loads((BARCODES / "tasks.jsonl").read_text().splitlines()[1])["images"][0])]
-    out = run_episode(graph, "How many circles are there in the figure?", image, ["2", "3", "4"])
+    floor = MaestroContext(reach_floor=0.35)
+    out = run_episode(graph, "How many circles are there in the figure?", image, ["2", "3", "4"], context=floor)
     assert out.steps == [] and out.stop == StopReason.OUT_OF_REACH and "floor 0.35" in out.stop_reason
     assert out.answer in {"2", "3", "4"} and out.answer_source == "guess"
-    # a floor of 0 turns it off: the same question is tried with the readers
-    tried = run_episode(graph, "How many circles are there in the figure?", image, ["2", "3", "4"],
-                        context=MaestroContext(reach_floor=0.0))
+    # off by default (a floor of 0): the same question is tried with the readers
+    tried = run_episode(graph, "How many circles are there in the figure?", image, ["2", "3", "4"])
     assert tried.steps and tried.stop != StopReason.OUT_OF_REACH
     # what the readers answer is routed as before
-    decoded = run_episode(graph, "What is the value encoded in this barcode?", image)
+    decoded = run_episode(graph, "What is the value encoded in this barcode?", image, context=floor)
     assert decoded.steps and decoded.answer == json.loads((BARCODES / "tasks.jsonl").read_text().splitlines()[1])["answer"]
 
 
@@ -96,7 +96,7 @@ def test_the_oracle_is_never_stopped_by_the_reach(profiled):
     registry = Registry.load(profiled / "registry.yaml")
     tasks, _ = load_task_files([profiled / "calibration.jsonl"])
     counting = [t for t in tasks if t.id.startswith("count-")][:1]
-    ((_, episode),) = list(run_tasks(registry, counting, "oracle"))
+    ((_, episode),) = list(run_tasks(registry, counting, "oracle", context=MaestroContext(reach_floor=0.35)))
     assert len(episode.steps) == len(registry.pairs())  # it tried every pair: an upper bound, not a routed policy
 
 
