@@ -103,6 +103,8 @@ def test_skill_answers_format_count_and_choices(registry):
     assert ask("How many barcodes are in the images?", [qr, ean]) == "2"
     assert ask("How many QR codes are there?", [qr, ean]) == "1"
     assert ask("Is there a QR code in the image?", [ean]) == "no"
+    # a yes/no question about something else is not this skill's: no "no" from a code reader that found no code
+    assert ask("Is there a triangle in the image?", [ean]) is None
     assert ask("What number does the barcode encode?", [ean], ["9784872348880", "9784872348881"]) == "9784872348880"
 
 

@@ -29,16 +29,19 @@ _COUNT_RE = re.compile(r"\b(how many|number of|count)\b[^?]*\b(codes?|barcodes?|
 _EXISTS_RE = re.compile(
     r"^\s*(is|are) there\b|^\s*(does|do) (the|this|these) (image|picture|photo)s? (contain|have|show)", re.I
 )
+_CODE_RE = re.compile(r"\b(codes?|barcodes?|qr|symbols?|data\s*matrix|aztec|pdf\s*417|ean|upc|isbn)\b", re.I)
+"""A question about codes names one: "Is there a dog?" is not asking this skill (which would answer "no")."""
 _FORMAT_RE = re.compile(r"\b(format|symbology|type|kind)\b", re.I)
 _VALUE_RE = re.compile(r"\b(encoded|encode|value|text|content|contents|says?|read|data|url|link|digits)\b", re.I)
 
 
 def _intent(question: str) -> str:
-    """What the question asks for: "count", "exists", "format" or "value" (the default)."""
+    """What the question asks for: "count", "exists", "format" or "value" (the default); "other" for a yes/no
+    question about something else than codes ("Is there a dog?"), which this skill declines."""
     if _COUNT_RE.search(question):
         return "count"
     if _EXISTS_RE.search(question):
-        return "exists"
+        return "exists" if _CODE_RE.search(question) else "other"
     if _FORMAT_RE.search(question) and not _VALUE_RE.search(question):
         return "format"
     return "value"
@@ -87,6 +90,9 @@ def run(ctx) -> SkillResult:
     evidence = f"{ctx.model.name} decoded {len(codes)} code(s){found}"
     intent = _intent(question)
 
+    if intent == "other":
+        return SkillResult(evidence=f"{evidence}; the question asks about something other than codes", answer=None,
+                           confidence=0.0)
     if intent == "count":
         answer, confidence = str(len(of_kind)), (0.8 if codes else 0.3)  # a code the model missed is uncounted
     elif intent == "exists":
