@@ -25,7 +25,8 @@ import re
 
 from .scoring import choice_letter, normalize_text, parse_number, score
 
-__all__ = ["MAX_OPTION_CHARS", "MIN_OPTIONS", "YES_NO_GUESS", "guess_option", "inline_choices", "names_option"]
+__all__ = ["MAX_OPTION_CHARS", "MIN_OPTIONS", "YES_NO_GUESS", "guess_option", "inline_choices", "names_option",
+           "question_stem"]
 
 MIN_OPTIONS = 2
 MAX_OPTION_CHARS = 200
@@ -59,8 +60,8 @@ def _clean(option: str) -> str:
     return re.sub(r"\s+or$", "", option).strip(_SEPARATORS)
 
 
-def _block(text: str, labels: list[re.Match], start: int) -> list[str] | None:
-    """The options of the block whose `A` is labels[start], or None when it does not qualify."""
+def _block(text: str, labels: list[re.Match], start: int) -> tuple[int, list[str]] | None:
+    """Where the block whose `A` is labels[start] ends, and its options; None when it does not qualify."""
     run = [labels[start]]
     for match in labels[start + 1:]:
         if match.group(1).upper() != choice_letter(len(run)):
@@ -73,20 +74,33 @@ def _block(text: str, labels: list[re.Match], start: int) -> list[str] | None:
     options = [_clean(text[m.end():end]) for m, end in zip(run, ends)]
     if any(not o or len(o) > MAX_OPTION_CHARS or "\n" in o for o in options):
         return None
-    return options
+    return ends[-1], options
 
 
-def inline_choices(question: str) -> list[str] | None:
-    """The options written in the question's text (without their labels), or None when it has none."""
-    found: list[tuple[int, list[str]]] = []
+def _inline_block(question: str) -> tuple[int, int, list[str]] | None:
+    """(start, end, options) of the last qualifying block of options in the question, or None."""
+    found: list[tuple[int, int, list[str]]] = []
     for style in _STYLES:
         labels = list(style.finditer(question))
         for i, match in enumerate(labels):
             if match.group(1).upper() == "A":
-                options = _block(question, labels, i)
-                if options:
-                    found.append((match.start(), options))
-    return max(found, key=lambda f: f[0])[1] if found else None
+                block = _block(question, labels, i)
+                if block:
+                    found.append((match.start(), *block))
+    return max(found, key=lambda f: f[0]) if found else None
+
+
+def inline_choices(question: str) -> list[str] | None:
+    """The options written in the question's text (without their labels), or None when it has none."""
+    block = _inline_block(question)
+    return block[2] if block else None
+
+
+def question_stem(question: str) -> str:
+    """The question without its inline options (as `inline_choices` reads them): what a skill that reads quantities
+    out of the text must read, so that option values are not taken for the problem's givens."""
+    block = _inline_block(question)
+    return question if block is None else (question[:block[0]] + question[block[1]:]).strip()
 
 
 def names_option(text: str | None, choices: list[str] | tuple[str, ...]) -> bool:

@@ -82,3 +82,14 @@ def test_multiple_choice_answers_with_the_option(registry):
 def test_no_quantities_means_no_answer(registry):
     step = _ask(registry, "What colour is the sky on a clear day?")
     assert step.answer is None and step.confidence == 0.0
+
+
+def test_options_written_in_the_question_are_not_givens(registry):
+    # the values of the options are no word problem: nothing to add up ("0.5 + 2 + 1" was answered 3.5)
+    step = _ask(registry, "The cylinder is X times wider than the cube. Which of the following options is a "
+                          "reasonable estimate? (a) 0.5 (b) 2 (c) 1", choices=["a", "b", "c"])
+    assert step.answer is None
+    # a real problem with lettered choices whose values sit in the text: the letter of the computed value
+    step = _ask(registry, "Tom has 3 apples and buys 5 more. How many apples does he have now? "
+                          "Choices: (A) 2 (B) 8 (C) 15", choices=["A", "B", "C"])
+    assert step.answer == "B" and step.evidence.endswith("closest option B")

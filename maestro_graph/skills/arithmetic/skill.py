@@ -13,6 +13,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from maestro_graph.choices import inline_choices, question_stem
 from maestro_graph.errors import SkillError
 from maestro_graph.scoring import parse_number
 from maestro_graph.types import SkillResult
@@ -229,16 +230,21 @@ def _format(value: str) -> str:
 
 
 def run(ctx) -> SkillResult:
-    planned = plan(ctx.request)
+    problem = question_stem(ctx.request)  # options written in the text are not givens: "(a) 0.5 (b) 2" is no sum
+    planned = plan(problem)
     if planned is None:
-        quantities, _ = parse_problem(ctx.request)
+        quantities, _ = parse_problem(problem)
         return SkillResult(evidence=f"found {len(quantities)} quantity in the text; a word problem needs two or more",
                            answer=None, confidence=0.0)
     operation, expression, confidence = planned
     value = _format(str(ctx.use("calculator", expression=expression)))
     evidence = f"{operation}: {expression} = {value}"
     if ctx.choices:
-        scored = [(abs(n - float(value)), c) for c in ctx.choices if (n := parse_number(c)) is not None]
+        values = [parse_number(c) for c in ctx.choices]
+        written = inline_choices(ctx.request)
+        if all(v is None for v in values) and written and len(written) == len(ctx.choices):
+            values = [parse_number(w) for w in written]  # lettered choices whose values are written in the text
+        scored = [(abs(n - float(value)), c) for c, n in zip(ctx.choices, values) if n is not None]
         if scored:
             distance, option = min(scored)
             return SkillResult(evidence=f"{evidence}; closest option {option}", answer=option,
