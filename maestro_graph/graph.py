@@ -56,9 +56,10 @@ class MaestroContext:
     seed: int | None = None
     reach_floor: float = REACH_FLOOR
     """Before the first call: when the registry's reach (`Registry.reach`: the similarity-weighted share of the 10
-    most similar calibration questions that some pair answered) is below this, the episode ends without a call, with
-    what the answer node can give (a marked guess for choice and yes/no questions). 0 (`REACH_FLOOR`, the default)
-    turns it off; a registry without a reach is never stopped."""
+    most similar calibration questions that some pair answered, known only where those are close to the question)
+    is below this, the episode ends without a call, with what the answer node can give (a marked guess for choice
+    and yes/no questions). 0 (`REACH_FLOOR`, the default) turns it off; a registry without a reach, and a question
+    unlike every calibration question, are never stopped."""
 
     @classmethod
     def of(cls, context: object) -> "MaestroContext":
