@@ -46,6 +46,7 @@ from maestro_graph.configs import add_arguments, from_arguments  # noqa: E402
 from maestro_graph.graph import MaestroContext  # noqa: E402
 from maestro_graph.pair_outcomes import measure_pairs  # noqa: E402
 from maestro_graph.registry import Registry  # noqa: E402
+from maestro_graph.policy.ensemble import ENSEMBLE_SEP  # noqa: E402
 from maestro_graph.registry.reach import REACH_FLOOR, reach_path  # noqa: E402
 from maestro_graph.rl.config import GRPOConfig  # noqa: E402
 from maestro_graph.rl.experiments import evaluate_into, train_resumable  # noqa: E402
@@ -191,6 +192,9 @@ def main() -> None:
     parser.add_argument("--reach-floor", type=float, default=REACH_FLOOR,
                         help="the evaluated episodes' MaestroContext.reach_floor: stop before the first call where the "
                              "profile's reach is below it (needs --profile; 0: off)")
+    parser.add_argument("--ensemble", action="store_true",
+                        help="also evaluate the seeds' neural checkpoints deciding together (the mean of their "
+                             "distributions, `neural:A+B+...`) as one more row per experiment, seed 'ensemble'")
     parser.add_argument("--router", choices=("neural", "lm"), default="neural",
                         help="the policy trained on the held-out registry: the neural policy (GRPOConfig flags "
                              "below) or the LM router (--lm-config)")
@@ -224,12 +228,11 @@ def main() -> None:
         kept = [t for t in train if exp.keep(t)]
         # a held-out source changes the items, not the registry: one evaluation serves as before and after
         phases = (("before", before), ("after", after)) if exp.models or exp.skills else (("after", after),)
-        for seed in args.seeds:
-            run = args.out / exp.name / f"seed{seed}"
-            if args.router == "lm":
-                policy = _train_lm_router(exp, before, args, seed, run)
-            else:
-                policy = train_resumable(before, kept, from_arguments(GRPOConfig, args, seed=seed), run / "train")
+        def evaluated(seed: int | str, policy: str, run: Path, exp: Experiment = exp, phases: tuple = phases,
+                      select: Callable[[Task], bool] = select, items: list[Task] = items,
+                      kept: list[Task] = kept) -> dict:
+            """The experiment's row for one trained policy: its accuracy before and after (beside the oracle's
+            and the routers'), per domain, and how it answers and stops."""
             row = {"experiment": exp.name, "router": args.router, "seed": seed, "items": len(items),
                    "profiled": args.profile, "chance": sum(t.chance for t in items) / max(len(items), 1),
                    "phases": [label for label, _ in phases]}
@@ -248,8 +251,20 @@ def main() -> None:
                 row.setdefault(f"{key}before", row[f"{key}after"])
             row["domain"] = exp.domain
             row["domain_share"], row["largest_fall"] = _domain_figures(row, exp.domain)
-            rows.append(row)
             print(json.dumps(row))
+            return row
+
+        members = []
+        for seed in args.seeds:
+            run = args.out / exp.name / f"seed{seed}"
+            if args.router == "lm":
+                policy = _train_lm_router(exp, before, args, seed, run)
+            else:
+                policy = train_resumable(before, kept, from_arguments(GRPOConfig, args, seed=seed), run / "train")
+                members.append(policy.partition(":")[2])
+            rows.append(evaluated(seed, policy, run))
+        if args.ensemble and len(members) > 1:  # the seeds' checkpoints deciding together (policy/ensemble.py)
+            rows.append(evaluated(ENSEMBLE, "neural:" + ENSEMBLE_SEP.join(members), args.out / exp.name / ENSEMBLE))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(rows, indent=2))
     lines = ["| experiment | router | profiled | seed | items | before | after | oracle after | chance | domain | "
@@ -267,12 +282,16 @@ def main() -> None:
     _plot(rows, args.out / "generalisation.png")
 
 
+ENSEMBLE = "ensemble"
+"""The seed label of the row of the seeds' checkpoints deciding together (--ensemble)."""
+
+
 def _loso_summary(rows: list[dict]) -> list[str]:
     """Per seed, the leave-one-source-out figures: the macro over the held-out sources of the trained router, `knn`
     and `classifier` (fitted on the same items in the same run), the sources that fell below chance, and, pooled over
     the sources, episodes without an answer and calls per episode on the items no pair answers."""
     lines = []
-    for seed in sorted({r["seed"] for r in rows}):
+    for seed in sorted({r["seed"] for r in rows}, key=str):  # the seeds, then "ensemble"
         loso = [r for r in rows if r["seed"] == seed and r["experiment"].startswith("source:")]
         if not loso:
             continue
@@ -316,8 +335,12 @@ def _plot(rows: list[dict], path: Path) -> None:
         return name
 
     for i, name in enumerate(names):
-        mine = [r for r in rows if r["experiment"] == name]
+        together = [r for r in rows if r["experiment"] == name and r["seed"] == ENSEMBLE]
+        mine = [r for r in rows if r["experiment"] == name and r["seed"] != ENSEMBLE]
         policy = mine[0]["router"]
+        if together:
+            ax.scatter([i + 0.3], [together[0]["after"]], color="tab:purple", marker="*", s=60,
+                       label=label("the seeds together (ensemble)"))
         if "before" in mine[0]["phases"]:  # a registry held out: the policy without it, then with it
             ax.scatter([i - 0.15] * len(mine), [r["before"] for r in mine], color="tab:gray", label=label("before"))
             ax.scatter([i + 0.15] * len(mine), [r["after"] for r in mine], color="tab:blue", label=label("after"))

@@ -311,3 +311,26 @@ def test_embeddings_are_the_sentence_transformers_numbers():
     reference = SentenceTransformer(str(get_model_path()), device="cpu")
     expected = reference.encode(texts, normalize_embeddings=True, convert_to_numpy=True, batch_size=64)
     assert np.array_equal(embed(texts), expected)
+
+
+def test_an_ensemble_decides_with_the_mean_of_its_members(registry, tmp_path):
+    """`neural:A+B` is the two checkpoints deciding together: each action's probability is the mean of theirs, and an
+    action only one member offers (the explicit no-answer of a member that may give up) keeps its share."""
+    from maestro_graph.policy import make_policy
+    from maestro_graph.policy.ensemble import NeuralEnsemble
+
+    a, b = NeuralPolicy(NeuralConfig(seed=1)), NeuralPolicy(NeuralConfig(seed=2, stop_without_answer=True))
+    a.save(tmp_path / "a.safetensors")
+    b.save(tmp_path / "b.safetensors")
+    together = make_policy(f"neural:{tmp_path / 'a.safetensors'}+{tmp_path / 'b.safetensors'}")
+    assert isinstance(together, NeuralEnsemble) and len(together.members) == 2
+    failed = Step(model="zxing", skill="barcode-reading", answer=None)
+    view = _view("How many circles are in the image?", CIRCLES, [failed])
+    space = ActionSpace.build(registry, view)
+    dist, da, db = (p.distribution(view, space) for p in (together, a, b))
+    assert np.isclose(dist.probs.sum(), 1.0) and set(dist.actions) == set(da.actions) | set(db.actions)
+    for action, p in zip(dist.actions, dist.probs):
+        pa = da.probs[da.actions.index(action)] if action in da.actions else 0.0
+        pb = db.probs[db.actions.index(action)] if action in db.actions else 0.0
+        assert p == pytest.approx((pa + pb) / 2)
+    assert Answer(None) in dist.actions and Answer(None) not in da.actions

@@ -3,13 +3,15 @@ the trainers read it directly rather than guessing with getattr."""
 
 from __future__ import annotations
 
-from maestro_graph.policy import OraclePolicy, Policy, PolicyCatalog, make_policy
+from maestro_graph.policy import SHIPPED_CHECKPOINT, OraclePolicy, Policy, PolicyCatalog, make_policy
 from maestro_graph.policy.lm.backends import OpenAILM, ScoringBackend
 
 
 def test_every_policy_declares_the_protocol():
-    policies = [make_policy(name) for name in ("rules", "random", "neural", "fixed:zxing@@barcode-reading",
-                                               "lm:transformers#choice", "lm:openai:http://127.0.0.1:9/v1|x")]
+    shipped = str(SHIPPED_CHECKPOINT)
+    policies = [make_policy(name) for name in ("rules", "random", "neural", f"neural:{shipped}+{shipped}",
+                                               "fixed:zxing@@barcode-reading", "lm:transformers#choice",
+                                               "lm:openai:http://127.0.0.1:9/v1|x")]
     policies.append(OraclePolicy(lambda _: False))
     for policy in policies:
         assert isinstance(policy, Policy), policy

@@ -37,8 +37,9 @@ __all__ = [
 ]
 
 TRAINED_POLICIES = ("best-single", "knn", "classifier")
-POLICY_NAMES = ("neural", "neural:CHECKPOINT", "rules", "random", "fixed:MODEL@@SKILL", *TRAINED_POLICIES, "oracle",
-                "lm:shipped", "lm:transformers", "lm:openai:BASE_URL|MODEL", "lm:FILE.yaml")
+POLICY_NAMES = ("neural", "neural:CHECKPOINT", "neural:CHECKPOINT+CHECKPOINT...", "rules", "random",
+                "fixed:MODEL@@SKILL", *TRAINED_POLICIES, "oracle", "lm:shipped", "lm:transformers",
+                "lm:openai:BASE_URL|MODEL", "lm:FILE.yaml")
 SHIPPED_CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "neural.safetensors"
 """The policy trained by the project's own `maestro train` (see the README for the command)."""
 
@@ -47,9 +48,12 @@ def make_policy(name: str, *, outcomes: "PairOutcomes | None" = None) -> Policy:
     """A policy by name. Trained routers need the pair outcomes of a training file; `oracle` is refused here
     because it needs a per-task judge (see OraclePolicy)."""
     if name == "neural" or name.startswith("neural:"):
+        from .ensemble import ENSEMBLE_SEP, NeuralEnsemble
         from .neural import NeuralPolicy
 
-        return NeuralPolicy.load(name.partition(":")[2] or SHIPPED_CHECKPOINT)
+        paths = (name.partition(":")[2] or str(SHIPPED_CHECKPOINT)).split(ENSEMBLE_SEP)
+        members = [NeuralPolicy.load(path) for path in paths]
+        return members[0] if len(members) == 1 else NeuralEnsemble(members)
     if name == "rules":
         return RulesPolicy()
     if name == "random":
