@@ -169,3 +169,12 @@ def test_an_interrupted_eval_keeps_the_finished_episodes(files, tmp_path):
     kept = [json.loads(line) for line in written.read_text().splitlines()]
     assert 2 <= len(kept) < 40 and all({"id", "answer", "steps", "score"} <= r.keys() for r in kept)
     assert not (out / "results.json").exists()
+
+
+def test_a_long_policy_name_gets_a_short_distinct_file_stem():
+    from maestro_graph.evaluation.evaluate import MAX_STEM, file_stem
+
+    assert file_stem("fixed:rapidocr@@chart-qa") == "fixed_rapidocr__chart-qa"
+    paths = [f"runs/an/experiment/with/a/long/name/source:chartbench/seed{i}/train/policy.safetensors" for i in range(4)]
+    one, two = "neural:" + "+".join(paths), "neural:" + "+".join(paths[::-1])
+    assert len(file_stem(one)) == MAX_STEM and file_stem(one) != file_stem(two)

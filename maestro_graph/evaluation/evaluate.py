@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
@@ -196,7 +197,15 @@ def _record(task: Task, episode: EpisodeResult) -> dict:
     return row
 
 
+MAX_STEM = 120
+"""Longest file stem of a policy's files; a longer name (an ensemble of several checkpoint paths) is cut and keeps
+a digest of the whole, so two names never share a file and no name exceeds a file system's 255 bytes."""
+
+
 def file_stem(policy: str) -> str:
     """A file-name-safe form of a policy name (`fixed:a@@b` -> `fixed_a__b`, paths flattened)."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", policy.replace("@@", "__"))
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", policy.replace("@@", "__"))
+    if len(stem) <= MAX_STEM:
+        return stem
+    return f"{stem[:MAX_STEM - 17]}-{hashlib.sha256(policy.encode()).hexdigest()[:16]}"
 
