@@ -24,13 +24,18 @@ def test_the_benchmark_writes_its_table(tmp_path):
     out = tmp_path / "out"
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "generalisation.py"), "--train",
                           str(tmp_path / "vision" / "tasks.jsonl"), "--tasks", str(tmp_path / "barcode" / "tasks.jsonl"),
-                          "--out", str(out), "--experiments", "barcode", "source:zxing_barcodes", "--seeds", "0", "--steps", "1",
+                          "--out", str(out), "--experiments", "barcode", "source:zxing_barcodes", "--seeds", "0", "1", "--ensemble", "--steps", "1",
                           "--group-size", "2", "--tasks-per-step", "2", "--limit", "3", "--registry", str(registry),
                           "--cache-dir", str(tmp_path / "cache"), "--profile", "--workers", "1"],
                          env=server_env(), capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     rows = json.loads((out / "results.json").read_text())
-    assert [r["experiment"] for r in rows] == ["barcode", "source:zxing_barcodes"]
+    assert [(r["experiment"], r["seed"]) for r in rows] == [
+        ("barcode", 0), ("barcode", 1), ("barcode", "ensemble"),
+        ("source:zxing_barcodes", 0), ("source:zxing_barcodes", 1), ("source:zxing_barcodes", "ensemble")]
+    # the two seeds' checkpoints deciding together were evaluated as one policy
+    together = json.loads((out / "barcode" / "ensemble" / "after" / "results.json").read_text())["policies"]
+    assert any("+" in name and name.startswith("neural:") for name in together)
     assert rows[0]["items"] == 3 and rows[0]["profiled"]
     # every pair of the registry with the readers back was profiled on the training items, the readers included
     profile = json.loads((out / "barcode" / "profile.json").read_text())
@@ -45,11 +50,13 @@ def test_the_benchmark_writes_its_table(tmp_path):
     assert (out / "generalisation.png").stat().st_size
     # leave one source out: one evaluation (the registry is the same), beside knn and classifier fitted on the
     # same training items (none of the held-out source's)
-    loso = rows[1]
+    loso = rows[3]
     assert loso["before"] == loso["after"] and {"knn", "classifier"} <= set(loso)
     assert not (out / "source:zxing_barcodes" / "seed0" / "before").exists()
     assert loso["chance"] == 0.0  # free-form barcode answers: a guess scores nothing
-    assert "Leave-one-source-out, seed 0, macro over 1 held-out sources: neural" in (out / "table.md").read_text()
+    table = (out / "table.md").read_text()
+    assert "Leave-one-source-out, seed 0, macro over 1 held-out sources: neural" in table
+    assert "Leave-one-source-out, seed ensemble, macro over 1 held-out sources: neural" in table
 
 
 def test_the_lm_router_trains_without_the_held_out_cards_and_meets_them_after(tmp_path):
