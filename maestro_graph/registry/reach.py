@@ -54,6 +54,9 @@ def reach_path(profile: str | Path) -> Path:
 
 @dataclass(frozen=True)
 class Reach:
+    """What a registry's pairs answered on its calibration items, kept as the routers see the questions, so a new
+    question can be compared with them without running any pair."""
+
     features: np.ndarray
     """(items, QUESTION_DIM) unit rows: each calibration question's features."""
     answered: np.ndarray
