@@ -499,6 +499,7 @@ def serve(
     max_body_bytes: int = typer.Option(20_000_000, min=1, help="Largest request body (413 beyond)."),
     max_image_bytes: int = typer.Option(8_000_000, min=1, help="Largest image (413 beyond)."),
     max_turns: int = typer.Option(4, min=1, help="Default and largest turn budget."),
+    reach_floor: float = ReachFloorOpt,
     cache_dir: Optional[Path] = typer.Option(None, help="Persistent cache of expert calls (default: none)."),
     cache_url: Optional[str] = typer.Option(None, "--cache-url", help="Shared expert cache on Redis "
                                             "(redis://HOST:PORT/DB) for all replicas; needs --cache-dir (fallback)."),
@@ -523,7 +524,7 @@ def serve(
             checkpoint_db=checkpoint_db,
             allowed_image_hosts=tuple(allow_image_host), image_dirs=tuple(image_dir), max_episodes=max_episodes,
             workers=workers, request_timeout_s=timeout_s, max_body_bytes=max_body_bytes,
-            max_image_bytes=max_image_bytes, max_turns=max_turns,
+            max_image_bytes=max_image_bytes, max_turns=max_turns, reach_floor=reach_floor,
             **({"api_key_env": api_key_env} if api_key_env else {}),
         )
         app_ = create_app(_registry(registry, cache_dir, cache_url), settings)

@@ -133,3 +133,22 @@ def test_a_reach_round_trips_and_refuses_features_of_another_size(tmp_path):
     with pytest.raises(ConfigError) as caught:
         Reach.read(tmp_path / "small.safetensors", {"a@@b": "f1"})
     assert caught.value.field == "features"
+
+
+def test_a_server_with_a_reach_floor_answers_out_of_reach_questions_without_calls(profiled):
+    """`maestro serve --reach-floor 0.35` (ServeSettings.reach_floor), on a real loopback server: the operator's
+    setting reaches every episode, and the trace says why nothing was called."""
+    import openai
+
+    from maestro_graph.serve import ServeSettings, create_app
+    from servers import data_url, running_app
+
+    image = BARCODES / json.loads((BARCODES / "tasks.jsonl").read_text().splitlines()[1])["images"][0]
+    messages = [{"role": "user", "content": [
+        {"type": "text", "text": "How many circles are there in the figure?"},
+        {"type": "image_url", "image_url": {"url": data_url(image)}}]}]
+    app = create_app(Registry.load(profiled / "registry.yaml"), ServeSettings(policy="rules", reach_floor=0.35))
+    with running_app(app) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        trace = client.chat.completions.create(model="maestro", messages=messages).model_extra["maestro"]
+    assert trace["steps"] == [] and trace["stop_reason"].startswith("out of reach")

@@ -178,7 +178,8 @@ class EpisodeService:
                 raise ApiError(400, "invalid_policy", str(exc), param="policy") from exc
         turns = min(max_turns or self.settings.max_turns, self.settings.max_turns)
         cost = min(self.settings.max_cost if max_cost is None else max_cost, self.settings.max_cost)
-        return MaestroContext(max_turns=turns, max_cost=cost, policy=policy, greedy=True)
+        return MaestroContext(max_turns=turns, max_cost=cost, policy=policy, greedy=True,
+                              reach_floor=self.settings.reach_floor)
 
     def thread_for(self, requested: str | None) -> str | None:
         """The thread id of a request: the client's, a new one when checkpointing is on, or None."""
