@@ -454,12 +454,11 @@ def registry_profile(
     named = reg.config.profile_path()
     target = out or named or config_path.with_name(f"{config_path.stem}.profile.json")
     outcomes = measure_pairs(reg, items, workers=workers)
-    profile = outcomes.write_profile(reg, " + ".join(map(str, tasks)), target)
+    profile, reach = outcomes.write_profile(reg, " + ".join(map(str, tasks)), target)
     for entry in profile.pairs:
         family = "unknown" if entry.family_accuracy is None else f"{entry.family_accuracy:.3f}"
         console.print(f"{entry.pair}: {entry.accuracy:.3f} on {entry.items} items, {family} on the "
                       f"{entry.family_items} its family answers, mean cost {entry.mean_cost:g}")
-    reach = outcomes.reach(reg)
     console.print(f"reach: some pair answered {int(reach.answered.sum())} of {len(reach.answered)} items; an episode "
                   f"stops before its first call where fewer of the {reach.k} most similar were answered than the run "
                   f"context's reach_floor ({reach_path(target)})")

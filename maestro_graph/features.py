@@ -13,8 +13,8 @@ from .embeddings import EMBED_DIM, embed
 from .errors import InputError
 from .images import load_image
 
-__all__ = ["IMAGE_DIM", "image_descriptors", "nearest_mean", "question_features", "unit_rows", "QUESTION_DIM",
-           "DESCRIPTION_CAP"]
+__all__ = ["IMAGE_DIM", "image_descriptors", "nearest", "question_features", "similarity_mean", "unit_rows",
+           "QUESTION_DIM", "DESCRIPTION_CAP"]
 
 IMAGE_DIM = 8
 QUESTION_DIM = EMBED_DIM + IMAGE_DIM
@@ -70,10 +70,15 @@ def unit_rows(features: np.ndarray) -> np.ndarray:
     return (features / np.where(norms > 0, norms, 1.0)).astype(np.float32)
 
 
-def nearest_mean(rows: np.ndarray, values: np.ndarray, query: np.ndarray, k: int) -> np.ndarray:
-    """The mean of `values` over the k `rows` (unit length) most similar to `query`, weighted by cosine similarity:
-    what questions like this one scored (the kNN router's pair scores, a registry's reach)."""
+def nearest(rows: np.ndarray, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The indices of the k `rows` (unit length) most similar to `query`, and their cosine similarities."""
     sims = rows @ unit_rows(query)
-    nearest = np.argsort(-sims)[: min(k, len(rows))]
-    weights = np.maximum(sims[nearest], 0) + 1e-6
-    return (weights.reshape(-1, *[1] * (values.ndim - 1)) * values[nearest]).sum(0) / weights.sum()
+    index = np.argsort(-sims)[: min(k, len(rows))]
+    return index, sims[index]
+
+
+def similarity_mean(values: np.ndarray, sims: np.ndarray) -> np.ndarray:
+    """The mean of `values` (one row per neighbour) weighted by the neighbours' cosine similarities: what questions
+    like this one scored (the kNN router's pair scores, a registry's reach)."""
+    weights = np.maximum(sims, 0) + 1e-6
+    return (weights.reshape(-1, *[1] * (values.ndim - 1)) * values).sum(0) / weights.sum()

@@ -110,13 +110,13 @@ class PairOutcomes:
         return Reach.measure(self.questions, self.images, self.choices, (self.scores >= 0.5).any(axis=1),
                              {pair: fingerprints[pair] for pair in self.pairs})
 
-    def write_profile(self, registry: Registry, calibration: str, path: str | Path) -> ProfileFile:
+    def write_profile(self, registry: Registry, calibration: str, path: str | Path) -> tuple[ProfileFile, Reach]:
         """The profile file at `path` and its reach beside it (`reach_path`): what `maestro registry profile` and
         the experiments write."""
-        profile = self.profile(registry, calibration)
+        profile, reach = self.profile(registry, calibration), self.reach(registry)
         profile.save(path)
-        self.reach(registry).save(reach_path(path))
-        return profile
+        reach.save(reach_path(path))
+        return profile, reach
 
     def save(self, path: str | Path) -> None:
         data = {k: getattr(self, k) for k in ("task_ids", "questions", "images", "choices", "sources", "pairs")}

@@ -30,14 +30,10 @@ class NeuralEnsemble:
     def distribution(self, view: EpisodeView, space: ActionSpace) -> Distribution:
         """The mean of the members' distributions; an action only some members offer (a member that may give up
         where another may not) counts as probability 0 for the others."""
-        actions: list = []
-        total: list[float] = []
+        total: dict = {}
         for member in self.members:
             dist = member.distribution(view, space)
             for action, p in zip(dist.actions, dist.probs):
-                if action not in actions:
-                    actions.append(action)
-                    total.append(0.0)
-                total[actions.index(action)] += float(p)
-        probs = np.asarray(total) / len(self.members)
-        return Distribution(tuple(actions), probs / probs.sum())
+                total[action] = total.get(action, 0.0) + float(p)
+        probs = np.asarray(list(total.values()))
+        return Distribution(tuple(total), probs / probs.sum())

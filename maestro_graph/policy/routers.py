@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from ..pair_outcomes import PairOutcomes
-from ..features import nearest_mean, question_features, unit_rows
+from ..features import nearest, question_features, similarity_mean, unit_rows
 from ..registry import Pair
 from .base import EpisodeView
 from .simple import RankingPolicy
@@ -49,7 +49,8 @@ class KnnPolicy(RankingPolicy):
 
     def pair_scores(self, view: EpisodeView, pairs: list[Pair]) -> list[float]:
         q = question_features([view.question], [view.images], [view.choices])[0]
-        values = nearest_mean(self.train, self.scores, q, self.k) + 1e-3 * self.prior
+        index, sims = nearest(self.train, q, self.k)
+        values = similarity_mean(self.scores[index], sims) + 1e-3 * self.prior
         return _lookup(self.pairs, values, pairs)
 
 

@@ -5,7 +5,7 @@ trying unrelated pairs.
 `maestro registry profile` measures every pair on every calibration item anyway; the reach keeps, per item, the
 question's features (as the routers see them: never its answer, source or domain) and whether any pair got it
 right, in a safetensors file beside the profile. The estimate for a new question is the similarity-weighted share of
-its nearest calibration questions that some pair answered (features.nearest_mean, as the kNN router scores pairs),
+its nearest calibration questions that some pair answered (features.similarity_mean, as the kNN router scores pairs),
 and only for a question close to them: the nearest questions of a kind never calibrated are of other kinds.
 
 A reach holds only for the pairs it measured: a registry with a pair the calibration did not run (an expert added
@@ -26,7 +26,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save as safetensors_bytes
 
 from ..errors import ConfigError
-from ..features import QUESTION_DIM, nearest_mean, question_features, unit_rows
+from ..features import QUESTION_DIM, nearest, question_features, similarity_mean, unit_rows
 
 __all__ = ["REACH_FLOOR", "REACH_FORMAT", "REACH_K", "REACH_SIMILARITY", "Reach", "reach_path"]
 
@@ -75,10 +75,9 @@ class Reach:
         """How likely some pair answers this question: the share of the k most similar calibration questions that
         some pair answered, weighted by similarity; None (unknown) where those k are on average less similar than
         `REACH_SIMILARITY`."""
-        query = unit_rows(question_features([question], [images], [list(choices) if choices else None])[0])
-        if np.sort(self.features @ query)[-self.k:].mean() < REACH_SIMILARITY:
-            return None
-        return float(nearest_mean(self.features, self.answered, query, self.k))
+        query = question_features([question], [images], [list(choices) if choices else None])[0]
+        index, sims = nearest(self.features, query, self.k)
+        return float(similarity_mean(self.answered[index], sims)) if sims.mean() >= REACH_SIMILARITY else None
 
     def uncovered(self, current: dict[str, str]) -> list[str]:
         """The pairs of `current` (fingerprint by id) this reach did not measure, as they are now."""

@@ -103,9 +103,10 @@ class Registry:
 
     def _profiled(self, profile: str | Path) -> "Registry":
         """This registry reading the profile file at `profile` and the reach beside it (their fitting parts)."""
-        self.profiles = read_profile(profile, self.pair_cards())
+        cards = self.pair_cards()
+        self.profiles = read_profile(profile, cards)
         available = set(self.pair_ids())
-        current = {pair: fp for pair, fp in pair_fingerprints(self.pair_cards()).items() if pair in available}
+        current = {pair: fp for pair, fp in pair_fingerprints(cards).items() if pair in available}
         self.reach = Reach.read(reach_path(profile), current)
         return self
 
