@@ -126,7 +126,6 @@ def ask(
     """Answer QUESTION about the images and print the answer with a table of the steps taken."""
     _threads()
     from .graph import MaestroContext, build_graph
-    from .types import StopReason
     from .images import load_image
     from .policy import DEFAULT_POLICY, make_policy
     from .runner import run_episode
@@ -179,7 +178,7 @@ def ask(
     console.print(table)
     if result.answer is None:
         _fail(f"no answer ({result.stop_reason})", code=1)
-    nobody = "no expert was asked" if result.stop == StopReason.OUT_OF_REACH else \
+    nobody = "no expert was asked" if not result.steps else \
         "no expert answered in the form the question asks for"
     marked = {"guess": f"   [yellow](a guess: {nobody})[/yellow]",
               "candidate": "   [yellow](an expert's answer the policy did not give)[/yellow]"}

@@ -258,11 +258,13 @@ def build_graph(
             return Command(goto=ANSWER, update={"answer": None, **_stop(StopReason.OUT_OF_REACH, detail),
                                                 "decisions": [decision.model_dump()]})
         space = ActionSpace.build(registry, view)
-        if view.budget_spent and len(space.answers) == 1:  # nothing left to decide: the graph answers
+        if not space.pairs and len(space.answers) == 1:  # nothing left to decide: the graph answers
             only = space.answers[0]
             decision = Decision.of(only, turn=view.turn, policy=policy.name, log_prob=0.0, entropy=0.0, forced=True)
-            return Command(goto=ANSWER, update={"answer": only.text, **_ending(view, only.text),
-                                                "decisions": [decision.model_dump()]})
+            ending = _ending(view, only.text)
+            if space.declined and ending["stop"] == StopReason.POLICY:  # every pair left is one its skill declines
+                ending = _stop(StopReason.OUT_OF_REACH, "; ".join(f"{skill}: {why}" for skill, why in space.declined))
+            return Command(goto=ANSWER, update={"answer": only.text, **ending, "decisions": [decision.model_dump()]})
         cancel = current_cancel()  # a router LM's blocking call is abandoned when the episode is cancelled
         started = time.perf_counter()
         dist = policy.distribution(view, space) if cancel is None else run_abandonable(

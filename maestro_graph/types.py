@@ -16,9 +16,10 @@ PAIR_SEP = "@@"
 
 class StopReason(StrEnum):
     """Why an episode ended, set where it ends. The policy answered; the turn or cost budget ran out (the answer is
-    the policy's pick among the candidates); no pair reaches questions like this one (the registry's reach is below
-    the run's floor: the graph answered before any call); the input was at fault (refused image, bad context, every step failed
-    on its input); the caller went away; or the episode itself crashed (a batch run records it and goes on)."""
+    the policy's pick among the candidates); nothing fits (every pair left belongs to a skill that declines the
+    question from its text, or the registry's reach is below the run's floor: the graph answered without another
+    call); the input was at fault (refused image, bad context, every step failed on its input); the caller went away;
+    or the episode itself crashed (a batch run records it and goes on)."""
 
     POLICY = "policy"
     BUDGET = "budget"

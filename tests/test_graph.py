@@ -120,8 +120,8 @@ def test_a_policy_that_ignores_the_spent_budget_is_overruled_and_logged(registry
 def test_random_policy_samples_even_in_a_greedy_run(registry):
     """`random` is a baseline: under the default (greedy) context it must still pick at random, per seed."""
     graph = build_graph(registry, make_policy("random"))
-    first = {run_episode(graph, COUNT_Q, [CIRCLES], context=MaestroContext(max_turns=1, seed=seed)).steps[0].pair
-             for seed in range(12)}
+    runs = [run_episode(graph, COUNT_Q, [CIRCLES], context=MaestroContext(max_turns=1, seed=seed)) for seed in range(12)]
+    first = {r.steps[0].pair for r in runs if r.steps}  # answering at once (no answer) is one of its draws too
     assert len(first) >= 3, first
 
 

@@ -94,22 +94,29 @@ class EpisodeView:
 
 @dataclass(frozen=True)
 class ActionSpace:
-    """The actions valid now: invoking any available compatible pair whose call cost fits the budget, or answering
-    with one of the candidates (or an explicit no-answer when there is none). Once the budget is spent, only
-    answers."""
+    """The actions valid now: invoking any available compatible pair whose call cost fits the budget and whose skill
+    does not decline the question from its text (`SkillSpec.declines`: such a call is bound to return nothing, so
+    no policy spends a turn on it), or answering with one of the candidates (or an explicit no-answer when there is
+    none). Once the budget is spent, only answers."""
 
     pairs: tuple[Pair, ...]
     answers: tuple[Answer, ...]
     registry_pairs: tuple[Pair, ...] = ()
     """Every pair of the registry, callable now or not: the cards of the steps already taken."""
+    declined: tuple[tuple[str, str], ...] = ()
+    """(skill, reason) for each skill of an affordable pair that declined the question: why those pairs are out."""
 
     @classmethod
     def build(cls, registry: Registry, view: EpisodeView) -> "ActionSpace":
         every = tuple(registry.pairs())
-        pairs = () if view.budget_spent else tuple(p for p in every if p.model.cost.per_call <= view.cost_left)
+        affordable = () if view.budget_spent else tuple(p for p in every if p.model.cost.per_call <= view.cost_left)
+        reasons = {p.skill.name: p.skill.declines(view.question, view.choices)
+                   for p in {p.skill.name: p for p in affordable}.values()}
+        pairs = tuple(p for p in affordable if not reasons[p.skill.name])
         candidates = view.candidates()
         answers = tuple(Answer(c) for c in candidates) if candidates else (Answer(None),)
-        return cls(pairs, answers, every)
+        declined = tuple(sorted((skill, reason) for skill, reason in reasons.items() if reason))
+        return cls(pairs, answers, every, declined)
 
     @property
     def invokes(self) -> tuple[Invoke, ...]:

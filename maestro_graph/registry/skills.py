@@ -8,6 +8,12 @@ and the code are read on first use. Our own keys live under `metadata:` (strings
       requires: "ocr"                # capabilities the model must have (comma-separated, all required)
       entry: "skill.py:run"          # file inside the folder, and the function to call
       keywords: "chart, bar, plot"   # optional, read by the keyword-rules policy
+      declines: "declines"           # optional: a function of the entry file, (request, choices) -> reason | None
+
+A skill whose answer hinges on what the question asks (a count, a sum, a code) can say from the question alone that
+it has nothing to answer with; `declines` says so before any model runs, the action space leaves such pairs out
+(invalid-action masking: no turn is spent on a call bound to return nothing), and the skill's entry declines through
+the same function, so the two never disagree.
 
 Skill code is trusted: it is imported and run in-process with the process's rights, with no sandbox, like an
 installed package. Only the operator adds skill folders; nothing a client sends names one.
@@ -21,6 +27,7 @@ import re
 import sys
 import types
 import threading
+import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -57,8 +64,10 @@ class SkillSpec:
     folder: Path
     keywords: tuple[str, ...] = ()
     version: str = "1"
+    declines_func: str | None = None
+    """The entry file's function that says, from the request's text alone, why the skill has nothing to answer."""
     _body: str | None = field(default=None, repr=False)
-    _func: Callable[..., Any] | None = field(default=None, repr=False)
+    _module: types.ModuleType | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @cached_property
@@ -85,12 +94,39 @@ class SkillSpec:
     @property
     def run(self) -> Callable[..., Any]:
         """The entry function, imported from the folder's file on first use."""
-        with self._lock:
-            if self._func is None:
-                self._func = self._import()
-            return self._func
+        return self._function(self.entry_func, "entry")
 
-    def _import(self) -> Callable[..., Any]:
+    def declines(self, request: str, choices: list[str] | tuple[str, ...] | None) -> str | None:
+        """Why this skill has nothing to answer `request` with, read from its text (and choices) alone; None when it
+        may answer, when it has no `declines` function, and when that check fails (with a warning naming the skill:
+        a broken check must not hide a skill that works)."""
+        if self.declines_func is None:
+            return None
+        try:
+            reason = self._function(self.declines_func, "declines")(request, list(choices) if choices else None)
+        except Exception as exc:  # skill code is third-party: it may fail, the episode goes on
+            warnings.warn(f"skill {self.name!r}: {self.declines_func}() failed ({exc.__class__.__name__}: {exc}); "
+                          "the skill stays callable", stacklevel=2)
+            return None
+        return str(reason) if reason else None
+
+    def _function(self, name: str, key: str) -> Callable[..., Any]:
+        """A function of the entry file, which is imported on first use."""
+        with self._lock:
+            if self._module is None:
+                self._module = self._import()
+        func = getattr(self._module, name, None)
+        if not callable(func):
+            raise SkillError(
+                f"{self.folder / self.entry_file} has no function {name!r}; "
+                + (f"a skill entry is `def {name}(ctx, ...)`" if key == "entry"
+                   else f"a `declines` function is `def {name}(request, choices) -> str | None`"),
+                file=str(self.skill_md),
+                field=f"metadata.{key}",
+            )
+        return func
+
+    def _import(self) -> types.ModuleType:
         """Import the entry file as a module of a package made of the skill folder, so skill code can split itself
         into modules and use relative imports (`from .parse import table`)."""
         path = self.folder / self.entry_file
@@ -117,14 +153,7 @@ class SkillSpec:
                 file=str(self.skill_md),
                 field="metadata.entry",
             ) from exc
-        func = getattr(module, self.entry_func, None)
-        if not callable(func):
-            raise SkillError(
-                f"{path} has no function {self.entry_func!r}; a skill entry is `def {self.entry_func}(ctx, ...)`",
-                file=str(self.skill_md),
-                field="metadata.entry",
-            )
-        return func
+        return module
 
 
 def _problems(folder: Path, front: dict) -> list[tuple[str, str]]:
@@ -161,6 +190,9 @@ def _problems(folder: Path, front: dict) -> list[tuple[str, str]]:
                                            "loads only from its own folder"))
     elif not (folder / file_part).is_file():
         problems.append(("metadata.entry", f"file {file_part!r} does not exist in {folder}"))
+    declines = meta.get("declines")
+    if declines is not None and not str(declines).isidentifier():
+        problems.append(("metadata.declines", f"must name a function of the entry file; got {declines!r}"))
     return problems
 
 
@@ -197,6 +229,7 @@ def load_skill(folder: str | Path) -> SkillSpec:
         folder=folder.resolve(),
         keywords=_split_csv(meta.get("keywords", "")),
         version=str(meta.get("version", "1")),
+        declines_func=meta.get("declines"),
     )
 
 

@@ -229,14 +229,19 @@ def _format(value: str) -> str:
     return str(int(rounded)) if math.isclose(rounded, round(rounded)) else f"{rounded:.2f}".rstrip("0").rstrip(".")
 
 
+def declines(request: str, choices: list[str] | None) -> str | None:
+    """A text with fewer than two quantities is no word problem: declined before any call. Options written in the
+    text are not givens ("(a) 0.5 (b) 2" is no sum)."""
+    quantities, _ = parse_problem(question_stem(request))
+    return f"found {len(quantities)} quantity in the text; a word problem needs two or more" \
+        if len(quantities) < 2 else None
+
+
 def run(ctx) -> SkillResult:
-    problem = question_stem(ctx.request)  # options written in the text are not givens: "(a) 0.5 (b) 2" is no sum
-    planned = plan(problem)
-    if planned is None:
-        quantities, _ = parse_problem(problem)
-        return SkillResult(evidence=f"found {len(quantities)} quantity in the text; a word problem needs two or more",
-                           answer=None, confidence=0.0)
-    operation, expression, confidence = planned
+    reason = declines(ctx.request, ctx.choices)
+    if reason:
+        return SkillResult(evidence=reason, answer=None, confidence=0.0)
+    operation, expression, confidence = plan(question_stem(ctx.request))
     value = _format(str(ctx.use("calculator", expression=expression)))
     evidence = f"{operation}: {expression} = {value}"
     if ctx.choices:

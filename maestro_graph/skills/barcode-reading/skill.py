@@ -30,18 +30,22 @@ _EXISTS_RE = re.compile(
     r"^\s*(is|are) there\b|^\s*(does|do) (the|this|these) (image|picture|photo)s? (contain|have|show)", re.I
 )
 _CODE_RE = re.compile(r"\b(codes?|barcodes?|qr|symbols?|data\s*matrix|aztec|pdf\s*417|ean|upc|isbn)\b", re.I)
-"""A question about codes names one: "Is there a dog?" is not asking this skill (which would answer "no")."""
+_DECODE_RE = re.compile(r"\b(encod\w*|decod\w*|scan\w*)\b", re.I)
+"""A question about codes names one or speaks of decoding: "Is there a dog?" or "Which year had the highest
+revenue?" is not asking this skill (which would answer "no", or a code's digits)."""
 _FORMAT_RE = re.compile(r"\b(format|symbology|type|kind)\b", re.I)
 _VALUE_RE = re.compile(r"\b(encoded|encode|value|text|content|contents|says?|read|data|url|link|digits)\b", re.I)
 
 
 def _intent(question: str) -> str:
-    """What the question asks for: "count", "exists", "format" or "value" (the default); "other" for a yes/no
-    question about something else than codes ("Is there a dog?"), which this skill declines."""
+    """What the question asks for: "count", "exists", "format" or "value" (the default); "other" for a question
+    that neither names a code nor speaks of decoding one ("Is there a dog?"), which this skill declines."""
+    if not _CODE_RE.search(question) and not _DECODE_RE.search(question):
+        return "other"
     if _COUNT_RE.search(question):
         return "count"
     if _EXISTS_RE.search(question):
-        return "exists" if _CODE_RE.search(question) else "other"
+        return "exists"
     if _FORMAT_RE.search(question) and not _VALUE_RE.search(question):
         return "format"
     return "value"
@@ -81,18 +85,22 @@ def _pick_choice(answer: str, choices: list[str]) -> str | None:
     return containing[0] if len(containing) == 1 else None
 
 
+def declines(request: str, choices: list[str] | None) -> str | None:
+    """A question about something other than codes is declined before any decoding."""
+    return "the question asks about something other than codes" if _intent(request) == "other" else None
+
+
 def run(ctx) -> SkillResult:
     question = ctx.request
+    reason = declines(question, ctx.choices)
+    if reason:
+        return SkillResult(evidence=reason, answer=None, confidence=0.0)
     codes = [code for image in ctx.images for code in ctx.use("barcode", image=image)]
     kind = _kind_pattern(question)
     of_kind = [c for c in codes if kind is None or re.search(kind, c.format, re.I)]
     found = f": {_describe(codes)}" if codes else " (none found)"
     evidence = f"{ctx.model.name} decoded {len(codes)} code(s){found}"
     intent = _intent(question)
-
-    if intent == "other":
-        return SkillResult(evidence=f"{evidence}; the question asks about something other than codes", answer=None,
-                           confidence=0.0)
     if intent == "count":
         answer, confidence = str(len(of_kind)), (0.8 if codes else 0.3)  # a code the model missed is uncounted
     elif intent == "exists":
