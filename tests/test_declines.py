@@ -48,6 +48,7 @@ def _space(registry: Registry, question: str, choices=None) -> ActionSpace:
     ("How many circles are in the image?", {"counting"}),
     ("Tom has 3 apples and buys 5 more. How many apples does he have?", {"arithmetic"}),  # apples: no shape
     ("What is the title of this chart?", set()),
+    ("Between 2010 and 2015, which year had the highest revenue?", set()),  # two numbers, no operation to do
 ])
 def test_pairs_whose_skill_declines_the_question_leave_the_action_space(small, question, callable_skills):
     space = _space(small, question)
