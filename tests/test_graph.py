@@ -96,7 +96,7 @@ def test_spent_budget_leaves_the_answer_to_the_policy(registry):
     most confident candidate, which the counting expert's 7 would be)."""
     policy = _ScriptedPolicy(["sympy@@arithmetic", "opencv-vision@@counting"])
     graph = build_graph(registry, policy)
-    result = run_episode(graph, "How many circles are in the image? 2+3", [CIRCLES],
+    result = run_episode(graph, "How many circles are in the image? 2 plus 3", [CIRCLES],
                          context=MaestroContext(max_turns=2))
     assert [s.answer for s in result.steps] == ["5", "7"]
     assert result.answer == "5" and result.stop_reason == "budget"
@@ -108,7 +108,7 @@ def test_a_policy_that_ignores_the_spent_budget_is_overruled_and_logged(registry
     and carries no log-probability (the policy never drew that answer: -inf is not even valid JSON)."""
     policy = _ScriptedPolicy(["sympy@@arithmetic", "opencv-vision@@counting", "rapidocr@@text-reading"])
     graph = build_graph(registry, policy)
-    events = [e for mode, e in graph.stream({"question": "How many circles are in the image? 2+3", "images": [CIRCLES]},
+    events = [e for mode, e in graph.stream({"question": "How many circles are in the image? 2 plus 3", "images": [CIRCLES]},
                                             stream_mode=["custom", "values"], context=MaestroContext(max_turns=2))
               if mode == "custom" and e["event"] == "decision"]
     last = events[-1]

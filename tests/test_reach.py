@@ -25,12 +25,21 @@ from maestro_graph.types import StopReason
 
 SKILLS = Path(__file__).resolve().parents[1] / "maestro_graph" / "skills"
 BARCODES = Path(__file__).parent / "data" / "real" / "barcode"
-UNREACHED = ["How many circles are drawn in the figure?", "How many circles can you count in this picture?",
-             "Count the circles in the figure: how many are there?", "How many circles does the figure show?",
-             "What is the number of circles in the figure?", "How many circles are in this image?",
-             "How many circles are there in the picture?", "How many circles appear in the figure?",
-             "How many circles do you see in the figure?", "How many circles are shown in the figure?",
-             "Give the number of circles in the figure.", "How many circles can be seen in the image?"]
+ASKED = "How many circles around the code are there in the figure?"
+UNREACHED = [
+    "How many circles around the code are drawn in the figure?",
+    "How many circles around the code can you count in this picture?",
+    "Count the circles around the code in the figure: how many are there?",
+    "How many circles around the code does the figure show?",
+    "What is the number of circles around the code in the figure?",
+    "How many circles around the code are in this image?",
+    "How many circles around the code are there in the picture?",
+    "How many circles around the code appear in the figure?",
+    "How many circles around the code do you see in the figure?",
+    "How many circles around the code are shown in the figure?",
+    "Give the number of circles around the code in the figure.",
+    "How many circles around the code can be seen in the image?",
+]
 
 
 def _card(name: str, entry: str) -> dict:
@@ -52,7 +61,8 @@ def _registry_file(folder: Path, models: list[dict]) -> Path:
 @pytest.fixture(scope="module")
 def profiled(tmp_path_factory) -> Path:
     """A profiled barcode registry: four real barcode items the readers decode, and twelve counting questions about
-    the same images that no reader answers."""
+    the same images that no reader answers (they name the code, so the readers take them: the reach, not the skill's
+    `declines`, is what stops them)."""
     folder = tmp_path_factory.mktemp("reach")
     items = [json.loads(line) for line in (BARCODES / "tasks.jsonl").read_text().splitlines()[:4]]
     for item in items:
@@ -75,8 +85,8 @@ def test_profiling_writes_the_reach_and_it_separates_what_the_pairs_answer(profi
     reach = registry.reach
     assert reach is not None and reach.answered.tolist().count(1.0) >= 3 and reach.answered[4:].sum() == 0
     image = [str(BARCODES / json.loads((BARCODES / "tasks.jsonl").read_text().splitlines()[0])["images"][0])]
-    assert reach.estimate("How many circles are there in the figure?", image, None) < 0.35
-    assert reach.estimate("How many circles are there in the figure?", [], None) is None  # unlike all: unknown
+    assert reach.estimate(ASKED, image, None) < 0.35
+    assert reach.estimate(ASKED, [], None) is None  # unlike all: unknown
 
 
 def test_a_question_out_of_reach_stops_before_any_call_with_a_marked_guess(profiled):
@@ -84,11 +94,11 @@ def test_a_question_out_of_reach_stops_before_any_call_with_a_marked_guess(profi
     graph = build_graph(registry, make_policy("rules"))
     image = [str(BARCODES / json.loads((BARCODES / "tasks.jsonl").read_text().splitlines()[1])["images"][0])]
     floor = MaestroContext(reach_floor=0.35)
-    out = run_episode(graph, "How many circles are there in the figure?", image, ["2", "3", "4"], context=floor)
+    out = run_episode(graph, ASKED, image, ["2", "3", "4"], context=floor)
     assert out.steps == [] and out.stop == StopReason.OUT_OF_REACH and "floor 0.35" in out.stop_reason
     assert out.answer in {"2", "3", "4"} and out.answer_source == "guess"
     # off by default (a floor of 0): the same question is tried with the readers
-    tried = run_episode(graph, "How many circles are there in the figure?", image, ["2", "3", "4"])
+    tried = run_episode(graph, ASKED, image, ["2", "3", "4"])
     assert tried.steps and tried.stop != StopReason.OUT_OF_REACH
     # what the readers answer is routed as before
     decoded = run_episode(graph, "What is the value encoded in this barcode?", image, context=floor)
@@ -145,7 +155,7 @@ def test_a_server_with_a_reach_floor_answers_out_of_reach_questions_without_call
 
     image = BARCODES / json.loads((BARCODES / "tasks.jsonl").read_text().splitlines()[1])["images"][0]
     messages = [{"role": "user", "content": [
-        {"type": "text", "text": "How many circles are there in the figure?"},
+        {"type": "text", "text": ASKED},
         {"type": "image_url", "image_url": {"url": data_url(image)}}]}]
     app = create_app(Registry.load(profiled / "registry.yaml"), ServeSettings(policy="rules", reach_floor=0.35))
     with running_app(app) as url:
