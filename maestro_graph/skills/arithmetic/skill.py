@@ -245,10 +245,10 @@ def declines(request: str, choices: list[str] | None) -> str | None:
 
 
 def run(ctx) -> SkillResult:
-    reason = declines(ctx.request, ctx.choices)
-    if reason:
-        return SkillResult(evidence=reason, answer=None, confidence=0.0)
-    operation, expression, confidence = plan(question_stem(ctx.request))
+    planned = plan(question_stem(ctx.request))
+    if planned is None:
+        return SkillResult(evidence=declines(ctx.request, ctx.choices), answer=None, confidence=0.0)
+    operation, expression, confidence = planned
     value = _format(str(ctx.use("calculator", expression=expression)))
     evidence = f"{operation}: {expression} = {value}"
     if ctx.choices:
