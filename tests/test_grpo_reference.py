@@ -2,7 +2,9 @@
 decisions the graph recorded instead of re-deriving them). tests/data/grpo_step_reference.json was written by the
 same setup from the tree of commit 5a2d9a3, before the change: per tensor its sum, its norm and its first values.
 Rewritten once since, by the same setup, when the network gained the pairs' accuracy inputs and priors (profiles;
-other initial weights, so another update: rewards and accuracy of the step unchanged, 32 decisions instead of 33)."""
+other initial weights, so another update: rewards and accuracy of the step unchanged, 32 decisions instead of 33),
+and once more when the action space began to leave out pairs whose skill declines the question (the barcode items'
+questions no longer offer counting or arithmetic: reward and accuracy unchanged, 29 decisions instead of 32)."""
 
 from __future__ import annotations
 
