@@ -232,22 +232,26 @@ def _format(value: str) -> str:
     return str(int(rounded)) if math.isclose(rounded, round(rounded)) else f"{rounded:.2f}".rstrip("0").rstrip(".")
 
 
-def declines(request: str, choices: list[str] | None) -> str | None:
-    """A text with fewer than two quantities, or whose wording settles no operation, is no word problem this skill
-    solves: declined before any call. Options written in the text are not givens ("(a) 0.5 (b) 2" is no sum)."""
-    problem = question_stem(request)
-    if plan(problem) is not None:
-        return None
+def _unplanned(problem: str) -> str:
+    """Why `plan` found no word problem in `problem`."""
     quantities, _ = parse_problem(problem)
     if len(quantities) < 2:
         return f"found {len(quantities)} quantity in the text; a word problem needs two or more"
     return f"found {len(quantities)} quantities and no word saying what to do with them"
 
 
+def declines(request: str, choices: list[str] | None) -> str | None:
+    """A text with fewer than two quantities, or whose wording settles no operation, is no word problem this skill
+    solves: declined before any call. Options written in the text are not givens ("(a) 0.5 (b) 2" is no sum)."""
+    problem = question_stem(request)
+    return None if plan(problem) is not None else _unplanned(problem)
+
+
 def run(ctx) -> SkillResult:
-    planned = plan(question_stem(ctx.request))
+    problem = question_stem(ctx.request)
+    planned = plan(problem)
     if planned is None:
-        return SkillResult(evidence=declines(ctx.request, ctx.choices), answer=None, confidence=0.0)
+        return SkillResult(evidence=_unplanned(problem), answer=None, confidence=0.0)
     operation, expression, confidence = planned
     value = _format(str(ctx.use("calculator", expression=expression)))
     evidence = f"{operation}: {expression} = {value}"

@@ -85,22 +85,24 @@ def _pick_choice(answer: str, choices: list[str]) -> str | None:
     return containing[0] if len(containing) == 1 else None
 
 
+NOT_ABOUT_CODES = "the question asks about something other than codes"
+
+
 def declines(request: str, choices: list[str] | None) -> str | None:
     """A question about something other than codes is declined before any decoding."""
-    return "the question asks about something other than codes" if _intent(request) == "other" else None
+    return NOT_ABOUT_CODES if _intent(request) == "other" else None
 
 
 def run(ctx) -> SkillResult:
     question = ctx.request
-    reason = declines(question, ctx.choices)
-    if reason:
-        return SkillResult(evidence=reason, answer=None, confidence=0.0)
+    intent = _intent(question)
+    if intent == "other":
+        return SkillResult(evidence=NOT_ABOUT_CODES, answer=None, confidence=0.0)
     codes = [code for image in ctx.images for code in ctx.use("barcode", image=image)]
     kind = _kind_pattern(question)
     of_kind = [c for c in codes if kind is None or re.search(kind, c.format, re.I)]
     found = f": {_describe(codes)}" if codes else " (none found)"
     evidence = f"{ctx.model.name} decoded {len(codes)} code(s){found}"
-    intent = _intent(question)
     if intent == "count":
         answer, confidence = str(len(of_kind)), (0.8 if codes else 0.3)  # a code the model missed is uncounted
     elif intent == "exists":

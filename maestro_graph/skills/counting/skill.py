@@ -28,7 +28,7 @@ def declines(request: str, choices: list[str] | None) -> str | None:
 def run(ctx) -> SkillResult:
     request = parse(ctx.request)
     if request is None:
-        return SkillResult(evidence=declines(ctx.request, ctx.choices), answer=None, confidence=0.0)
+        return SkillResult(evidence=NO_MEASURE, answer=None, confidence=0.0)
     measure = {"grid": _grid, "crossings": _crossings, "contact": _contact, "shapes": _shapes}[request.measure]
     evidence, answer, confidence = measure(ctx, request)
     if answer is not None and ctx.choices:
