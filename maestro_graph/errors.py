@@ -18,6 +18,7 @@ __all__ = [
     "SkillError",
     "InvalidActionError",
     "ExpertError",
+    "ExpertRejected",
     "ExpertFailure",
     "ExpertTimeout",
     "ExpertUnavailable",
@@ -67,6 +68,8 @@ class ExpertFailure(StrEnum):
     """A result of another type than the method declares (garbage)."""
     INJECTED = "injected fault"
     """A fault the registry's fault injection raised on purpose (maestro reliability)."""
+    REJECTED = "rejected input"
+    """The expert answered that it cannot take what it was given (an expression it cannot parse): it is healthy."""
 
 
 class ExpertError(MaestroError):
@@ -80,6 +83,13 @@ class ExpertError(MaestroError):
         if failure is not None:
             self.failure = failure
         super().__init__(message)
+
+
+class ExpertRejected(ExpertError):
+    """An expert declined its input as malformed for it: a deterministic outcome of that input, never retried, and
+    never held against the expert (its circuit breaker counts it as an answer)."""
+
+    failure = ExpertFailure.REJECTED
 
 
 class ExpertTimeout(ExpertError):

@@ -12,6 +12,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from maestro_graph.cache import ExpertCache
+from maestro_graph.errors import ExpertFailure
 from maestro_graph.experts.opencv_vision import Circle, CirclePair, Color, Crossing, Grid, Polygon
 from maestro_graph.experts.protocols import Barcode, ChatReply, TextBox
 from maestro_graph.registry.config import ModelCard
@@ -236,3 +237,70 @@ def test_a_foreign_entry_is_corrupt(tmp_path, entry):
     with pytest.warns(UserWarning, match="corrupt"):
         assert cache.get("abcd") == (False, None)
     assert cache.stats.corrupt == 1 and not path.exists()
+
+
+def test_a_step_that_met_a_passing_failure_is_not_cached(tmp_path):
+    """A skill may answer around a failed tier-2 call (visual-math values an option it could not evaluate as
+    unknown). A timeout or a dropped connection says nothing about the input, so that degraded step is recomputed next time; a crash on the
+    input (an expression the calculator cannot read) is part of the outcome and is replayed."""
+    import shutil
+    import textwrap
+
+    from maestro_graph.registry import Registry
+    from maestro_graph.types import Invoke
+
+    skills = tmp_path / "skills"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "skills" / "calculator", skills / "calculator")
+    valuer = skills / "valuer"
+    valuer.mkdir()
+    (valuer / "SKILL.md").write_text(textwrap.dedent("""\
+        ---
+        name: valuer
+        description: The question's value, or unknown.
+        metadata: {tier: "1", requires: "ocr", entry: "skill.py:run"}
+        ---
+        Value the question as an expression (with the calculator's model).
+        """))
+    (valuer / "skill.py").write_text(textwrap.dedent("""\
+        from maestro_graph.errors import ExpertError
+        from maestro_graph.types import SkillResult
+
+        def run(ctx):
+            try:
+                return SkillResult(evidence="valued", answer=str(ctx.use("calculator", expression=ctx.question)))
+            except ExpertError as exc:
+                return SkillResult(evidence=f"unknown: {exc}", answer=None)
+        """))
+    config = tmp_path / "reg.yaml"
+    card = textwrap.dedent("""\
+        skill_dirs: [skills]
+        models:
+          - name: rapidocr
+            description: PP-OCR (the pair's model; this skill never reads)
+            capabilities: [ocr]
+            backend: {{type: python, entry: "maestro_graph.experts.rapid_ocr:RapidOCRExpert"}}
+          - name: sympy
+            description: SymPy
+            capabilities: [math]
+            {faults}
+            backend: {{type: python, entry: "maestro_graph.experts.sympy_math:SympyMathExpert"}}
+        """)
+    cache = ExpertCache(tmp_path / "cache")
+
+    def run(question: str, faults: str = ""):
+        config.write_text(card.format(faults=faults))
+        return Registry.load(config, cache=cache).run(Invoke("rapidocr", "valuer"), question=question, images=[])
+
+    failed = run("2*(3+4)", faults="faults: {error_rate: 1.0}")  # a dropped connection on every call
+    assert failed.error is None and failed.answer is None and "unknown" in failed.evidence  # answered around it
+    recovered = run("2*(3+4)")
+    assert not recovered.cached and recovered.answer == "14"  # the degraded step was not replayed
+    assert run("2*(3+4)").cached
+    unreadable = run("((")
+    assert unreadable.answer is None and run("((").cached  # the input's own failure is the outcome
+    config.write_text(card.format(faults="faults: {error_rate: 1.0}\n    breaker: {failures: 1, open_s: 30}"))
+    registry = Registry.load(config, cache=cache)
+    registry.run(Invoke("rapidocr", "valuer"), question="1+1", images=[])  # a dropped connection opens sympy's breaker
+    refused = registry.run(Invoke("rapidocr", "valuer"), question="2+2", images=[])
+    assert refused.answer is None and refused.calls[-1]["failure"] == ExpertFailure.BREAKER_OPEN  # in the trace
+    assert not run("2+2").cached and run("2+2").answer == "4"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from maestro_graph.choices import inline_choices
 from maestro_graph.errors import SkillError
 from maestro_graph.graph import build_graph
 from maestro_graph.policy import ActionSpace, EpisodeView, make_policy
@@ -64,6 +65,18 @@ def test_barcode_reading_declines_questions_about_other_things(registry):
     for question in ("Is there a QR code in the picture?", "What does it say when scanned?", "Decode the image."):
         asked = {p.id for p in _space(registry, question).pairs}
         assert {"zxing@@barcode-reading", "opencv-barcode@@barcode-reading"} <= asked, question
+
+
+@pytest.mark.parametrize(("question", "choices", "declined"), [
+    ("Find the volume of the cone shown. Round your answer to two decimal places.", None, True),
+    ("Find x. A. 30°; B. 45°; C. 60°; D. 90°", None, False),  # options written in the question
+    ("As shown in the figure, AB is parallel to CD, angle 1 = 50°, find angle 2.", ["40°", "50°", "130°"], False),
+    ("Which of the following options is a reasonable estimate of the angle ABC?", None, False),  # a measurement
+    ("", None, False),  # the question is in the image: read before anything is declined
+])
+def test_visual_math_declines_free_form_computations_from_the_text(registry, question, choices, declined):
+    reasons = dict(_space(registry, question, choices or inline_choices(question)).declined)  # as the graph's intake
+    assert ("visual-math" in reasons) == declined, reasons
 
 
 def test_a_skill_declines_through_the_same_check_when_called_anyway(small):

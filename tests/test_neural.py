@@ -39,9 +39,10 @@ def test_distribution_is_valid_and_masks_called_pairs(registry):
     space = ActionSpace.build(registry, view)
     dist = policy.distribution(view, space)
     assert np.isclose(dist.probs.sum(), 1.0)
-    # no candidate yet: invoking only, every pair but those whose skill declines a question with no quantity and no
-    # code in it (the word-problem solver, the barcode readers)
-    declined = {"sympy@@arithmetic", "zxing@@barcode-reading", "opencv-barcode@@barcode-reading"}
+    # no candidate yet: invoking only, every pair but those whose skill declines a question with no quantity, no code
+    # and no options in it (the word-problem solver, the barcode readers, visual math)
+    declined = {"sympy@@arithmetic", "zxing@@barcode-reading", "opencv-barcode@@barcode-reading",
+                "rapidocr@@visual-math", "tesseract@@visual-math"}
     assert {a.pair for a in dist.actions} == set(registry.pair_ids()) - declined
     step = Step(model="opencv-vision", skill="counting", answer="7", confidence=0.9)
     later = _view("How many circles are in the image?", CIRCLES, [step])
@@ -77,7 +78,7 @@ def test_extreme_weights_give_a_valid_distribution(registry):
     space = ActionSpace.build(registry, view)
     dist = policy.distribution(view, space)
     assert np.isfinite(dist.probs).all() and np.isclose(dist.probs.sum(), 1.0)
-    assert len(set(dist.actions)) == len(space.pairs) == len(registry.pair_ids()) - 3  # arithmetic, barcode decline
+    assert len(set(dist.actions)) == len(space.pairs) == len(registry.pair_ids()) - 5  # arithmetic, barcode, visual math decline
 
 
 def test_the_untrained_prior_favours_the_card_resembling_the_question(registry):

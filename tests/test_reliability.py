@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from maestro_graph.errors import ConfigError
+from maestro_graph.errors import ConfigError, ExpertFailure, ExpertRejected
 from maestro_graph.registry import Registry
-from maestro_graph.registry.handles import MAX_RESULT_ITEMS
+from maestro_graph.registry.handles import MAX_RESULT_ITEMS, Ledger
 from maestro_graph.reliability import bad_input_suite, bad_skill_registry, fault_registry, run_reliability
 from maestro_graph.runner import predict
 from maestro_graph.types import Invoke
@@ -93,6 +93,24 @@ def test_circuit_breaker_drops_the_pair_then_recovers(tmp_path):
     assert reg.pair_ids() == ["zxing@@barcode-reading"]  # half-open: the next call is the trial
     trial = _run(reg)
     assert "injected fault" in trial.error and reg.pair_ids() == []  # the failed trial opens it again at once
+
+
+def test_inputs_an_expert_rejects_never_open_its_breaker(tmp_path):
+    """Five unreadable expressions in a row (a skill trying every option of a question) are answers about the input,
+    not failures of the calculator: it stays available for the next step."""
+    path = tmp_path / "registry.yaml"
+    path.write_text(yaml.safe_dump({"skill_dirs": [str(ROOT / "skills")], "skills": ["calculator"], "models": [
+        {"name": "sympy", "description": "SymPy.", "capabilities": ["math"], "cacheable": False,
+         "breaker": {"failures": 2, "open_s": 30},
+         "backend": {"type": "python", "entry": "maestro_graph.experts.sympy_math:SympyMathExpert"}}]}))
+    handle = Registry.load(path).models["sympy"]
+    ledger = Ledger()
+    for bad in ("\\hline 0", "((", "1 = 2 = 3", ""):
+        with pytest.raises(ExpertRejected):
+            handle.call("evaluate", (bad,), {}, ledger)
+    assert handle.live_unavailable_reason() is None
+    assert {c.failure for c in ledger.calls} == {ExpertFailure.REJECTED}
+    assert handle.call("evaluate", ("2*(3+4)",), {}, ledger) == "14"
 
 
 def test_garbage_and_oversized_results_are_the_experts_error(tmp_path):

@@ -14,7 +14,7 @@ import re
 from functools import cached_property
 from typing import Any
 
-from ..errors import ExpertError
+from ..errors import ExpertRejected
 from ..backends.packages import missing_package
 
 __all__ = ["SympyMathExpert", "GEOMETRY_FORMULAS", "MAX_EXPRESSION_CHARS"]
@@ -134,7 +134,7 @@ class SympyMathExpert:
         return space
 
     def parse(self, expression: str) -> Any:
-        """Text -> SymPy expression (an `a = b` equation becomes `Eq(a, b)`). Raises ExpertError on bad input."""
+        """Text -> SymPy expression (an `a = b` equation becomes `Eq(a, b)`). Raises ExpertRejected on bad input."""
         from sympy.parsing.sympy_parser import (
             convert_xor,
             implicit_application,
@@ -145,15 +145,15 @@ class SympyMathExpert:
 
         text = str(expression)
         if not text.strip():
-            raise ExpertError("empty expression: give an arithmetic expression or an equation such as 'x + 2 = 5'")
+            raise ExpertRejected("empty expression: give an arithmetic expression or an equation such as 'x + 2 = 5'")
         if len(text) > self.max_chars:
-            raise ExpertError(f"expression is {len(text)} characters; the limit is {self.max_chars}")
+            raise ExpertRejected(f"expression is {len(text)} characters; the limit is {self.max_chars}")
         text = normalize_expression(text)
         if _FORBIDDEN.search(text):
-            raise ExpertError(f"expression {expression!r} contains syntax that is not plain mathematics")
+            raise ExpertRejected(f"expression {expression!r} contains syntax that is not plain mathematics")
         sides = re.split(r"(?<![<>!=])=(?!=)", text)
         if len(sides) > 2:
-            raise ExpertError(f"expression {expression!r} has more than one '='")
+            raise ExpertRejected(f"expression {expression!r} has more than one '='")
         # no symbol splitting: 'AB' stays one unknown, as geometry names segments
         transformations = standard_transformations + (implicit_multiplication, implicit_application, convert_xor)
         try:
@@ -163,7 +163,7 @@ class SympyMathExpert:
                 for side in sides
             ]
         except Exception as exc:  # SymPy raises many types (SyntaxError, TokenError, TypeError...) for bad text
-            raise ExpertError(f"cannot parse {expression!r}: {type(exc).__name__}: {exc}") from exc
+            raise ExpertRejected(f"cannot parse {expression!r}: {type(exc).__name__}: {exc}") from exc
         if len(parsed) == 2:
             import sympy
 
@@ -176,7 +176,7 @@ class SympyMathExpert:
 
         value = self.parse(expression)
         if isinstance(value, sympy.Equality):
-            raise ExpertError(f"{expression!r} is an equation; use solve() for equations")
+            raise ExpertRejected(f"{expression!r} is an equation; use solve() for equations")
         return format_value(sympy.simplify(value))
 
     def solve(self, equations: list[str], unknown: str | None = None) -> list[str]:
@@ -187,20 +187,20 @@ class SympyMathExpert:
         if isinstance(equations, str):
             equations = [equations]
         if not equations:
-            raise ExpertError("solve() needs at least one equation")
+            raise ExpertRejected("solve() needs at least one equation")
         parsed = [self.parse(eq) for eq in equations]
         eqs = [p if isinstance(p, sympy.Equality) else sympy.Eq(p, 0) for p in parsed]
         symbols = sorted(set().union(*(e.free_symbols for e in eqs)), key=str)
         if not symbols:
-            raise ExpertError(f"no unknown in {equations!r}")
+            raise ExpertRejected(f"no unknown in {equations!r}")
         if unknown is not None:
             target = next((s for s in symbols if str(s) == unknown.strip()), None)
             if target is None:
-                raise ExpertError(f"unknown {unknown!r} does not occur in {equations!r} (symbols: {symbols})")
+                raise ExpertRejected(f"unknown {unknown!r} does not occur in {equations!r} (symbols: {symbols})")
         try:
             solutions = sympy.solve(eqs, symbols, dict=True)
         except (NotImplementedError, ValueError, TypeError) as exc:
-            raise ExpertError(f"SymPy cannot solve {equations!r}: {exc}") from exc
+            raise ExpertRejected(f"SymPy cannot solve {equations!r}: {exc}") from exc
         if unknown is not None:
             values = [sol[target] for sol in solutions if target in sol]
             real = [v for v in values if v.is_real is not False]

@@ -72,7 +72,7 @@ class SkillContext:
         else:
             handle = self.registry.model_for(spec)
             if handle is None:
-                raise ExpertUnavailable(f"no available model can run tier-2 skill {skill_name!r} (needs {spec.requires})")
+                raise ExpertUnavailable(f"no model can run tier-2 skill {skill_name!r} (needs {spec.requires})")
             model = BoundExpert(handle, self.ledger)
         sub = SkillContext(
             registry=self.registry,

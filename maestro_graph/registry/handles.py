@@ -334,8 +334,8 @@ class ExpertHandle:
         except (ExpertError, Cancelled) as exc:
             error = str(exc)
             failure = exc.failure if isinstance(exc, ExpertError) else None
-            if reached:
-                self.breaker.record(ok=False)
+            if reached:  # an input the expert rejected shows it alive: it does not move the breaker toward open
+                self.breaker.record(ok=failure == ExpertFailure.REJECTED)
             raise
         finally:
             ledger.calls.append(CallRecord.of(self.name, method, result, cost, time.perf_counter() - start,

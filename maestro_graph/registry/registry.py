@@ -12,7 +12,7 @@ from typing import Any, Callable
 from ..cache import ExpertCache
 from ..digests import cache_key, file_digest
 from ..cancellation import current_cancel, run_abandonable
-from ..errors import Cancelled, ConfigError, ExpertError, InputError, SkillError
+from ..errors import Cancelled, ConfigError, ExpertError, ExpertFailure, InputError, SkillError
 from ..types import ErrorKind, Invoke, SkillResult, Step, pair_id
 from .config import ModelCard, PythonBackend, RegistryConfig, load_config
 from .context import SkillContext
@@ -20,6 +20,12 @@ from .handles import BoundExpert, ExpertHandle, Ledger
 from .profiles import PairCards, PairProfile, pair_fingerprints, read_profile
 from .reach import Reach, reach_path
 from .skills import SkillSpec, discover_skills
+
+_PASSING_FAILURES = frozenset({ExpertFailure.TIMEOUT, ExpertFailure.UNAVAILABLE, ExpertFailure.BREAKER_OPEN,
+                               ExpertFailure.INJECTED})
+"""Call failures that say nothing about the call's input: a step that met one is not cached, even when its skill
+answered without that call (visual-math values an option it could not evaluate as unknown), because the next run
+may not meet it. A crash on the input (an expression the calculator cannot read) is part of the outcome."""
 
 __all__ = ["Registry", "Pair"]
 
@@ -188,10 +194,11 @@ class Registry:
         )
 
     def model_for(self, skill: SkillSpec) -> ExpertHandle | None:
-        return next(
-            (h for h in self.models.values() if self.compatible(h.card, skill) and h.live_unavailable_reason() is None),
-            None,
-        )
+        """The first available model that can run `skill`. When every such model is down, the first of them: its
+        handle refuses the call (breaker open, not installed) into the step's ledger, so a step that went on without
+        it is never cached as complete. None when no model can run it."""
+        compatible = [h for h in self.models.values() if self.compatible(h.card, skill)]
+        return next((h for h in compatible if h.live_unavailable_reason() is None), compatible[0] if compatible else None)
 
     # -- running a step ------------------------------------------------------------------------------------------------
     def run(self, action: Invoke, *, question: str, images: list[str], choices: list[str] | None = None) -> Step:
@@ -244,7 +251,8 @@ class Registry:
         step.cost = ledger.cost
         step.calls = [c.__dict__ for c in list(ledger.calls)]
         step.latency_s = time.perf_counter() - start
-        if key is not None and step.error is None and all(self.models[c.model].card.cacheable for c in ledger.calls):
+        if key is not None and step.error is None and all(
+                self.models[c.model].card.cacheable and c.failure not in _PASSING_FAILURES for c in ledger.calls):
             self.cache.put(key, step)
         return step
 

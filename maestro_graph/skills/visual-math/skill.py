@@ -22,8 +22,19 @@ from .mathlib import figure as figures
 from .mathlib import questions
 from .mathlib import relations
 
+FREE_FORM = "free-form question: no option to check a relation against"
 _UNITS = re.compile(r"\s*(?:°|度|\^\\circ|\\circ|[a-zA-Z]{1,3}[23²³]?|平方\S*)\s*$")
 _FIGURE_KINDS = {"angle", "length", "area", "polygon", "diameter"}
+
+
+def declines(request: str, choices: list[str] | None) -> str | None:
+    """A question written out that asks to compute a value and offers no options is one no relation answers here
+    (see above): declined before the OCR model runs. A question given only in the figure is read from the image
+    first, so it is never declined from its (empty) text."""
+    if not request.strip():
+        return None
+    question = questions.parse_question(request, choices)
+    return FREE_FORM if question.kind == "compute" and not question.options else None
 
 
 def run(ctx) -> SkillResult:
@@ -133,7 +144,7 @@ def _answer_compute(ctx, question, figure_text: str) -> SkillResult:
     figure_numbers = questions.numbers_in(" ".join(w for w in figure_text.split() if len(w) > 1))
     givens = questions.numbers_in(own_text) + [v for v in figure_numbers if v not in questions.numbers_in(own_text)]
     if not question.options:
-        return SkillResult(f"givens {givens}; free-form question: no option to check a relation against", None, 0.0)
+        return SkillResult(f"givens {givens}; {FREE_FORM}", None, 0.0)
     values = [_option_value(ctx, text) for _, text in question.options]
     pick = relations.best_option(values, relations.derive(givens, question.text))
     listed = "; ".join(f"{k}={v:g}" for (k, _), v in zip(question.options, values) if v is not None)
