@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import pickle
+import shutil
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +17,11 @@ from maestro_graph.cache import ExpertCache
 from maestro_graph.errors import ExpertFailure
 from maestro_graph.experts.opencv_vision import Circle, CirclePair, Color, Crossing, Grid, Polygon
 from maestro_graph.experts.protocols import Barcode, ChatReply, TextBox
+from maestro_graph.registry import Registry
 from maestro_graph.registry.config import ModelCard
 from maestro_graph.registry.handles import BoundExpert, ExpertHandle, Ledger
 from maestro_graph.trust_suite import PlantedPickle
-from maestro_graph.types import ErrorKind, Step
+from maestro_graph.types import ErrorKind, Invoke, Step
 
 
 def _card(cacheable: bool = True) -> ModelCard:
@@ -71,32 +74,33 @@ def test_card_can_opt_out(tmp_path):
     assert cache.stats.hits == cache.stats.misses == 0 and not list(tmp_path.glob("*/*.json"))
 
 
-def test_step_cache_replays_and_invalidates_on_version_change(tmp_path):
-    import shutil
-    import textwrap
-
-    from maestro_graph.registry import Registry
-    from maestro_graph.types import Invoke
-
+def _tier1_skill(tmp_path: Path, tier2: str, name: str, description: str, code: str) -> Path:
+    """A skills folder beside `tmp_path`'s registry file: the package's tier-2 skill `tier2` and a tier-1 skill
+    `name` (requires ocr) whose entry is `code`."""
     skills = tmp_path / "skills"
-    shutil.copytree(Path(__file__).resolve().parents[1] / "skills" / "ocr", skills / "ocr")
-    reader = skills / "first-line"
-    reader.mkdir()
-    (reader / "SKILL.md").write_text(textwrap.dedent("""\
+    shutil.copytree(Path(__file__).resolve().parents[1] / "skills" / tier2, skills / tier2)
+    folder = skills / name
+    folder.mkdir()
+    (folder / "SKILL.md").write_text(textwrap.dedent(f"""\
         ---
-        name: first-line
-        description: The first line of text.
-        metadata: {tier: "1", requires: "ocr", entry: "skill.py:run"}
+        name: {name}
+        description: {description}
+        metadata: {{tier: "1", requires: "ocr", entry: "skill.py:run"}}
         ---
-        Read the first line.
+        {description}
         """))
-    (reader / "skill.py").write_text(textwrap.dedent("""\
+    (folder / "skill.py").write_text(textwrap.dedent(code))
+    return folder
+
+
+def test_step_cache_replays_and_invalidates_on_version_change(tmp_path):
+    reader = _tier1_skill(tmp_path, "ocr", "first-line", "The first line of text.", """\
         from maestro_graph.types import SkillResult
 
         def run(ctx):
             page = ctx.use("ocr")
             return SkillResult(evidence=page.text, answer=page.lines[0].text if page.lines else None)
-        """))
+        """)
     config = tmp_path / "reg.yaml"
     config.write_text(textwrap.dedent("""\
         skill_dirs: [skills]
@@ -241,27 +245,10 @@ def test_a_foreign_entry_is_corrupt(tmp_path, entry):
 
 def test_a_step_that_met_a_passing_failure_is_not_cached(tmp_path):
     """A skill may answer around a failed tier-2 call (visual-math values an option it could not evaluate as
-    unknown). A timeout or a dropped connection says nothing about the input, so that degraded step is recomputed next time; a crash on the
-    input (an expression the calculator cannot read) is part of the outcome and is replayed."""
-    import shutil
-    import textwrap
-
-    from maestro_graph.registry import Registry
-    from maestro_graph.types import Invoke
-
-    skills = tmp_path / "skills"
-    shutil.copytree(Path(__file__).resolve().parents[1] / "skills" / "calculator", skills / "calculator")
-    valuer = skills / "valuer"
-    valuer.mkdir()
-    (valuer / "SKILL.md").write_text(textwrap.dedent("""\
-        ---
-        name: valuer
-        description: The question's value, or unknown.
-        metadata: {tier: "1", requires: "ocr", entry: "skill.py:run"}
-        ---
-        Value the question as an expression (with the calculator's model).
-        """))
-    (valuer / "skill.py").write_text(textwrap.dedent("""\
+    unknown). A timeout or a dropped connection says nothing about the input, so that degraded step is recomputed
+    next time; a crash on the input (an expression the calculator cannot read) is part of the outcome and is
+    replayed."""
+    _tier1_skill(tmp_path, "calculator", "valuer", "The question's value (by the calculator's model), or unknown.", """\
         from maestro_graph.errors import ExpertError
         from maestro_graph.types import SkillResult
 
@@ -270,7 +257,7 @@ def test_a_step_that_met_a_passing_failure_is_not_cached(tmp_path):
                 return SkillResult(evidence="valued", answer=str(ctx.use("calculator", expression=ctx.question)))
             except ExpertError as exc:
                 return SkillResult(evidence=f"unknown: {exc}", answer=None)
-        """))
+        """)
     config = tmp_path / "reg.yaml"
     card = textwrap.dedent("""\
         skill_dirs: [skills]
