@@ -38,9 +38,9 @@ RegistryOpt = typer.Option(None, "--registry", "-r", help="Registry config YAML 
 MaxTurnsOpt = typer.Option(4, min=1, help="Most expert calls per episode before answering.")
 MaxCostOpt = typer.Option(10.0, min=0, help="Cost budget of an episode, in card cost units.")
 ReachFloorOpt = typer.Option(
-    REACH_FLOOR, min=0, max=1, help="Stop before the first call when fewer of the 10 most similar calibration questions "
-    "were answered by some pair than this (the registry's reach, written by `maestro registry profile`); 0: off. "
-    "0.35 suits a registry calibrated on the kinds of questions it serves (README: Knowing when nothing fits).")
+    REACH_FLOOR, min=0, max=1, help="Stop before the next call when fewer of the 10 most similar calibration questions "
+    "were answered by a pair not yet called than this (the registry's reach, written by `maestro registry profile`; "
+    "a registry without one is never stopped); 0: off (README: Knowing when nothing fits).")
 LimitOpt = typer.Option(None, min=1, help="Only the first N items.")
 WorkersOpt = typer.Option(2, min=1, help="Episodes run at once (per-model limits still apply).")
 CacheDirOpt = typer.Option(Path(".maestro-cache"), envvar="MAESTRO_CACHE_DIR",

@@ -55,11 +55,11 @@ class MaestroContext:
     greedy: bool = True
     seed: int | None = None
     reach_floor: float = REACH_FLOOR
-    """Before the first call: when the registry's reach (`Registry.reach`: the similarity-weighted share of the 10
-    most similar calibration questions that some pair answered, known only where those are close to the question)
-    is below this, the episode ends without a call, with what the answer node can give (a marked guess for choice
-    and yes/no questions). 0 (`REACH_FLOOR`, the default) turns it off; a registry without a reach, and a question
-    unlike every calibration question, are never stopped."""
+    """Before each call: when the registry's reach (`Registry.reach`: the similarity-weighted share of the 10 most
+    similar calibration questions that one of the pairs not yet called answered, known only where those are close
+    to the question) is below this, the episode ends without a further call, with what the answer node can give (the
+    best candidate so far, else a marked guess for choice and yes/no questions). 0 turns it off; a registry without
+    a reach, and a question unlike every calibration question, are never stopped."""
 
     @classmethod
     def of(cls, context: object) -> "MaestroContext":
@@ -248,16 +248,14 @@ def build_graph(
             policy = default_policy if context.policy is None else policies.get(context.policy)
         except ConfigError as exc:  # a policy the catalog refuses or cannot build: the run's input was wrong
             return Command(goto=ANSWER, update={"answer": None, **_stop(StopReason.INPUT_ERROR, exc)})
-        reach = registry.reach.estimate(view.question, view.images, view.choices) if (
-            not view.steps and context.reach_floor > 0 and registry.reach is not None) else None
-        if reach is not None and reach < context.reach_floor:  # nothing fits: no call, the answer node answers
-            decision = Decision.of(Answer(None), turn=0, policy=policy.name, log_prob=None, entropy=None, forced=True)
-            write({"event": "decision", "turn": 0, "policy": policy.name, "action": _describe(Answer(None)),
-                   "reach": round(reach, 3)})
-            detail = f"similar questions reached {reach:.2f} < floor {context.reach_floor:g}"
-            return Command(goto=ANSWER, update={"answer": None, **_stop(StopReason.OUT_OF_REACH, detail),
-                                                "decisions": [decision.model_dump()]})
         space = ActionSpace.build(registry, view)
+        stop = _out_of_reach(registry, view, space, context.reach_floor)
+        if stop is not None:  # nothing left fits: no further call, the answer node answers
+            decision = Decision.of(Answer(None), turn=view.turn, policy=policy.name, log_prob=None, entropy=None,
+                                   forced=True)
+            write({"event": "decision", "turn": view.turn, "policy": policy.name, "action": _describe(Answer(None)),
+                   "reach": stop["reach"]})
+            return Command(goto=ANSWER, update={"answer": None, **stop["ending"], "decisions": [decision.model_dump()]})
         if not space.pairs and len(space.answers) == 1:  # nothing left to decide: the graph answers
             only = space.answers[0]
             decision = Decision.of(only, turn=view.turn, policy=policy.name, log_prob=0.0, entropy=0.0, forced=True)
@@ -381,6 +379,24 @@ def _stop(stop: StopReason, detail: object = None) -> dict:
     """The state update that ends an episode for `stop`: the typed kind, its detail, and the text clients see."""
     text = str(detail) if detail is not None else None
     return {"stop": stop, "stop_detail": text, "stop_reason": stop_text(stop, text)}
+
+
+def _out_of_reach(registry: Registry, view: EpisodeView, space: ActionSpace, floor: float) -> dict | None:
+    """The ending when the registry's reach says none of the pairs not yet called is likely to answer: before the
+    first call, where similar calibration questions were rarely answered by any pair; after calls, where they were
+    rarely answered by a pair not yet tried (those that answer such questions have been called). None: go on (no
+    floor, no reach, no pair left to call, or a question unlike the calibration items)."""
+    left = [p.id for p in space.pairs if not view.called(p.id)]
+    if floor <= 0 or registry.reach is None or not left:
+        return None
+    reach = registry.reach.estimate(view.question, view.images, view.choices, left)
+    if reach is None or reach >= floor:
+        return None
+    ending = _ending(view, None) if view.steps else {}
+    if ending.get("stop") != StopReason.INPUT_ERROR:
+        asked = "similar questions" if not view.steps else "similar questions, by the pairs not yet called,"
+        ending = _stop(StopReason.OUT_OF_REACH, f"{asked} reached {reach:.2f} < floor {floor:g}")
+    return {"reach": round(reach, 3), "ending": ending}
 
 
 def _ending(view: EpisodeView, answer: str | None) -> dict:

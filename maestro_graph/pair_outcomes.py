@@ -105,9 +105,9 @@ class PairOutcomes:
                            pairs=entries)
 
     def reach(self, registry: Registry) -> Reach:
-        """Which of these items some pair got right, beside each item's question features (registry.reach)."""
+        """Which pair got which of these items right, beside each item's question features (registry.reach)."""
         fingerprints = pair_fingerprints(registry.pair_cards())
-        return Reach.measure(self.questions, self.images, self.choices, (self.scores >= 0.5).any(axis=1),
+        return Reach.measure(self.questions, self.images, self.choices, self.scores >= 0.5,
                              {pair: fingerprints[pair] for pair in self.pairs})
 
     def write_profile(self, registry: Registry, calibration: str, path: str | Path) -> tuple[ProfileFile, Reach]:

@@ -190,8 +190,8 @@ def main() -> None:
                              "measured family accuracy, the held-out part's included once it is added")
     parser.add_argument("--workers", type=int, default=2, help="threads for --profile's measurement")
     parser.add_argument("--reach-floor", type=float, default=REACH_FLOOR,
-                        help="the evaluated episodes' MaestroContext.reach_floor: stop before the first call where the "
-                             "profile's reach is below it (needs --profile; 0: off)")
+                        help="the evaluated episodes' MaestroContext.reach_floor: stop before the next call where the "
+                             "profile's reach over the pairs not yet called is below it (needs --profile; 0: off)")
     parser.add_argument("--ensemble", action="store_true",
                         help="also evaluate the seeds' neural checkpoints deciding together (the mean of their "
                              "distributions, `neural:A+B+...`) as one more row per experiment, seed 'ensemble'")

@@ -1,6 +1,7 @@
-"""A registry's reach (knowing when nothing fits): `maestro registry profile` records which calibration questions
-some pair answered; an episode on a question like those none answered stops before its first call, with the answer
-node's marked guess, while questions the pairs do answer are routed as before. Real barcode readers and real items."""
+"""A registry's reach (knowing when nothing fits): `maestro registry profile` records which pair answered which
+calibration question; an episode on a question like those none answered stops before its first call, with the answer
+node's marked guess, and one whose first calls answered nothing stops once no pair left answered such questions,
+while questions the pairs do answer are routed as before. Real barcode readers and real items."""
 
 from __future__ import annotations
 
@@ -16,12 +17,12 @@ from typer.testing import CliRunner
 from maestro_graph.cli import app
 from maestro_graph.errors import ConfigError
 from maestro_graph.graph import MaestroContext, build_graph
-from maestro_graph.policy import make_policy
+from maestro_graph.policy import ActionSpace, Distribution, EpisodeView, make_policy
 from maestro_graph.registry import Registry
 from maestro_graph.registry.reach import Reach, reach_path
 from maestro_graph.runner import run_episode, run_tasks
 from maestro_graph.tasks import load_task_files
-from maestro_graph.types import StopReason
+from maestro_graph.types import Answer, Invoke, StopReason
 
 SKILLS = Path(__file__).resolve().parents[1] / "maestro_graph" / "skills"
 BARCODES = Path(__file__).parent / "data" / "real" / "barcode"
@@ -97,12 +98,46 @@ def test_a_question_out_of_reach_stops_before_any_call_with_a_marked_guess(profi
     out = run_episode(graph, ASKED, image, ["2", "3", "4"], context=floor)
     assert out.steps == [] and out.stop == StopReason.OUT_OF_REACH and "floor 0.35" in out.stop_reason
     assert out.answer in {"2", "3", "4"} and out.answer_source == "guess"
-    # off by default (a floor of 0): the same question is tried with the readers
-    tried = run_episode(graph, ASKED, image, ["2", "3", "4"])
+    # a floor of 0 turns it off: the same question is tried with the readers
+    tried = run_episode(graph, ASKED, image, ["2", "3", "4"], context=MaestroContext(reach_floor=0))
     assert tried.steps and tried.stop != StopReason.OUT_OF_REACH
     # what the readers answer is routed as before
     decoded = run_episode(graph, "What is the value encoded in this barcode?", image, context=floor)
     assert decoded.steps and decoded.answer == json.loads((BARCODES / "tasks.jsonl").read_text().splitlines()[1])["answer"]
+
+
+class InOrder:
+    """A test policy: calls the given pairs in this order, then answers the best candidate."""
+
+    stochastic = False
+
+    def __init__(self, *pairs: str):
+        self.pairs, self.name = pairs, "in-order"
+
+    def distribution(self, view: EpisodeView, space: ActionSpace) -> Distribution:
+        untried = [p for p in self.pairs if not view.called(p)]
+        if not untried:
+            return Distribution.certain(Answer(view.candidates()[0] if view.candidates() else None))
+        return Distribution.certain(Invoke(*untried[0].split("@@")))
+
+
+def test_after_a_call_that_answered_nothing_the_pairs_left_decide_whether_to_go_on(profiled):
+    """A Data Matrix code: OpenCV's reader finds nothing, zxing decodes it. Zxing answered questions like this in
+    calibration, so the episode goes on to it; in a reach where OpenCV's reader had answered all of them and zxing
+    none, the episode stops after OpenCV's empty step instead of trying a pair that never answers such questions."""
+    registry = Registry.load(profiled / "registry.yaml")
+    item = json.loads((BARCODES / "tasks.jsonl").read_text().splitlines()[0])
+    image = [str(BARCODES / item["images"][0])]
+    graph = build_graph(registry, InOrder("opencv-barcode@@barcode-reading", "zxing@@barcode-reading"))
+    floor = MaestroContext(reach_floor=0.35)
+    went_on = run_episode(graph, item["question"], image, context=floor)
+    assert [s.answer is None for s in went_on.steps] == [True, False] and went_on.answer == item["answer"]
+    reach = registry.reach
+    only_opencv = np.asarray([[pair.startswith("opencv-barcode@@") for pair in reach.pairs]], np.float32)
+    registry.reach = Reach(reach.features, reach.answered[:, None] * only_opencv, reach.pairs)
+    stopped = run_episode(graph, item["question"], image, context=floor)
+    assert [s.pair for s in stopped.steps] == ["opencv-barcode@@barcode-reading"] and stopped.answer is None
+    assert stopped.stop == StopReason.OUT_OF_REACH and "not yet called" in stopped.stop_reason
 
 
 def test_the_oracle_is_never_stopped_by_the_reach(profiled):
@@ -135,14 +170,27 @@ def test_no_reach_file_is_unknown_and_a_damaged_one_is_a_config_error_naming_it(
 
 
 def test_a_reach_round_trips_and_refuses_features_of_another_size(tmp_path):
-    reach = Reach(np.eye(3, 392, dtype=np.float32), np.asarray([1, 0, 1], np.float32), {"a@@b": "f1"})
+    right = np.asarray([[1, 0], [0, 0], [0, 1]], np.float32)
+    reach = Reach(np.eye(3, 392, dtype=np.float32), right, {"a@@b": "f1", "c@@b": "f2"})
     reach.save(tmp_path / "r.safetensors")
-    back = Reach.read(tmp_path / "r.safetensors", {"a@@b": "f1"})
-    assert back is not None and back.answered.tolist() == [1, 0, 1] and back.k == reach.k
-    Reach(np.eye(3, 10, dtype=np.float32), reach.answered, reach.pairs).save(tmp_path / "small.safetensors")
+    back = Reach.read(tmp_path / "r.safetensors", {"a@@b": "f1", "c@@b": "f2"})
+    assert back is not None and back.right.tolist() == right.tolist() and back.answered.tolist() == [1, 0, 1]
+    assert back.k == reach.k and list(back.pairs) == ["a@@b", "c@@b"]
+    Reach(np.eye(3, 10, dtype=np.float32), reach.right, reach.pairs).save(tmp_path / "small.safetensors")
     with pytest.raises(ConfigError) as caught:
         Reach.read(tmp_path / "small.safetensors", {"a@@b": "f1"})
     assert caught.value.field == "features"
+
+
+def test_a_reach_of_the_first_format_is_ignored_with_a_warning_naming_it(tmp_path):
+    """Reaches written before per-pair outcomes (one `answered` column) cannot say what the pairs left answer."""
+    from safetensors.numpy import save_file
+
+    path = tmp_path / "old.reach.safetensors"
+    save_file({"features": np.eye(3, 392, dtype=np.float16), "answered": np.ones(3, np.float32)}, str(path),
+              metadata={"maestro": json.dumps({"format": "maestro-reach-1", "k": 10, "pairs": {"a@@b": "f1"}})})
+    with pytest.warns(UserWarning, match=rf"reach {path} ignored: written before"):
+        assert Reach.read(path, {"a@@b": "f1"}) is None
 
 
 def test_a_server_with_a_reach_floor_answers_out_of_reach_questions_without_calls(profiled):

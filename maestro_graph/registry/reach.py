@@ -1,17 +1,19 @@
-"""A registry's reach: which calibration questions some pair of it answered, so that an episode can stop before
-its first call on a question like those none of its pairs could answer (knowing when nothing fits) instead of
-trying unrelated pairs.
+"""A registry's reach: which calibration questions each pair of it answered, so that an episode stops where no
+pair it has not yet called is likely to answer a question like this one (knowing when nothing fits): before the first
+call on a question like those none of its pairs could answer, and after calls that answered nothing once the pairs
+that do answer such questions have been tried, instead of trying unrelated pairs until the budget ends.
 
 `maestro registry profile` measures every pair on every calibration item anyway; the reach keeps, per item, the
-question's features (as the routers see them: never its answer, source or domain) and whether any pair got it
-right, in a safetensors file beside the profile. The estimate for a new question is the similarity-weighted share of
-its nearest calibration questions that some pair answered (features.similarity_mean, as the kNN router scores pairs),
-and only for a question close to them: the nearest questions of a kind never calibrated are of other kinds.
+question's features (as the routers see them: never its answer, source or domain) and which pairs got it right, in
+a safetensors file beside the profile. The estimate for a new question and a set of pairs is the similarity-weighted
+share of its nearest calibration questions that one of those pairs answered (features.similarity_mean, as the kNN
+router scores pairs), and only for a question close to them: the nearest questions of a kind never calibrated are of
+other kinds.
 
 A reach holds only for the pairs it measured: a registry with a pair the calibration did not run (an expert added
 since, another model version or skill code) may answer what the measured pairs could not, so there the reach is
-ignored with a warning naming the file and the pair. A registry with fewer pairs (a view of it) keeps it: the
-estimate then errs towards calling.
+ignored with a warning naming the file and the pair. A registry with fewer pairs (a view of it) keeps it and counts
+only its own pairs.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 from safetensors import SafetensorError, safe_open
@@ -30,7 +33,9 @@ from ..features import QUESTION_DIM, nearest, question_features, similarity_mean
 
 __all__ = ["REACH_FLOOR", "REACH_FORMAT", "REACH_K", "REACH_SIMILARITY", "Reach", "reach_path"]
 
-REACH_FORMAT = "maestro-reach-1"
+REACH_FORMAT = "maestro-reach-2"
+_FIRST_FORMAT = "maestro-reach-1"
+"""Kept only whether some pair answered each item; ignored with a warning (profile again)."""
 REACH_K = 10
 """Calibration questions an estimate averages over (the kNN router's k)."""
 REACH_SIMILARITY = 0.85
@@ -38,12 +43,12 @@ REACH_SIMILARITY = 0.85
 was calibrated (a kind of question no calibration item was of) has neighbours of other kinds, whose outcomes mislead.
 0.85: the lowest with no stop on a question a pair answers when leaving each source of the validation split's
 training part out (README, "Knowing when nothing fits")."""
-REACH_FLOOR = 0.0
-"""The default floor below which an episode stops before its first call (MaestroContext.reach_floor): off. At 0.35
-(the largest that cost no policy accuracy on the validation split) the shipped policy made 13% fewer calls on the
-real dev test half, 30% fewer where no pair answers, for 0.8 points of macro accuracy (two items a call would have
-got right); leaving each source out it changed nothing but a few calls (README, "Knowing when nothing fits"). A
-registry calibrated on the traffic it serves may turn it on."""
+REACH_FLOOR = 0.35
+"""The default floor below which an episode stops before its next call (MaestroContext.reach_floor; 0: off), for a
+registry with a reach (one without, like the packaged default with its unprofiled chat model, is never stopped).
+0.35: the largest floor that cost the validation split's two policies no accuracy; on the real dev test half the
+shipped policy then made 21% fewer calls, half as many where no pair answers (2.75 -> 1.41), for 0.4 points of
+macro accuracy (README, "Knowing when nothing fits"). Training runs whole episodes (floor 0)."""
 
 
 def reach_path(profile: str | Path) -> Path:
@@ -59,25 +64,35 @@ class Reach:
 
     features: np.ndarray
     """(items, QUESTION_DIM) unit rows: each calibration question's features."""
-    answered: np.ndarray
-    """(items,) 1.0 where some pair got the item right, else 0.0."""
+    right: np.ndarray
+    """(items, pairs) 1.0 where the pair (in the order of `pairs`) got the item right, else 0.0."""
     pairs: dict[str, str]
-    """The measured pairs: fingerprint by pair id (registry.profiles.pair_fingerprint)."""
+    """The measured pairs: fingerprint by pair id (registry.profiles.pair_fingerprint), in the columns' order."""
     k: int = REACH_K
 
     @classmethod
-    def measure(cls, questions: list[str], images: list[list[str]], choices: list, answered: np.ndarray,
+    def measure(cls, questions: list[str], images: list[list[str]], choices: list, right: np.ndarray,
                 pairs: dict[str, str]) -> "Reach":
-        return cls(unit_rows(question_features(questions, images, choices)), np.asarray(answered, np.float32), pairs)
+        return cls(unit_rows(question_features(questions, images, choices)), np.asarray(right, np.float32), pairs)
+
+    @property
+    def answered(self) -> np.ndarray:
+        """(items,) 1.0 where some pair got the item right."""
+        return self.right.max(axis=1, initial=0.0)
 
     def estimate(self, question: str, images: list[str] | tuple[str, ...],
-                 choices: list[str] | tuple[str, ...] | None) -> float | None:
-        """How likely some pair answers this question: the share of the k most similar calibration questions that
-        some pair answered, weighted by similarity; None (unknown) where those k are on average less similar than
-        `REACH_SIMILARITY`."""
+                 choices: list[str] | tuple[str, ...] | None, pairs: Iterable[str] | None = None) -> float | None:
+        """How likely one of `pairs` (default: every measured pair; others are not counted) answers this question:
+        the share of the k most similar calibration questions that one of them answered, weighted by similarity;
+        None (unknown) where those k are on average less similar than `REACH_SIMILARITY`."""
         query = question_features([question], [images], [list(choices) if choices else None])[0]
         index, sims = nearest(self.features, query, self.k)
-        return float(similarity_mean(self.answered[index], sims)) if sims.mean() >= REACH_SIMILARITY else None
+        if sims.mean() < REACH_SIMILARITY:
+            return None
+        wanted = set(self.pairs) if pairs is None else set(pairs)
+        columns = [j for j, pair in enumerate(self.pairs) if pair in wanted]
+        answered = self.right[np.ix_(index, columns)].max(axis=1, initial=0.0)
+        return float(similarity_mean(answered, sims))
 
     def uncovered(self, current: dict[str, str]) -> list[str]:
         """The pairs of `current` (fingerprint by id) this reach did not measure, as they are now."""
@@ -87,34 +102,41 @@ class Reach:
         """Write the file `read` reads (float16 features: a few hundred kB for a few hundred items)."""
         header = {"format": REACH_FORMAT, "k": self.k, "pairs": self.pairs}
         data = safetensors_bytes({"features": self.features.astype(np.float16),
-                                  "answered": self.answered.astype(np.float32)}, metadata={"maestro": json.dumps(header)})
+                                  "right": self.right.astype(np.float32)}, metadata={"maestro": json.dumps(header)})
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_bytes(data)
 
     @classmethod
     def read(cls, path: str | Path, current: dict[str, str]) -> "Reach | None":
         """The reach at `path` if it covers every pair of `current` (fingerprint by id); None, with a warning naming
-        the file and a pair, if it does not; None without one if there is no file (a profile written before reaches
-        existed: unknown). A damaged file is a ConfigError naming it."""
+        the file and a pair, if it does not, or with one naming the file if it is of the first format (no per-pair
+        outcomes); None without one if there is no file (a profile written before reaches existed: unknown). A
+        damaged file is a ConfigError naming it."""
         path = Path(path)
         if not path.is_file():
             return None
         try:
             with safe_open(str(path), framework="numpy") as fh:
                 header = json.loads((fh.metadata() or {}).get("maestro", "null"))
-                features, answered = fh.get_tensor("features"), fh.get_tensor("answered")
+                if isinstance(header, dict) and header.get("format") == _FIRST_FORMAT:
+                    warnings.warn(f"reach {path} ignored: written before reaches kept each pair's outcomes; run "
+                                  "`maestro registry profile` again", stacklevel=2)
+                    return None
+                if not isinstance(header, dict) or header.get("format") != REACH_FORMAT:
+                    raise ConfigError(f"not a {REACH_FORMAT} file", file=str(path), field="format")
+                features, right = fh.get_tensor("features"), fh.get_tensor("right")
         except (SafetensorError, OSError, json.JSONDecodeError) as exc:
             raise ConfigError(f"not a reach file ({exc}); run `maestro registry profile` again", file=str(path)) from exc
-        if not isinstance(header, dict) or header.get("format") != REACH_FORMAT:
-            raise ConfigError(f"not a {REACH_FORMAT} file", file=str(path), field="format")
         pairs, k = header.get("pairs"), header.get("k")
         if not isinstance(pairs, dict) or not isinstance(k, int) or k < 1:
             raise ConfigError("the header needs `pairs` (fingerprint by pair id) and `k` (a positive integer)",
                               file=str(path), field="pairs" if not isinstance(pairs, dict) else "k")
-        if features.ndim != 2 or features.shape[1] != QUESTION_DIM or answered.shape != (features.shape[0],):
-            raise ConfigError(f"features {list(features.shape)} and answered {list(answered.shape)} do not fit "
-                              f"(items x {QUESTION_DIM} and items)", file=str(path), field="features")
-        reach = cls(features.astype(np.float32), answered.astype(np.float32), pairs, k)
+        if (features.ndim != 2 or features.shape[1] != QUESTION_DIM
+                or right.shape != (features.shape[0], len(pairs))):
+            raise ConfigError(f"features {list(features.shape)} and right {list(right.shape)} do not fit "
+                              f"(items x {QUESTION_DIM} and items x {len(pairs)} pairs)", file=str(path),
+                              field="features")
+        reach = cls(features.astype(np.float32), right.astype(np.float32), pairs, k)
         missing = reach.uncovered(current)
         if missing:
             warnings.warn(f"reach {path} ignored: pair {missing[0]} was not measured as it is now "

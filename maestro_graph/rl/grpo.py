@@ -84,7 +84,7 @@ class _RolloutJob:
         task = plan.task
         return [run_episode(graph, task.question, task.images, task.choices,
                             context=MaestroContext(max_turns=self.max_turns, max_cost=self.max_cost, greedy=False,
-                                                   seed=seed))
+                                                   seed=seed, reach_floor=0.0))
                 for seed in plan.seeds]
 
 
@@ -174,7 +174,9 @@ class GRPOTrainer:
         """Per-task sampling weights (revisit_weight after a group without signal)."""
         self.average = {k: v.detach().clone() for k, v in self.policy.net.state_dict().items()}
         """The moving average of the weights (ema_decay) that policy.safetensors holds."""
-        self.context = MaestroContext(max_turns=config.max_turns, max_cost=config.max_cost, greedy=False)
+        self.context = MaestroContext(max_turns=config.max_turns, max_cost=config.max_cost, greedy=False,
+                                      reach_floor=0.0)
+        """Rollouts run whole episodes: the reach (a serving-time stop, MaestroContext.reach_floor) is off."""
         self.rewards = Rewards.make(cost_weight=config.cost_weight, call_weight=config.call_weight)
         """Outcome minus cost_weight * cost, minus call_weight per call (the neural policy makes no format
         errors)."""
@@ -261,7 +263,7 @@ class GRPOTrainer:
 
         cfg = self.config
         policy = self.averaged_policy()
-        context = MaestroContext(max_turns=cfg.max_turns, max_cost=cfg.max_cost)
+        context = MaestroContext(max_turns=cfg.max_turns, max_cost=cfg.max_cost, reach_floor=0.0)
         metrics = run_policy(self.registry, self.eval_tasks, policy, context=context).metrics()
         figures = {"val_macro": metrics["macro_accuracy"], "val_accuracy": metrics["accuracy"],
                    "val_cost": metrics["mean_cost"], "val_calls": metrics["calls_per_episode"],

@@ -258,7 +258,8 @@ class GraphRollout:
                 seed = (cfg.seed * 1_000_003 + self._step) * 1_000_003 + self._calls
                 task = chosen.setdefault(key, random.Random(seed).choice(self.by_prompt[key]))
                 self._calls += 1
-                context = MaestroContext(max_turns=cfg.max_turns, max_cost=cfg.max_cost, greedy=False, seed=seed)
+                context = MaestroContext(max_turns=cfg.max_turns, max_cost=cfg.max_cost, greedy=False, seed=seed,
+                                         reach_floor=0.0)  # rollouts run whole episodes
                 episode = run_episode(graph, task.question, task.images, task.choices, context=context)
                 messages = episode_messages(task, episode, self.registry, cfg.export_options)
                 prompt_ids, completion_ids, mask = turn_tokens(trainer.processing_class, messages)
@@ -375,7 +376,7 @@ def evaluate_lm(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[
                       constrained=config.constrained, prompt=config.prompt, name="lm:eval")
     graph = build_graph(registry, policy)
     scores, errors, answered = [], 0, 0
-    context = MaestroContext(max_turns=config.max_turns, max_cost=config.max_cost)
+    context = MaestroContext(max_turns=config.max_turns, max_cost=config.max_cost, reach_floor=0.0)
     for task in tasks:
         episode = run_episode(graph, task.question, task.images, task.choices, context=context)
         scores.append(task.score(episode.answer))

@@ -35,8 +35,9 @@ class ServeSettings(BaseModel):
     max_turns: int = Field(4, ge=1, le=64, description="default and largest turn budget of an episode")
     max_cost: float = Field(10.0, ge=0, description="default cost budget of an episode")
     reach_floor: float = Field(
-        REACH_FLOOR, ge=0, le=1, description="stop an episode before its first call where the registry's reach "
-        "(`maestro registry profile`) says no pair answers questions like it (MaestroContext.reach_floor; 0: off)")
+        REACH_FLOOR, ge=0, le=1, description="stop an episode before its next call where the registry's reach "
+        "(`maestro registry profile`) says no pair not yet called answers questions like it "
+        "(MaestroContext.reach_floor; 0: off)")
     max_body_bytes: int = Field(20_000_000, gt=0, description="largest request body (413 above)")
     max_image_bytes: int = Field(8_000_000, gt=0, description="largest decoded image (413 above)")
     max_images: int = Field(8, ge=1, description="most images in one request (413 above)")
