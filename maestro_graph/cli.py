@@ -459,8 +459,8 @@ def registry_profile(
         console.print(f"{entry.pair}: {entry.accuracy:.3f} on {entry.items} items, {family} on the "
                       f"{entry.family_items} its family answers, mean cost {entry.mean_cost:g}")
     console.print(f"reach: some pair answered {int(reach.answered.sum())} of {len(reach.answered)} items; an episode "
-                  f"stops before its first call where fewer of the {reach.k} most similar were answered than the run "
-                  f"context's reach_floor ({reach_path(target)})")
+                  f"stops before a call where fewer of the {reach.k} most similar were answered by a pair not yet called "
+                  f"than the run context's reach_floor ({reach_path(target)})")
     if named is not None and target.resolve() == named.resolve():
         console.print(f"wrote {target}, the registry file's `profile:`; policies read it from now on")
     else:
