@@ -148,15 +148,24 @@ def test_the_oracle_is_never_stopped_by_the_reach(profiled):
     assert len(episode.steps) == len(registry.pairs())  # it tried every pair: an upper bound, not a routed policy
 
 
-def test_a_reach_that_does_not_cover_the_registry_is_ignored_with_a_warning_naming_it(profiled, tmp_path):
+def test_an_expert_added_after_profiling_silences_the_reach_only_while_it_may_be_called(profiled, tmp_path):
+    """A reader added since the profile (a warning names the file and the pair) may answer what the measured ones
+    could not: while it is callable the reach says nothing and the episode calls; once it has been called, the
+    measured pairs decide again. A view with fewer pairs keeps the reach."""
     for name in ("profile.json", "profile.reach.safetensors", "calibration.jsonl"):
         shutil.copy(profiled / name, tmp_path / name)
     zbar = {**READERS[0], "name": "zbar-like", "description": "another reader"}
-    with pytest.warns(UserWarning, match=rf"reach {tmp_path / 'profile.reach.safetensors'} ignored: pair "
-                                         r"zbar-like@@barcode-reading was not measured"):
+    with pytest.warns(UserWarning, match=rf"reach {tmp_path / 'profile.reach.safetensors'}: pair "
+                                         r"zbar-like@@barcode-reading was not measured as it is now"):
         grown = Registry.load(_registry_file(tmp_path, [*READERS, zbar]))
-    assert grown.reach is None
-    # a view with fewer pairs keeps it (its estimate errs towards calling)
+    assert grown.reach is not None and "zbar-like@@barcode-reading" not in grown.reach.pairs
+    image = [str(BARCODES / json.loads((BARCODES / "tasks.jsonl").read_text().splitlines()[1])["images"][0])]
+    measured = ["zxing@@barcode-reading", "opencv-barcode@@barcode-reading"]
+    assert grown.reach.estimate(ASKED, image, None, [*measured, "zbar-like@@barcode-reading"]) is None
+    assert grown.reach.estimate(ASKED, image, None, measured) < 0.35
+    graph = build_graph(grown, InOrder("zbar-like@@barcode-reading", *measured))
+    out = run_episode(graph, ASKED, image, ["2", "3", "4"], context=MaestroContext(reach_floor=0.35))
+    assert [s.pair for s in out.steps] == ["zbar-like@@barcode-reading"] and out.stop == StopReason.OUT_OF_REACH
     assert Registry.load(_registry_file(tmp_path, READERS)).without(models={"opencv-barcode"}).reach is not None
 
 

@@ -10,10 +10,12 @@ share of its nearest calibration questions that one of those pairs answered (fea
 router scores pairs), and only for a question close to them: the nearest questions of a kind never calibrated are of
 other kinds.
 
-A reach holds only for the pairs it measured: a registry with a pair the calibration did not run (an expert added
-since, another model version or skill code) may answer what the measured pairs could not, so there the reach is
-ignored with a warning naming the file and the pair. A registry with fewer pairs (a view of it) keeps it and counts
-only its own pairs.
+A reach holds only for the pairs it measured: a pair the calibration did not run as it is now (an expert added
+since, another model version or skill code) may answer what the measured pairs could not, so while such a pair may
+still be called the reach says nothing about the question (a warning naming the file and the pair says so when the
+registry is loaded; that pair's old outcomes are dropped). Where that pair declines the question or has been called,
+the measured pairs decide as before: an expert added after profiling does not switch the reach off for questions it
+cannot take. A registry with fewer pairs (a view of it) keeps the reach and counts only its own pairs.
 """
 
 from __future__ import annotations
@@ -82,21 +84,19 @@ class Reach:
 
     def estimate(self, question: str, images: list[str] | tuple[str, ...],
                  choices: list[str] | tuple[str, ...] | None, pairs: Iterable[str] | None = None) -> float | None:
-        """How likely one of `pairs` (default: every measured pair; others are not counted) answers this question:
-        the share of the k most similar calibration questions that one of them answered, weighted by similarity;
-        None (unknown) where those k are on average less similar than `REACH_SIMILARITY`."""
+        """How likely one of `pairs` (default: every measured pair) answers this question: the share of the k most
+        similar calibration questions that one of them answered, weighted by similarity; None (unknown) where one of
+        `pairs` was not measured, or where those k are on average less similar than `REACH_SIMILARITY`."""
+        wanted = set(self.pairs) if pairs is None else set(pairs)
+        if not wanted <= set(self.pairs):
+            return None
         query = question_features([question], [images], [list(choices) if choices else None])[0]
         index, sims = nearest(self.features, query, self.k)
         if sims.mean() < REACH_SIMILARITY:
             return None
-        wanted = set(self.pairs) if pairs is None else set(pairs)
         columns = [j for j, pair in enumerate(self.pairs) if pair in wanted]
         answered = self.right[np.ix_(index, columns)].max(axis=1, initial=0.0)
         return float(similarity_mean(answered, sims))
-
-    def uncovered(self, current: dict[str, str]) -> list[str]:
-        """The pairs of `current` (fingerprint by id) this reach did not measure, as they are now."""
-        return sorted(pair for pair, fingerprint in current.items() if self.pairs.get(pair) != fingerprint)
 
     def save(self, path: str | Path) -> None:
         """Write the file `read` reads (float16 features: a few hundred kB for a few hundred items)."""
@@ -108,10 +108,11 @@ class Reach:
 
     @classmethod
     def read(cls, path: str | Path, current: dict[str, str]) -> "Reach | None":
-        """The reach at `path` if it covers every pair of `current` (fingerprint by id); None, with a warning naming
-        the file and a pair, if it does not, or with one naming the file if it is of the first format (no per-pair
-        outcomes); None without one if there is no file (a profile written before reaches existed: unknown). A
-        damaged file is a ConfigError naming it."""
+        """The reach at `path` for the pairs of `current` (fingerprint by id): with a warning naming the file and a
+        pair where it did not measure one of them as it is now (that pair's outcomes are dropped, and while it may be
+        called the reach says nothing); None, with a warning naming the file, if it is of the first format (no
+        per-pair outcomes); None without one if there is no file (a profile written before reaches existed: unknown).
+        A damaged file is a ConfigError naming it."""
         path = Path(path)
         if not path.is_file():
             return None
@@ -136,10 +137,11 @@ class Reach:
             raise ConfigError(f"features {list(features.shape)} and right {list(right.shape)} do not fit "
                               f"(items x {QUESTION_DIM} and items x {len(pairs)} pairs)", file=str(path),
                               field="features")
-        reach = cls(features.astype(np.float32), right.astype(np.float32), pairs, k)
-        missing = reach.uncovered(current)
+        fitting = {pair: fp for pair, fp in pairs.items() if current.get(pair) == fp}
+        missing = sorted(set(current) - set(fitting))
         if missing:
-            warnings.warn(f"reach {path} ignored: pair {missing[0]} was not measured as it is now "
-                          f"({len(missing)} such); run `maestro registry profile` again", stacklevel=2)
-            return None
-        return reach
+            warnings.warn(f"reach {path}: pair {missing[0]} was not measured as it is now ({len(missing)} such); the "
+                          "reach says nothing while such a pair may be called; run `maestro registry profile` again",
+                          stacklevel=2)
+        columns = [j for j, pair in enumerate(pairs) if pair in fitting]
+        return cls(features.astype(np.float32), right[:, columns].astype(np.float32), fitting, k)

@@ -84,8 +84,8 @@ class Registry:
         self.profiles: dict[str, PairProfile] = {}
         """The profiled pairs (by pair id) of the config's `profile` file, those that fit this registry."""
         self.reach: Reach | None = None
-        """Which questions the pairs answered on the profile's calibration items (registry.reach), when it covers
-        every available pair; None: unknown."""
+        """Which pair answered which of the profile's calibration items (registry.reach), for the pairs it measured
+        as they are now; None: unknown."""
 
     @classmethod
     def load(cls, path: str | Path | None = None, *, cache: ExpertCache | None = None,
@@ -129,7 +129,7 @@ class Registry:
         view.skills = {name: s for name, s in self.skills.items() if name not in skills}
         view.descriptions = {**self.descriptions, **(descriptions or {})}
         view.profiles = {pair: entry for pair, entry in self.profiles.items() if pair not in unprofiled}
-        view.reach = self.reach  # with fewer pairs, its estimate errs towards calling
+        view.reach = self.reach  # the graph asks it about the view's own pairs
         return view
 
     def with_profile(self, path: str | Path) -> "Registry":
