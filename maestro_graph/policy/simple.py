@@ -53,7 +53,8 @@ class RandomPolicy:
 
 class RankingPolicy:
     """A router that ranks the pairs for the question and calls the best untried one; it answers as soon as a step
-    returns a candidate, or when the input itself is broken (another pair cannot read a corrupt image either).
+    returns a candidate, or when an image it was given is broken (another pair cannot read a corrupt image either).
+    A question without an image goes on past a pair that needed one: the pairs that read text may answer it.
     Subclasses only say how to score pairs (higher is better)."""
 
     name = "ranking"
@@ -63,7 +64,7 @@ class RankingPolicy:
         raise NotImplementedError
 
     def distribution(self, view: EpisodeView, space: ActionSpace) -> Distribution:
-        if view.candidates() or any(s.error_kind == ErrorKind.INPUT for s in view.steps):
+        if view.candidates() or (view.images and any(s.error_kind == ErrorKind.INPUT for s in view.steps)):
             return _answer_best(view)
         untried = [p for p in space.pairs if not view.called(p.id)]
         if not untried:
