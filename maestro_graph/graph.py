@@ -384,12 +384,15 @@ def _stop(stop: StopReason, detail: object = None) -> dict:
 def _out_of_reach(registry: Registry, view: EpisodeView, space: ActionSpace, floor: float) -> dict | None:
     """The ending when the registry's reach says none of the pairs not yet called is likely to answer: before the
     first call, where similar calibration questions were rarely answered by any pair; after calls, where they were
-    rarely answered by a pair not yet tried (those that answer such questions have been called). None: go on (no
+    rarely answered by a pair not yet tried (those that answer such questions have been called). Neighbours that
+    only the pairs of a skill declining this question answered do not count (Reach.estimate). None: go on (no
     floor, no reach, no pair left to call, or a question unlike the calibration items)."""
     left = [p.id for p in space.pairs if not view.called(p.id)]
     if floor <= 0 or registry.reach is None or not left:
         return None
-    reach = registry.reach.estimate(view.question, view.images, view.choices, left)
+    declined = {skill for skill, _ in space.declined}
+    reach = registry.reach.estimate(view.question, view.images, view.choices, left,
+                                    declined=[p.id for p in space.registry_pairs if p.skill.name in declined])
     if reach is None or reach >= floor:
         return None
     ending = _ending(view, None) if view.steps else {}

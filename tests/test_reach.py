@@ -106,6 +106,21 @@ def test_a_question_out_of_reach_stops_before_any_call_with_a_marked_guess(profi
     assert decoded.steps and decoded.answer == json.loads((BARCODES / "tasks.jsonl").read_text().splitlines()[1])["answer"]
 
 
+def test_neighbours_only_a_declining_skill_answered_say_nothing_of_the_question(profiled):
+    """A calibration question answered only by pairs whose skill declines this one is another kind of question:
+    counted, it would read as "nothing left answers this" (0.0, a stop); left out, the reach says what the other
+    neighbours say, or nothing when none is left."""
+    reach = Registry.load(profiled / "registry.yaml").reach
+    item = json.loads((BARCODES / "tasks.jsonl").read_text().splitlines()[1])
+    image, readers = [str(BARCODES / item["images"][0])], list(reach.pairs)
+    assert reach.estimate(item["question"], image, None, readers) > 0.35
+    barcodes_only = Reach(reach.features[:4], reach.right[:4], reach.pairs, k=4)  # the four decoded items
+    assert barcodes_only.estimate(item["question"], image, None, []) == 0.0
+    assert barcodes_only.estimate(item["question"], image, None, [], declined=readers) is None
+    # with the counting questions nobody answered among the neighbours, those are what is left
+    assert reach.estimate(item["question"], image, None, [], declined=readers) == 0.0
+
+
 class InOrder:
     """A test policy: calls the given pairs in this order, then answers the best candidate."""
 

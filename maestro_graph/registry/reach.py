@@ -83,10 +83,14 @@ class Reach:
         return self.right.max(axis=1, initial=0.0)
 
     def estimate(self, question: str, images: list[str] | tuple[str, ...],
-                 choices: list[str] | tuple[str, ...] | None, pairs: Iterable[str] | None = None) -> float | None:
+                 choices: list[str] | tuple[str, ...] | None, pairs: Iterable[str] | None = None,
+                 declined: Iterable[str] = ()) -> float | None:
         """How likely one of `pairs` (default: every measured pair) answers this question: the share of the k most
-        similar calibration questions that one of them answered, weighted by similarity; None (unknown) where one of
-        `pairs` was not measured, or where those k are on average less similar than `REACH_SIMILARITY`."""
+        similar calibration questions that one of them answered, weighted by similarity. A neighbour only `declined`
+        pairs answered (pairs whose skill declines this question from its text) is another kind of question than
+        this one, though its words are close ("How many rows and columns are in the table?" beside "What is the mean
+        of the numbers in the table?"): it is left out. None (unknown) where one of `pairs` was not measured, where
+        the k are on average less similar than `REACH_SIMILARITY`, or where no neighbour is left."""
         wanted = set(self.pairs) if pairs is None else set(pairs)
         if not wanted <= set(self.pairs):
             return None
@@ -94,9 +98,14 @@ class Reach:
         index, sims = nearest(self.features, query, self.k)
         if sims.mean() < REACH_SIMILARITY:
             return None
-        columns = [j for j, pair in enumerate(self.pairs) if pair in wanted]
-        answered = self.right[np.ix_(index, columns)].max(axis=1, initial=0.0)
-        return float(similarity_mean(answered, sims))
+        answered = self._answered(index, wanted)
+        alike = (answered > 0) | (self._answered(index, set(declined)) == 0)
+        return float(similarity_mean(answered[alike], sims[alike])) if alike.any() else None
+
+    def _answered(self, index: np.ndarray, pairs: set[str]) -> np.ndarray:
+        """(len(index),) 1.0 where one of `pairs` got the calibration item right."""
+        columns = [j for j, pair in enumerate(self.pairs) if pair in pairs]
+        return self.right[np.ix_(index, columns)].max(axis=1, initial=0.0)
 
     def save(self, path: str | Path) -> None:
         """Write the file `read` reads (float16 features: a few hundred kB for a few hundred items)."""
