@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -66,25 +66,24 @@ class _RolloutJob:
     the weights as tensors and the checkpoint header, never the policy object, and the worker rebuilds the policy
     once per step; each episode's decisions come back with their log-probabilities recorded."""
 
-    def __init__(self, policy: NeuralPolicy, max_turns: int, max_cost: float):
+    def __init__(self, policy: NeuralPolicy, context: MaestroContext):
         self.policy = policy
-        self.max_turns = max_turns
-        self.max_cost = max_cost
+        self.context = context
+        """The trainer's rollout context (its samples rebuild the action space under the same one); each episode
+        gets its own seed."""
 
     def __getstate__(self) -> dict:
         return {"header": self.policy.checkpoint_header(), "weights": self.policy.net.state_dict(),
-                "max_turns": self.max_turns, "max_cost": self.max_cost}
+                "context": self.context}
 
     def __setstate__(self, state: dict) -> None:
         self.policy = NeuralPolicy.from_checkpoint(state["header"], state["weights"], file="<broadcast weights>")
-        self.max_turns, self.max_cost = state["max_turns"], state["max_cost"]
+        self.context = state["context"]
 
     def __call__(self, registry: Registry, plan: _GroupPlan) -> list[EpisodeResult]:
         graph = build_graph(plan.view.apply(registry), self.policy)
         task = plan.task
-        return [run_episode(graph, task.question, task.images, task.choices,
-                            context=MaestroContext(max_turns=self.max_turns, max_cost=self.max_cost, greedy=False,
-                                                   seed=seed, reach_floor=0.0))
+        return [run_episode(graph, task.question, task.images, task.choices, context=replace(self.context, seed=seed))
                 for seed in plan.seeds]
 
 
@@ -263,7 +262,7 @@ class GRPOTrainer:
 
         cfg = self.config
         policy = self.averaged_policy()
-        context = MaestroContext(max_turns=cfg.max_turns, max_cost=cfg.max_cost, reach_floor=0.0)
+        context = replace(self.context, greedy=True)
         metrics = run_policy(self.registry, self.eval_tasks, policy, context=context).metrics()
         figures = {"val_macro": metrics["macro_accuracy"], "val_accuracy": metrics["accuracy"],
                    "val_cost": metrics["mean_cost"], "val_calls": metrics["calls_per_episode"],
@@ -291,7 +290,7 @@ class GRPOTrainer:
             view = sample_view(self.registry, rng, cfg)
             seeds = [int(rng.integers(2**31)) + g for g in range(cfg.group_size)]
             plans.append(_GroupPlan(self.tasks[int(task_index)], view, seeds))
-        sampled = dict(self.executor.map_unordered(_RolloutJob(self.policy, cfg.max_turns, cfg.max_cost), plans))
+        sampled = dict(self.executor.map_unordered(_RolloutJob(self.policy, self.context), plans))
         groups, rewards_all, scores_all, calls, costs, group_rewards = [], [], [], [], [], []
         skipped = 0
         for g_index, task_index in enumerate(picks):
