@@ -1,4 +1,4 @@
-"""A bounded in-process memo: every cache is bounded (DESIGN.md, "Trust boundary"), since its keys can come from
+"""A bounded in-process memo: every cache is bounded (docs/security.md), since its keys can come from
 clients (questions, images)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ V = TypeVar("V")
 
 class LRU(Generic[K, V]):
     """A thread-safe in-process memo holding the `cap` most recently used entries: every cache is bounded
-    (DESIGN.md, "Trust boundary"), since its keys come from clients."""
+    (docs/security.md), since its keys come from clients."""
 
     def __init__(self, cap: int):
         if cap < 1:

@@ -5,7 +5,7 @@ running one episode at a time, so throughput should grow with the workers until 
 
     .venv/bin/python scripts/bench_scale.py --workers 1 2 4 8 --out bench-scale.json
 
-Prints a Markdown table (the README's "Scale" section) and the measured per-episode costs: the episode latency,
+Prints a Markdown table (docs/scale.md) and the measured per-episode costs: the episode latency,
 the orchestration overhead on top of the expert's latency, and the CPU time a worker spends per episode.
 """
 

@@ -14,8 +14,8 @@ Experiments (each a held-out part of `--registry` plus, for `zbar`, an expert no
         --out runs/generalisation --seeds 0 1 --steps 60 --registry configs/registry-nolm.yaml
 
 With `--router lm` the trained policy is the LM router instead (`maestro train-lm`'s recipe, `--lm-config`): its SFT
-warm start imitates a teacher's episodes (`--teacher`, a prediction file on the `--train` items: the README's
-recipe uses the neural policy's), re-rendered with the held-out registry and without the items and episodes that
+warm start imitates a teacher's episodes (`--teacher`, a prediction file on the `--train` items: the documented
+recipe, docs/lm-router.md, uses the neural policy's), re-rendered with the held-out registry and without the items and episodes that
 need the held-out part, so the router never reads a held-out card before it is evaluated:
 
     .venv/bin/python scripts/generalisation.py --router lm --experiments barcode --seeds 0 1 \

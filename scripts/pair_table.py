@@ -2,7 +2,9 @@
 """Every pair on every item of a task file: per source, the best single pair, its accuracy, and the oracle
 (does any pair get the item right). Writes the pair outcomes as JSON for later use (best-single/knn/classifier).
 
-    .venv/bin/python scripts/pair_table.py --tasks ../shared/benchmarks/real-dev/tasks.jsonl --out runs/pairs.json
+    .venv/bin/python scripts/pair_table.py --tasks $DEV/train.jsonl --out runs/pairs.json
+
+($DEV: a folder of task files, docs/evaluation.md "The real dev items".)
 
 It also prints a ceiling for routers that send every item of a source (of a domain, within a mixed source such as
 the procedural suite) to one pair: that pair chosen in hindsight on these very items. A policy above it must tell

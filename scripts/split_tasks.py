@@ -2,7 +2,9 @@
 """Split a task file into train/test halves by a hash of each item's id (stable, no seed to remember). The images
 are linked (hard links, else copies) next to the halves, so their paths stay relative to the task files.
 
-    .venv/bin/python scripts/split_tasks.py ../shared/benchmarks/real-dev/tasks.jsonl --out runs/real-dev --test-share 0.5
+    .venv/bin/python scripts/split_tasks.py REAL_DEV_TASKS.jsonl --out $DEV --test-share 0.5
+
+(REAL_DEV_TASKS.jsonl: any task file, e.g. the real dev items; docs/evaluation.md "The real dev items".)
 
 A half can be split again (a validation part of the train half) with another --salt: without one, every item of the
 train half hashes above the first split's threshold and would land on the same side.

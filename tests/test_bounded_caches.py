@@ -1,4 +1,4 @@
-"""In-process memos are bounded (DESIGN.md: every cache is bounded): question embeddings and image descriptors keep
+"""In-process memos are bounded (docs/security.md: every cache is bounded): question embeddings and image descriptors keep
 their most recent entries up to a cap, keyed by digests rather than by the (possibly huge) text or data URL."""
 
 from __future__ import annotations

@@ -84,7 +84,7 @@ def test_extreme_weights_give_a_valid_distribution(registry):
 def test_the_untrained_prior_favours_the_card_resembling_the_question(registry):
     """Before any training every card is unseen: the question-card similarity prior alone puts more than a uniform
     share on the barcode pairs for a barcode question. (Whether training keeps that for experts held out of it is
-    measured by scripts/generalisation.py, see the README, not by a unit test.)"""
+    measured by scripts/generalisation.py, see docs/results.md, not by a unit test.)"""
     policy = NeuralPolicy()
     view = _view("What is the value encoded in this barcode?", QRCODE)
     full = policy.distribution(view, ActionSpace.build(registry, view))

@@ -41,7 +41,7 @@ POLICY_NAMES = ("neural", "neural:CHECKPOINT", "neural:CHECKPOINT+CHECKPOINT..."
                 "fixed:MODEL@@SKILL", *TRAINED_POLICIES, "oracle", "lm:shipped", "lm:transformers",
                 "lm:openai:BASE_URL|MODEL", "lm:FILE.yaml")
 SHIPPED_CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "neural.safetensors"
-"""The policy trained by the project's own `maestro train` (see the README for the command)."""
+"""The policy trained by the project's own `maestro train` (the recipe: docs/training.md)."""
 
 
 def make_policy(name: str, *, outcomes: "PairOutcomes | None" = None) -> Policy:

@@ -1,8 +1,8 @@
 """Several neural checkpoints deciding together: each action's probability is the mean of theirs.
 
-A GRPO run depends on its seed (the same recipe reached a held-out skill's items in 1, 2 or 3 of 3 seeds, and
-scored 0.513-0.574 macro on the test half); the mean of several runs' distributions depends on no one seed, which is
-the usual cure (an ensemble of independently trained policies), and picks no seed on evaluation items. Named
+A GRPO run depends on its seed (docs/results.md measures how much); the mean of several runs' distributions
+depends on no one seed, which is the usual cure (an ensemble of independently trained policies), and picks no seed
+on evaluation items. Named
 `neural:A.safetensors+B.safetensors+...` (`make_policy`).
 """
 

@@ -43,14 +43,14 @@ REACH_K = 10
 REACH_SIMILARITY = 0.85
 """The mean cosine similarity of those k below which the reach says nothing: a question that is not close to what
 was calibrated (a kind of question no calibration item was of) has neighbours of other kinds, whose outcomes mislead.
-0.85: the lowest with no stop on a question a pair answers when leaving each source of the validation split's
-training part out (README, "Knowing when nothing fits")."""
+Chosen as the lowest value that stopped no episode a pair answers when each source of the validation split's training
+part was left out (the measurements: docs/results.md, "The reach's first version")."""
 REACH_FLOOR = 0.35
 """The default floor below which an episode stops before its next call (MaestroContext.reach_floor; 0: off), for a
 registry with a reach (one without, like the packaged default with its unprofiled chat model, is never stopped).
-0.35: the largest floor that cost the validation split's two policies no accuracy; on the real dev test half the
-shipped policy then made 20% fewer calls, half as many where no pair answers (2.75 -> 1.42), for 0.4 points of
-macro accuracy (README, "Knowing when nothing fits"). Training runs whole episodes (floor 0)."""
+Chosen as the largest floor that cost the validation split's policies no accuracy (the measurements, and what it
+costs and saves on the test half: docs/results.md, "The reach at every turn"). Training runs whole episodes
+(floor 0)."""
 
 
 def reach_path(profile: str | Path) -> Path:

@@ -3,7 +3,7 @@ one action. Free generation yields a certain distribution (the LM sampled alread
 every valid action with a local model (a real distribution, so the graph's greedy/sample applies) or asks the
 endpoint to pick one; the `regex` constraint lets an endpoint write any request or answer but only valid pairs.
 
-Names (`make_policy`): `lm:shipped[#choice]` (the router trained by the README's CPU recipe, a LoRA adapter over the
+Names (`make_policy`): `lm:shipped[#choice]` (the router trained by the CPU recipe of docs/lm-router.md, a LoRA adapter over the
 packaged SmolLM2 inside this package), `lm:transformers[:MODEL_DIR][#choice]` (a `maestro train-lm` folder: a whole
 model or a LoRA adapter, with its ROUTER_FILE), `lm:openai:BASE_URL|MODEL[#choice|#regex]`, or `lm:FILE.yaml`
 holding an `LMConfig`.
