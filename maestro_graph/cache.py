@@ -7,7 +7,7 @@ model and card version, skill and a hash of its folder's files, the request and 
 successes are stored; a card with `cacheable: false` is never cached. Entries are written atomically (temp
 file + rename); an unreadable entry is reported as corrupt, removed and recomputed, never silently used.
 
-Entries are JSON, never pickles (DESIGN.md, "Trust boundary"): a planted file in the cache folder must not run
+Entries are JSON, never pickles (docs/security.md): a planted file in the cache folder must not run
 code. Values other than JSON's own (tuples, dicts with any keys, numeric numpy arrays and scalars, the result
 types of the built-in experts, the step record) carry an explicit type tag, and a tag is resolved only through the
 allow-list `CACHEABLE_TYPES`, never by importing a name written in the entry. A value with anything else inside is

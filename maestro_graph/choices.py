@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from .scoring import choice_letter, normalize_text, parse_number, score
+from .scoring import choice_label, normalize_text, parse_number, score
 
 __all__ = ["MAX_OPTION_CHARS", "MIN_OPTIONS", "YES_NO_GUESS", "guess_option", "inline_choices", "names_option",
            "question_stem"]
@@ -32,7 +32,7 @@ MIN_OPTIONS = 2
 MAX_OPTION_CHARS = 200
 YES_NO_GUESS = "no"
 """The answer to a yes/no question no expert answered. A prior, not evidence: statements put to a reader to verify
-are false more often than true (on the real dev set's yes/no items, 107 "no" against 64 "yes")."""
+are false more often than true (counted on the real dev items: docs/results.md, "Priors in the code")."""
 
 _STYLES = (
     re.compile(r"(?:^|(?<=[\s;,]))\(([A-H])\)", re.M),
@@ -64,7 +64,7 @@ def _block(text: str, labels: list[re.Match], start: int) -> tuple[int, list[str
     """Where the block whose `A` is labels[start] ends, and its options; None when it does not qualify."""
     run = [labels[start]]
     for match in labels[start + 1:]:
-        if match.group(1).upper() != choice_letter(len(run)):
+        if match.group(1).upper() != choice_label(len(run)):
             break
         run.append(match)
     if len(run) < MIN_OPTIONS or not _introduced(text[:run[0].start()]):

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+from enum import IntEnum
 from pathlib import Path
 from typing import Optional
 
@@ -16,8 +17,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from .bench.cli import bench_app
-from .configs import typer_options
-from .rl.config import GRPOConfig
+from .configs import MAX_COST, MAX_TURNS, Budget, typer_option, typer_options
+from .rl.config import GRPOConfig, LMTrainConfig
+from .serve.settings import ServeSettings, startup_problem
 from .errors import MaestroError
 from .registry.reach import REACH_FLOOR
 
@@ -35,12 +37,12 @@ console = Console()
 err = Console(stderr=True)
 
 RegistryOpt = typer.Option(None, "--registry", "-r", help="Registry config YAML (default: the packaged local one).")
-MaxTurnsOpt = typer.Option(4, min=1, help="Most expert calls per episode before answering.")
-MaxCostOpt = typer.Option(10.0, min=0, help="Cost budget of an episode, in card cost units.")
+MaxTurnsOpt = typer_option(Budget, "max_turns", min=1, max=MAX_TURNS)
+MaxCostOpt = typer_option(Budget, "max_cost", min=0, max=MAX_COST)
 ReachFloorOpt = typer.Option(
     REACH_FLOOR, min=0, max=1, help="Stop before the next call when fewer of the 10 most similar calibration questions "
     "were answered by a pair not yet called than this (the registry's reach, written by `maestro registry profile`; "
-    "a registry without one is never stopped); 0: off (README: Knowing when nothing fits).")
+    "a registry without one is never stopped); 0: off (docs/evaluation.md: Knowing when nothing fits).")
 LimitOpt = typer.Option(None, min=1, help="Only the first N items.")
 WorkersOpt = typer.Option(2, min=1, help="Episodes run at once (per-model limits still apply).")
 CacheDirOpt = typer.Option(Path(".maestro-cache"), envvar="MAESTRO_CACHE_DIR",
@@ -125,15 +127,20 @@ def ask(
 ) -> None:
     """Answer QUESTION about the images and print the answer with a table of the steps taken."""
     _threads()
-    from .graph import MaestroContext, build_graph
+    from .graph import MaestroContext, build_graph, checkpoint_serde
     from .images import load_image
     from .policy import DEFAULT_POLICY, make_policy
+    from .questions import clean_question, question_problem
     from .runner import run_episode
 
     policy = policy or DEFAULT_POLICY
-    if not question.strip():
-        _fail("the question is empty; ask something about the image, e.g. 'What is the total?'")
+    problem = question_problem(clean_question(question))
+    if problem:
+        _fail(problem)
     for path in image:
+        if path.is_dir():
+            _fail(f"--image {path}: is a folder, not an image file; name each image in it with its own --image "
+                  f"(e.g. --image {path / 'photo.png'})")
         try:
             load_image(str(path))
         except MaestroError as exc:
@@ -151,7 +158,7 @@ def ask(
 
         from langgraph.checkpoint.sqlite import SqliteSaver
 
-        saver = SqliteSaver(sqlite3.connect(str(checkpoint_db), check_same_thread=False))
+        saver = SqliteSaver(sqlite3.connect(str(checkpoint_db), check_same_thread=False), serde=checkpoint_serde())
         config = {"configurable": {"thread_id": thread or "default"}}
     else:
         saver = None
@@ -186,6 +193,22 @@ def ask(
                   f"   [dim]({result.stop_reason}, {result.latency_s:.1f}s, cost {result.cost:.3f})[/dim]")
 
 
+class PredictExit(IntEnum):
+    """`maestro predict`'s exit status, so that a script can tell a clean run from one to look into
+    (docs/evaluation.md). The two kinds of trouble add up: 3 is failed episodes and skipped lines."""
+
+    ALL_RAN = 0
+    FAILED = 1
+    """some episodes failed (crashed, or their input was unreadable); they are in the prediction file, marked"""
+    SKIPPED = 2
+    """task-file lines were skipped as bad input; 2 is also every usage error, which stops the run before it starts"""
+    FAILED_AND_SKIPPED = 3
+
+    @classmethod
+    def of(cls, failed: int, skipped: int) -> "PredictExit":
+        return cls(cls.FAILED * (failed > 0) + cls.SKIPPED * (skipped > 0))
+
+
 @app.command()
 def predict(
     tasks: Path = typer.Option(..., "--tasks", "-t", exists=True, dir_okay=False, help="Task file (JSONL)."),
@@ -205,7 +228,13 @@ def predict(
     executor: str = ExecutorOpt,
     resume: bool = typer.Option(False, "--resume", help="Keep the predictions already in OUT; run only the rest."),
 ) -> None:
-    """Run POLICY over every item of a task file and write the prediction file; prints accuracy per source."""
+    """Run POLICY over every item of a task file and write the prediction file; prints accuracy per source.
+
+    Exit status:
+    0 every item ran;
+    1 some episodes failed (recorded in OUT with `failed: true`);
+    2 some task-file lines were skipped as bad input, or a usage error stopped the run;
+    3 both 1 and 2."""
     _threads()
     from .graph import MaestroContext
     from .policy import DEFAULT_POLICY, make_policy
@@ -233,6 +262,7 @@ def predict(
         stats = reg.cache.stats
         console.print(f"expert cache {reg.cache.location}: {stats.hits} hits, {stats.misses} misses "
                       f"({stats.hit_rate:.0%} hit rate), {stats.corrupt} corrupt")
+    raise typer.Exit(PredictExit.of(summary.failed, len(summary.skipped)))
 
 
 @app.command("eval")
@@ -302,12 +332,11 @@ def eval_(
 
 
 @app.command()
-@typer_options(GRPOConfig)
+@typer_options(GRPOConfig, flags={"registry": ("--registry", "-r")})
 def train(
     config: GRPOConfig,
     tasks: list[Path] = typer.Option(..., "--tasks", "-t", exists=True, dir_okay=False, help="Training task file (repeat)."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for checkpoints, train_log.jsonl and curves.png."),
-    registry: Optional[Path] = RegistryOpt,
     eval_tasks: list[Path] = typer.Option([], exists=True, dir_okay=False,
                                           help="Validation task file (repeat): scored at every checkpoint; the best "
                                                "checkpoint is kept as OUT/best.safetensors."),
@@ -319,7 +348,8 @@ def train(
                                 "Ray actors)."),
 ) -> None:
     """Train the neural policy with GRPO on task files (outcome reward only); OUT/policy.safetensors is the result.
-    Every GRPOConfig field is an option (or a key of --config FILE.yaml)."""
+    Every GRPOConfig field is an option (or a key of --config FILE.yaml); the defaults, and
+    configs/recipes/neural-grpo.yaml, are the shipped checkpoint's recipe."""
     _threads()
     import torch
 
@@ -327,6 +357,7 @@ def train(
     from .tasks import load_task_files
 
     torch.set_num_threads(1)
+    registry = Path(config.registry) if config.registry else None
     reg = _registry(registry, cache_dir, cache_url)
     items, problems = load_task_files(tasks)
     held_out, eval_problems = load_task_files(eval_tasks) if eval_tasks else ([], [])
@@ -390,7 +421,8 @@ def checkpoint_convert(
 @skills_app.command("list")
 def skills_list(registry: Optional[Path] = RegistryOpt,
                 as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
-    """List the skills found in the registry's skill folders."""
+    """List the skills found in the registry's skill folders, each with whether a model here can run it (where
+    none can: why, and how to add one)."""
     skills = sorted(_registry(registry).describe()["skills"], key=lambda s: (s["tier"], s["name"]))
     if as_json:
         print(json.dumps(skills, indent=2, ensure_ascii=False))
@@ -400,9 +432,11 @@ def skills_list(registry: Optional[Path] = RegistryOpt,
 
 def _skills_table(skills: list[dict]) -> Table:
     """Whole descriptions: the table wraps them at word boundaries rather than cutting them."""
-    table = Table("skill", "tier", "requires", "description", title=f"skills ({len(skills)})")
+    table = Table("skill", "tier", "requires", "available", "description", title=f"skills ({len(skills)})")
     for spec in skills:
-        table.add_row(spec["name"], str(spec["tier"]), ", ".join(spec["requires"]), spec["description"])
+        table.add_row(spec["name"], str(spec["tier"]), " | ".join(filter(None, (", ".join(spec["requires"]),
+                                                                        ", ".join(spec.get("or_requires", []))))),
+                      "yes" if spec["available"] else f"[red]no[/red]: {escape(spec['reason'])}", spec["description"])
     return table
 
 
@@ -418,7 +452,8 @@ def registry_show(registry: Optional[Path] = RegistryOpt,
     models = Table("model", "capabilities", "backend", "cost/call", "available", title=f"models ({info['config']})")
     for m in info["models"]:
         models.add_row(m["name"], ", ".join(m["capabilities"]), m["backend"], f"{m['cost_per_call']:g}",
-                       "yes" if m["available"] else f"[red]no[/red]: {m['reason']}")
+                       "yes" if m["available"] else f"[red]no[/red]: {escape(m['reason'])}"
+                       + (f"; to add it: {escape(m['install'])}" if not m["available"] and m["install"] else ""))
     console.print(models)
     console.print(_skills_table(info["skills"]))
     console.print(f"[bold]{len(info['pairs'])} pairs:[/bold] " + ", ".join(info["pairs"]))
@@ -469,35 +504,16 @@ def registry_profile(
 
 
 @app.command()
+@typer_options(ServeSettings, param="settings", flags={
+    "policy": ("--policy", "-p"), "policies": ("--allow-policy",), "allowed_image_hosts": ("--allow-image-host",),
+    "image_dirs": ("--image-dir",), "request_timeout_s": ("--timeout-s",)})
 def serve(
+    settings: ServeSettings,
     host: str = typer.Option("127.0.0.1", help="Interface to listen on (loopback by default)."),
     port: int = typer.Option(8321, min=1, max=65535, help="TCP port (not vLLM's 8000, so both run side by side)."),
     registry: Optional[Path] = RegistryOpt,
-    policy: Optional[str] = typer.Option(None, "--policy", "-p",
-                                         help="Default policy, offered to requests too (default: neural)."),
-    allow_policy: list[str] = typer.Option(
-        [], "--allow-policy",
-        help="A policy requests may name (default: neural and rules): NAME, or NAME=SPEC to offer any policy spec under a name (e.g. "
-        "fast=fixed:rapidocr@@chart-qa, vlm=lm:openai:http://10.0.0.5:8000/v1|qwen). Repeat for each; requests "
-        "never name checkpoints, files or URLs themselves."),
-    checkpoint_db: Optional[str] = typer.Option(
-        None, help="Checkpoints (thread ids, resume): a SQLite file, or postgresql://USER@HOST:PORT/DB shared by "
-        "several replicas (needs the `postgres` extra)."),
-    api_key_env: Optional[str] = typer.Option(
-        None, help="Environment variable holding the API key (default MAESTRO_API_KEY; naming one that is unset "
-        "refuses to start)."),
     insecure: bool = typer.Option(False, "--insecure",
                                   help="Start without an API key even when one was named or the host is public."),
-    allow_image_host: list[str] = typer.Option([], "--allow-image-host", help="Host whose image URLs may be fetched."),
-    image_dir: list[Path] = typer.Option([], "--image-dir", file_okay=False,
-                                         help="Directory whose image files requests may name by path (default: none)."),
-    max_episodes: int = typer.Option(64, min=1, help="Episodes admitted at once (429 beyond)."),
-    workers: int = typer.Option(2, min=1, help="Threads running episodes."),
-    timeout_s: float = typer.Option(300.0, min=0.1, help="Time limit of one request, in seconds."),
-    max_body_bytes: int = typer.Option(20_000_000, min=1, help="Largest request body (413 beyond)."),
-    max_image_bytes: int = typer.Option(8_000_000, min=1, help="Largest image (413 beyond)."),
-    max_turns: int = typer.Option(4, min=1, help="Default and largest turn budget."),
-    reach_floor: float = ReachFloorOpt,
     cache_dir: Optional[Path] = typer.Option(None, help="Persistent cache of expert calls (default: none)."),
     cache_url: Optional[str] = typer.Option(None, "--cache-url", help="Shared expert cache on Redis "
                                             "(redis://HOST:PORT/DB) for all replicas; needs --cache-dir (fallback)."),
@@ -505,32 +521,22 @@ def serve(
     log_format: str = typer.Option("json", help="json (one object per line, with request and thread ids) | text."),
 ) -> None:
     """Serve an OpenAI-compatible endpoint (/v1/chat/completions, model `maestro`), /healthz, and LangServe routes
-    at /maestro when the `langserve` extra is installed."""
+    at /maestro when the `langserve` extra is installed. Every ServeSettings field is an option (or a key of
+    --config FILE.yaml)."""
     _threads()
     import uvicorn
-    from pydantic import ValidationError
 
-    from .errors import first_validation_problem
-    from .serve import ServeSettings, create_app, startup_problem
-    from .serve.observability import log_config
+    from .serve import create_app
+    from .serve.observability import configure_logging, log_config
 
     if log_format not in ("json", "text"):
         _fail(f"--log-format {log_format!r}: choose json or text")
+    configure_logging(log_level, log_format)  # before the app loads anything that could write to stderr
     try:
-        settings = ServeSettings(
-            **({"policy": policy} if policy else {}), **({"policies": tuple(allow_policy)} if allow_policy else {}),
-            checkpoint_db=checkpoint_db,
-            allowed_image_hosts=tuple(allow_image_host), image_dirs=tuple(image_dir), max_episodes=max_episodes,
-            workers=workers, request_timeout_s=timeout_s, max_body_bytes=max_body_bytes,
-            max_image_bytes=max_image_bytes, max_turns=max_turns, reach_floor=reach_floor,
-            **({"api_key_env": api_key_env} if api_key_env else {}),
-        )
         app_ = create_app(_registry(registry, cache_dir, cache_url), settings)
     except MaestroError as exc:
         _fail(str(exc))
-    except ValidationError as exc:  # the option's name and the problem, without pydantic's help URL
-        _fail(first_validation_problem(exc)[1])
-    problem = startup_problem(settings, host, key_env_named=api_key_env is not None)
+    problem = startup_problem(settings, host, key_env_named="api_key_env" in settings.model_fields_set)
     if problem and not insecure:
         _fail(problem)
     if problem:
@@ -549,8 +555,12 @@ def reliability(
     workers: int = typer.Option(4, min=1, help="Episodes run at once."),
     seed: int = typer.Option(0, help="Seed of the injected faults."),
 ) -> None:
-    """Run the expert-fault and bad-input suites; write a table of faults survived, inputs rejected, episodes
-    completed and lost. Exits 1 when anything was lost or an input was not handled as expected."""
+    """Run the expert-fault, bad-input and trust-boundary suites; write a table of faults survived, inputs
+    rejected, attacks held, episodes completed and lost.
+
+    Exits 1 when anything was lost, an input was not handled as expected or an attack was not held. A check that
+    cannot run here (LangServe's, without the `langserve` extra) is reported as skipped, with the reason, and does
+    not fail the run."""
     _threads()
     from .policy import make_policy
     from .reliability import run_reliability
@@ -574,7 +584,7 @@ def export_(
     fmt: str = typer.Option("trl", "--format", "-f", help="trl (JSONL conversational records) | verl (parquet)"),
     out: Path = typer.Option(..., "--out", "-o", help="File to write."),
     registry: Optional[Path] = RegistryOpt,
-    max_turns: int = typer.Option(4, min=1, help="The turn budget the episodes ran with."),
+    max_turns: int = typer_option(Budget, "max_turns", min=1, help="The turn budget the episodes ran with."),
     cost_weight: float = typer.Option(0.0, min=0, help="Reward = score - cost_weight * cost - format_weight * errors."),
     format_weight: float = typer.Option(0.5, min=0),
     tool_calls: bool = typer.Option(False, "--tool-calls", help="TRL: actions as `search` tool calls, not tags."),
@@ -605,19 +615,16 @@ def export_(
 
 
 @app.command("train-lm")
-def train_lm_(
-    config: Path = typer.Option(..., "--config", "-c", exists=True, dir_okay=False,
-                                help="Training config YAML (configs/train-lm-cpu.yaml, configs/train-lm-gpu.yaml)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Override the config's out_dir."),
-    steps: Optional[int] = typer.Option(None, min=0, help="Override the config's GRPO steps (0: SFT only)."),
-) -> None:
-    """Train the LM router with TRL: optional SFT warm start, then GRPO with episodes run through the graph."""
+@typer_options(LMTrainConfig, flags={"tasks": ("--tasks", "-t"), "out_dir": ("--out-dir", "--out", "-o")})
+def train_lm_(config: LMTrainConfig) -> None:
+    """Train the LM router with TRL: optional SFT warm start, then GRPO with episodes run through the graph. Every
+    LMTrainConfig field is an option (or a key of --config FILE.yaml); configs/recipes/lm-router-sft.yaml is the
+    shipped router's recipe."""
     _threads()
-    from .rl.trl_train import load_train_config, train_lm
+    from .rl.trl_train import train_lm
 
     try:
-        cfg = load_train_config(config, out_dir=str(out) if out else None, steps=steps)
-        summary = train_lm(cfg)
+        summary = train_lm(config)
     except MaestroError as exc:
         _fail(str(exc))
     for phase in ("before", "after_sft", "after"):
@@ -631,7 +638,7 @@ def train_lm_(
         console.print(f"{len(skipped)} input problems skipped, cut or rejected (each named in summary.json), "
                       f"first: {skipped[0]}")
     console.print(f"trained in {summary['train_seconds']:.0f}s -> {summary['final_model']} "
-                  f"(log, reward_curve.png, summary.json in {cfg.out_dir})")
+                  f"(log, reward_curve.png, summary.json in {config.out_dir})")
 
 
 def main() -> None:  # pragma: no cover - console entry for `python -m maestro_graph.cli`

@@ -1,13 +1,14 @@
-"""One source per config: a dataclass whose fields carry their help text, from which the `maestro` options, the
-scripts' argparse options and the YAML loader are all built (the shape of TRL's `TrlParser`). A field is declared
-once, with its default, its help and its checks (in the dataclass's `__post_init__`); nothing re-declares it.
+"""One source per config: a dataclass (or a pydantic model) whose fields carry their help text, from which the
+`maestro` options, the scripts' argparse options and the YAML loader are all built (the shape of TRL's
+`TrlParser`). A field is declared once, with its default, its help and its checks (in the dataclass's
+`__post_init__`, or the model's validators); nothing re-declares it.
 
     @dataclass
     class GRPOConfig:
-        steps: int = setting(60, "Optimiser steps.")
+        steps: int = setting(120, "Optimiser steps.")
 
 Precedence when a run is configured: the dataclass default < a YAML file (`--config`) < a flag given on the
-command line.
+command line. The budgets of an episode are defined here once, for every config and command that defaults them.
 """
 
 from __future__ import annotations
@@ -19,15 +20,28 @@ import inspect
 import types
 import typing
 from pathlib import Path
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Annotated, Any, Callable, Mapping, TypeVar
 
 import yaml
+from pydantic import Field
 
 from .errors import ConfigError
 
-__all__ = ["setting", "help_of", "load_yaml", "build", "add_arguments", "from_arguments", "typer_options"]
+__all__ = ["DEFAULT_MAX_TURNS", "DEFAULT_MAX_COST", "MAX_TURNS", "MAX_COST", "Budget", "setting", "help_of",
+           "load_yaml", "build", "add_arguments", "from_arguments", "typer_options", "typer_option"]
 
 C = TypeVar("C")
+
+DEFAULT_MAX_TURNS = 4
+"""The turn budget of an episode where a run names none: the run context's, the CLI's, the server's and the neural
+policy's training default (the shipped checkpoint was trained and measured with it)."""
+DEFAULT_MAX_COST = 10.0
+"""The cost budget of an episode where a run names none, in card cost units (a call costs 0.05 to 1 in the packaged
+registry, so the turn budget ends an episode first)."""
+MAX_TURNS = 64
+"""The largest turn budget a run may ask for: every turn may call an expert, and a run's context is the client's."""
+MAX_COST = 1_000.0
+"""The largest cost budget a run may ask for, in card cost units."""
 
 
 def setting(default: Any, help: str) -> Any:
@@ -37,103 +51,182 @@ def setting(default: Any, help: str) -> Any:
     return dataclasses.field(default=default, metadata={"help": help})
 
 
+@dataclasses.dataclass
+class Budget:
+    """The budget of one episode, the first fields of the run context (`graph.MaestroContext`): declared here with
+    their help and bounds so the commands that take a budget build their options from it without loading the
+    graph."""
+
+    max_turns: Annotated[int, Field(ge=1, le=MAX_TURNS)] = setting(
+        DEFAULT_MAX_TURNS, "Most expert calls per episode before answering.")
+    max_cost: Annotated[float, Field(ge=0, le=MAX_COST)] = setting(
+        DEFAULT_MAX_COST, "Cost budget of an episode, in card cost units.")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Field:
+    """One field of a config class, whichever kind declares it (a dataclass `setting`, a pydantic `Field`)."""
+
+    name: str
+    kind: type
+    """The option's type: the field's own without Optional; str where a union admits several (a path or a URL)."""
+    many: bool
+    """A list or tuple: a repeatable option."""
+    default: Any
+    help: str
+
+
+def _option_type(hint: Any) -> tuple[type, bool]:
+    """(scalar type, repeatable) of a field's type hint; a mapping is (dict, False) and gets no option."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        kinds = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(kinds) > 1:
+            return str, False
+        hint = kinds[0]
+    origin = typing.get_origin(hint)
+    if origin in (list, tuple):
+        return typing.get_args(hint)[0], True
+    if origin is dict or hint is dict:
+        return dict, False
+    return hint, False
+
+
+def _fields(cls: type) -> list[_Field]:
+    """The fields of a dataclass or a pydantic model, in declaration order."""
+    hints = typing.get_type_hints(cls)
+    if dataclasses.is_dataclass(cls):
+        found = [(f.name, _default(f), f.metadata.get("help", "")) for f in dataclasses.fields(cls)]
+    else:  # a pydantic model
+        found = [(name, info.get_default(call_default_factory=True), info.description or "")
+                 for name, info in cls.model_fields.items()]  # type: ignore[attr-defined]
+    return [_Field(name, *_option_type(hints[name]), default, help_text) for name, default, help_text in found]
+
+
 def help_of(cls: type, name: str) -> str:
-    return next(f.metadata.get("help", "") for f in dataclasses.fields(cls) if f.name == name)
+    return next(f.help for f in _fields(cls) if f.name == name)
 
 
 def _default(f: dataclasses.Field) -> Any:
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default  # type: ignore[misc]
 
 
-def _scalar_type(cls: type, name: str) -> type:
-    """The field's type without Optional (int, float, str, bool, Path, list...)."""
-    hint = typing.get_type_hints(cls)[name]
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        hint = next(a for a in typing.get_args(hint) if a is not type(None))
-    return hint
-
-
 def build(cls: type[C], values: Mapping[str, Any], *, source: str | None = None) -> C:
     """The config from a mapping of its fields; an unknown key is a ConfigError listing the valid ones, and a bad
-    value is the dataclass's own ConfigError, naming the file when there is one."""
-    names = [f.name for f in dataclasses.fields(cls)]
+    value is the config's own ConfigError (a pydantic model's first validation problem), naming the file when there
+    is one."""
+    from pydantic import BaseModel, ValidationError
+
+    from .errors import first_validation_problem
+
+    names = [f.name for f in _fields(cls)]
     unknown = sorted(set(values) - set(names))
     if unknown:
         raise ConfigError(f"unknown keys {unknown}; valid: {sorted(names)}", file=source)
     try:
+        if isinstance(cls, type) and issubclass(cls, BaseModel):
+            return cls.model_validate(dict(values))  # type: ignore[return-value]
         return cls(**values)
     except ConfigError as exc:
         raise ConfigError(str(exc), file=source) from exc
+    except ValidationError as exc:
+        raise ConfigError(first_validation_problem(exc)[1], file=source) from None
     except TypeError as exc:  # a missing required field
         raise ConfigError(str(exc), file=source) from exc
 
 
-def load_yaml(cls: type[C], path: str | Path, **overrides: Any) -> C:
-    """A config from a YAML mapping of its fields; `overrides` that are not None win over the file."""
+def _read_yaml(cls: type, path: str | Path) -> dict[str, Any]:
     raw = yaml.safe_load(Path(path).read_text()) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"expected a mapping of {cls.__name__} fields", file=str(path))
+    return raw
+
+
+def load_yaml(cls: type[C], path: str | Path, **overrides: Any) -> C:
+    """A config from a YAML mapping of its fields; `overrides` that are not None win over the file."""
+    raw = _read_yaml(cls, path)
     raw.update({k: v for k, v in overrides.items() if v is not None})
     return build(cls, raw, source=str(path))
 
 
 def add_arguments(parser: argparse.ArgumentParser, cls: type, *, exclude: tuple[str, ...] = ()) -> None:
     """`--field-name` options for a script (default: the dataclass's own), read back with `from_arguments`."""
-    for f in dataclasses.fields(cls):
-        if f.name in exclude:
+    for f in _fields(cls):
+        if f.name in exclude or f.kind is dict:
             continue
-        kind = _scalar_type(cls, f.name)
         flag = f"--{f.name.replace('_', '-')}"
-        help_text = f"{f.metadata.get('help', '')} (default: {_default(f)})"
-        if kind is bool:
+        help_text = f"{f.help} (default: {f.default})"
+        if f.kind is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         else:
-            parser.add_argument(flag, type=kind, default=None, help=help_text)
+            parser.add_argument(flag, type=f.kind, default=None, help=help_text,
+                                **({"action": "append"} if f.many else {}))
 
 
 def from_arguments(cls: type[C], namespace: argparse.Namespace, **fixed: Any) -> C:
     """The config of parsed `add_arguments` options (the dataclass default where a flag was not given)."""
-    names = {f.name for f in dataclasses.fields(cls)}
+    names = {f.name for f in _fields(cls)}
     given = {k: v for k, v in vars(namespace).items() if k in names and v is not None}
     return build(cls, {**given, **fixed})
 
 
-def typer_options(cls: type, *, param: str = "config", exclude: tuple[str, ...] = ()) -> Callable:
+def typer_option(cls: type, name: str, *flags: str, **click: Any) -> Any:
+    """A typer option for one field of `cls`, with the field's default and help: for a command that takes a single
+    setting of a config (the run context's budgets) rather than the whole config. `click` passes checks such as
+    `min=1`, or a help text of the command's own."""
+    import typer
+
+    f = next(f for f in _fields(cls) if f.name == name)
+    return typer.Option(f.default, *(flags or (f"--{name.replace('_', '-')}",)), **{"help": f.help, **click})
+
+
+def typer_options(cls: type, *, param: str = "config", exclude: tuple[str, ...] = (),
+                  flags: Mapping[str, tuple[str, ...]] | None = None) -> Callable:
     """Decorate a typer command that takes `param: cls`: the command gets one option per field (help and default
-    from the dataclass) and `--config FILE.yaml`; it is called with the built config. Errors in values are the
-    dataclass's ConfigErrors, reported by the command like any other."""
+    from the config; a list field is a repeatable option; a mapping field is YAML-only) and `--config FILE.yaml`; it
+    is called with the built config, which holds only the values the file and the flags gave (the rest are the
+    config's defaults: a pydantic model's `model_fields_set` tells which were given). `flags` names a field's option
+    where it is not `--field-name` (e.g. `--allow-policy` for `policies`). Errors in values are the config's
+    ConfigErrors, reported by the command like any other."""
     from typing import Optional
 
     import typer
 
-    config_fields = [f for f in dataclasses.fields(cls) if f.name not in exclude]
+    flags = dict(flags or {})
+    config_fields = [f for f in _fields(cls) if f.name not in exclude and f.kind is not dict]
+    yaml_only = [f.name for f in _fields(cls) if f.kind is dict]
+    unknown = sorted(set(flags) - {f.name for f in config_fields})
+    if unknown:
+        raise ValueError(f"flags for fields {cls.__name__} has no option for: {unknown}")
 
     def decorate(func: Callable) -> Callable:
         signature = inspect.signature(func)
         kept = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in signature.parameters.values()
                 if p.name != param]
         options = [inspect.Parameter(
-            f.name, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[_scalar_type(cls, f.name)],
-            default=typer.Option(None, f"--{f.name.replace('_', '-')}", show_default=False,
-                                 help=f"{f.metadata.get('help', '')} (default: {_default(f)})"))
+            f.name, inspect.Parameter.KEYWORD_ONLY,
+            annotation=Optional[list[f.kind]] if f.many else Optional[f.kind],  # type: ignore[valid-type]
+            default=typer.Option(None, *flags.get(f.name, (f"--{f.name.replace('_', '-')}",)), show_default=False,
+                                 help=f"{f.help} (default: {f.default}{'; repeat for each' if f.many else ''})"))
             for f in config_fields]
         config_file = inspect.Parameter(
             "config_file", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[Path],
             default=typer.Option(None, "--config", exists=True, dir_okay=False,
-                                 help=f"YAML file of {cls.__name__} fields; flags given here override it."))
+                                 help=f"YAML file of {cls.__name__} fields; flags given here override it."
+                                 + (f" YAML only: {', '.join(yaml_only)}." if yaml_only else "")))
 
         @functools.wraps(func)
         def command(**kwargs: Any) -> Any:
             given = {f.name: kwargs.pop(f.name) for f in config_fields}
             file = kwargs.pop("config_file")
-            raw = dict(yaml.safe_load(file.read_text()) or {}) if file else {}
-            raw.update({k: v for k, v in given.items() if v is not None})
             try:
+                raw = _read_yaml(cls, file) if file else {}
+                raw.update({k: v for k, v in given.items() if v is not None and v != [] and v != ()})
                 config = build(cls, raw, source=str(file) if file else None)
             except ConfigError as exc:
                 from rich.console import Console
+                from rich.markup import escape
 
-                Console(stderr=True).print(f"[red]error:[/red] {exc}")
+                Console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}")
                 raise typer.Exit(2) from None
             return func(**kwargs, **{param: config})
 

@@ -1,7 +1,7 @@
 """Where batch work runs: a thread pool in this process (the default) or Ray actors on a cluster, behind one
 interface, `map_unordered(job, items)`, that yields `(index, result)` as each item finishes. Episodes, pair
 measurements and GRPO rollouts are jobs; the callers write each result as it arrives, so a run's records are the
-same whichever executor ran them (DESIGN.md, "Scale": existing engines, never a home-made scheduler).
+same whichever executor ran them (docs/scale.md: existing engines, never a home-made scheduler).
 
 A Ray worker is an actor holding its own registry, built from the same `RegistrySource` as the driver's (the same
 config file, cache directory and Redis URL), with experts loaded lazily on first use and each card's concurrency

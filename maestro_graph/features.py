@@ -45,7 +45,7 @@ def _compute_descriptors(ref: str) -> tuple[float, ...]:
     white = float((gray > 0.92).mean())
     chroma = float((small.max(axis=2) - small.min(axis=2)).mean())
     edges = float((np.abs(np.diff(gray, axis=0)) > 0.15).mean() + (np.abs(np.diff(gray, axis=1)) > 0.15).mean())
-    w, h = image.size
+    w, h = image.info.get("maestro_source_size", image.size)  # as the file declares it, not as decoded
     return (1.0, np.log1p(w) / 8, np.log1p(h) / 8, float(np.log(w / h)), white, chroma, edges, 0.0)
 
 

@@ -11,33 +11,38 @@ from typing import Annotated, Any, Literal, Mapping
 
 import numpy as np
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.graph.message import add_messages
 from langgraph.runtime import Runtime
 from langgraph.types import Checkpointer, Command, Overwrite
-from pydantic import TypeAdapter, ValidationError
+from pydantic import Field, TypeAdapter, ValidationError
 from typing_extensions import TypedDict  # pydantic builds JSON schemas from it on Python < 3.12 (Studio's forms)
 
 from .answer_form import asks_yes_no, expected_form, has_form
 from .cancellation import current_cancel, raise_if_cancelled, run_abandonable
 from .choices import YES_NO_GUESS, guess_option, inline_choices
-from .errors import ConfigError
+from .configs import MAX_COST, MAX_TURNS, Budget  # noqa: F401  (MAX_*: the bounds, importable from here too)
+from .errors import ConfigError, ExpertFailure, first_validation_problem
 from .image_sources import ImageRefused, ImageSources
 from .policy import DEFAULT_POLICY, ActionSpace, EpisodeView, Policy, PolicyCatalog, best_candidate
 from .questions import clean_question, question_problem
 from .registry import Registry
 from .registry.reach import REACH_FLOOR
-from .types import Answer, Decision, ErrorKind, InvalidAction, Invoke, Step, StopReason, stop_text
+from .types import Answer, Decision, ErrorKind, InvalidAction, Invoke, Step, StopReason, Turn, stop_text
 
 __all__ = [
     "CONTEXT_KEY", "EpisodeRecord", "MaestroContext", "MaestroInput", "MaestroOutput", "MaestroState", "build_graph",
-    "INTAKE", "ROUTER", "ANSWER", "final_answer",
+    "INTAKE", "ROUTER", "ANSWER", "final_answer", "checkpoint_serde", "CHECKPOINT_TYPES",
 ]
 
 INTAKE = "intake"
 ROUTER = "router"
 ANSWER = "answer"
+MAX_HISTORY_TURNS = 8
+"""The most earlier turns of a conversation that reach the skills (the latest ones): a follow-up refers to what
+was just said, and a small chat model's context is short."""
 
 
 CONTEXT_KEY = "maestro"
@@ -45,16 +50,15 @@ CONTEXT_KEY = "maestro"
 
 
 @dataclass
-class MaestroContext:
-    """Per-run settings (LangGraph runtime context): the budget and which policy decides."""
+class MaestroContext(Budget):
+    """Per-run settings (LangGraph runtime context): the budget (its fields first, `configs.Budget`) and which policy
+    decides."""
 
-    max_turns: int = 4
-    max_cost: float = 10.0
     policy: str | None = None
     """A policy name overriding the graph's policy for this run (e.g. "fixed:rapidocr@@chart-qa")."""
     greedy: bool = True
-    seed: int | None = None
-    reach_floor: float = REACH_FLOOR
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
+    reach_floor: Annotated[float, Field(ge=0, le=1)] = REACH_FLOOR
     """Before each call: when the registry's reach (`Registry.reach`: the similarity-weighted share of the 10 most
     similar calibration questions that one of the pairs not yet called answered, known only where those are close
     to the question) is below this, the episode ends without a further call, with what the answer node can give (the
@@ -66,16 +70,14 @@ class MaestroContext:
         """Maestro's settings from whatever context the run has, so Maestro runs under any parent graph's own
         context schema: a MaestroContext as it is; else what the `maestro` namespace holds (a key of a mapping or
         an attribute: a MaestroContext or a mapping of its fields); else the fields Maestro knows, read from the
-        context's keys or attributes. Missing fields take their defaults and other keys are ignored; a field of
-        the wrong type is a ConfigError naming it (the run then ends with an input error)."""
-        if isinstance(context, cls):
-            return context
+        context's keys or attributes. Missing fields take their defaults and other keys are ignored. Every field is
+        validated, a MaestroContext's too: the Agent Server builds one from a client's JSON without checking it
+        (`MaestroContext(**context)`), so a wrong type or a value out of bounds is a ConfigError naming the field and
+        the value (the run then ends with an input error)."""
         if context is None:
             return cls()
         scoped = context.get(CONTEXT_KEY) if isinstance(context, Mapping) else getattr(context, CONTEXT_KEY, None)
-        if isinstance(scoped, cls):
-            return scoped
-        source = scoped if scoped is not None else context
+        source = context if isinstance(context, cls) or scoped is None else scoped
         names = [f.name for f in fields(cls)]
         if isinstance(source, Mapping):
             found = {n: source[n] for n in names if n in source}
@@ -84,8 +86,7 @@ class MaestroContext:
         try:
             return _CONTEXT.validate_python(found)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            raise ConfigError(problems, field="context") from None
+            raise ConfigError(first_validation_problem(exc)[1], field="context") from None
 
 
 _CONTEXT = TypeAdapter(MaestroContext)
@@ -95,11 +96,14 @@ class MaestroInput(TypedDict, total=False):
     """What a run sends: either `question` (+ `images`, `choices`) or a chat `messages` list whose last human
     message holds the text and image parts (what LangGraph Studio's chat panel sends). On a thread, every run
     with input starts a new episode: a trailing human message is its question, else `question`. Images not sent
-    again are the thread's (a follow-up about the same picture); choices belong to one question only."""
+    again are the thread's (a follow-up about the same picture); choices belong to one question only. `history`:
+    the conversation the question continues, when the client keeps it (an OpenAI chat's earlier messages); on a
+    thread without it, the thread's finished episodes are the history."""
 
     question: str
     images: list[str]
     choices: list[str] | None
+    history: list[Turn]
     messages: Annotated[list[AnyMessage], add_messages]
 
 
@@ -169,11 +173,11 @@ def _steps(state: dict) -> list[Step]:
     return [Step.model_validate(s) for s in state.get("steps", [])]
 
 
-def _view(state: dict, context: MaestroContext) -> EpisodeView:
+def _view(state: dict, context: MaestroContext, images: list[str]) -> EpisodeView:
     choices = state.get("choices")
     return EpisodeView(
         question=state.get("question", "") or "",
-        images=tuple(state.get("images") or ()),
+        images=tuple(images),
         choices=tuple(choices) if choices else None,
         steps=tuple(_steps(state)),
         max_turns=context.max_turns,
@@ -192,9 +196,11 @@ def build_graph(
 ) -> CompiledStateGraph:
     """Compile the Maestro graph. `policy` is the default (else the catalog's default, else `DEFAULT_POLICY`, the
     shipped checkpoint); a run's context may name another from `policies` (default: an open catalog, for the
-    operator's own code). A graph served to clients passes a restricted catalog and `image_sources`: then the images
-    of every run are resolved under that policy (verified data URLs) before any skill sees them. The run context is
-    read with `MaestroContext.of`, so the graph also runs as a subgraph under any parent's context."""
+    operator's own code). A graph served to clients passes a restricted catalog and `image_sources`: then every node
+    that reads the images (intake, the router, each skill node) resolves them under that policy (verified data URLs)
+    whatever wrote them, since a client's `Command` can write the state and jump past intake; a refusal ends the run
+    with an input error that reads the same for a missing file and a forbidden one. The run context is read with
+    `MaestroContext.of`, so the graph also runs as a subgraph under any parent's context."""
     policies = policies or PolicyCatalog.open(DEFAULT_POLICY)
     default_policy = policy or policies.get()
     skill_nodes = [s.name for s in registry.tier1]
@@ -202,12 +208,20 @@ def build_graph(
     if clash:
         raise ConfigError(f"skill names {sorted(clash)} are reserved for graph nodes; rename the skill folder")
 
-    def intake(state: MaestroState) -> Command[Literal["router", "answer"]]:
+    def images_of(state: MaestroState) -> list[str]:
+        """The state's images as a node may read them: under an image-source policy, resolved again (ImageRefused
+        when one is refused; cheap for images that were verified before)."""
+        images = list(state.get("images") or [])
+        return image_sources.resolve(images) if image_sources is not None and images else images
+
+    def intake(state: MaestroState, runtime: Runtime[MaestroContext]) -> Command[Literal["router", "answer"]]:
         """Start an episode. Every run with input comes here (LangGraph drops an interrupted run's pending work
         when new input arrives), so the question is this run's: a trailing human message (chat), else
         `question`; the previous episode's steps, answer and stop reason are cleared (it stays in `episodes`).
         Control characters leave the question; under an image-source policy every image becomes a verified data
-        URL or the run ends with the refusal."""
+        URL or the run ends with the refusal. The input checks every door relies on are made here, before any
+        expert runs: the run context (`MaestroContext.of`) and the question (`question_problem`: blank or too
+        long); a failed one ends the run with an input error."""
         messages = state.get("messages") or []
         kept = list(state.get("images") or [])
         if messages and isinstance(messages[-1], HumanMessage):
@@ -218,7 +232,19 @@ def build_graph(
         question = clean_question(question)
         update: dict = {"question": question, "steps": Overwrite([]), "decisions": Overwrite([]),
                         "answer": None, "answer_source": None,
-                        "stop": None, "stop_reason": None, "pending": None}
+                        "stop": None, "stop_reason": None, "pending": None, "history": []}
+        try:
+            update["history"] = _history(state)
+        except ValidationError as exc:
+            problem = "; ".join(f"history.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3])
+            return Command(goto=ANSWER, update={**update, **_stop(StopReason.INPUT_ERROR, problem)})
+        try:
+            MaestroContext.of(runtime.context)
+        except ConfigError as exc:
+            return Command(goto=ANSWER, update={**update, **_stop(StopReason.INPUT_ERROR, exc)})
+        problem = question_problem(question)
+        if problem:
+            return Command(goto=ANSWER, update={**update, **_stop(StopReason.INPUT_ERROR, problem)})
         if not state.get("choices"):  # options written in the question are its choices
             update["choices"] = inline_choices(question)
         if image_sources is not None and images:
@@ -236,12 +262,13 @@ def build_graph(
             context = MaestroContext.of(runtime.context)
         except ConfigError as exc:
             return Command(goto=ANSWER, update={"answer": None, **_stop(StopReason.INPUT_ERROR, exc)})
-        view = _view(state, context)
+        try:
+            images = images_of(state)
+        except ImageRefused as exc:
+            return Command(goto=ANSWER, update={"answer": None, **_stop(StopReason.INPUT_ERROR, exc)})
+        view = _view(state, context, images)
         write = runtime.stream_writer
-        if not view.question.strip() and not view.images:
-            return Command(goto=ANSWER, update={"answer": None,
-                                                **_stop(StopReason.INPUT_ERROR, "empty question and no image")})
-        problem = question_problem(view.question)
+        problem = question_problem(view.question)  # checked at intake; again for a run that resumed past it
         if problem:
             return Command(goto=ANSWER, update={"answer": None, **_stop(StopReason.INPUT_ERROR, problem)})
         try:
@@ -300,10 +327,14 @@ def build_graph(
         def run_skill(state: MaestroState, runtime: Runtime[MaestroContext]) -> dict:
             pending = state.get("pending") or {}
             action = Invoke(pending.get("model", ""), skill, pending.get("input", ""))
-            step = registry.run(
-                action, question=state.get("question", "") or "", images=state.get("images") or [],
-                choices=state.get("choices"),
-            )
+            try:
+                images = images_of(state)
+            except ImageRefused as exc:  # the skill never runs on an image the policy refuses
+                step = Step(model=action.model, skill=skill, input=action.input, error=str(exc),
+                            error_kind=ErrorKind.INPUT)
+            else:
+                step = registry.run(action, question=state.get("question", "") or "", images=images,
+                                    choices=state.get("choices"), history=state.get("history"))
             runtime.stream_writer({"event": "step", **step.model_dump(exclude={"calls"})})
             return {"steps": [step.model_dump()], "pending": None}
 
@@ -326,7 +357,7 @@ def build_graph(
                                answer_source=source, stop_reason=reason, steps=list(state.get("steps") or []))
         update: dict = {"answer": final, "answer_source": source, "stop": stop, "stop_reason": reason,
                         "episodes": [record],
-                        "choices": None}
+                        "choices": None, "history": []}  # both belong to this question only
         if state.get("messages"):
             update["messages"] = [AIMessage(content=final if final is not None else f"(no answer: {reason})")]
         return update
@@ -345,6 +376,20 @@ def build_graph(
     return builder.compile(checkpointer=checkpointer, name=name)
 
 
+
+
+CHECKPOINT_TYPES: tuple[tuple[str, str], ...] = tuple(
+    (t.__module__, t.__name__) for t in (StopReason, ErrorKind, ExpertFailure))
+"""Maestro's own types in a checkpoint (`stop`, a step's `error_kind`, a call's `failure`); LangGraph's message
+types are on its built-in allow-list."""
+
+
+def checkpoint_serde() -> JsonPlusSerializer:
+    """The serializer of Maestro's checkpointers (`maestro serve --checkpoint-db`, `maestro ask --checkpoint-db`):
+    LangGraph's, with Maestro's types registered on its msgpack allow-list. The default serializer loads any type
+    and warns on stderr, once per type, that unregistered ones will be blocked in a future version; this one loads
+    these and LangGraph's safe types, and hands back the raw value of anything else instead of importing it."""
+    return JsonPlusSerializer(allowed_msgpack_modules=CHECKPOINT_TYPES)
 
 
 def final_answer(state: Mapping[str, Any]) -> tuple[str | None, AnswerSource | None]:
@@ -373,6 +418,20 @@ def final_answer(state: Mapping[str, Any]) -> tuple[str | None, AnswerSource | N
     if form == "yesno":
         return YES_NO_GUESS, "guess"
     return None, None
+
+
+def _history(state: Mapping[str, Any]) -> list[Turn]:
+    """The conversation a new question continues: the run's own `history` when it sent one (the answer node
+    clears it, so one left from an earlier run is never taken for this run's), else the thread's finished
+    episodes; the last MAX_HISTORY_TURNS turns of it. A malformed `history` (a client's) is a ValidationError."""
+    sent = state.get("history")
+    if sent:
+        return _TURNS.validate_python(sent)[-MAX_HISTORY_TURNS:]
+    episodes = state.get("episodes") or []
+    return [Turn(question=e["question"], answer=e["answer"]) for e in episodes[-MAX_HISTORY_TURNS:]]
+
+
+_TURNS = TypeAdapter(list[Turn])
 
 
 def _stop(stop: StopReason, detail: object = None) -> dict:

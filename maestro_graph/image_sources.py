@@ -7,15 +7,22 @@ allow-listed hosts, without following redirects; local paths only inside the ope
 passes comes out as a verified base64 data URL, so the skills never touch the network or the disk for a client.
 
 A refusal is an `ImageRefused` (an InputError) carrying the HTTP status and code the server answers with. A path
-outside the allowed directories is refused before anything looks at it, so a refusal never tells whether a file
-exists.
+outside the allowed directories is refused before anything looks at it, and a path inside them that is not a
+readable regular file (missing, a directory, a FIFO, a device) gets the very same refusal, so a refusal never tells
+whether a file exists. A file inside them is read no further than the byte cap.
+
+The graph resolves the images of a served run at every node that reads them (`build_graph(image_sources=...)`),
+not only when the run starts: a run may write the state directly (a `Command` that jumps to a skill node). So
+resolving must be cheap when repeated: the bytes that decoded once are remembered by their digest (`_DECODABLE`).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import io
+import ipaddress
 import os
 from pathlib import Path
 from typing import Mapping
@@ -23,17 +30,49 @@ from urllib.parse import urlsplit
 
 import httpx
 from PIL import Image, UnidentifiedImageError
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .errors import InputError
-from .images import MAX_PIXELS, load_image
+from .images import MAX_PIXELS, load_image, read_regular_file
+from .memo import LRU
 
-__all__ = ["ImageRefused", "ImageSources", "IMAGE_DIRS_ENV", "IMAGE_HOSTS_ENV"]
+__all__ = ["ImageRefused", "ImageSources", "IMAGE_DIRS_ENV", "IMAGE_HOSTS_ENV", "host_entry"]
 
 IMAGE_DIRS_ENV = "MAESTRO_IMAGE_DIRS"
 """Directories (os.pathsep-separated) whose files the Agent Server graphs and the tool may read for a client."""
 IMAGE_HOSTS_ENV = "MAESTRO_IMAGE_HOSTS"
 """Hosts (comma-separated, `name` or `name:port`) whose http(s) image URLs they may fetch."""
+
+
+def host_entry(entry: str) -> str:
+    """An allow-list entry in the one form URLs are matched in: `name` or `name:port` lower-cased, an IP address in
+    its canonical form, an IPv6 one bracketed when it has a port (`::1`, `[::1]` and `[0:0::1]` are one entry, and
+    `[::1]:8080` another). ValueError for what is no host."""
+    text = entry.strip()
+    bare_ipv6 = text.count(":") > 1 and not text.startswith("[")
+    try:
+        parts = urlsplit(f"//[{text}]" if bare_ipv6 else f"//{text}")
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:
+        raise ValueError(f"{entry!r} is not `name`, `name:port`, an IPv6 address or `[IPv6]:port` ({exc})") from None
+    if not host or parts.path or parts.query or parts.fragment or parts.username:
+        raise ValueError(f"{entry!r} is not `name`, `name:port`, an IPv6 address or `[IPv6]:port`")
+    return _host_key(host, port)
+
+
+def _host_key(host: str, port: int | None) -> str:
+    try:
+        host = str(ipaddress.ip_address(host))
+    except ValueError:
+        host = host.lower()
+    if port is None:
+        return host
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+_DECODABLE: LRU[str, str] = LRU(1024)
+"""The format of image bytes that decoded fully, by their SHA-256: a served run's nodes re-resolve its images at
+every step, and a digest costs milliseconds where a decode of a 40-megapixel PNG costs seconds."""
 
 
 class ImageRefused(InputError):
@@ -54,6 +93,11 @@ class ImageSources(BaseModel):
     max_images: int = Field(8, ge=1, description="most images in one request")
     max_image_bytes: int = Field(8_000_000, gt=0, description="largest encoded image")
     fetch_timeout_s: float = Field(10.0, gt=0, description="time limit for fetching one allow-listed URL")
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_entries(cls, hosts: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(host_entry(h) for h in hosts)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "ImageSources":
@@ -86,9 +130,10 @@ class ImageSources(BaseModel):
                            param=param)
 
     def _local(self, ref: str, param: str) -> str:
-        refused = ImageRefused(400, "local_path_not_allowed",
-                               f"{param}: local file paths are not accepted here; send the image as a base64 data URL",
-                               param=param)
+        where = ("accepted only for image files inside the operator's image directories" if self.allowed_dirs
+                 else "not accepted here")
+        refused = ImageRefused(400, "local_path_not_allowed", f"{param}: local file paths are {where}; send the image "
+                               "as a base64 data URL", param=param)
         if not self.allowed_dirs:
             raise refused
         raw = urlsplit(ref).path if ref.startswith("file:") else ref
@@ -98,11 +143,9 @@ class ImageSources(BaseModel):
             raise refused from None
         if not any(path.is_relative_to(d.resolve()) for d in self.allowed_dirs):
             raise refused
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise ImageRefused(400, "invalid_image", f"{param}: cannot read {ref} ({exc.__class__.__name__})",
-                               param=param) from exc
+        data = read_regular_file(path, self.max_image_bytes + 1)
+        if data is None:  # missing, a FIFO, a directory, unreadable: the same refusal as a path outside
+            raise refused
         return self._verified(data, param)
 
     def _data_url(self, url: str, param: str) -> str:
@@ -120,11 +163,23 @@ class ImageSources(BaseModel):
         return self._verified(data, param)
 
     def _verified(self, data: bytes, param: str) -> str:
-        """The bytes as a data URL after checking the size caps and that they decode as an image."""
+        """The bytes as a data URL after checking the size caps and that they decode as an image (once per content:
+        `_DECODABLE`)."""
         if len(data) > self.max_image_bytes:
             raise ImageRefused(413, "image_too_large",
                                f"{param}: {len(data):,} bytes exceeds the cap of {self.max_image_bytes:,} bytes",
                                param=param)
+        digest = hashlib.sha256(data).hexdigest()
+        fmt = _DECODABLE.get(digest)
+        if fmt is None:
+            fmt = self._decodes(data, param)
+            _DECODABLE.put(digest, fmt)
+        return f"data:image/{fmt};base64,{base64.b64encode(data).decode()}"
+
+    @staticmethod
+    def _decodes(data: bytes, param: str) -> str:
+        """The image format of `data` after a full (bounded: `images.MAX_DECODED_PIXELS`) decode, so truncated or
+        corrupt files fail here, not inside a skill."""
         try:
             with Image.open(io.BytesIO(data)) as probe:
                 width, height, fmt = probe.width, probe.height, (probe.format or "png").lower()
@@ -138,19 +193,22 @@ class ImageSources(BaseModel):
             raise ImageRefused(413, "image_too_large",
                                f"{param}: {width}x{height} pixels exceeds the cap of {MAX_PIXELS:,} pixels",
                                param=param)
-        data_url = f"data:image/{fmt};base64,{base64.b64encode(data).decode()}"
         try:
-            load_image(data_url)  # a full decode: truncated or corrupt files fail here, not inside a skill
+            load_image(f"data:image/{fmt};base64,{base64.b64encode(data).decode()}")
         except InputError as exc:
             raise ImageRefused(400, "invalid_image", f"{param}: {exc}", param=param) from exc
-        return data_url
+        return fmt
 
     def _fetch(self, url: str, param: str) -> str:
         parts = urlsplit(url)
-        host = (parts.hostname or "").lower()
-        netloc = f"{host}:{parts.port}" if parts.port else host
-        allowed = {h.lower() for h in self.allowed_hosts}
-        if not host or (host not in allowed and netloc not in allowed):
+        try:
+            port = parts.port
+        except ValueError as exc:  # a port out of range or not a number
+            raise ImageRefused(400, "image_url_not_allowed", f"{param}: {url!r} is not a valid URL ({exc})",
+                               param=param) from None
+        host = _host_key(parts.hostname, None) if parts.hostname else ""
+        netloc = _host_key(host, port) if host else ""
+        if not host or (host not in self.allowed_hosts and netloc not in self.allowed_hosts):
             raise ImageRefused(400, "image_url_not_allowed",
                                f"{param}: remote image host {netloc or url!r} is not in the allow-list; send the image "
                                "as a base64 data URL", param=param)

@@ -1,10 +1,17 @@
 """Loading images from paths or data URLs with errors that name the problem, never a crash.
 
 Hostile files are refused with an InputError naming the image: empty, truncated or non-image bytes, more pixels
-than the cap (a decompression bomb is refused from its header, before decoding), extreme aspect ratios, and remote
-URLs (fetching is the server's job, from allow-listed hosts only). An animated or multi-page file is read as its
-first frame, and the returned image says so in `info["maestro_note"]`. Greyscale images of more than 8 bits are
-scaled to 8 bits, not clipped (see `_to_rgb`).
+than the cap (a decompression bomb is refused from its header, before decoding), extreme aspect ratios, files that
+are not regular files (a FIFO would block the reader) or larger than `MAX_FILE_BYTES` (read no further than the
+cap), and remote URLs (fetching is the server's job, from allow-listed hosts only). An animated or multi-page file
+is read as its first frame, and the returned image says so in `info["maestro_note"]`. Greyscale images of more than
+8 bits are scaled to 8 bits, not clipped (see `_to_rgb`).
+
+Memory is bounded by what is decoded, not by what the file declares: a 40 KB PNG can declare 40 million pixels,
+and experts working on such an image hold gigabytes. So an image is decoded at most at `MAX_DECODED_PIXELS` (JPEG
+at a reduced scale by the decoder itself; other formats reduced by an integer factor right after decoding), and the
+images of one request share `REQUEST_DECODED_PIXELS` (`load_images`). The size the file declared stays in
+`info["maestro_source_size"]`.
 """
 
 from __future__ import annotations
@@ -13,7 +20,10 @@ import base64
 import binascii
 import io
 import logging
+import math
+import os
 import re
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -21,13 +31,23 @@ from PIL import Image, UnidentifiedImageError
 
 from .errors import InputError
 
-__all__ = ["MAX_PIXELS", "MAX_ASPECT", "load_image", "image_to_data_url"]
+__all__ = ["MAX_PIXELS", "MAX_ASPECT", "MAX_DECODED_PIXELS", "MAX_FILE_BYTES", "REQUEST_DECODED_PIXELS",
+           "load_image", "load_images", "image_to_data_url", "read_regular_file"]
 
 MAX_PIXELS = 40_000_000
-"""Images above this many pixels are refused (decompression-bomb guard)."""
+"""Images declaring more pixels than this are refused (decompression-bomb guard)."""
 MAX_ASPECT = 100
 """Images whose long side is more than this many times the short side are refused (no expert reads a 1-pixel
 strip; tiling one would make thousands of calls)."""
+MAX_DECODED_PIXELS = 12_000_000
+"""The most pixels one image is decoded at; larger images are reduced on load by the smallest integer factor that
+fits (a 35-megapixel A4 scan at 600 dpi becomes 300 dpi, still above what the OCR and document skills read at)."""
+REQUEST_DECODED_PIXELS = 24_000_000
+"""The most pixels the images of one request are decoded at together (`load_images` shares it among them), so
+eight images at the pixel cap cost what two images at `MAX_DECODED_PIXELS` cost."""
+MAX_FILE_BYTES = 64_000_000
+"""The largest image file read from a path (a task file's or the operator's); the server caps what clients send
+far lower (`ImageSources.max_image_bytes`)."""
 
 log = logging.getLogger("maestro.images")
 _REMOTE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -52,7 +72,38 @@ def _to_rgb(image: Image.Image) -> Image.Image:
     return rgb
 
 
-def _open_bytes(data: bytes, name: str) -> Image.Image:
+def _reduction(width: int, height: int, budget: int) -> int:
+    """The smallest integer factor that brings a width x height image within `budget` pixels."""
+    factor = max(1, math.isqrt(max(0, width * height - 1) // budget))
+    while math.ceil(width / factor) * math.ceil(height / factor) > budget:
+        factor += 1
+    return factor
+
+
+_REDUCIBLE = {"1": "L", "P": "RGB", "PA": "RGB", "I;16": "I", "I;16L": "I", "I;16B": "I", "I;16N": "I"}
+"""Modes PIL's `reduce` refuses (or, for palettes, would average as indices), and the mode to reduce them in."""
+
+
+def _decode(probe: Image.Image, budget: int) -> Image.Image:
+    """The opened image's first frame, decoded within `budget` pixels: JPEG by the decoder at 1/2, 1/4 or 1/8
+    scale (the full-size image never exists), then any format reduced by the factor still needed."""
+    width, height = probe.size
+    factor = _reduction(width, height, budget)
+    if factor > 1:
+        probe.draft(None, (math.ceil(width / factor), math.ceil(height / factor)))  # a no-op except for JPEG
+    image: Image.Image = probe
+    factor = _reduction(*probe.size, budget)
+    if factor > 1:
+        if image.mode in _REDUCIBLE:
+            image = image.convert(_REDUCIBLE[image.mode])
+        image = image.reduce(factor)
+    rgb = _to_rgb(image)
+    rgb.info.update(probe.info)
+    rgb.info["maestro_source_size"] = (width, height)
+    return rgb
+
+
+def _open_bytes(data: bytes, name: str, budget: int = MAX_DECODED_PIXELS) -> Image.Image:
     if not data:
         raise InputError(f"image {name}: the file is empty (0 bytes)")
     try:
@@ -68,7 +119,7 @@ def _open_bytes(data: bytes, name: str) -> Image.Image:
                 )
             frames = getattr(probe, "n_frames", 1)
             probe.seek(0)
-            image = _to_rgb(probe)
+            image = _decode(probe, budget)
     except InputError:
         raise
     except Image.DecompressionBombError as exc:
@@ -83,8 +134,26 @@ def _open_bytes(data: bytes, name: str) -> Image.Image:
     return image
 
 
-def load_image(ref: str) -> Image.Image:
-    """Load an RGB image from a file path or a `data:image/...;base64,` URL."""
+def read_regular_file(path: str | Path, limit: int) -> bytes | None:
+    """At most `limit` bytes of `path`, or None when it is not a readable regular file (missing, a directory, a
+    FIFO, a device). The file is opened without blocking (opening a FIFO with no writer would wait forever) and its
+    type is checked on the open descriptor, so a path swapped for a FIFO after a check cannot slip through."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            return fh.read(limit)
+        except OSError:
+            return None
+
+
+def load_image(ref: str, *, budget: int = MAX_DECODED_PIXELS) -> Image.Image:
+    """Load an RGB image from a file path or a `data:image/...;base64,` URL, decoded within `budget` pixels."""
     if ref.startswith("data:"):
         header, _, payload = ref.partition(",")
         if ";base64" not in header:
@@ -93,14 +162,24 @@ def load_image(ref: str) -> Image.Image:
             data = base64.b64decode(payload, validate=True)
         except (binascii.Error, ValueError) as exc:
             raise InputError(f"image data URL: invalid base64 ({exc})") from exc
-        return _open_bytes(data, "data URL")
+        return _open_bytes(data, "data URL", budget)
     if _REMOTE_RE.match(ref):
         raise InputError(f"image {ref}: remote URLs are not fetched here; download the image first, or send it to "
                          "`maestro serve`, which fetches from allow-listed hosts")
-    path = Path(ref)
-    if not path.is_file():
-        raise InputError(f"image {ref}: no such file")
-    return _open_bytes(path.read_bytes(), ref)
+    data = read_regular_file(ref, MAX_FILE_BYTES + 1)
+    if data is None:
+        kind = "not a regular file" if Path(ref).exists() else "no such file"
+        raise InputError(f"image {ref}: {kind}")
+    if len(data) > MAX_FILE_BYTES:
+        raise InputError(f"image {ref}: larger than the cap of {MAX_FILE_BYTES:,} bytes")
+    return _open_bytes(data, ref, budget)
+
+
+def load_images(refs: list[str] | tuple[str, ...]) -> list[Image.Image]:
+    """The images of one request, one after another, each within its share of `REQUEST_DECODED_PIXELS` (and of
+    `MAX_DECODED_PIXELS`): what a request can make a worker hold does not grow with its number of images."""
+    budget = min(MAX_DECODED_PIXELS, REQUEST_DECODED_PIXELS // max(1, len(refs)))
+    return [load_image(ref, budget=budget) for ref in refs]
 
 
 def image_to_data_url(image: Image.Image, fmt: str = "PNG") -> str:

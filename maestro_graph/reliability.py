@@ -10,7 +10,9 @@ Bad-input suite: hostile images, questions, task-file paths and skill folders, e
 have (refused with a named error, or handled), checked through the public loaders and through whole episodes.
 
 Trust-boundary suite (maestro_graph/trust_suite.py): every attack a client could make on a served Maestro, run
-against a real server on loopback. "Passed" means every scenario of all three suites passed.
+against a real server on loopback. "Passed" means every scenario of all three suites passed; a trust check that
+cannot run against this installation (LangServe's routes without the `langserve` extra) is reported as skipped,
+with the reason, and neither passes nor fails the run.
 """
 
 from __future__ import annotations
@@ -290,7 +292,7 @@ def _run_scenario(registry: Registry, episodes: list[Task], policy: str, workers
     completed = lost = answered = expert_errors = 0
     scores = []
     causes: Counter[str] = Counter()
-    for task, result in run_tasks(registry, episodes, policy, context=MaestroContext(max_turns=4), workers=workers):
+    for task, result in run_tasks(registry, episodes, policy, context=MaestroContext(), workers=workers):
         if result.error is not None:
             lost += 1
             continue
@@ -345,10 +347,11 @@ def run_reliability(out: Path, *, episodes: int = 200, policy: str = "rules", wo
         "bad_inputs": [{**asdict(c), "ok": c.ok} for c in cases],
         "inputs_tried": len(cases), "inputs_ok": sum(c.ok for c in cases),
         "trust_boundary": [asdict(c) for c in trust],
+        "trust_skipped": sum(c.skipped is not None for c in trust),
         "lost": sum(s.get("lost", 0) for s in scenarios),
     }
     results["passed"] = (results["lost"] == 0 and results["inputs_ok"] == results["inputs_tried"]
-                         and all(c.ok for c in trust)
+                         and all(c.ok or c.skipped is not None for c in trust)
                          and all(s.get("completed", s["episodes"]) == s["episodes"] for s in scenarios))
     (out / "reliability.json").write_text(json.dumps(results, indent=2, ensure_ascii=False))
     (out / "reliability.md").write_text(_markdown(results))
@@ -356,9 +359,10 @@ def run_reliability(out: Path, *, episodes: int = 200, policy: str = "rules", wo
 
 
 def _markdown(r: dict) -> str:
+    skipped = f", trust checks skipped: {r['trust_skipped']}" if r["trust_skipped"] else ""
     lines = ["# Reliability report", "",
              f"Policy `{r['policy']}`, {r['items']} distinct items, fast local experts, expert cache off. "
-             f"Passed: **{'yes' if r['passed'] else 'NO'}** (episodes lost: {r['lost']}).", "",
+             f"Passed: **{'yes' if r['passed'] else 'NO'}** (episodes lost: {r['lost']}{skipped}).", "",
              "## Expert faults", "",
              "| scenario | retries | episodes | completed | answered | no-answer | lost | accuracy | faults injected "
              "| breaker trips | wall s |",
@@ -375,8 +379,11 @@ def _markdown(r: dict) -> str:
         detail = c["detail"].replace("|", "\\|").replace("\n", " ")
         lines.append(f"| {c['category']} | {c['case']} | {c['expected']} | {c['outcome']} | {detail} |")
     trust = r["trust_boundary"]
-    lines += ["", f"## Trust boundary ({sum(c['ok'] for c in trust)}/{len(trust)} held)", "",
+    ran = [c for c in trust if c["skipped"] is None]
+    lines += ["", f"## Trust boundary ({sum(c['ok'] for c in ran)}/{len(ran)} held"
+              f"{f', {len(trust) - len(ran)} skipped' if len(ran) < len(trust) else ''})", "",
               "| attack | must | held | detail |", "|---|---|---|---|"]
     for c in trust:
-        lines.append(f"| {c['attack']} | {c['must']} | {'yes' if c['ok'] else 'NO'} | {c['detail'].replace('|', '/')} |")
+        held = "skipped" if c["skipped"] is not None else "yes" if c["ok"] else "NO"
+        lines.append(f"| {c['attack']} | {c['must']} | {held} | {c['detail'].replace('|', '/')} |")
     return "\n".join(lines) + "\n"

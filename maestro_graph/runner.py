@@ -13,6 +13,7 @@ from typing import Any, Iterator
 
 from tqdm import tqdm
 
+from .configs import MAX_COST, MAX_TURNS
 from .executors import Executor, ThreadExecutor
 from .graph import AnswerSource, MaestroContext, build_graph
 from .jsonl import read_jsonl
@@ -21,7 +22,7 @@ from .policy import OraclePolicy, make_policy
 from .policy.base import Policy
 from .registry import Registry
 from .tasks import Task, TaskProblem, load_tasks
-from .types import Decision, ErrorKind, Step, StopReason, stop_text
+from .types import Decision, ErrorKind, Step, StopReason, Turn, stop_text
 
 __all__ = ["EpisodeResult", "RECORD_VERSION", "run_episode", "run_tasks", "predict", "PredictSummary"]
 
@@ -71,7 +72,7 @@ class EpisodeResult:
                 or (bool(ran) and all(s.error_kind == ErrorKind.INPUT for s in ran)))
 
     def prediction(self, task_id: str) -> dict[str, Any]:
-        """A prediction-file record (DESIGN.md), version RECORD_VERSION: the whole trajectory, so nothing that reads
+        """A prediction-file record (docs/evaluation.md), version RECORD_VERSION: the whole trajectory, so nothing that reads
         it has to re-run a step."""
         return {
             "version": RECORD_VERSION,
@@ -116,18 +117,22 @@ def run_episode(
     context: MaestroContext | None = None,
     config: dict | None = None,
     resume: bool = False,
+    history: list[Turn] | None = None,
 ) -> EpisodeResult:
     """Run one episode to its end. The recursion limit follows the turn budget (two supersteps per turn).
-    `resume=True` continues the checkpointed thread in `config` from its last step instead of starting over; a
-    finished thread returns its stored result."""
+    `resume=True` continues the checkpointed thread in `config` from its last step instead of starting over. On a
+    thread, the thread rule of `maestro serve`: a finished thread asked its current question again returns its
+    stored result; another question is a new episode, whose history is the thread's earlier ones. `history`: the
+    conversation the question continues when the caller keeps it (it overrides the thread's)."""
     context = context or MaestroContext()
     run_config = {"recursion_limit": 2 * context.max_turns + 6, **(config or {})}
     start = time.perf_counter()
     stored = graph.get_state(run_config) if graph.checkpointer is not None and config else None
-    if stored is not None and stored.values and not stored.next:
-        out = stored.values  # a finished thread: its stored result
+    if stored is not None and stored.values and not stored.next and stored.values.get("question") == question:
+        out = stored.values  # a finished thread asked the same question: its stored result
     else:
-        payload = None if resume else {"question": question, "images": images, "choices": choices}
+        payload = None if resume else {"question": question, "images": images, "choices": choices,
+                                       **({"history": history} if history else {})}
         out = graph.invoke(payload, run_config, context=context)
     return EpisodeResult(
         answer=out.get("answer"),
@@ -179,8 +184,9 @@ def run_tasks(
     same as a serial run's: each task has its own sampling seed."""
     context = context or MaestroContext()
     if policy_name == "oracle":
-        # the oracle tries every pair: give it a turn per pair, no cost cap and every question
-        context = replace(context, max_turns=len(registry.pairs()) + 1, max_cost=float("inf"), reach_floor=0.0)
+        # the oracle tries every pair: a turn per pair and every question, within the largest budget a run may have
+        context = replace(context, max_turns=min(len(registry.pairs()) + 1, MAX_TURNS), max_cost=MAX_COST,
+                          reach_floor=0.0)
     runs = (executor or ThreadExecutor(registry, workers)).map_unordered(_EpisodeJob(policy_name, context, outcomes),
                                                                          tasks)
     if not ordered:

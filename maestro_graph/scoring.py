@@ -10,7 +10,7 @@ import math
 import re
 import unicodedata
 
-__all__ = ["score", "parse_number", "normalize_text", "choice_letter", "DEFAULT_TOLERANCE"]
+__all__ = ["score", "parse_number", "normalize_text", "choice_label", "label_index", "DEFAULT_TOLERANCE"]
 
 DEFAULT_TOLERANCE = 0.0
 _NUMBER_RE = re.compile(r"[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?")
@@ -58,8 +58,27 @@ def _numbers_close(pred: float, gold: float, tolerance: float) -> bool:
     return abs(pred - gold) <= tolerance * max(abs(gold), 1e-12)
 
 
-def choice_letter(index: int) -> str:
-    return chr(ord("A") + index)
+def choice_label(index: int) -> str:
+    """The label of option `index` (from 0): A..Z, then AA, AB... (as spreadsheet columns), so that every option of a
+    long list has a label made of letters only, which a prompt can show and a reply or a regex can name."""
+    if index < 0:
+        raise ValueError(f"an option index is 0 or more; got {index}")
+    label = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        label = chr(ord("A") + rest) + label
+    return label
+
+
+def label_index(label: str) -> int | None:
+    """The option index a label names (`choice_label`'s inverse, either case), or None when it is not a label."""
+    if not label or not label.isascii() or not label.isalpha():
+        return None
+    index = 0
+    for ch in label.upper():
+        index = index * 26 + ord(ch) - ord("A") + 1
+    return index - 1
 
 
 def _yesno(text: str) -> str | None:
@@ -82,14 +101,14 @@ def _choice(pred: str, gold: str, choices: list[str] | None) -> bool:
         return False
     options = [normalize_text(c) for c in choices]
     gold_index = next((i for i, c in enumerate(options) if c == gold_n), None)
-    if gold_index is None and len(gold_n) == 1 and gold_n.isalpha():
-        gold_index = ord(gold_n) - ord("a")
+    if gold_index is None:  # a gold answer given as the label ("b", or "ab" among more than 26 options)
+        gold_index = label_index(gold_n)
     if gold_index is None or gold_index >= len(options):
         return False
-    letter = choice_letter(gold_index).lower()
+    label = re.escape(choice_label(gold_index).lower())
     option = options[gold_index]
-    # "B", "(B)", "B:" or "B. text" name the letter; otherwise the option text itself
-    if re.fullmatch(rf"\(?{letter}\)?[:.)]?(\s.*)?", pred_n) and not (len(pred_n) > 2 and pred_n in options):
+    # "B", "(B)", "B:" or "B. text" name the label; otherwise the option text itself
+    if re.fullmatch(rf"\(?{label}\)?[:.)]?(\s.*)?", pred_n) and not (len(pred_n) > 2 and pred_n in options):
         return True
     stripped = re.sub(r"^[a-z][:.)]\s*", "", option)
     return pred_n in (option, stripped)

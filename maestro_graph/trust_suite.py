@@ -10,6 +10,9 @@ so the tests run the same checks against a `maestro serve` subprocess.
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import io
 import os
 import pickle
 import re
@@ -22,7 +25,10 @@ from pathlib import Path
 from typing import Callable
 
 import httpx
+import numpy as np
 import yaml
+import zxingcpp
+from PIL import Image, ImageDraw
 
 from .cache import ExpertCache
 from .digests import cache_key
@@ -35,7 +41,8 @@ from .registry.handles import Ledger
 from .serve import ServeSettings, create_app, startup_problem
 from .serve.loopback import running_app
 
-__all__ = ["Target", "TrustCase", "TRUST_CHECKS", "run_trust_suite", "Listener", "PlantedPickle"]
+__all__ = ["LANGSERVE_MISSING", "Target", "TrustCase", "TRUST_CHECKS", "run_trust_suite", "Listener", "PlantedPickle",
+           "bomb_request", "bomb_urls", "peak_rss_growth_mb", "secret_qr"]
 
 QUESTION = "What text does the QR code encode?"
 MEMORY_NAMES = 600
@@ -60,6 +67,13 @@ class TrustCase:
     must: str
     ok: bool
     detail: str
+    skipped: str | None = None
+    """Why the check could not run against this server, and how to make it run (None: it ran). A skipped check
+    proves nothing either way: it neither holds nor fails the suite."""
+
+
+LANGSERVE_MISSING = ("the server mounts no LangServe routes: the `langserve` extra is not installed "
+                     "(pip install 'maestro-graph[langserve]')")
 
 
 class Listener:
@@ -126,8 +140,7 @@ def pickled_checkpoint(t: Target) -> TrustCase:
     for name in ("planted.pt", "planted.safetensors"):
         path = t.folder / name
         path.write_bytes(pickle.dumps(PlantedPickle(marker)))
-        replies += [_chat(t.url, policy=f"neural:{path}", image=t.image),
-                    _langserve(t.url, f"neural:{path}", t.image)]
+        replies.append(_chat(t.url, policy=f"neural:{path}", image=t.image))
         try:  # the operator's own path (`maestro ask --policy neural:FILE`): the loader reads no pickle
             from .policy.neural import NeuralPolicy
 
@@ -136,22 +149,30 @@ def pickled_checkpoint(t: Target) -> TrustCase:
         except ConfigError:
             loaded = False
     refused = all(r.status_code == 400 and "invalid_policy" in r.text for r in replies) and not loaded
-    return TrustCase("pickle as policy checkpoint (HTTP, LangServe, loader)", "never unpickled",
+    return TrustCase("pickle as policy checkpoint (HTTP, loader)", "never unpickled",
                      refused and not marker.exists(),
                      f"statuses {[r.status_code for r in replies]}, marker {'CREATED' if marker.exists() else 'absent'}")
 
 
-def file_probing(t: Target) -> TrustCase:
+def _probed_names(t: Target) -> list[str]:
+    """Policy names that point at files: system files, a missing one, a folder, and a router file of secrets."""
     secret = t.folder / "router.yaml"
     secret.write_text("backend: openai\nmodel: SECRET-MODEL-NAME\nbase_url: http://10.9.8.7/v1\n")
-    names = ["neural:/etc/shadow", "neural:/root/.ssh/id_rsa", "neural:/no/such/file.pt", f"neural:{t.folder}",
-             f"lm:{secret}", "lm:/no/such/router.yaml", "lm:/etc/passwd"]
+    return ["neural:/etc/shadow", "neural:/root/.ssh/id_rsa", "neural:/no/such/file.pt", f"neural:{t.folder}",
+            f"lm:{secret}", "lm:/no/such/router.yaml", "lm:/etc/passwd"]
+
+
+def _leaks(reply: httpx.Response) -> bool:
+    return any(s in reply.text for s in ("SECRET-MODEL", "10.9.8.7", "root:"))
+
+
+def file_probing(t: Target) -> TrustCase:
     messages, leaked = set(), []
-    for name in names:
-        for reply in (_chat(t.url, policy=name, image=t.image), _langserve(t.url, name, t.image)):
-            if any(s in reply.text for s in ("SECRET-MODEL", "10.9.8.7", "root:")):
-                leaked.append(name)
-        message = _chat(t.url, policy=name, image=t.image).json()["error"]["message"]
+    for name in _probed_names(t):
+        reply = _chat(t.url, policy=name, image=t.image)
+        if _leaks(reply):
+            leaked.append(name)
+        message = reply.json()["error"]["message"]
         messages.add(re.sub(r"policy .* is not offered", "policy NAME is not offered", message))
     return TrustCase("file probing and disclosure through policy names", "one answer for every path, no content",
                      len(messages) == 1 and not leaked, f"{len(messages)} distinct refusals, leaked {leaked or 'none'}")
@@ -163,14 +184,38 @@ def internal_requests(t: Target) -> TrustCase:
         base = f"http://127.0.0.1:{listener.port}"
         statuses = [_chat(t.url, policy=f"lm:openai:{base}/v1|x{c}", image=t.image).status_code
                     for c in ("", "#choice", "#regex")]
-        statuses += [_langserve(t.url, f"lm:openai:{base}/v1|x", t.image).status_code,
-                     _chat(t.url, image=f"{base}/internal.png").status_code]
+        statuses.append(_chat(t.url, image=f"{base}/internal.png").status_code)
         time.sleep(0.3)
         return TrustCase("SSRF through an LM policy URL or an image URL", "no connection to the internal listener",
                          listener.connections == 0 and set(statuses) == {400},
                          f"statuses {statuses}, connections {listener.connections}")
     finally:
         listener.close()
+
+
+def langserve_door(t: Target) -> TrustCase:
+    """The policy attacks above through LangServe's /invoke: a planted pickle as a checkpoint, file probing, an
+    internal URL as a router endpoint. Skipped, with the reason, on a server without LangServe routes (a plain
+    `pip install maestro-graph`), whose 404s would prove nothing."""
+    attack, must = "pickle, file probing and SSRF through LangServe", "refused, no content, no connection"
+    if not httpx.get(f"{t.url}/healthz", timeout=30).json().get("langserve"):
+        return TrustCase(attack, must, False, LANGSERVE_MISSING, skipped=LANGSERVE_MISSING)
+    marker = t.folder / "langserve-pickle-ran"
+    planted = t.folder / "langserve-planted.pt"
+    planted.write_bytes(pickle.dumps(PlantedPickle(marker)))
+    listener = Listener()
+    try:
+        names = [f"neural:{planted}", *_probed_names(t), f"lm:openai:http://127.0.0.1:{listener.port}/v1|x"]
+        replies = {name: _langserve(t.url, name, t.image) for name in names}
+        time.sleep(0.3)
+    finally:
+        listener.close()
+    statuses = sorted({r.status_code for r in replies.values()})
+    refused = all(r.status_code == 400 and "invalid_policy" in r.text for r in replies.values())
+    leaked = [name for name, reply in replies.items() if _leaks(reply)]
+    return TrustCase(attack, must, refused and not leaked and not marker.exists() and listener.connections == 0,
+                     f"statuses {statuses}, leaked {leaked or 'none'}, marker "
+                     f"{'CREATED' if marker.exists() else 'absent'}, connections {listener.connections}")
 
 
 def _rss_mb(pid: int) -> float:
@@ -307,9 +352,326 @@ def unauthenticated_start(t: Target) -> TrustCase:
                      f"named: {'refused' if named else 'STARTS'}; 0.0.0.0: {'refused' if public else 'STARTS'}")
 
 
+# == Images and operator files (issue 33, items 1, 5 and 7) =====================================================
+# Every node that reads an image goes through the image-source policy, whatever wrote the state; what an image may
+# make a worker hold is bounded by what is decoded, not by what the file declares; the episode cap answers before
+# anything is decoded; files in the operator's folders are read no further than the cap, and only regular ones; a
+# SKILL.md cannot hang start-up.
+
+SECRET_TEXT = "MAESTRO-TRUST-SECRET"
+"""What a QR code planted outside the allowed directories encodes: it must never appear in a reply."""
+COUNT_QUESTION = "How many circles are in the image?"
+BOMB_SIDE = 6300
+"""A square of this side is 39.7 megapixels: just under `images.MAX_PIXELS`, so the door lets it through."""
+BOMB_IMAGES = 8
+"""Images in the memory request: `ImageSources.max_images`, the most one request may send."""
+IMAGE_MEMORY_LIMIT_MB = 1024.0
+"""A request of BOMB_IMAGES images at the pixel cap may add at most this much to the server's RSS."""
+SETTLE_S = 5.0
+"""How long the RSS is still sampled after the reply: an expert call that timed out is abandoned, not stopped, and
+works on its image a little longer."""
+SPARSE_FILE_BYTES = 1 << 30
+FILE_MEMORY_LIMIT_MB = 100.0
+"""What refusing the 1 GB sparse file of an image folder may add to the server's RSS (it was read whole)."""
+FRONT_MATTER_LIMIT_S = 2.0
+FRONT_MATTER_MESSAGE_CHARS = 2_000
+
+
+def secret_qr(path: Path) -> Path:
+    """A QR code of SECRET_TEXT saved at `path` (WebP, as in the issue): a file whose content would show in a reply
+    if a skill read it."""
+    code = zxingcpp.write_barcode_to_image(zxingcpp.create_barcode(SECRET_TEXT, zxingcpp.BarcodeFormat.QRCode),
+                                           scale=6)
+    Image.fromarray(np.asarray(code)).save(path, lossless=True)
+    return path
+
+
+def bomb_urls(count: int) -> list[str]:
+    """`count` different two-colour PNGs of BOMB_SIDE x BOMB_SIDE pixels with seven circles, as data URLs of about
+    10 KB each: cheap to send, 40 megapixels each to decode (different, so no memo decodes one for another)."""
+    return [_bomb_url(shift) for shift in range(count)]
+
+
+def _bomb_url(shift: int) -> str:
+    image = Image.new("L", (BOMB_SIDE, BOMB_SIDE), 255)
+    draw = ImageDraw.Draw(image)
+    for i in range(7):
+        draw.ellipse((300 + 800 * i + shift, 2900, 1000 + 800 * i + shift, 3600), outline=0, width=14)
+    buf = io.BytesIO()
+    image.convert("P").save(buf, format="PNG", optimize=True)
+    return f"data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}"
+
+
+def bomb_request(images: list[str]) -> dict:
+    content = [{"type": "text", "text": COUNT_QUESTION}] + [{"type": "image_url", "image_url": {"url": u}}
+                                                              for u in images]
+    return {"model": "maestro", "messages": [{"role": "user", "content": content}]}
+
+
+def peak_rss_growth_mb(pid: int, action: Callable[[], httpx.Response], *,
+                    settle_s: float = 0.0) -> tuple[float, float, httpx.Response]:
+    """Run `action` while sampling the RSS of process `pid` every 20 ms, and `settle_s` more seconds after it
+    returned: (RSS before in MB, peak growth in MB, what `action` returned). Sampled, because memory a request held
+    and gave back no longer shows afterwards."""
+    idle = _rss_mb(pid)
+    peak, done = idle, threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _rss_mb(pid))
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        result = action()
+        time.sleep(settle_s)
+    finally:
+        done.set()
+        sampler.join()
+    return idle, max(peak, _rss_mb(pid)) - idle, result
+
+
+def state_written_images(t: Target) -> TrustCase:
+    """A run on an existing thread of the Agent Server graph (as `graphs/served.py` builds it) that writes its own
+    images into the state and jumps past intake straight to a skill (`Command(goto="barcode-reading", ...)`): a
+    QR code outside the allowed directory, /etc/passwd, missing files inside and outside it. None is read, and all
+    get the same reply, so a reply says nothing of what exists; the same QR code inside the directory is read."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command
+
+    allowed = t.folder / "allowed-images"
+    allowed.mkdir(exist_ok=True)
+    secret = secret_qr(t.folder / "secret.webp")
+    inside = secret_qr(allowed / "inside.webp")
+    graph = build_graph(Registry.load(t.registry_file), image_sources=ImageSources(allowed_dirs=(allowed,)),
+                        checkpointer=InMemorySaver())
+
+    def jump(ref: str, thread: str) -> dict:
+        config = {"configurable": {"thread_id": thread}}
+        graph.invoke({"question": QUESTION, "images": [t.image]}, config)
+        pending = {"model": "zxing", "skill": "barcode-reading", "input": ""}
+        return graph.invoke(Command(goto="barcode-reading", update={"images": [ref], "pending": pending}), config)
+
+    refs = [str(secret), f"file://{secret}", "/etc/passwd", str(t.folder / "no-such.webp"),
+            str(allowed / "no-such.webp"), str(allowed / ".." / secret.name)]
+    replies = [jump(ref, f"jump-{i}") for i, ref in enumerate(refs)]
+    leaked = [ref for ref, r in zip(refs, replies) if SECRET_TEXT in str(r) or "root:" in str(r)]
+    shapes = {(r["answer"], r["stop_reason"], r["steps"][-1]["error"]) for r in replies}
+    read_inside = [s["answer"] for s in jump(str(inside), "jump-inside")["steps"][1:]]
+    return TrustCase("images written into a thread's state by a Command that skips intake",
+                     "never read outside the allowed directory; one reply for missing and forbidden files",
+                     not leaked and len(shapes) == 1 and next(iter(shapes))[0] is None and SECRET_TEXT in read_inside,
+                     f"leaked {leaked or 'none'}; {len(shapes)} distinct replies ({sorted(map(str, shapes))[:2]}); "
+                     f"the same file inside the directory read as {read_inside}")
+
+
+def image_memory(t: Target) -> TrustCase:
+    """BOMB_IMAGES images of 40 megapixels each (about 10 KB each on the wire) in one request: the server's RSS,
+    sampled while it answers, stays within IMAGE_MEMORY_LIMIT_MB of what it held before."""
+    bombs = bomb_urls(BOMB_IMAGES)
+    with httpx.Client(timeout=600) as client:
+        client.post(f"{t.url}/v1/chat/completions", json=bomb_request([t.image]))  # the experts loaded: the baseline
+        start = time.perf_counter()
+        idle, grown, reply = peak_rss_growth_mb(
+            t.pid, lambda: client.post(f"{t.url}/v1/chat/completions", json=bomb_request(bombs)), settle_s=SETTLE_S)
+    took = time.perf_counter() - start
+    return TrustCase(f"{BOMB_IMAGES} images of {BOMB_SIDE}x{BOMB_SIDE} pixels in one request",
+                     f"answered, RSS grows under {IMAGE_MEMORY_LIMIT_MB:g} MB",
+                     reply.status_code == 200 and grown < IMAGE_MEMORY_LIMIT_MB,
+                     f"status {reply.status_code}, answer {_answer(reply)!r}, RSS peak {grown:+.0f} MB over "
+                     f"{idle:.0f} MB, {took:.1f} s")
+
+
+def cap_before_decoding(t: Target) -> TrustCase:
+    """With every episode slot taken (one slot, held by a router endpoint that never answers), a request of
+    BOMB_IMAGES images at the pixel cap is refused (429) before any of them is decoded: in a small part of the
+    time decoding them takes."""
+    bombs = bomb_urls(BOMB_IMAGES)
+    start = time.perf_counter()
+    for bomb in bombs:
+        load_image(bomb)
+    decode_s = time.perf_counter() - start
+    listener = Listener()
+    try:
+        settings = ServeSettings(workers=1, max_episodes=1, request_timeout_s=3.0, policy="rules",
+                                 policies=("rules", f"hang=lm:openai:http://127.0.0.1:{listener.port}/v1|x"))
+        with running_app(create_app(Registry.load(t.registry_file), settings)) as url, ThreadPoolExecutor(1) as pool:
+            held = pool.submit(_chat, url, policy="hang", image=t.image)
+            while not httpx.get(f"{url}/healthz").json()["episodes_in_flight"] and not held.done():
+                time.sleep(0.02)
+            start = time.perf_counter()
+            reply = httpx.post(f"{url}/v1/chat/completions", json=bomb_request(bombs), timeout=60)
+            refused_s = time.perf_counter() - start
+            held_status = held.result().status_code
+    finally:
+        listener.close()
+    return TrustCase("a request of images at the pixel cap while every episode slot is taken",
+                     "429 before any image is decoded",
+                     reply.status_code == 429 and refused_s < decode_s / 4 and held_status == 504,
+                     f"status {reply.status_code} after {refused_s:.2f} s (decoding the images takes {decode_s:.2f} s);"
+                     f" the held request ended {held_status}")
+
+
+def operator_folder_files(t: Target) -> TrustCase:
+    """A server with an image directory (`--image-dir`) that holds a 1 GB sparse file and a FIFO: the big file is
+    refused (413) without being read, the FIFO is refused at once like a missing file (a read would block a worker
+    past the request timeout), and a path outside the directory gets that same refusal."""
+    folder = t.folder / "operator-images"
+    folder.mkdir(exist_ok=True)
+    sparse, fifo = folder / "huge.png", folder / "pipe.png"
+    with sparse.open("wb") as fh:
+        fh.truncate(SPARSE_FILE_BYTES)
+    if not fifo.exists():
+        os.mkfifo(fifo)
+    settings = ServeSettings(workers=1, request_timeout_s=10.0, image_dirs=(folder,))
+    with running_app(create_app(Registry.load(t.registry_file), settings)) as url:  # in this process: its RSS
+        try:
+            _, grown, huge = peak_rss_growth_mb(os.getpid(), lambda: _chat(url, image=str(sparse), timeout=30))
+            start = time.perf_counter()
+            pipe = _chat(url, image=str(fifo), timeout=30)
+            pipe_s = time.perf_counter() - start
+            missing, outside = _chat(url, image=str(folder / "no-such.png")), _chat(url, image="/etc/passwd")
+        finally:
+            with contextlib.suppress(OSError):  # a reader blocked on the FIFO (the fault this checks) gets its EOF
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    refusals = {r.json().get("error", {}).get("message") for r in (pipe, missing, outside)}
+    same = len(refusals) == 1 and {r.status_code for r in (pipe, missing, outside)} == {400}
+    return TrustCase("a 1 GB sparse file and a FIFO in the operator's image directory",
+                     "refused without reading, at once; the FIFO refused like a missing file",
+                     huge.status_code == 413 and grown < FILE_MEMORY_LIMIT_MB and same and pipe_s < 5,
+                     f"sparse file: {huge.status_code}, RSS {grown:+.0f} MB; FIFO: {pipe.status_code} after "
+                     f"{pipe_s:.1f} s; {len(refusals)} distinct refusals for FIFO, missing and outside")
+
+
+def front_matter_bomb(t: Target) -> TrustCase:
+    """A skill folder whose SKILL.md front matter holds a YAML alias bomb (seven levels of nine aliases: five million
+    strings, some 30 MB as text) in a metadata value: loading the registry refuses it in moments, with a short
+    message naming the file."""
+    skills = t.folder / "bomb-skills"
+    skill = skills / "bomb"
+    skill.mkdir(parents=True, exist_ok=True)
+    levels = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    levels += [f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]" for i in range(6)]
+    (skill / "SKILL.md").write_text("---\nname: bomb\ndescription: A skill whose front matter is a bomb.\nx-levels:\n"
+                                    + "\n".join(f"  {level}" for level in levels) + "\nmetadata: {tier: '1', requires: "
+                                    "ocr, entry: 'skill.py:run', bomb: *g}\n---\nBody.\n")
+    (skill / "skill.py").write_text("def run(ctx):\n    return None\n")
+    registry_file = t.folder / "bomb-registry.yaml"
+    config = yaml.safe_load(t.registry_file.read_text())
+    registry_file.write_text(yaml.safe_dump({**config, "skill_dirs": [str(skills)]}))
+    outcome: list[str] = []
+
+    def load() -> None:
+        try:
+            Registry.load(registry_file)
+            outcome.append("loaded")
+        except ConfigError as exc:  # SkillError is one
+            outcome.append(str(exc))
+
+    loader = threading.Thread(target=load, daemon=True)  # the fault this checks would hold it for minutes
+    start = time.perf_counter()
+    loader.start()
+    loader.join(FRONT_MATTER_LIMIT_S * 5)
+    took = time.perf_counter() - start
+    message = outcome[0] if outcome else ""
+    return TrustCase("a SKILL.md whose front matter is a YAML alias bomb", "refused at once with a short message",
+                     took < FRONT_MATTER_LIMIT_S and "SKILL.md" in message and len(message) < FRONT_MATTER_MESSAGE_CHARS,
+                     f"{'refused' if message and message != 'loaded' else message or 'still loading'} after {took:.2f} s "
+                     f"with {len(message):,} characters: {message[:120]!r}")
+
+
+IMAGE_CHECKS: tuple[Callable[[Target], TrustCase], ...] = (
+    state_written_images, image_memory, cap_before_decoding, operator_folder_files, front_matter_bomb,
+)
+"""The checks of this block, in TRUST_CHECKS."""
+
+
+# == HTTP bodies and LangServe batches (issue 33, items 3 and 6) ================================================
+# A body no valid request resembles (nested past the JSON depth cap, options of megabytes) is refused at once in
+# the route's JSON error shape; a LangServe batch or stream that is refused starts no episode and leaves none running.
+
+REFUSAL_LIMIT_S = 2.0
+"""How long refusing a hostile body may take (before: 16 s to echo two 5 MB options)."""
+IDLE_LIMIT_S = 1.0
+"""How soon a refused batch must leave no episode in flight."""
+
+
+def _post(url: str, path: str, **kwargs) -> tuple[httpx.Response, float]:
+    start = time.perf_counter()
+    reply = httpx.post(f"{url}{path}", timeout=60, **kwargs)
+    return reply, time.perf_counter() - start
+
+
+def _error_code(reply: httpx.Response) -> str | None:
+    try:
+        return reply.json()["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def hostile_bodies(t: Target) -> TrustCase:
+    """JSON nested 100,000 deep (a RecursionError, so a 500, before) and two 5 MB options, on the OpenAI route
+    and LangServe's /invoke and /stream where mounted."""
+    nested = "[" * 100_000 + "]" * 100_000
+    chat = f'{{"model": "maestro", "messages": [{{"role": "user", "content": {nested}}}]}}'.encode()
+    options = {"model": "maestro", "choices": ["x" * 5_000_000] * 2,
+               "messages": [{"role": "user", "content": [{"type": "text", "text": QUESTION},
+                                                         {"type": "image_url", "image_url": {"url": t.image}}]}]}
+    sent = {"openai nested": _post(t.url, "/v1/chat/completions", content=chat, headers=_JSON),
+            "openai options": _post(t.url, "/v1/chat/completions", json=options)}
+    if httpx.get(f"{t.url}/healthz", timeout=30).json().get("langserve"):
+        nested_input = f'{{"input": {nested}}}'.encode()
+        sent["langserve nested"] = _post(t.url, "/maestro/invoke", content=nested_input, headers=_JSON)
+        sent["langserve nested stream"] = _post(t.url, "/maestro/stream", content=nested_input, headers=_JSON)
+        sent["langserve options"] = _post(t.url, "/maestro/invoke", json={"input": {
+            "question": QUESTION, "images": [t.image], "choices": options["choices"]}})
+    slowest = max(took for _, took in sent.values())
+    ok = all(r.status_code == 400 and _error_code(r) for r, _ in sent.values()) and slowest < REFUSAL_LIMIT_S
+    return TrustCase("JSON nested 100,000 deep; two 5 MB options", f"a 400 JSON error within {REFUSAL_LIMIT_S:g} s",
+                     ok, ", ".join(f"{name}: {r.status_code} {_error_code(r)}" for name, (r, _) in sent.items())
+                     + f"; slowest {slowest:.2f} s")
+
+
+def refused_batch(t: Target) -> TrustCase:
+    """A LangServe batch above the episode cap (100 inputs: 64 episodes kept running before, and the next client
+    got a 429), a batch with one refused image, and a stream with a refused policy (a torn chunked response
+    before): each is refused with a JSON error, no episode is left in flight, and the next request is answered."""
+    attack, must = "LangServe batch over the cap; refused stream", f"JSON 4xx; 0 in flight within {IDLE_LIMIT_S:g} s"
+    if not httpx.get(f"{t.url}/healthz", timeout=30).json().get("langserve"):
+        return TrustCase(attack, must, False, LANGSERVE_MISSING, skipped=LANGSERVE_MISSING)
+    good = {"question": QUESTION, "images": [t.image]}
+    attempts = {
+        "batch of 100": ("/maestro/batch", {"inputs": [good] * 100}),
+        "batch with a refused image": ("/maestro/batch", {"inputs": [good] * 3 + [{**good, "images": ["/etc/passwd"]}]}),
+        "stream with a refused policy": ("/maestro/stream", {"input": {**good, "policy": "neural:/etc/passwd"}}),
+    }
+    details, ok = [], True
+    for name, (path, body) in attempts.items():
+        reply, _ = _post(t.url, path, json=body)
+        start = time.perf_counter()
+        while (busy := httpx.get(f"{t.url}/healthz", timeout=30).json()["episodes_in_flight"]) and \
+                time.perf_counter() - start < 5:
+            time.sleep(0.02)
+        idle = time.perf_counter() - start
+        ok = ok and 400 <= reply.status_code < 500 and _error_code(reply) is not None and not busy \
+            and idle < IDLE_LIMIT_S
+        details.append(f"{name}: {reply.status_code} {_error_code(reply)}, idle after {idle:.2f} s")
+    answered = _answer(_chat(t.url, image=t.image))
+    return TrustCase(attack, must, ok and answered == "Wikipedia",
+                     "; ".join(details) + f"; next request answered {answered!r}")
+
+
+_JSON = {"Content-Type": "application/json"}
+
+HTTP_DOOR_CHECKS: tuple[Callable[[Target], TrustCase], ...] = (hostile_bodies, refused_batch)
+"""The checks of this block, in TRUST_CHECKS."""
+
+
 TRUST_CHECKS: tuple[Callable[[Target], TrustCase], ...] = (
-    pickled_checkpoint, file_probing, internal_requests, policy_memory, hanging_endpoint, stuck_expert,
-    pickled_cache, graph_local_files, unauthenticated_start,
+    pickled_checkpoint, file_probing, internal_requests, langserve_door, policy_memory, hanging_endpoint, stuck_expert,
+    pickled_cache, graph_local_files, unauthenticated_start, *IMAGE_CHECKS, *HTTP_DOOR_CHECKS,
 )
 
 

@@ -7,8 +7,9 @@ from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, Field
+from typing_extensions import TypedDict  # pydantic builds JSON schemas from it on Python < 3.12
 
-__all__ = ["PAIR_SEP", "ErrorKind", "StopReason", "stop_text", "Decision", "Invoke", "Answer", "Action", "InvalidAction", "SkillResult", "Step", "pair_id", "split_pair"]
+__all__ = ["PAIR_SEP", "ErrorKind", "StopReason", "stop_text", "Decision", "Invoke", "Answer", "Action", "InvalidAction", "SkillResult", "Step", "Turn", "pair_id", "split_pair"]
 
 PAIR_SEP = "@@"
 
@@ -98,6 +99,14 @@ class SkillResult:
     answer: str | None = None
     confidence: float = 0.5
     details: dict = field(default_factory=dict)
+
+
+class Turn(TypedDict):
+    """One earlier exchange of a conversation: a question asked before and the answer it got (None: none). A
+    follow-up ("How many letters does it have?") means something only next to these."""
+
+    question: str
+    answer: str | None
 
 
 class Step(BaseModel):

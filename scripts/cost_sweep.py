@@ -32,7 +32,6 @@ def main() -> None:
     parser.add_argument("--tasks", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--weights", type=float, nargs="+", default=[0.0, 0.05, 0.2])
-    parser.add_argument("--registry", default=None)
     parser.add_argument("--cache-dir", default=".maestro-cache")
     add_arguments(parser, GRPOConfig, exclude=("cost_weight",))  # the training settings, from the one config
     args = parser.parse_args()

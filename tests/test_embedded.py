@@ -20,6 +20,7 @@ import maestro_graph.graphs as embedded
 from maestro_graph.graph import MaestroContext, build_graph
 from maestro_graph.image_sources import ImageSources
 from maestro_graph.policy import make_policy
+from maestro_graph.questions import EMPTY_QUESTION
 
 from servers import EXAMPLES, data_url, langgraph_dev
 
@@ -128,6 +129,25 @@ def test_the_tool_reads_no_file_the_operator_did_not_allow(registry, tmp_path):
         assert reply.status == "error" and "local file paths are not accepted" in reply.content
         assert "Wikipedia" not in reply.content
     assert replies[3].status == "success" and replies[3].content == "Wikipedia"
+
+
+def test_a_blank_question_or_a_bad_context_is_refused_by_the_graph_and_the_tool(registry):
+    """Issue 33, items 4 and 9, in-process: the graph's intake refuses a blank question sent with an image, and a
+    run context whose fields are wrong (a MaestroContext built without validation, as the Agent Server builds it),
+    with the typed input error before any expert runs; the tool hands the reason back to the calling model."""
+    graph = build_graph(registry, make_policy("rules"))
+    blank = graph.invoke({"question": " \t", "images": [QR_URL]})
+    assert blank["answer"] is None and blank["stop_reason"] == f"input error: {EMPTY_QUESTION}" and not blank["steps"]
+    unchecked = graph.invoke({"question": "What does the QR code say?", "images": [QR_URL]},
+                             context=MaestroContext(max_turns="lots"))  # type: ignore[arg-type]
+    assert unchecked["stop_reason"].startswith("input error: field 'context': max_turns") and not unchecked["steps"]
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("tools", ToolNode([embedded.maestro_tool(graph)]))
+    builder.add_edge(START, "tools")
+    call = {"name": "ask_maestro", "id": "call-1", "args": {"question": "", "images": [QR_URL]}}
+    (reply,) = builder.compile().invoke({"messages": [AIMessage(content="", tool_calls=[call])]})["messages"][1:]
+    assert reply.status == "error" and reply.content == f"Maestro refused the request: {EMPTY_QUESTION}"
 
 
 @pytest.fixture(scope="module")

@@ -268,3 +268,25 @@ def test_a_missing_image_ends_with_an_input_error_event(graph):
     errors = [e for e in events if e["event"] == "error"]
     assert errors and errors[0]["kind"] == "input" and "no such file" in errors[0]["message"]
     assert events[-1]["event"] == "answer" and events[-1]["stop_reason"].startswith("input error: image ")
+
+
+def test_checkpoints_keep_maestro_types_without_serializer_warnings(registry, tmp_path):
+    """Issue 33, item 14: `maestro serve --checkpoint-db` reads its checkpoints back with Maestro's types registered
+    on LangGraph's msgpack allow-list (`graph.checkpoint_serde`): no "Deserializing unregistered type ... will be
+    blocked" warning on stderr, and the types come back as themselves."""
+    from langgraph.checkpoint.serde.event_hooks import register_serde_event_listener
+
+    from maestro_graph.serve.episodes import open_checkpointer
+    from maestro_graph.types import ErrorKind, StopReason
+
+    events: list[dict] = []
+    unregister = register_serde_event_listener(events.append)
+    try:
+        graph = build_graph(registry, make_policy("rules"), checkpointer=open_checkpointer(tmp_path / "ck.sqlite"))
+        config = {"configurable": {"thread_id": "t-1"}}
+        graph.invoke({"question": COUNT_Q, "images": [str(tmp_path / "missing.png")]}, config)
+        values = graph.get_state(config).values
+    finally:
+        unregister()
+    assert values["stop"] is StopReason.INPUT_ERROR and values["steps"][0]["error_kind"] is ErrorKind.INPUT
+    assert [e for e in events if e["kind"].startswith("msgpack")] == []

@@ -18,7 +18,7 @@ from maestro_graph.graph import MaestroContext, build_graph
 from maestro_graph.images import load_image
 from maestro_graph.policy import SHIPPED_CHECKPOINT, ActionSpace, EpisodeView, make_policy
 from maestro_graph.policy.neural import NeuralPolicy
-from maestro_graph.questions import MAX_QUESTION_CHARS, clean_question
+from maestro_graph.questions import EMPTY_QUESTION, MAX_QUESTION_CHARS, clean_question
 from maestro_graph.reliability import hostile_images
 from maestro_graph.runner import run_episode
 from maestro_graph.serve import ServeSettings, create_app
@@ -79,7 +79,7 @@ def test_questions_are_cleaned_and_capped(registry):
     assert long.answer is None and not long.steps
     assert long.stop_reason == f"input error: the question has {MAX_QUESTION_CHARS + 1:,} characters, above the cap of 4,000"
     empty = run_episode(graph, "", [])
-    assert empty.stop_reason == "input error: empty question and no image"
+    assert empty.stop_reason == f"input error: {EMPTY_QUESTION}"
 
 
 @pytest.mark.parametrize("ref, message", [
@@ -203,3 +203,81 @@ def test_server_answers_each_hostile_input_exactly_and_keeps_serving(server, hos
         assert response.json()["choices"][0]["message"]["content"] == expected
     assert httpx.get(f"{server}/healthz").json()["status"] == "ok"
     assert _post(server, QR_Q, _data(QR)).json()["choices"][0]["message"]["content"] == "Wikipedia"
+
+
+# -- what an image may cost, and files in the operator's folders (issue 33, items 5 and 7) ------------------------
+def _declared_huge(folder: Path, side: int = 6300) -> Path:
+    """A PNG of a few KB that declares side x side pixels (40 megapixels at 6300)."""
+    Image.new("L", (side, side), 255).convert("P").save(folder / "huge.png", optimize=True)
+    return folder / "huge.png"
+
+
+def test_a_huge_image_is_decoded_within_the_pixel_budget(tmp_path):
+    from maestro_graph.images import MAX_DECODED_PIXELS, REQUEST_DECODED_PIXELS, load_images
+
+    path = _declared_huge(tmp_path)
+    assert path.stat().st_size < 100_000
+    one = load_image(str(path))
+    assert one.width * one.height <= MAX_DECODED_PIXELS and one.info["maestro_source_size"] == (6300, 6300)
+    eight = load_images([str(path)] * 8)
+    assert sum(i.width * i.height for i in eight) <= REQUEST_DECODED_PIXELS  # a request shares one budget
+    jpeg = tmp_path / "scan.jpg"
+    Image.new("RGB", (4961, 7016), "white").save(jpeg)  # an A4 scan at 600 dpi: decoded at half scale
+    assert load_image(str(jpeg)).size == (2481, 3508)
+
+
+def test_a_fifo_or_a_device_is_refused_at_once_not_read(tmp_path):
+    import os
+
+    from maestro_graph.images import read_regular_file
+
+    os.mkfifo(tmp_path / "pipe.png")  # opening it for reading would wait for a writer forever
+    assert read_regular_file(tmp_path / "pipe.png", 10) is None
+    assert read_regular_file("/dev/zero", 10) is None and read_regular_file(tmp_path, 10) is None
+    with pytest.raises(InputError, match="not a regular file"):
+        load_image(str(tmp_path / "pipe.png"))
+
+
+def test_image_dir_files_are_refused_alike_and_read_no_further_than_the_cap(tmp_path):
+    import os
+
+    from maestro_graph.image_sources import ImageRefused, ImageSources
+
+    allowed = tmp_path / "images"
+    allowed.mkdir()
+    os.mkfifo(allowed / "pipe.png")
+    with (allowed / "sparse.png").open("wb") as fh:
+        fh.truncate(1 << 30)  # 1 GB that takes no disk: read whole, it would take 1 GB of memory
+    sources = ImageSources(allowed_dirs=(allowed,), max_image_bytes=1_000_000)
+    refusals = set()
+    for ref in (allowed / "pipe.png", allowed / "missing.png", allowed, tmp_path / "outside.png", "/etc/passwd"):
+        with pytest.raises(ImageRefused) as info:
+            sources.resolve([str(ref)])
+        refusals.add((info.value.status, info.value.code, str(info.value)))
+    assert len(refusals) == 1, refusals  # a refusal never tells a missing file from a forbidden one
+    with pytest.raises(ImageRefused) as info:
+        sources.resolve([str(allowed / "sparse.png")])
+    assert (info.value.status, info.value.code) == (413, "image_too_large")
+
+
+def test_a_skill_md_alias_bomb_is_refused_at_once_with_a_short_message(tmp_path):
+    import time
+
+    from maestro_graph.errors import SkillError
+    from maestro_graph.registry.skills import MAX_FRONT_MATTER, load_skill
+
+    skill = tmp_path / "bomb"
+    skill.mkdir()
+    (skill / "skill.py").write_text("def run(ctx):\n    return None\n")
+    levels = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    levels += [f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]" for i in range(6)]
+    (skill / "SKILL.md").write_text("---\nname: bomb\ndescription: d\nx:\n" + "\n".join(f"  {v}" for v in levels)
+                                    + "\nmetadata: {tier: '1', requires: ocr, entry: 'skill.py:run', bomb: *g}\n---\n")
+    start = time.perf_counter()
+    with pytest.raises(SkillError) as info:
+        load_skill(skill)
+    assert time.perf_counter() - start < 1.0 and len(str(info.value)) < 1_000
+    assert "aliases (*a) are not allowed" in str(info.value) and "bomb/SKILL.md" in str(info.value)
+    (skill / "SKILL.md").write_text("---\nname: bomb\ndescription: " + "x" * MAX_FRONT_MATTER + "\n---\n")
+    with pytest.raises(SkillError, match="above the cap of 16,384"):
+        load_skill(skill)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from maestro_graph.graph import MAX_TURNS
+from maestro_graph.questions import EMPTY_QUESTION
 from maestro_graph.trust_suite import Listener, PlantedPickle
 from servers import data_url, langgraph_dev
 
@@ -113,8 +115,11 @@ def test_every_graph_publishes_its_input_output_and_context_schemas(server_url):
             assert schemas[key], f"{graph_id}: {key} is empty"
         assert {"question", "images", "choices"} <= set(schemas["input_schema"]["properties"])
         assert {"answer", "steps", "stop_reason"} <= set(schemas["output_schema"]["properties"])
+        assert not {"answer", "steps", "stop_reason", "report"} & set(schemas["input_schema"]["properties"]), \
+            f"{graph_id}: the input schema lists output fields"
     maestro = client.assistants.get_schemas(client.assistants.search(graph_id="maestro")[0]["assistant_id"])
     assert {"max_turns", "max_cost", "policy"} <= set(maestro["context_schema"]["properties"])
+    assert maestro["context_schema"]["properties"]["max_turns"]["maximum"] == MAX_TURNS
     assert "episodes" in maestro["output_schema"]["properties"]
 
 
@@ -130,3 +135,34 @@ def test_input_errors_reach_the_caller_as_typed_events(server_url):
     chunks = asyncio.run(go())
     errors = [c.data for c in chunks if c.event == "custom" and c.data["event"] == "error"]
     assert errors and errors[0]["kind"] == "input" and "local file paths are not accepted" in errors[0]["message"]
+
+
+@pytest.mark.parametrize("payload, context, reason", [
+    ({}, {"max_turns": "lots"}, "max_turns: Input should be a valid integer"),
+    ({}, {"policy": 123}, "policy: Input should be a valid string (got 123)"),
+    ({}, {"max_turns": 10**9}, f"max_turns: Input should be less than or equal to {MAX_TURNS}"),
+    ({}, {"seed": -1, "greedy": False}, "seed: Input should be greater than or equal to 0"),
+    ({"question": ""}, {}, EMPTY_QUESTION),
+    ({"question": " \n\t"}, {}, EMPTY_QUESTION),
+], ids=["max_turns-text", "policy-number", "max_turns-unbounded", "seed-negative", "empty-question",
+        "blank-question"])
+def test_bad_contexts_and_blank_questions_end_with_the_typed_input_error(server_url, payload, context, reason):
+    """Issue 33, items 4 and 9: a run context of the wrong type or out of bounds, and a blank question sent with an
+    image, end the run with the typed input error (an `error` event of kind `input`, then `input error: <why>`,
+    no expert called) instead of a TypeError or an answer made up from nothing."""
+    from langgraph_sdk import get_client
+
+    run_input = {"question": "What text does the QR code encode?", "images": [data_url(ROOT / "examples/qrcode.png")],
+                 **payload}
+
+    async def go():
+        client = get_client(url=server_url)
+        return [c async for c in client.runs.stream(None, "maestro", input=run_input, context=context,
+                                                    stream_mode=["custom", "values"])]
+
+    chunks = asyncio.run(go())
+    assert not [c for c in chunks if c.event == "error"], chunks  # the run itself did not fail
+    errors = [c.data for c in chunks if c.event == "custom" and c.data["event"] == "error"]
+    assert errors and errors[0]["kind"] == "input" and reason in errors[0]["message"]
+    final = [c.data for c in chunks if c.event == "values"][-1]
+    assert final["answer"] is None and final["stop_reason"].startswith("input error: ") and not final["steps"]

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -172,5 +176,93 @@ def test_default_registry_skills_are_valid():
     for spec in reg.skills.values():
         assert callable(spec.run), spec.name
         assert spec.instructions, f"{spec.name}: SKILL.md body is empty"
-    # every tier-1 skill has at least one available model in the default registry
-    assert {p.skill.name for p in reg.pairs()} == tier1
+    # every tier-1 skill has at least one available model in the default registry, but those only a vision-chat
+    # model (none is packaged: docs/vision-language.md) carries out, which are listed as unavailable with the reason
+    vision_only = {s.name for s in reg.tier1 if s.requires == ("vision-chat",)}
+    assert vision_only == {"visual-qa"} and "vision-chat" in reg.skill_unavailable_reason(reg.skills["visual-qa"])
+    assert {p.skill.name for p in reg.pairs()} == tier1 - vision_only
+
+
+STAMP_EXPERT = '''\
+from maestro_graph.experts.protocols import TextBox
+
+
+class StampOCR:
+    """Reads the stamp on a parcel (a user's expert, outside the package)."""
+
+    def ocr(self, image):
+        return [TextBox("STAMP", (0, 0, image.width, image.height), 1.0)]
+'''
+
+
+def _maestro(*args: str, pythonpath: str | None = None) -> "subprocess.CompletedProcess[str]":
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    env.pop("PYTHONPATH", None)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    return subprocess.run([str(Path(sys.executable).parent / "maestro"), *args], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+def test_a_user_registry_extends_the_packaged_one_with_an_expert_beside_it(tmp_path):
+    """Issue 33, item 15, through the CLI: a registry outside the package builds on the packaged one
+    (`extends: default`) with one model card whose python expert lies beside the file. Without PYTHONPATH the error
+    says to set it (and to what); with it the registry has the 7 packaged models and the new one, the packaged
+    skills, and pairs for the new expert; nothing was copied and no path points into the package."""
+    from maestro_graph.registry.config import default_config_path, load_config
+
+    (tmp_path / "stamp_expert.py").write_text(STAMP_EXPERT)
+    (tmp_path / "mine.yaml").write_text(textwrap.dedent("""\
+        extends: default
+        models:
+          - name: stamp-ocr
+            description: Reads the stamp on a parcel.
+            capabilities: [ocr]
+            backend: {type: python, entry: "stamp_expert:StampOCR"}
+        """))
+    refused = _maestro("registry", "show", "--json", "-r", str(tmp_path / "mine.yaml"))
+    assert refused.returncode != 0
+    assert "no module 'stamp_expert' for model 'stamp-ocr'" in " ".join(refused.stderr.split())
+    assert f"PYTHONPATH={tmp_path}" in refused.stderr.replace("\n", "")
+
+    shown = _maestro("registry", "show", "--json", "-r", str(tmp_path / "mine.yaml"), pythonpath=str(tmp_path))
+    assert shown.returncode == 0, shown.stderr
+    info = json.loads(shown.stdout)
+    packaged = load_config(default_config_path())
+    assert [m["name"] for m in info["models"]] == [m.name for m in packaged.models] + ["stamp-ocr"]
+    assert len(packaged.models) == 7
+    assert {s["name"] for s in info["skills"]} >= {"text-reading", "counting", "barcode-reading"}
+    assert "stamp-ocr@@text-reading" in info["pairs"] and "zxing@@barcode-reading" in info["pairs"]
+    merged = load_config(tmp_path / "mine.yaml")
+    assert merged.profile_to_read() == packaged.profile_path() and merged.profile_path() is None
+
+
+def test_package_paths_and_extends_problems_are_named(tmp_path):
+    """`package:` paths resolve inside the installed package; a registry may override a packaged card by name; a
+    cycle or a missing base names the files."""
+    from maestro_graph.registry.config import default_config_path, load_config
+
+    (tmp_path / "plain.yaml").write_text(textwrap.dedent("""\
+        skill_dirs: ["package:skills"]
+        profile: package:default_registry.profile.json
+        models:
+          - {name: zxing, description: zxing-cpp., capabilities: [barcode],
+             backend: {type: python, entry: "maestro_graph.experts.zxing_barcode:ZXingBarcodeExpert"}}
+        """))
+    plain = Registry.load(tmp_path / "plain.yaml")
+    assert "barcode-reading" in plain.skills and plain.pair_ids() == ["zxing@@barcode-reading"]
+    assert plain.config.profile_path() == default_config_path().parent / "default_registry.profile.json"
+
+    (tmp_path / "cheaper.yaml").write_text("extends: plain.yaml\nmodels:\n  - {name: zxing, description: Cheaper., "
+                                           "capabilities: [barcode], cost: {per_call: 0.01}, backend: {type: python, "
+                                           "entry: \"maestro_graph.experts.zxing_barcode:ZXingBarcodeExpert\"}}\n")
+    cheaper = load_config(tmp_path / "cheaper.yaml")
+    assert [(m.name, m.cost.per_call) for m in cheaper.models] == [("zxing", 0.01)]
+
+    (tmp_path / "a.yaml").write_text("extends: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("extends: a.yaml\n")
+    with pytest.raises(ConfigError, match="makes a cycle"):
+        load_config(tmp_path / "a.yaml")
+    (tmp_path / "orphan.yaml").write_text("extends: nowhere.yaml\n")
+    with pytest.raises(ConfigError, match=r"nowhere.yaml: no such registry config file \(extended by .*orphan.yaml\)"):
+        load_config(tmp_path / "orphan.yaml")

@@ -1,6 +1,7 @@
 """Expert faults (retries, backoff, circuit breaker, result checks, fault injection), skill containment, resuming an
-interrupted prediction run, and a small run of the reliability suites. Real experts (zxing on the example QR code)
-behind the fault-injection wrapper; the crashing fake stands in for a deterministic crash."""
+interrupted prediction run, and the bad-input suite; a short run of the whole `maestro reliability` command is in
+tests/test_packaging.py, through the installed wheel. Real experts (zxing on the example QR code) behind the
+fault-injection wrapper; the crashing fake stands in for a deterministic crash."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import yaml
 from maestro_graph.errors import ConfigError, ExpertFailure, ExpertRejected
 from maestro_graph.registry import Registry
 from maestro_graph.registry.handles import MAX_RESULT_ITEMS, Ledger
-from maestro_graph.reliability import bad_input_suite, bad_skill_registry, fault_registry, run_reliability
+from maestro_graph.reliability import bad_input_suite, bad_skill_registry, fault_registry
 from maestro_graph.runner import predict
 from maestro_graph.types import Invoke
 
@@ -183,16 +184,3 @@ def test_bad_input_suite_all_as_expected(tmp_path):
     cases = bad_input_suite(tmp_path / "inputs", reg)
     assert len(cases) == 19
     assert [c for c in cases if not c.ok] == []
-
-
-@pytest.mark.slow
-def test_reliability_report_small_run(tmp_path):
-    """A short run of the whole command: nothing lost, every episode completes, the table is written."""
-    barcode = ROOT / "tests" / "data" / "real" / "barcode" / "tasks.jsonl"
-    results = run_reliability(tmp_path, episodes=16, task_files=[barcode], workers=2)
-    assert results["lost"] == 0 and results["passed"], results
-    target = results["fault_scenarios"][1]
-    assert target["completed"] == target["episodes"] == 16
-    assert sum(target["faults_injected"].values()) > 0
-    assert "| 30% errors + 10% hangs |" in (tmp_path / "reliability.md").read_text()
-    assert json.loads((tmp_path / "reliability.json").read_text())["inputs_ok"] == results["inputs_tried"]

@@ -1,8 +1,8 @@
-"""Scoring as DESIGN.md fixes it, shared by prediction, evaluation and rewards."""
+"""Scoring as docs/evaluation.md states it, shared by prediction, evaluation and rewards."""
 
 import pytest
 
-from maestro_graph.scoring import parse_number, score
+from maestro_graph.scoring import choice_label, label_index, parse_number, score
 
 
 @pytest.mark.parametrize(
@@ -45,3 +45,15 @@ def test_parse_number_forms():
 def test_unknown_answer_type_is_an_error():
     with pytest.raises(ValueError, match="unknown answer_type"):
         score("1", "1", "float")
+
+
+def test_labels_past_z_stay_letters_and_name_their_option():
+    """Issue 33 item 2: option 28 was labelled "\\" and the scoring regex built from it raised."""
+    assert [choice_label(i) for i in (0, 25, 26, 27, 29, 701, 702)] == ["A", "Z", "AA", "AB", "AD", "ZZ", "AAA"]
+    assert all(label_index(choice_label(i)) == i for i in range(800))
+    assert label_index("ab") == 27 and label_index("A1") is None and label_index("") is None
+    options = [f"word {i}" for i in range(30)]
+    assert score("AD", "word 29", "choice", choices=options) == 1.0
+    assert score("(AB)", "ab", "choice", choices=options) == 1.0  # a gold answer given as the label
+    assert score("A", "word 29", "choice", choices=options) == 0.0
+    assert score("word 29", "word 27", "choice", choices=options) == 0.0

@@ -226,6 +226,11 @@ def _body(*urls: str, **extra) -> dict:
     return {"model": "maestro", "messages": _user(QR_QUESTION, *urls), **extra}
 
 
+def _nested(depth: int, frame: str = '{"model": "maestro", "messages": [{"role": "user", "content": %s}]}') -> bytes:
+    """A request body with `depth` nested arrays where the content goes."""
+    return (frame % ("[" * depth + "]" * depth)).encode()
+
+
 AUTH = {"Authorization": f"Bearer {KEY}"}
 QR = (EXAMPLES / "qrcode.png").read_bytes()
 
@@ -278,6 +283,36 @@ BAD_INPUTS = {
     "unknown model id": ("GET", "/v1/models/gpt-5", AUTH, {}, 404, "model_not_found"),
     "bad policy": ("POST", "/v1/chat/completions", AUTH, {"json": _body(_b64(QR), policy="smart")}, 400,
                    "invalid_policy"),
+    "json nested past the stack": ("POST", "/v1/chat/completions", {**AUTH, "Content-Type": "application/json"},
+                                   {"content": _nested(100_000)}, 400, "json_too_deep"),
+    "json nested past the cap": ("POST", "/v1/chat/completions", {**AUTH, "Content-Type": "application/json"},
+                                 {"content": _nested(40)}, 400, "json_too_deep"),
+    "too many choices": ("POST", "/v1/chat/completions", AUTH, {"json": _body(_b64(QR), choices=["x"] * 65)}, 400,
+                         "invalid_request"),
+    "huge choice": ("POST", "/v1/chat/completions", AUTH, {"json": _body(_b64(QR), choices=["x" * 400_000] * 2)},
+                    400, "invalid_request"),
+    "tools": ("POST", "/v1/chat/completions", AUTH, {"json": _body(_b64(QR), tools=[{"type": "function", "function": {
+        "name": "f", "parameters": {"type": "object"}}}])}, 400, "unsupported_parameter"),
+    "json output": ("POST", "/v1/chat/completions", AUTH, {"json": _body(_b64(QR), response_format={
+        "type": "json_object"})}, 400, "unsupported_parameter"),
+    "langserve nested json": ("POST", "/maestro/invoke", {**AUTH, "Content-Type": "application/json"},
+                              {"content": _nested(100_000, '{"input": %s}')}, 400, "json_too_deep"),
+    "langserve nested stream": ("POST", "/maestro/stream", {**AUTH, "Content-Type": "application/json"},
+                                {"content": _nested(100_000, '{"input": %s}')}, 400, "json_too_deep"),
+    "langserve huge choice": ("POST", "/maestro/invoke", AUTH, {"json": {"input": {
+        "question": QR_QUESTION, "images": [_b64(QR)], "choices": ["x" * 400_000] * 2}}}, 400, "invalid_request"),
+    "langserve no images": ("POST", "/maestro/invoke", AUTH, {"json": {"input": {"question": QR_QUESTION}}}, 400,
+                            "invalid_request"),
+    "langserve blank question": ("POST", "/maestro/invoke", AUTH, {"json": {"input": {
+        "question": " \n", "images": [_b64(QR)]}}}, 400, "invalid_request"),
+    "langserve batch input invalid": ("POST", "/maestro/batch", AUTH, {"json": {"inputs": [
+        {"question": QR_QUESTION}]}}, 400, "invalid_request"),
+    **{f"langserve {route} refused policy": ("POST", f"/maestro/{route}", AUTH, {"json": {"input": {
+        "question": QR_QUESTION, "images": [_b64(QR)], "policy": "smart"}}}, 400, "invalid_policy")
+       for route in ("stream", "stream_log", "stream_events")},
+    **{f"langserve {route} refused image": ("POST", f"/maestro/{route}", AUTH, {"json": {"input": {
+        "question": QR_QUESTION, "images": ["/etc/passwd"]}}}, 400, "local_path_not_allowed")
+       for route in ("stream", "stream_log", "stream_events")},
     "wrong method": ("GET", "/v1/chat/completions", AUTH, {}, 405, "http_405"),
     "unknown path": ("GET", "/v2/nothing", AUTH, {}, 404, "http_404"),
 }
@@ -291,6 +326,49 @@ def test_bad_input_gets_status_and_json_error_and_server_keeps_serving(base_url,
     error = response.json()["error"]
     assert error["code"] == code and error["message"] and error["type"]
     assert httpx.get(f"{base_url}/v1/models", headers=AUTH).status_code == 200
+
+
+def test_a_refused_batch_starts_no_episode(base_url):
+    """A batch above the episode cap, or with one refused input, is refused before any episode starts, and the
+    next client is served (before: 64 of 100 episodes kept running and the next client got a 429 too)."""
+    from langserve import RemoteRunnable
+
+    remote = RemoteRunnable(f"{base_url}/maestro/", headers=AUTH)
+    good = {"question": QR_QUESTION, "images": [_b64(QR)]}
+    for inputs, status in (([good] * 100, 413), ([good] * 3 + [{**good, "images": ["/etc/passwd"]}], 400)):
+        with pytest.raises(httpx.HTTPStatusError) as refused:
+            remote.batch(inputs)
+        assert refused.value.response.status_code == status
+        assert httpx.get(f"{base_url}/healthz").json()["episodes_in_flight"] == 0
+    assert [out["answer"] for out in remote.batch([good] * 3)] == ["Wikipedia"] * 3
+
+
+def test_openai_tools_and_json_output_are_refused_not_ignored(client, base_url):
+    """`tools` and `response_format` would be ignored and the client would fail to parse a plain answer; both are
+    refused with OpenAI's 400 shape, through the `openai` client and LangChain's ChatOpenAI."""
+    messages = _user(QR_QUESTION, data_url(EXAMPLES / "qrcode.png"))
+    with pytest.raises(openai.BadRequestError) as json_mode:
+        client.chat.completions.create(model="maestro", messages=messages, response_format={"type": "json_object"})
+    assert json_mode.value.code == "unsupported_parameter" and json_mode.value.param == "response_format"
+    assert json_mode.value.type == "invalid_request_error"
+    with pytest.raises(openai.BadRequestError) as tools:
+        client.chat.completions.create(model="maestro", messages=messages, tool_choice="auto", tools=[
+            {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}])
+    assert tools.value.code == "unsupported_parameter" and tools.value.param == "tools"
+    plain = client.chat.completions.create(model="maestro", messages=messages, tool_choice="none",
+                                           response_format={"type": "text"})
+    assert plain.choices[0].message.content == "Wikipedia"
+
+    from langchain_openai import ChatOpenAI
+    from pydantic import BaseModel
+
+    class Reading(BaseModel):
+        text: str
+
+    chat = ChatOpenAI(model="maestro", base_url=f"{base_url}/v1", api_key=KEY, max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="response_format` is not supported"):
+        chat.with_structured_output(Reading).invoke([{"role": "user", "content": messages[0]["content"]}])
+    assert chat.invoke([{"role": "user", "content": messages[0]["content"]}]).content == "Wikipedia"
 
 
 def test_openai_client_raises_typed_errors(base_url, client):

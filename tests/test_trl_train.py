@@ -78,9 +78,9 @@ def test_exported_trajectories_become_sft_examples(tmp_path, base):
 
 
 def test_shipped_configs_load_and_extra_args_may_not_repeat_a_field():
-    for name in ("train-lm-cpu.yaml", "train-lm-gpu.yaml"):
-        config = load_train_config(ROOT / "configs" / name)
-        assert config.gradient_checkpointing == (name == "train-lm-gpu.yaml")
+    for path in (ROOT / "configs" / "recipes" / "lm-router-sft.yaml", ROOT / "configs" / "train-lm-gpu.yaml"):
+        config = load_train_config(path, tasks=[str(TASKS)], sft_data=str(TASKS))  # arguments, not in the recipes
+        assert config.gradient_checkpointing == (path.name == "train-lm-gpu.yaml")
     with pytest.raises(ConfigError, match="extra_grpo_args.gradient_checkpointing"):
         LMTrainConfig(tasks=[str(TASKS)], extra_grpo_args={"gradient_checkpointing": True})
 
@@ -106,8 +106,8 @@ def _trained(folder: Path) -> bool:
 
 
 def _tiny(tmp_path: Path, sft_data: Path, out: str, **overrides) -> LMTrainConfig:
-    """configs/train-lm-cpu.yaml at a tiny size: two SFT steps, one GRPO step, a checkpoint at every step."""
-    return load_train_config(ROOT / "configs" / "train-lm-cpu.yaml", **{
+    """The shipped router's recipe at a tiny size: two SFT steps, one GRPO step, a checkpoint at every step."""
+    return load_train_config(ROOT / "configs" / "recipes" / "lm-router-sft.yaml", **{
         "tasks": [str(TASKS)], "eval_tasks": str(TASKS), "eval_limit": 2, "sft_data": str(sft_data), "sft_steps": 2,
         "sft_min_score": 0.0, "steps": 1, "num_generations": 2, "per_device_train_batch_size": 2, "max_turns": 1,
         "save_steps": 1, "out_dir": str(tmp_path / out), "registry": str(ROOT / "configs" / "registry-nolm.yaml"),
@@ -121,8 +121,9 @@ def _adapter(folder: Path) -> dict:
 
 
 def test_shrunken_cpu_recipe_learns_saves_an_adapter_evaluates_and_resumes(tmp_path):
-    """configs/train-lm-cpu.yaml end to end at a tiny size: a damaged trajectory line is named and skipped, SFT and
-    GRPO change the adapter, and the saved router loads as a policy with the prompt limits it was trained with.
+    """configs/recipes/lm-router-sft.yaml end to end at a tiny size (plus one GRPO step): a damaged trajectory line
+    is named and skipped, SFT and GRPO change the adapter, and the saved router loads as a policy with the prompt
+    limits it was trained with.
     The same run killed (SIGKILL) after its first SFT checkpoint and started again resumes there: the same
     second-step loss (same data order) and the same final adapter as the run never interrupted."""
     import os

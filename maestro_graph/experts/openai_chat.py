@@ -1,8 +1,11 @@
 """Any OpenAI-compatible chat endpoint (`vllm serve`, a hosted API) as a `chat` / `vision-chat` expert.
 
 Messages go out as they are (images in them are already data URLs). Every failure becomes an ExpertError that names
-the URL and what went wrong (unreachable, timed out, HTTP status with the server's message, malformed reply), so the
-episode records whose fault it was and goes on.
+the URL and what went wrong, with its kind (`ExpertFailure`), so the episode records whose fault it was and goes on:
+the endpoint unreachable or overloaded (unavailable; retried), rate-limited (HTTP 429: unavailable; retried), timed
+out (retried), the request too large for it (HTTP 413: rejected, e.g. images above what it takes; not retried, not
+held against the endpoint), another HTTP error with the server's message, or a reply that is not a chat completion
+(wrong type).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from ..backends.http import http_client
-from ..errors import ExpertError, ExpertTimeout
+from ..errors import ExpertError, ExpertFailure, ExpertRejected, ExpertTimeout
 from .protocols import ChatReply
 
 if TYPE_CHECKING:
@@ -25,6 +28,11 @@ MAX_ERROR_BODY = 300
 """Characters of an error response's body quoted in the ExpertError."""
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 """HTTP statuses the server may not answer next time: the error is transient and the handle retries it."""
+_STATUS_FAILURE = {408: ExpertFailure.TIMEOUT, 429: ExpertFailure.UNAVAILABLE, 502: ExpertFailure.UNAVAILABLE,
+                   503: ExpertFailure.UNAVAILABLE, 504: ExpertFailure.TIMEOUT}
+"""What an HTTP status says went wrong; any other is the endpoint's crash (a wrong model name, a server bug)."""
+_STATUS_MEANING = {413: "the request is too large for the endpoint (images above what it takes?)",
+                   429: "rate-limited by the endpoint", 503: "the endpoint is overloaded or starting"}
 
 
 class OpenAIChatExpert:
@@ -78,25 +86,33 @@ class OpenAIChatExpert:
             message = f"POST {self.url} timed out after {self.timeout_s:g}s ({exc.__class__.__name__})"
             raise ExpertTimeout(message) from exc
         except httpx.TransportError as exc:
-            raise ExpertError(f"cannot reach {self.url}: {exc.__class__.__name__}: {exc}", transient=True) from exc
+            raise ExpertError(f"cannot reach {self.url} (endpoint down?): {exc.__class__.__name__}: {exc}",
+                              transient=True, failure=ExpertFailure.UNAVAILABLE) from exc
         if response.status_code >= 400:
-            body = response.text.strip().replace("\n", " ")[:MAX_ERROR_BODY]
-            raise ExpertError(f"POST {self.url} returned HTTP {response.status_code} {response.reason_phrase}: {body}",
-                              transient=response.status_code in RETRYABLE_STATUS)
+            raise self._status_error(response)
         return self._parse(response)
+
+    def _status_error(self, response: "httpx.Response") -> ExpertError:
+        """The error an HTTP error status is, with what it means and the server's own message."""
+        status = response.status_code
+        body = response.text.strip().replace("\n", " ")[:MAX_ERROR_BODY]
+        meaning = f" ({_STATUS_MEANING[status]})" if status in _STATUS_MEANING else ""
+        message = f"POST {self.url} returned HTTP {status} {response.reason_phrase}{meaning}: {body}"
+        if status == 413:
+            return ExpertRejected(message)
+        return ExpertError(message, transient=status in RETRYABLE_STATUS, failure=_STATUS_FAILURE.get(status))
 
     def _parse(self, response: "httpx.Response") -> ChatReply:
         try:
             data = response.json()
             text = data["choices"][0]["message"]["content"] or ""
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            usage = data.get("usage") or {}
+            tokens = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+            if not isinstance(text, str):
+                raise TypeError(f"message content is {type(text).__name__}, not text")
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise ExpertError(
-                f"POST {self.url} returned a reply that is not an OpenAI chat completion "
-                f"({exc.__class__.__name__}): {response.text[:MAX_ERROR_BODY]}"
+                f"POST {self.url} returned a malformed reply, not an OpenAI chat completion "
+                f"({exc.__class__.__name__}): {response.text[:MAX_ERROR_BODY]}", failure=ExpertFailure.WRONG_TYPE
             ) from exc
-        usage = data.get("usage") or {}
-        return ChatReply(
-            text=text.strip(),
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
-            completion_tokens=int(usage.get("completion_tokens") or 0),
-        )
+        return ChatReply(text=text.strip(), prompt_tokens=tokens[0], completion_tokens=tokens[1])

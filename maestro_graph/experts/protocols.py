@@ -5,7 +5,8 @@ so any backend that implements the methods can serve any skill that needs the ca
 
 - `ocr`:         `ocr(image: PIL.Image) -> list[TextBox]`
 - `chat`:        `chat(messages: list[dict]) -> ChatReply` (OpenAI message format, text only)
-- `vision-chat`: `chat(messages)` where user content may hold `image_url` parts (data URLs)
+- `vision-chat`: `chat(messages)` where user content may hold `image_url` parts (data URLs); any skill that says
+                 `or-requires: "vision-chat"` runs on it through `maestro_graph.registry.vision`
 - `math`:        `evaluate(expression: str) -> str`, `solve(equations: list[str], unknown: str | None) -> list[str]`
 - `vision-cv`:   classical image analysis (see `maestro_graph.experts.opencv_vision`)
 - `barcode`:     `decode(image: PIL.Image) -> list[Barcode]`

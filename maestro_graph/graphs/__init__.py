@@ -2,7 +2,9 @@
 and the graphs `langgraph.json` serves (`maestro_graph/graphs/maestro.py`, `embedded.py`). Importing this package
 builds nothing; importing `maestro_graph.graphs.maestro` or `.embedded` builds the served graph."""
 
-from .agent import AgentContext, AgentState, AskMaestro, build_agent, maestro_tool, remote_agent
+from .agent import (AgentContext, AgentInput, AgentOutput, AgentState, AskMaestro, build_agent, maestro_tool,
+                    remote_agent)
 from .served import served_maestro
 
-__all__ = ["AgentContext", "AgentState", "AskMaestro", "build_agent", "maestro_tool", "remote_agent", "served_maestro"]
+__all__ = ["AgentContext", "AgentInput", "AgentOutput", "AgentState", "AskMaestro", "build_agent", "maestro_tool",
+           "remote_agent", "served_maestro"]

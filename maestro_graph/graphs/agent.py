@@ -25,23 +25,40 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 from typing_extensions import TypedDict  # JSON schemas for Studio on Python < 3.12
 
+from ..configs import DEFAULT_MAX_TURNS
 from ..graph import MaestroContext
 from ..image_sources import ImageRefused, ImageSources
+from ..types import StopReason
 
-__all__ = ["AgentContext", "AgentState", "AskMaestro", "build_agent", "remote_agent", "maestro_tool"]
+__all__ = ["AgentContext", "AgentInput", "AgentOutput", "AgentState", "AskMaestro", "build_agent", "remote_agent",
+           "maestro_tool"]
 
 
-class AgentState(TypedDict, total=False):
+class AgentInput(TypedDict, total=False):
+    """What a run of the agent sends: a task in the user's words (`request`) or Maestro's `question` itself, with
+    the images and, for a multiple-choice question, its options."""
+
     request: str
     """The agent's own input: a task in the user's words."""
     images: list[str]
     question: str
     choices: list[str] | None
+
+
+class AgentOutput(TypedDict, total=False):
+    """What a run of the agent returns: its report, the question it put to Maestro, and Maestro's answer, steps and
+    stop reason behind it."""
+
+    report: str
+    """The agent's own output, written after Maestro has answered (or been skipped)."""
+    question: str
     answer: str | None
     steps: Annotated[list[dict], operator.add]
     stop_reason: str
-    report: str
-    """The agent's own output, written after Maestro has answered (or been skipped)."""
+
+
+class AgentState(AgentInput, AgentOutput, total=False):
+    """Everything the agent's nodes share: its input and output keys (Maestro's among them)."""
 
 
 @dataclass
@@ -84,7 +101,7 @@ def report(state: AgentState, runtime: Runtime[AgentContext]) -> dict[str, Any]:
 
 def build_agent(maestro: Any, *, checkpointer: Any = None) -> Any:
     """The agent graph with `maestro` (a compiled Maestro graph or a RemoteGraph of one) as its `maestro` node."""
-    builder = StateGraph(AgentState, context_schema=AgentContext)
+    builder = StateGraph(AgentState, context_schema=AgentContext, input_schema=AgentInput, output_schema=AgentOutput)
     builder.add_node("plan", plan)
     builder.add_node("maestro", maestro)
     builder.add_node("report", report)
@@ -109,7 +126,7 @@ class AskMaestro(BaseModel):
     choices: list[str] | None = Field(None, description="the options of a multiple-choice question, if any")
 
 
-def maestro_tool(maestro: Any, *, max_turns: int = 4, image_sources: ImageSources | None = None) -> StructuredTool:
+def maestro_tool(maestro: Any, *, max_turns: int = DEFAULT_MAX_TURNS, image_sources: ImageSources | None = None) -> StructuredTool:
     """Maestro as a tool: it answers a question about images by orchestrating expert models. The arguments come
     from a model, so they are untrusted: images pass `image_sources` (default: the operator's environment,
     `MAESTRO_IMAGE_DIRS`/`MAESTRO_IMAGE_HOSTS`, data URLs only when unset), and a refusal or a run without an
@@ -123,6 +140,8 @@ def maestro_tool(maestro: Any, *, max_turns: int = 4, image_sources: ImageSource
             raise ToolException(str(exc)) from exc
         out = maestro.invoke({"question": question, "images": resolved, "choices": choices},
                              context=MaestroContext(max_turns=max_turns))
+        if out.get("stop") == StopReason.INPUT_ERROR:  # the graph's intake refused the arguments: say which
+            raise ToolException(f"Maestro refused the request: {out.get('stop_detail')}")
         if out.get("answer") is None:
             raise ToolException(f"Maestro found no answer (stop: {out.get('stop_reason')})")
         return out["answer"]

@@ -1,4 +1,9 @@
-"""The registry config file (YAML): model cards and the skill folders to scan, validated with pydantic."""
+"""The registry config file (YAML): model cards and the skill folders to scan, validated with pydantic.
+
+A registry may build on another (`extends:`): the packaged default by name (`extends: default`) or any registry
+file. Paths in a registry (`extends`, `skill_dirs`, `profile`) are relative to the file that names them, absolute,
+or `package:REL`, relative to the installed `maestro_graph` package (`package:skills` is the packaged skills), so
+a registry outside the package needs no absolute path into it."""
 
 from __future__ import annotations
 
@@ -24,9 +29,17 @@ __all__ = [
     "RegistryConfig",
     "load_config",
     "default_config_path",
+    "resolve_path",
+    "DEFAULT_REGISTRY",
+    "PACKAGE_PREFIX",
 ]
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
+PACKAGE_PREFIX = "package:"
+"""A path starting with this is relative to the installed `maestro_graph` package folder."""
+DEFAULT_REGISTRY = "default"
+"""`extends: default` names the packaged default registry."""
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 
 class _Strict(BaseModel):
@@ -135,12 +148,17 @@ class ModelCard(_Strict):
     concurrency: int = Field(1, ge=1)
     cacheable: bool = Field(True, description="deterministic results may be cached")
     version: str = "1"
+    install: str | None = Field(None, max_length=500, description="how to add what this expert needs where it is "
+                                "unavailable (`maestro registry show` and `skills list` print it with the reason)")
     retries: Retries = Field(default_factory=Retries)
     breaker: CircuitBreaker = Field(default_factory=CircuitBreaker)
     faults: Faults | None = Field(None, description="inject faults into this expert (tests and reliability runs)")
     formats: list[Literal["png", "jpeg", "gif", "bmp", "tiff", "webp"]] | None = Field(
         None, description="image formats the model reads (absent: unknown)")
-    max_input_side: int | None = Field(None, gt=0, description="longest image side in pixels it reads well")
+    max_input_side: int | None = Field(None, gt=0, description="longest image side in pixels it reads well (a "
+                                       "vision-chat model is sent images downscaled to it)")
+    max_image_bytes: int | None = Field(None, gt=0, description="largest encoded image a vision-chat model is sent; "
+                                        "a larger one goes as JPEG, else is refused by name (absent: 8 MB)")
     evaluations: list[Evaluation] = Field(default_factory=list, description="reported accuracy per task family")
     latency_s: float | None = Field(None, ge=0, description="typical seconds per call")
 
@@ -151,34 +169,57 @@ class ModelCard(_Strict):
 
 
 class RegistryConfig(_Strict):
-    """A registry file: the models and where to find skill folders (relative to the file)."""
+    """A registry file: the models and where to find skill folders (paths relative to the file, or `package:`)."""
 
-    models: list[ModelCard]
-    skill_dirs: list[str] = Field(default_factory=lambda: ["skills"])
+    extends: str | None = Field(None, min_length=1, description="a registry this one builds on: `default` (the "
+                                "packaged one) or a registry file; its models come first (a model of the same name "
+                                "here replaces its card), its skill folders are scanned too, and its profile is read "
+                                "where this file names none; `skills` and `skill_timeout_s` are this file's if set")
+    models: list[ModelCard] = Field(default_factory=list)
+    skill_dirs: list[str] = Field(default_factory=lambda: ["skills"], description="folders of skill folders (with "
+                                  "`extends`, added to the base's; default then: none of its own)")
     skills: list[str] | None = Field(None, description="enable only these skills (default: every skill found)")
     skill_timeout_s: float = Field(300.0, gt=0, description="time limit of one skill step, its expert calls included")
     profile: str | None = Field(None, description="the pairs' profile file (`maestro registry profile`), relative to "
-                                "this file; absent: no pair is profiled")
+                                "this file; absent: no pair is profiled (with `extends`: the base's is read)")
     base_dir: Path = Field(Path("."), exclude=True)
     source: str = Field("<memory>", exclude=True)
+    base_profile: Path | None = Field(None, exclude=True, description="the profile of the registry this one extends, "
+                                      "read where the file names none")
 
     def skill_paths(self) -> list[Path]:
-        return [(self.base_dir / d).resolve() for d in self.skill_dirs]
+        return [resolve_path(d, self.base_dir).resolve() for d in self.skill_dirs]
 
     def profile_path(self) -> Path | None:
-        """The profile file the `profile:` key names, relative to this file (None: no profile)."""
-        return self.base_dir / self.profile if self.profile is not None else None
+        """The profile file this file's `profile:` key names (None: it names none), which `maestro registry profile`
+        writes; never the base's, which belongs to the registry it extends."""
+        return resolve_path(self.profile, self.base_dir) if self.profile is not None else None
+
+    def profile_to_read(self) -> Path | None:
+        """The profile the registry's pairs read: this file's, else the one of the registry it extends (its entries
+        fit the base's pairs; added pairs are unprofiled until profiled here)."""
+        return self.profile_path() or self.base_profile
+
+
+def resolve_path(value: str, base_dir: Path) -> Path:
+    """A path a registry file names: `package:REL` under the installed package, else relative to `base_dir` (the
+    file's folder) unless absolute."""
+    if value.startswith(PACKAGE_PREFIX):
+        return _PACKAGE_DIR / value.removeprefix(PACKAGE_PREFIX)
+    return base_dir / value
 
 
 def default_config_path() -> Path:
     """The default registry shipped with the package: local CPU experts only."""
-    return Path(__file__).resolve().parent.parent / "default_registry.yaml"
+    return _PACKAGE_DIR / "default_registry.yaml"
 
 
-def load_config(path: str | Path | None = None) -> RegistryConfig:
+def load_config(path: str | Path | None = None, *, _extended_by: tuple[Path, ...] = ()) -> RegistryConfig:
+    """The registry file at `path` (default: the packaged one), with the registry it extends merged in."""
     path = Path(path) if path else default_config_path()
     if not path.is_file():
-        raise ConfigError("no such registry config file", file=str(path))
+        hint = f" (extended by {_extended_by[-1]})" if _extended_by else ""
+        raise ConfigError(f"no such registry config file{hint}", file=str(path))
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
@@ -194,4 +235,33 @@ def load_config(path: str | Path | None = None) -> RegistryConfig:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ConfigError(f"model names must be unique, repeated: {dupes}", file=str(path), field="models")
-    return config.model_copy(update={"base_dir": path.parent, "source": str(path)})
+    config = config.model_copy(update={"base_dir": path.parent, "source": str(path)})
+    if config.extends is None:
+        if not config.models:
+            raise ConfigError("a registry needs `models` (or `extends: default` to build on the packaged one)",
+                              file=str(path), field="models")
+        return config
+    return _extended(config, config.extends, path, _extended_by)
+
+
+def _extended(config: RegistryConfig, extends: str, path: Path, extended_by: tuple[Path, ...]) -> RegistryConfig:
+    """`config` (the file at `path`) merged onto the registry `extends` names. Skill folders become absolute
+    paths, so the result does not depend on which file's folder they were relative to."""
+    target = default_config_path() if extends == DEFAULT_REGISTRY else resolve_path(extends, path.parent)
+    chain = (*extended_by, path.resolve())
+    if target.resolve() in chain:
+        raise ConfigError(f"`extends: {extends}` makes a cycle: " + " -> ".join(map(str, (*chain, target.resolve()))),
+                          file=str(path), field="extends")
+    base = load_config(target, _extended_by=chain)
+    mine = {m.name: m for m in config.models}
+    models = [mine.pop(m.name, m) for m in base.models] + list(mine.values())
+    set_here = config.model_fields_set
+    own_dirs = config.skill_paths() if "skill_dirs" in set_here else []
+    return config.model_copy(update={
+        "extends": None,
+        "models": models,
+        "skill_dirs": [str(d) for d in dict.fromkeys([*base.skill_paths(), *own_dirs])],
+        "skills": config.skills if "skills" in set_here else base.skills,
+        "skill_timeout_s": config.skill_timeout_s if "skill_timeout_s" in set_here else base.skill_timeout_s,
+        "base_profile": base.profile_to_read(),
+    })

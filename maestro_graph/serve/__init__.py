@@ -1,11 +1,21 @@
 """Serving Maestro over HTTP: an OpenAI-compatible FastAPI app (plus LangServe routes with the `langserve` extra).
 
 `create_app(registry, settings)` builds the app; `maestro serve` runs it with uvicorn. Importing this package
-imports FastAPI but opens nothing.
+opens nothing and imports only the settings: FastAPI and the app load on first use of `create_app` and the other
+app names, so `maestro --help` builds `serve`'s options from `ServeSettings` without them.
 """
 
-from .app import create_app, langserve_installed
-from .episodes import THREAD_HEADER
+from importlib import import_module
+from typing import Any
+
 from .settings import ServeSettings, startup_problem
 
 __all__ = ["ServeSettings", "THREAD_HEADER", "create_app", "langserve_installed", "startup_problem"]
+
+_LAZY = {"create_app": ".app", "langserve_installed": ".app", "THREAD_HEADER": ".episodes"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(_LAZY[name], __name__), name)

@@ -16,7 +16,7 @@ import re
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
-from fastapi import Depends, FastAPI, Header, Request
+from fastapi import Cookie, Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..questions import clean_question, question_problem
+from ..questions import EMPTY_QUESTION, clean_question, question_problem
 from ..registry import Registry
 from .episodes import THREAD_HEADER, Episode, EpisodeOutcome, EpisodeService, open_checkpointer
 from .images import resolve_images
@@ -38,6 +38,7 @@ from .protocol import (
     chunk_body,
     completion_body,
     new_completion_id,
+    parse_json,
     parse_request,
 )
 from .settings import ServeSettings
@@ -45,6 +46,9 @@ from .settings import ServeSettings
 __all__ = ["create_app", "langserve_installed"]
 
 log = logging.getLogger("maestro.serve")
+
+KEY_COOKIE = "maestro_api_key"
+"""The cookie that carries the API key for a browser on the LangServe playground (see `mount_langserve`)."""
 
 
 def langserve_installed() -> bool:
@@ -72,12 +76,16 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
     app.add_middleware(RequestIdMiddleware)  # added last, so outermost: a refused body gets an id too
     _install_error_handlers(app)
 
-    def require_key(authorization: str | None = Header(None)) -> None:
+    def require_key(authorization: str | None = Header(None),
+                    cookie_key: str | None = Cookie(None, alias=KEY_COOKIE, include_in_schema=False)) -> None:
+        """The key as a Bearer header, or as the cookie a browser got from the playground's `?api_key=` link (a
+        browser cannot send the header)."""
         key = settings.api_key()
         if key is None:
             return
         scheme, _, given = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), key.encode()):
+        given = given.strip() if scheme.lower() == "bearer" else (cookie_key or "")
+        if not hmac.compare_digest(given.encode(), key.encode()):
             raise ApiError(401, "invalid_api_key", "missing or wrong API key (send `Authorization: Bearer <key>`)",
                            headers={"WWW-Authenticate": "Bearer"})
 
@@ -121,16 +129,16 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
             raise ApiError(404, "model_not_found",
                            f"model {chat.model!r} does not exist; this server serves {settings.model_name!r}",
                            param="model")
+        if (unsupported := chat.unsupported_parameter()) is not None:
+            raise unsupported
         if chat.n != 1:
             raise ApiError(400, "n_not_supported", f"n={chat.n}: an episode gives one answer; send n=1 (or omit it) "
                            "and repeat the request for more", param="n")
         parsed = parse_request(chat)
-        if not parsed.question.strip() and not parsed.image_urls:
-            raise ApiError(400, "empty_request", "the user message has neither text nor images",
-                           param="messages")
         problem = question_problem(clean_question(parsed.question))
-        if problem:
-            raise ApiError(400, "question_too_long", problem, param="messages")
+        if problem:  # the graph's own check (blank or too long), made before an episode is admitted
+            code = "empty_request" if problem == EMPTY_QUESTION else "question_too_long"
+            raise ApiError(400, code, problem, param="messages")
         header_thread = request.headers.get(THREAD_HEADER)
         if header_thread is not None and not re.fullmatch(THREAD_ID_PATTERN, header_thread):
             raise ApiError(400, "invalid_thread_id", f"{THREAD_HEADER} must match {THREAD_ID_PATTERN}",
@@ -139,9 +147,10 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
             raise ApiError(400, "thread_id_conflict", f"the {THREAD_HEADER} header and `thread_id` differ",
                            param="thread_id")
         context = service.context(policy=chat.policy, max_turns=chat.max_turns, max_cost=chat.max_cost)
+        service.check_capacity(1, chat.thread_id or header_thread)  # 409/429 before any image is decoded
         images = await run_in_threadpool(resolve_images, parsed.image_urls, settings)
         episode = Episode(parsed.question, images, chat.choices, context,
-                          service.thread_for(chat.thread_id or header_thread))
+                          service.thread_for(chat.thread_id or header_thread), history=parsed.history)
         headers = {THREAD_HEADER: episode.thread_id} if episode.thread_id else {}
         thread_id_var.set(episode.thread_id)
         completion_id = new_completion_id()
@@ -157,7 +166,7 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
     if langserve_installed():
         from .langserve_routes import mount_langserve
 
-        mount_langserve(app, service, settings.langserve_path, Depends(require_key))
+        mount_langserve(app, service, settings.langserve_path, Depends(require_key), key_cookie=KEY_COOKIE)
     return app
 
 
@@ -195,11 +204,7 @@ async def _json_body(request: Request) -> Any:
     if content_type != "application/json":
         raise ApiError(415, "unsupported_media_type",
                        f"send the request as application/json (got {content_type or 'no content type'!r})")
-    raw = await request.body()
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ApiError(400, "invalid_json", f"the request body is not valid JSON ({exc})") from exc
+    return parse_json(await request.body())
 
 
 def _validation_error(exc: ValidationError | RequestValidationError) -> ApiError:

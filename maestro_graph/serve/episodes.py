@@ -29,8 +29,8 @@ from starlette.concurrency import run_in_threadpool
 
 from ..cancellation import Cancelled, cancellable
 from ..errors import ServiceUnavailable, import_extra
-from ..types import StopReason
-from ..graph import MaestroContext, build_graph
+from ..types import StopReason, Turn
+from ..graph import MaestroContext, build_graph, checkpoint_serde
 from ..policy import PolicyNotOffered
 from ..registry import Registry
 from .observability import EpisodeMetrics, outcome_label
@@ -58,7 +58,7 @@ def open_checkpointer(location: str | Path) -> BaseCheckpointSaver:
     if not text.startswith(_POSTGRES_SCHEMES):
         path = Path(location)
         path.parent.mkdir(parents=True, exist_ok=True)
-        saver = SqliteSaver(sqlite3.connect(str(path), check_same_thread=False))
+        saver = SqliteSaver(sqlite3.connect(str(path), check_same_thread=False), serde=checkpoint_serde())
         saver.setup()
         return saver
     postgres = import_extra("langgraph.checkpoint.postgres", "postgres", "a Postgres checkpoint database")
@@ -71,7 +71,7 @@ def open_checkpointer(location: str | Path) -> BaseCheckpointSaver:
                                               "connect_timeout": int(_CONNECT_TIMEOUT_S)})
     try:
         pool.open(wait=True, timeout=_CONNECT_TIMEOUT_S)
-        saver = postgres.PostgresSaver(pool)
+        saver = postgres.PostgresSaver(pool, serde=checkpoint_serde())
         saver.setup()
     except Exception as exc:  # noqa: BLE001 - process boundary: any failure to reach the database stops the start
         pool.close()
@@ -117,6 +117,8 @@ class Episode:
     thread_id: str | None
     cancel: threading.Event = field(default_factory=threading.Event)
     mode: Literal["new", "resume", "replay"] = "new"
+    history: list[Turn] = field(default_factory=list)
+    """The conversation the client sent before the question (empty: on a thread, the thread's own history)."""
 
 
 @dataclass
@@ -204,6 +206,21 @@ class EpisodeService:
                 self._busy_threads.add(thread_id)
             self.in_flight += 1
 
+    def check_capacity(self, count: int, thread_id: str | None = None) -> None:
+        """Refuse work of `count` episodes before any of it starts: 409 when its thread is running an episode (the
+        same answer `admit` gives, so a busy thread is never reported as a full server), 429 when the free slots
+        cannot hold it. A batch runs whole or not at all, and a stream is refused before its response begins. A
+        check, not a reservation: `admit` still decides, so a request that loses a race meets its refusal there."""
+        with self._lock:
+            if thread_id is not None and thread_id in self._busy_threads:
+                raise ApiError(409, "thread_busy", f"thread {thread_id!r} is running an episode now",
+                               param="thread_id")
+            free = self.settings.max_episodes - self.in_flight
+        if count > free:
+            raise ApiError(429, "too_many_episodes",
+                           f"{count} episode(s) asked for and {free} of {self.settings.max_episodes} episode slots "
+                           "free; retry later", headers={"Retry-After": "1"})
+
     def _release(self, thread_id: str | None) -> None:
         with self._lock:
             self._busy_threads.discard(thread_id)  # type: ignore[arg-type]
@@ -284,6 +301,7 @@ class EpisodeService:
         config = self._config(episode)
         graph_input: dict[str, Any] | None = {
             "question": episode.question, "images": episode.images, "choices": episode.choices,
+            **({"history": episode.history} if episode.history else {}),
         }
         if episode.mode != "new":
             values = self.graph.get_state(config).values

@@ -1,31 +1,93 @@
 """LangServe routes (`add_routes`) over the same episode service as the OpenAI endpoint, so the key, the image
-policy, the episode cap and the timeout hold there too. Imported only when the `langserve` extra is installed."""
+policy, the episode cap and the timeout hold there too. Imported only when the `langserve` extra is installed.
+
+Everything a client can get wrong is refused before an episode starts and before a streamed response begins, with
+the app's JSON error (LangServe would otherwise report it as a torn stream or a bare 500):
+
+- the body (depth, schema, batch size) by a dependency of every route;
+- the policy, the images and a free episode slot by `_prepare`, which runs for a single input inside LangServe's
+  config step (`per_req_config_modifier`, before `stream`, `stream_log` or `stream_events` open their event stream)
+  and for every input of a batch before any of them starts; the prepared `Episode` travels to the runnable in its
+  config. A batch runs whole or not at all: if one of its episodes fails, the others are cancelled.
+
+The playground is a browser page, and a browser cannot send the `Authorization` header: with an API key set, open
+it once as `/maestro/playground/?api_key=KEY`; the server answers with a redirect to the same page that stores the
+key in an HttpOnly, SameSite=Strict cookie limited to the LangServe path, which the page's own calls then carry.
+"""
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator
+import asyncio
+import hmac
+from typing import Annotated, Any, AsyncIterator, Callable, Sequence
+from urllib.parse import parse_qs
 
-from fastapi import FastAPI
-from langchain_core.runnables import Runnable, RunnableGenerator
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableGenerator
+from langchain_core.runnables.config import get_config_list, patch_config
 from langchain_core.runnables.utils import AddableDict
 from langserve import add_routes
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 from starlette.concurrency import run_in_threadpool
+from starlette.responses import RedirectResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..questions import clean_question, question_problem
 from .episodes import Episode, EpisodeOutcome, EpisodeService
 from .images import resolve_images
+from .protocol import ApiError, Choices, parse_json
 
 __all__ = ["MaestroRequest", "MaestroResponse", "maestro_runnable", "mount_langserve"]
 
+_EPISODE = "maestro_episode"
+"""The config key (under `configurable`) that carries a prepared Episode from the route to the runnable."""
+
+
+def _optional_without_null(schema: dict[str, Any]) -> None:
+    """Leave the `null` default out of the JSON schema: the playground's form would offer it as the value and
+    refuse it ("must be string"), while a field left out is simply not sent."""
+    for field in schema.get("properties", {}).values():
+        if "default" in field and field["default"] is None:
+            del field["default"]
+
 
 class MaestroRequest(BaseModel):
-    """One question about images (base64 data URLs, or http(s) URLs of allow-listed hosts)."""
+    """One question about one or more images. Optional fields are plain types in the JSON schema (no `null`
+    branch, no `null` default), which the playground's form can render."""
+
+    model_config = ConfigDict(json_schema_extra=_optional_without_null)
 
     question: str = Field(description="the question about the images")
-    images: list[str] = Field(default_factory=list, description="data:image/...;base64 URLs")
-    choices: list[str] | None = Field(None, description="multiple-choice options, if any")
-    policy: str | None = Field(None, description="a policy name overriding the server's")
-    max_turns: int | None = Field(None, ge=1, description="turn budget (capped by the server's)")
+    images: list[str] = Field(
+        default_factory=list, description="data:image/...;base64 URLs (or http(s) URLs of allow-listed hosts); at "
+        "least one image, here or as `image_file`")
+    image_file: str | SkipJsonSchema[None] = Field(
+        None, description="an image file as bare base64 (what the playground's upload button sends)",
+        json_schema_extra={"extra": {"widget": {"type": "base64file"}}})
+    choices: Choices | SkipJsonSchema[None] = None
+    policy: str | SkipJsonSchema[None] = Field(None, description="a policy name overriding the server's")
+    max_turns: Annotated[int, Field(ge=1)] | SkipJsonSchema[None] = Field(
+        None, description="turn budget (capped by the server's)")
+
+    @field_validator("question")
+    @classmethod
+    def _asked(cls, question: str) -> str:
+        """The graph's own check (blank or too long), made where the input enters, as a typed input error."""
+        problem = question_problem(clean_question(question))
+        if problem:
+            raise ValueError(problem)
+        return question
+
+    @model_validator(mode="after")
+    def _some_image(self) -> "MaestroRequest":
+        if self.image_file:  # the type is read from the bytes when the image is checked
+            self.images = [*self.images, f"data:image/png;base64,{self.image_file}"]
+            self.image_file = None
+        if not self.images:
+            raise ValueError("the request has no image: send `images` (data URLs) or `image_file`")
+        return self
 
 
 class MaestroResponse(BaseModel):
@@ -35,34 +97,138 @@ class MaestroResponse(BaseModel):
     thread_id: str | None = None
 
 
+async def _prepare(service: EpisodeService, request: MaestroRequest | dict) -> Episode:
+    """The episode of one input, with its policy checked and its images resolved (an ApiError otherwise)."""
+    req = request if isinstance(request, MaestroRequest) else MaestroRequest.model_validate(request)
+    context = service.context(policy=req.policy, max_turns=req.max_turns, max_cost=None)
+    service.check_capacity(1)  # a full server answers 429 before it decodes any image
+    images = await run_in_threadpool(resolve_images, req.images, service.settings)
+    return Episode(req.question, images, req.choices, context, service.thread_for(None))
+
+
+def _with_episode(config: RunnableConfig, episode: Episode) -> RunnableConfig:
+    return patch_config(config, configurable={**config.get("configurable", {}), _EPISODE: episode})
+
+
+class _MaestroRunnable(RunnableGenerator):
+    """The generator runnable, with a batch that is checked whole before any episode starts and cancelled whole
+    when one of its episodes fails (LangChain's default batch leaves the others running)."""
+
+    def __init__(self, service: EpisodeService, answer: Callable[..., AsyncIterator[AddableDict]]):
+        super().__init__(answer, name="maestro")
+        self._service = service
+
+    async def abatch(self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None = None, *,
+                     return_exceptions: bool = False, **kwargs: Any) -> list[Any]:
+        configs = get_config_list(config, len(inputs))
+        self._service.check_capacity(len(inputs))  # before any input's images are decoded
+        episodes = [await _prepare(self._service, item) for item in inputs]
+        runs = [self.ainvoke(item, _with_episode(c, e), **kwargs) for item, c, e in zip(inputs, configs, episodes)]
+        if return_exceptions:
+            return await asyncio.gather(*runs, return_exceptions=True)
+        try:
+            async with asyncio.TaskGroup() as group:  # the first failure cancels the rest (their episodes stop)
+                tasks = [group.create_task(run) for run in runs]
+        except BaseExceptionGroup as failed:
+            raise failed.exceptions[0] from None
+        return [task.result() for task in tasks]
+
+
 def maestro_runnable(service: EpisodeService) -> Runnable:
     """A runnable that answers one MaestroRequest through the service (its worker pool, cap and timeout). It is a
     generator: each step streams as a chunk `{"steps": [step]}` as it happens and the last chunk holds the answer,
     stop reason and thread id; chunks add up (LangChain's AddableDict) to the MaestroResponse that `invoke`
-    returns, and `stream_log`/`stream_events` (what the playground calls) see the same chunks."""
+    returns, and `stream_log`/`stream_events` (what the playground calls) see the same chunks. An input whose
+    episode the route prepared (config `configurable.maestro_episode`) runs that episode; any other is prepared
+    here."""
 
-    async def answer(requests: AsyncIterator[MaestroRequest | dict]) -> AsyncIterator[AddableDict]:
+    async def answer(requests: AsyncIterator[MaestroRequest | dict],
+                     config: RunnableConfig) -> AsyncIterator[AddableDict]:
         req = None
         async for req in requests:  # the input arrives whole, as one item
             pass
-        req = req if isinstance(req, MaestroRequest) else MaestroRequest.model_validate(req)
-        images = await run_in_threadpool(resolve_images, req.images, service.settings)
-        context = service.context(policy=req.policy, max_turns=req.max_turns, max_cost=None)
-        episode = Episode(req.question, images, req.choices, context, service.thread_for(None))
+        episode = config.get("configurable", {}).get(_EPISODE)
+        if not isinstance(episode, Episode):
+            episode = await _prepare(service, req)
         async for item in await service.open_stream(episode):
             if isinstance(item, EpisodeOutcome):
                 yield AddableDict(answer=item.answer, stop_reason=item.stop_reason, thread_id=item.thread_id)
             elif item.get("event") == "step":
                 yield AddableDict(steps=[{k: v for k, v in item.items() if k != "event"}])
 
-    return RunnableGenerator(answer, name="maestro").with_types(input_type=MaestroRequest, output_type=MaestroResponse)
+    return _MaestroRunnable(service, answer).with_types(input_type=MaestroRequest, output_type=MaestroResponse)
 
 
-def mount_langserve(app: FastAPI, service: EpisodeService, path: str, auth: Any) -> None:
-    """`/maestro/invoke`, `/stream`, `/stream_log`, `/stream_events`, the schemas and the playground, behind the
-    API key when one is set."""
+def _checked_body(service: EpisodeService) -> Callable[[Request], Any]:
+    """A route dependency that refuses a body no route should walk: malformed or too deep JSON, an input that
+    fails the schema (also in a batch, which LangServe would report as a 500), a batch above the episode cap."""
+
+    async def check(request: Request) -> None:
+        if request.method != "POST":
+            return
+        body = parse_json(await request.body())
+        if not isinstance(body, dict):
+            return  # LangServe's own validation answers
+        inputs = body.get("inputs")
+        if isinstance(inputs, list) and len(inputs) > service.settings.max_episodes:
+            raise ApiError(413, "batch_too_large", f"a batch of {len(inputs)} inputs exceeds the "
+                           f"{service.settings.max_episodes} episodes this server runs at once; split it",
+                           param="inputs")
+        located = [(("input",), body["input"])] if "input" in body else \
+            [(("inputs", i), item) for i, item in enumerate(inputs)] if isinstance(inputs, list) else []
+        for loc, item in located:
+            try:
+                MaestroRequest.model_validate(item)
+            except ValidationError as exc:
+                raise RequestValidationError([{**e, "loc": (*loc, *e["loc"])} for e in exc.errors()]) from None
+
+    return check
+
+
+def _preparing(service: EpisodeService) -> Callable[[dict[str, Any], Request], Any]:
+    """LangServe's per-request config step, which runs before a route starts its response: a single input's
+    episode is prepared and a slot checked here, so a refusal is the route's own HTTP error."""
+
+    async def modify(config: dict[str, Any], request: Request) -> dict[str, Any]:
+        body = await request.json()
+        if not (isinstance(body, dict) and "input" in body):
+            return config  # a batch prepares its inputs in `abatch`
+        episode = await _prepare(service, body["input"])
+        service.check_capacity(1)
+        return {**config, "configurable": {**config.get("configurable", {}), _EPISODE: episode}}
+
+    return modify
+
+
+class _PlaygroundKey:
+    """ASGI middleware: `GET <playground>/...?api_key=KEY` with the right key answers a 303 to the same page
+    without the query, setting the key as a cookie for the LangServe path (see the module docstring). A wrong key
+    passes through to the route, which answers 401."""
+
+    def __init__(self, app: ASGIApp, *, path: str, playground: str, cookie: str, key: Callable[[], str | None]):
+        self.app, self.path, self.playground, self.cookie, self.key = app, path, playground, cookie, key
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET" and scope["path"].startswith(self.playground):
+            given = parse_qs(scope["query_string"].decode("latin-1")).get("api_key", [""])[0]
+            key = self.key()
+            if given and key and hmac.compare_digest(given.encode(), key.encode()):
+                response = RedirectResponse(scope["path"], status_code=303)
+                response.set_cookie(self.cookie, key, path=self.path, httponly=True, samesite="strict")
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def mount_langserve(app: FastAPI, service: EpisodeService, path: str, auth: Any, *, key_cookie: str) -> None:
+    """`/maestro/invoke`, `/batch`, `/stream`, `/stream_log`, `/stream_events`, the schemas and the playground,
+    behind the API key when one is set (as a header, or as the `key_cookie` cookie the playground link sets)."""
+    dependencies: Sequence[Any] = [auth, Depends(_checked_body(service))]
     add_routes(
-        app, maestro_runnable(service), path=path, dependencies=[auth],
+        app, maestro_runnable(service), path=path, dependencies=dependencies,
+        per_req_config_modifier=_preparing(service),
         enabled_endpoints=["invoke", "batch", "stream", "stream_log", "stream_events", "input_schema",
                            "output_schema", "config_schema", "playground"],
     )
+    app.add_middleware(_PlaygroundKey, path=path, playground=f"{path}/playground", cookie=key_cookie,
+                       key=service.settings.api_key)

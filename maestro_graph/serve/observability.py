@@ -1,6 +1,10 @@
 """What an operator watches: a request id on every response and log line, structured JSON logs, and `/metrics` in
 the Prometheus text format.
 
+Logs are one JSON object per line on stderr, everything included: Python warnings (LangChain's and LangGraph's
+deprecations) and other libraries' log records go through the same handler, progress bars are off, and a request
+that fails or whose client goes away is logged with its request id (a disconnect as one INFO line, no traceback).
+
 Each app has its own `CollectorRegistry` (two apps in one process, as in the tests, never share counters). Episode
 metrics are recorded from what an episode already writes down (its stream events and its steps' call ledgers), so
 nothing is measured twice; breaker states and queue depth are read when Prometheus scrapes.
@@ -11,6 +15,8 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import logging.config
+import os
 import re
 import time
 import uuid
@@ -19,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Literal
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from starlette.datastructures import MutableHeaders
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..types import StopReason
@@ -27,8 +34,8 @@ if TYPE_CHECKING:
     from ..registry import Registry
     from .episodes import EpisodeOutcome
 
-__all__ = ["EpisodeMetrics", "JsonLogFormatter", "REQUEST_ID_HEADER", "RequestIdMiddleware", "log_config",
-           "outcome_label", "request_id", "thread_id"]
+__all__ = ["EpisodeMetrics", "JsonLogFormatter", "REQUEST_ID_HEADER", "RequestIdMiddleware", "configure_logging",
+           "log_config", "outcome_label", "request_id", "thread_id"]
 
 REQUEST_ID_HEADER = "x-request-id"
 REQUEST_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
@@ -46,7 +53,10 @@ DECISION_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30)
 
 class RequestIdMiddleware:
     """Echo the client's `x-request-id` when it is well-formed, else make one; every response carries it and every
-    log line written while the request runs names it."""
+    log line written while the request runs names it, the lines of its failure included: an exception leaves the
+    id set, since the app's error handler and the server log it after this middleware returns, in the request's own
+    task (the server runs each request in a task of its own, so the id ends with it). A client that goes away
+    before its request is read or answered is not a failure: one INFO line, nothing re-raised."""
 
     def __init__(self, app: ASGIApp):
         self.app = app
@@ -71,8 +81,10 @@ class RequestIdMiddleware:
 
         try:
             await self.app(scope, receive, tagged)
-        finally:
-            request_id.reset(token)
+        except ClientDisconnect:
+            access_log.info("%s %s client disconnected after %.3fs", scope["method"], scope["path"],
+                            time.perf_counter() - started)
+        request_id.reset(token)
 
 
 class JsonLogFormatter(logging.Formatter):
@@ -94,15 +106,30 @@ class JsonLogFormatter(logging.Formatter):
 
 def log_config(level: str, fmt: Literal["json", "text"]) -> dict[str, Any]:
     """A `logging.config.dictConfig` for `maestro serve` (also handed to uvicorn): Maestro's and uvicorn's loggers
-    on stderr, one JSON object per line (`json`) or plain lines (`text`). uvicorn's access log is left off: the
-    request-id middleware writes the access line instead."""
+    on stderr at `level`, one JSON object per line (`json`) or plain lines (`text`), and through the same handler
+    every other logger's warnings and errors (the root logger: LangGraph's, transformers', and Python warnings once
+    `configure_logging` captures them), which would otherwise reach stderr as bare text. uvicorn's access log is
+    left off: the request-id middleware writes the access line instead."""
     plain = {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}
     formatter = {"()": JsonLogFormatter} if fmt == "json" else plain
     handler = {"class": "logging.StreamHandler", "formatter": "main", "stream": "ext://sys.stderr"}
     loggers = {name: {"handlers": ["main"], "level": level.upper(), "propagate": False}
                for name in ("maestro", "uvicorn", "uvicorn.error")}
+    libraries = max(logging.WARNING, logging.getLevelNamesMapping().get(level.upper(), logging.WARNING))
     return {"version": 1, "disable_existing_loggers": False, "formatters": {"main": formatter},
-            "handlers": {"main": handler}, "loggers": loggers}
+            "handlers": {"main": handler}, "loggers": loggers,
+            "root": {"handlers": ["main"], "level": libraries}}
+
+
+def configure_logging(level: str, fmt: Literal["json", "text"]) -> None:
+    """Set up `maestro serve`'s logging before anything else loads, so nothing reaches stderr around it: the
+    `log_config` handlers, Python warnings as log records (logger `py.warnings`; a warning raised while a library
+    is imported comes before uvicorn's own set-up), and Hugging Face progress bars off (transformers' "Loading
+    weights" bar redraws one line with carriage returns: no log reader can parse it). The bars are switched off
+    through the variable the hub library reads when it is imported, which happens on an expert's first load."""
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    logging.config.dictConfig(log_config(level, fmt))
+    logging.captureWarnings(True)
 
 
 def outcome_label(outcome: "EpisodeOutcome") -> str:

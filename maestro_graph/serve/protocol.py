@@ -1,16 +1,22 @@
 """The OpenAI chat-completions wire format as far as Maestro speaks it, and the one error type the app returns.
 
 Requests are parsed leniently (unknown OpenAI fields such as `temperature` are ignored) and validated strictly where
-it matters: the last user message must hold text and/or `image_url` parts; other part types are refused.
+it matters: the last user message must hold text and/or `image_url` parts; other part types are refused; a body
+nested deeper than `MAX_JSON_DEPTH` or with more choices than the caps is refused before anything runs; and the
+parameters that would change the reply's form (`tools`, `tool_choice`, `response_format`...) are refused, since an
+episode answers in plain text only and silently ignoring them breaks clients that rely on them.
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from ..types import Turn
 
 __all__ = [
     "ApiError",
@@ -23,9 +29,28 @@ __all__ = [
     "chunk_body",
     "new_completion_id",
     "THREAD_ID_PATTERN",
+    "MAX_JSON_DEPTH",
+    "MAX_CHOICES",
+    "MAX_CHOICE_CHARS",
+    "Choices",
+    "parse_json",
 ]
 
 THREAD_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
+MAX_JSON_DEPTH = 32
+"""Deepest nesting of arrays and objects accepted in a request body (a chat request needs 5 levels, a LangServe one
+about 6): deeper bodies are refused before anything walks them recursively."""
+MAX_CHOICES = 64
+"""Most multiple-choice options in one request."""
+MAX_CHOICE_CHARS = 1000
+"""Longest multiple-choice option, in characters (an option is echoed into prompts, traces and answers)."""
+
+Choices = Annotated[
+    list[Annotated[str, StringConstraints(max_length=MAX_CHOICE_CHARS)]],
+    Field(max_length=MAX_CHOICES, description=f"multiple-choice options (at most {MAX_CHOICES}, each at most "
+          f"{MAX_CHOICE_CHARS} characters); the answer is the option's text"),
+]
+"""The `choices` of a request on every HTTP door, with its caps."""
 
 
 class ApiError(Exception):
@@ -80,17 +105,56 @@ class ChatRequest(BaseModel):
     stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1, description="choices to generate; an episode has one answer, so only 1 is served")
     thread_id: str | None = Field(None, pattern=THREAD_ID_PATTERN)
-    choices: list[str] | None = Field(None, description="multiple-choice options (answered with the option text)")
+    choices: Choices | None = None
     policy: str | None = None
     max_turns: int | None = Field(None, ge=1)
     max_cost: float | None = Field(None, ge=0)
+    tools: Any = None
+    functions: Any = None
+    tool_choice: Any = None
+    function_call: Any = None
+    response_format: Any = None
+
+    def unsupported_parameter(self) -> ApiError | None:
+        """The 400 for a parameter asking for a reply form an episode cannot give (tool calls, JSON output), or None.
+        Their neutral values (`tool_choice: "none"`, `response_format: {"type": "text"}`) are accepted."""
+        asked = {
+            "tools": bool(self.tools), "functions": bool(self.functions),
+            "tool_choice": self.tool_choice not in (None, "none"),
+            "function_call": self.function_call not in (None, "none"),
+            "response_format": self.response_format is not None and self.response_format != {"type": "text"},
+        }
+        name = next((n for n, on in asked.items() if on), None)
+        if name is None:
+            return None
+        return ApiError(400, "unsupported_parameter", f"`{name}` is not supported: an episode answers in plain text "
+                        "(no tool calls, no JSON output modes); leave it out and read the answer from "
+                        "`choices[0].message.content`", param=name)
 
 
 class ParsedRequest(BaseModel):
-    """The question and image references taken from the last user message."""
+    """The question and image references taken from the last user message, and the conversation before it."""
 
     question: str
     image_urls: list[str]
+    history: list[Turn] = Field(default_factory=list)
+    """The earlier user questions and the assistant answers that followed them (their text parts), oldest first:
+    what a follow-up ("How many letters does it have?") refers to."""
+
+
+def _history(messages: list[ChatMessage]) -> list[Turn]:
+    """Earlier turns of a chat: each user message's text is a question, the next assistant message's text its
+    answer; system, developer and tool messages and non-text parts are not part of the conversation's content."""
+    turns: list[Turn] = []
+    for message in messages:
+        content = message.content
+        text = content if isinstance(content, str) else "\n".join(
+            p["text"] for p in content or [] if p.get("type") == "text" and isinstance(p.get("text"), str))
+        if message.role == "user":
+            turns.append(Turn(question=text, answer=None))
+        elif message.role == "assistant" and turns and turns[-1]["answer"] is None:
+            turns[-1]["answer"] = text or None
+    return turns
 
 
 def parse_request(request: ChatRequest) -> ParsedRequest:
@@ -103,8 +167,9 @@ def parse_request(request: ChatRequest) -> ParsedRequest:
     param = f"messages.{index}.content"
     if content is None:
         raise ApiError(400, "empty_content", "the user message has no content", param=param)
+    history = _history(request.messages[:index])
     if isinstance(content, str):
-        return ParsedRequest(question=content, image_urls=[])
+        return ParsedRequest(question=content, image_urls=[], history=history)
     texts, urls = [], []
     for j, part in enumerate(content):
         kind = part.get("type")
@@ -121,7 +186,37 @@ def parse_request(request: ChatRequest) -> ParsedRequest:
             raise ApiError(400, "unsupported_content_type",
                            f"content part type {kind!r} is not supported; send `text` and `image_url` parts",
                            param=f"{param}.{j}")
-    return ParsedRequest(question="\n".join(t for t in texts if t), image_urls=urls)
+    return ParsedRequest(question="\n".join(t for t in texts if t), image_urls=urls, history=history)
+
+
+def parse_json(raw: bytes) -> Any:
+    """The JSON value of a request body, or a 400 naming why not (malformed, or nested deeper than
+    `MAX_JSON_DEPTH`). The depth is measured without recursion, so no body can exhaust the stack."""
+    value = None
+    try:
+        value = json.loads(raw)
+        too_deep = _deeper_than(value, MAX_JSON_DEPTH)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(400, "invalid_json", f"the request body is not valid JSON ({exc})") from exc
+    except RecursionError:  # deeper than the decoder's own stack allows
+        too_deep = True
+    if too_deep:
+        raise ApiError(400, "json_too_deep", f"the request body nests arrays and objects more than {MAX_JSON_DEPTH} "
+                       "levels deep; no valid request does")
+    return value
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth >= limit:
+                    return True
+                pending.append((child, depth + 1))
+    return False
 
 
 def new_completion_id() -> str:

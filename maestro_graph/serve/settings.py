@@ -1,4 +1,5 @@
-"""Settings of `maestro serve`, separate from the app they configure. Every limit is a named, documented field."""
+"""Settings of `maestro serve`, separate from the app they configure. Every limit is a named, documented field, and
+each field is an option of `maestro serve` (configs.typer_options), declared nowhere else."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import ipaddress
 import os
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..image_sources import ImageSources
+from ..configs import DEFAULT_MAX_COST, DEFAULT_MAX_TURNS, MAX_COST, MAX_TURNS
+from ..image_sources import ImageSources, host_entry
 from ..policy.catalog import DEFAULT_POLICY, SERVED_POLICIES, PolicyCatalog
 from ..registry.reach import REACH_FLOOR
 
@@ -32,8 +34,9 @@ class ServeSettings(BaseModel):
         description="the policies a request may name: `NAME` or `NAME=SPEC` (SPEC: any policy name, e.g. "
         "`fast=fixed:rapidocr@@chart-qa`); checkpoints, LM configs and endpoint URLs come only from here",
     )
-    max_turns: int = Field(4, ge=1, le=64, description="default and largest turn budget of an episode")
-    max_cost: float = Field(10.0, ge=0, description="default cost budget of an episode")
+    max_turns: int = Field(DEFAULT_MAX_TURNS, ge=1, le=MAX_TURNS,
+                           description="default and largest turn budget of an episode")
+    max_cost: float = Field(DEFAULT_MAX_COST, ge=0, le=MAX_COST, description="default cost budget of an episode")
     reach_floor: float = Field(
         REACH_FLOOR, ge=0, le=1, description="stop an episode before its next call where the registry's reach "
         "(`maestro registry profile`) says no pair not yet called answers questions like it "
@@ -48,8 +51,8 @@ class ServeSettings(BaseModel):
     request_timeout_s: float = Field(300.0, gt=0, description="wall-clock limit of one request, queueing included")
     allowed_image_hosts: tuple[str, ...] = Field(
         (),
-        description="hosts (`name` or `name:port`) whose http(s) image URLs are fetched; every other remote URL "
-        "and every local path is refused",
+        description="hosts (`name`, `name:port`, an IPv6 address with or without brackets, `[IPv6]:port`) whose "
+        "http(s) image URLs are fetched; every other remote URL and every local path is refused",
     )
     fetch_timeout_s: float = Field(10.0, gt=0, description="time limit for fetching one allow-listed image URL")
     image_dirs: tuple[Path, ...] = Field(
@@ -60,6 +63,21 @@ class ServeSettings(BaseModel):
         "get thread ids and resume after a crash (on any replica, with Postgres)"
     )
     langserve_path: str = Field("/maestro", pattern=r"^/[a-z0-9/_-]*$", description="where LangServe routes go")
+
+    @field_validator("allowed_image_hosts")
+    @classmethod
+    def _host_entries(cls, hosts: tuple[str, ...]) -> tuple[str, ...]:
+        """Each entry in the form URLs are matched in (`image_sources.host_entry`), so a bad one stops the start."""
+        return tuple(host_entry(h) for h in hosts)
+
+    @field_validator("image_dirs")
+    @classmethod
+    def _directories(cls, dirs: tuple[Path, ...]) -> tuple[Path, ...]:
+        """A file named as an image directory is a mistake to stop on, not a folder that matches nothing."""
+        files = [str(d) for d in dirs if d.exists() and not d.is_dir()]
+        if files:
+            raise ValueError(f"{files[0]} is a file, not a directory")
+        return dirs
 
     @model_validator(mode="after")
     def _check(self) -> "ServeSettings":

@@ -34,8 +34,8 @@ LM_POLICY_NAMES = ("lm:shipped[#choice]", "lm:transformers[:MODEL_DIR][#choice]"
 ROUTER_FILE = "router.yaml"
 """Written by `maestro train-lm` beside the weights it saves: the `LMConfig` fields the router was trained with."""
 SHIPPED_ROUTER = Path(__file__).resolve().parents[2] / "checkpoints" / "lm-router"
-"""`lm:shipped`: OUT/final of `maestro train-lm --config configs/train-lm-cpu.yaml` (adapter and ROUTER_FILE only;
-the tokenizer is the base model's)."""
+"""`lm:shipped`: OUT/final of `maestro train-lm --config configs/recipes/lm-router-sft.yaml` (adapter and
+ROUTER_FILE only; the tokenizer is the base model's)."""
 MAX_WORDS = 6
 """Longest request (and answer) the regex constraint lets an endpoint write, in words of at most 20 characters with
 single spaces, so a small model cannot pad to the token limit with blanks."""

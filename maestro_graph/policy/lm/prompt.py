@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ...registry import Pair
+from ...scoring import choice_label
 from ...types import Step
 from .parser import answer_text, search_text
 
@@ -88,7 +89,7 @@ def user_text(question: str, choices: Sequence[str] | None, n_images: int) -> st
     """The question turn. Images are referenced by position (`<image 1>`); their pixels go to the experts."""
     parts = [f"Question: {question.strip()}"]
     if choices:
-        parts.append("Options: " + "; ".join(f"({chr(65 + i)}) {c}" for i, c in enumerate(choices)))
+        parts.append("Options: " + "; ".join(f"({choice_label(i)}) {c}" for i, c in enumerate(choices)))
     if n_images:
         parts.append("Images: " + " ".join(f"<image {i + 1}>" for i in range(n_images)))
     return "\n".join(parts)

@@ -2,6 +2,8 @@
 
 The question says what to measure (see question.py); the pair's `vision-cv` model measures it; the answer is written
 the way the question asks (a number, {n}, "(rows,columns)", Yes/No), or as the matching option when there are choices.
+A yes/no claim about the count ("Are there more than 5 circles?") is answered by whether the count makes it true,
+and options that are claims ("There are 7 circles") by the one the count makes true.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from maestro_graph.experts.opencv_vision import CONTACT_TOLERANCE_PX
 from maestro_graph.scoring import parse_number
 from maestro_graph.types import SkillResult
 
-from .question import Request, parse
+from .question import Request, claim_in, parse
 
 NO_MEASURE = (
     "counting: the question asks for no count or check this skill knows "
@@ -22,15 +24,20 @@ NO_MEASURE = (
 
 def declines(request: str, choices: list[str] | None) -> str | None:
     """A question that asks for nothing this skill measures is declined before the model runs."""
-    return NO_MEASURE if parse(request) is None else None
+    return NO_MEASURE if parse(request, choices) is None else None
 
 
 def run(ctx) -> SkillResult:
-    request = parse(ctx.request)
+    request = parse(ctx.request, ctx.choices)
     if request is None:
         return SkillResult(evidence=NO_MEASURE, answer=None, confidence=0.0)
     measure = {"grid": _grid, "crossings": _crossings, "contact": _contact, "shapes": _shapes}[request.measure]
     evidence, answer, confidence = measure(ctx, request)
+    count = parse_number(answer) if answer is not None else None
+    if request.claim is not None and count is not None:
+        holds = request.claim.holds(int(count))
+        evidence += f"; so {request.claim.op} {request.claim.value} is {'true' if holds else 'false'}"
+        answer = "Yes" if holds else "No"
     if answer is not None and ctx.choices:
         answer, confidence = _as_choice(answer, ctx.choices, confidence)
     return SkillResult(evidence=evidence, answer=answer, confidence=confidence)
@@ -93,7 +100,15 @@ def _shapes(ctx, request: Request) -> tuple[str, str | None, float]:
 
 
 def _as_choice(answer: str, choices: list[str], confidence: float) -> tuple[str, float]:
-    """The option that says the same as `answer` (same number, pair or yes/no); unchanged, less sure, if none does."""
+    """The option that says the same as `answer` (same number, pair or yes/no), else the only option whose claim
+    about the count the counted number makes true ("There are no circles" for 0, "more than 5" for 7); unchanged,
+    less sure, if none does."""
+    count = parse_number(answer)
+    claims = [claim_in(option) for option in choices]
+    if count is not None and all(claims):
+        true = [option for option, claim in zip(choices, claims) if claim.holds(int(count))]
+        if len(true) == 1:
+            return true[0], confidence
     key = _key(answer)
     for option in choices:
         if _key(option) == key:

@@ -4,13 +4,18 @@ The SKILL.md body is the system message. The model never sees pixels: when the e
 has an OCR model, the text read in them is passed in the user message. Replies of small models ramble, so the
 answer is cut down to what the question asks for: an option, a number when it asks for a quantity, else the first
 line without a restatement of the question.
+
+A follow-up question ("How many letters does it have?") continues a conversation: the earlier questions and answers
+(`ctx.history`) go to the model as the chat they were. Counting the letters, characters, words or digits of a given
+text (quoted in the question, or the previous answer a follow-up points back to) is computed, not asked: small chat
+models read tokens, not letters, and miscount.
 """
 
 from __future__ import annotations
 
 import re
 
-from maestro_graph.scoring import normalize_text, parse_number
+from maestro_graph.scoring import choice_label, normalize_text, parse_number
 from maestro_graph.types import SkillResult
 
 MAX_CONTEXT_CHARS = 1500
@@ -18,6 +23,10 @@ MAX_CONTEXT_CHARS = 1500
 MAX_EVIDENCE_CHARS = 300
 CONFIDENCE = 0.2
 """A small chat model's answer is a weak guess: the policy should prefer a specialised skill's answer."""
+COUNTED_CONFIDENCE = 0.9
+"""A count computed over a given text is exact; only which text the question means can be wrong."""
+MAX_TURN_CHARS = 300
+"""Each earlier question and answer passed to the model is cut to this many characters."""
 
 _NUMBER_QUESTION_RE = re.compile(
     r"\b(how (many|much|long|far|old|tall)|what (is|was) the (total|sum|difference|number|value|cost|price|area|"
@@ -27,7 +36,15 @@ _NUMBER_QUESTION_RE = re.compile(
 _NUMBER_RE = re.compile(r"[-+]?\$?\d+(?:,\d{3})*(?:\.\d+)?%?")
 _ANSWER_IS_RE = re.compile(r"\b(?:final answer|answer)\s*(?:is|:)\s*(.+)", re.I)
 _RESTATED_RE = re.compile(r"^(?P<subject>.+?)\s+(?:is|are|was|were)\s+(?P<rest>.+)$", re.I)
-_LETTER_RE = re.compile(r"(?:^|[\s(\[])([A-Ha-h])(?:[)\].:,]|\s|$)")
+_COUNT_RE = re.compile(r"\bhow many (letters|characters|chars|words|digits)\b", re.I)
+_QUOTED_RE = re.compile(r"(?:^|(?<=\s))[\"“'‘]([^\"“”'‘’\n]+)[\"”'’](?!\w)")  # not the ' of "John's"
+_REFERS_BACK_RE = re.compile(r"\b(it|its|that|this|the (answer|word|name|text|result))\b", re.I)
+_UNITS = {
+    "letters": str.isalpha,
+    "characters": lambda ch: not ch.isspace(),
+    "chars": lambda ch: not ch.isspace(),
+    "digits": str.isdigit,
+}
 
 
 def _ocr_context(ctx) -> str:
@@ -37,10 +54,6 @@ def _ocr_context(ctx) -> str:
     pages = [ctx.use("ocr", image=image).text for image in ctx.images]
     text = "\n\n".join(f"[image {i + 1}]\n{page}" if len(pages) > 1 else page for i, page in enumerate(pages))
     return text[:MAX_CONTEXT_CHARS]
-
-
-def _option_label(index: int) -> str:
-    return chr(ord("A") + index)
 
 
 def _letters_only(choices: list[str]) -> bool:
@@ -55,7 +68,7 @@ def _user_message(question: str, choices: list[str] | None, context: str) -> str
     parts.append(f"Question: {question.strip()}")
     if choices:
         if not _letters_only(choices):
-            parts.append("Options:\n" + "\n".join(f"{_option_label(i)}. {c}" for i, c in enumerate(choices)))
+            parts.append("Options:\n" + "\n".join(f"{choice_label(i)}. {c}" for i, c in enumerate(choices)))
         parts.append("Reply with the letter of the correct option.")
     return "\n".join(parts)
 
@@ -87,24 +100,67 @@ def _drop_restatement(line: str, question: str) -> str:
     return match.group("rest") if subject and subject <= asked else line
 
 
+def _label_re(labels: list[str]) -> re.Pattern:
+    """A label standing alone in a reply ("B", "(B)", "AB."), longest first so that "AB" is not read as "A"."""
+    alternatives = "|".join(re.escape(label) for label in sorted(labels, key=len, reverse=True))
+    return re.compile(rf"(?:^|[\s(\[])({alternatives})(?:[)\].:,]|\s|$)", re.I)
+
+
 def _pick_option(reply: str, choices: list[str]) -> str | None:
     """The option a reply names: by its letter, else the only option whose text it contains. Returns the option
     text, or its letter when the options are letters."""
-    letters = [c.strip().upper() if _letters_only(choices) else _option_label(i) for i, c in enumerate(choices)]
+    letters = [c.strip().upper() if _letters_only(choices) else choice_label(i) for i, c in enumerate(choices)]
+    label = _label_re(letters)
     said = _ANSWER_IS_RE.search(reply)  # "A. 50°  The answer is D." -> the concluding letter wins
-    match = _LETTER_RE.search(said.group(1) if said else reply.strip()) or _LETTER_RE.search(reply.strip())
-    if match and match.group(1).upper() in letters:
+    match = label.search(said.group(1) if said else reply.strip()) or label.search(reply.strip())
+    if match:
         return choices[letters.index(match.group(1).upper())]
     text = normalize_text(reply)
     named = [c for c in choices if len(normalize_text(c)) > 1 and normalize_text(c) in text]
     return named[0] if len(named) == 1 else None
 
 
+def _counted(question: str, history: list) -> SkillResult | None:
+    """The exact count of letters (characters, words, digits) of the text a question names: quoted in it, else the
+    previous answer when the question points back to it ("How many letters does it have?"). None when the question
+    asks no such count or names no text."""
+    asked = _COUNT_RE.search(question)
+    if not asked:
+        return None
+    quoted = _QUOTED_RE.search(question)
+    earlier = next((t["answer"] for t in reversed(history) if t.get("answer")), None)
+    if quoted:
+        text, source = quoted.group(1), "quoted in the question"
+    elif earlier and _REFERS_BACK_RE.search(question):
+        text, source = earlier, "the previous answer"
+    else:
+        return None
+    unit = asked.group(1).lower()
+    count = len(text.split()) if unit == "words" else sum(map(_UNITS[unit], text))
+    return SkillResult(evidence=f"{text!r} ({source}) has {count} {unit}", answer=str(count),
+                       confidence=COUNTED_CONFIDENCE)
+
+
+def _conversation(history: list) -> list[dict[str, str]]:
+    """The earlier turns as the chat they were: each question, then the answer it got (when it got one)."""
+    messages = []
+    for turn in history:
+        messages.append({"role": "user", "content": f"Question: {turn['question'][:MAX_TURN_CHARS]}"})
+        if turn.get("answer"):
+            messages.append({"role": "assistant", "content": turn["answer"][:MAX_TURN_CHARS]})
+    return messages
+
+
 def run(ctx) -> SkillResult:
     question = ctx.request
+    if not ctx.choices:
+        counted = _counted(question, ctx.history)
+        if counted is not None:
+            return counted
     context = _ocr_context(ctx)
     messages = [
         {"role": "system", "content": ctx.instructions},
+        *_conversation(ctx.history),
         {"role": "user", "content": _user_message(question, ctx.choices, context)},
     ]
     reply = ctx.model.chat(messages).text

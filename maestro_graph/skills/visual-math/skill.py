@@ -4,7 +4,9 @@ Two routes, chosen by what the question asks:
 - figure questions naming points (estimate angle ABC, line AB vs CD, area ratio, "there is a triangle ABC",
   "AB is a diameter"): OCR the labels, snap them to the drawing and measure (see mathlib/figure.py);
 - computed questions: numbers from the question and the figure, options valued with the calculator, and the option
-  reachable through the cheapest general geometric relation is the answer (see mathlib/relations.py).
+  reachable through the cheapest general geometric relation is the answer (see mathlib/relations.py). The givens
+  are read from the question without its options and from the figure: a relation among the options themselves
+  ("9/3 = 3" for options 3, 7, 9) is no evidence, so with no given there is only the marked, low-confidence prior.
 Free-form questions without options get no answer unless a relation is certain, which it never is here: we say so.
 """
 
@@ -14,6 +16,7 @@ import math
 import re
 import statistics
 
+from maestro_graph.choices import question_stem
 from maestro_graph.errors import ExpertError
 from maestro_graph.scoring import parse_number
 from maestro_graph.types import SkillResult
@@ -139,9 +142,10 @@ def _option_value(ctx, text: str) -> float | None:
 
 
 def _answer_compute(ctx, question, figure_text: str) -> SkillResult:
-    own_text = question.text if question.text != figure_text else ""
+    own_text = question_stem(question.text) if question.text != figure_text else ""
     # single-glyph readings in a figure are mostly point labels misread (O as 0, S as 5): keep longer numbers
-    figure_numbers = questions.numbers_in(" ".join(w for w in figure_text.split() if len(w) > 1))
+    figure_numbers = questions.numbers_in(" ".join(w for w in questions.without_listed_options(figure_text).split()
+                                                   if len(w) > 1))
     givens = questions.numbers_in(own_text) + [v for v in figure_numbers if v not in questions.numbers_in(own_text)]
     if not question.options:
         return SkillResult(f"givens {givens}; {FREE_FORM}", None, 0.0)

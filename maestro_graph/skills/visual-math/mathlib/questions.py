@@ -6,7 +6,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-__all__ = ["Question", "parse_question", "numbers_in", "inline_options", "listed_options"]
+__all__ = ["Question", "parse_question", "numbers_in", "inline_options", "listed_options", "without_listed_options"]
 
 _NUMBER = re.compile(r"(?<![A-Za-z_\d.])\d+(?:\.\d+)?(?![\d])")
 # "(a) 90 degrees (b) 135 degrees": options written inside the question (their letters are the choices)
@@ -54,6 +54,11 @@ def listed_options(text: str) -> list[tuple[str, str]]:
         found.setdefault(m.group(1), m.group(2))
     letters = sorted(found)
     return [(k, found[k]) for k in letters] if len(letters) >= 2 and letters[0] == "A" else []
+
+
+def without_listed_options(text: str) -> str:
+    """The text without its lines of listed options (what `listed_options` reads): the options are not givens."""
+    return _LISTED.sub("", text) if listed_options(text) else text
 
 
 def _choice_options(choices: list[str]) -> list[tuple[str, str]]:

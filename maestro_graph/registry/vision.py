@@ -1,0 +1,206 @@
+"""The one procedure by which a `vision-chat` model (a vision-language model behind an OpenAI-compatible endpoint)
+carries out any skill: the skill is what the model is told, the model does the seeing.
+
+A skill that declares `or-requires: "vision-chat"` (registry.skills) pairs with every vision-chat card; the registry
+runs such a pair through `ask`, never through the skill's code, so the CPU pairs of the skill stay what they were
+(same code, same hash, same profile). A skill of its own for vision-chat models (`visual-qa`) calls `ask` from its
+entry, and a skill whose steps choose crops or zooms passes them as `images`.
+
+What goes out: the SKILL.md body as the system message, the conversation so far as text turns, then one user message
+with the images as `image_url` parts (PNG data URLs, downscaled to the card's `max_input_side`; JPEG when the PNG is
+above the card's `max_image_bytes`; refused with `ImageTooLarge` when even that is) and the question, its options
+labelled A, B, C... and what form the reply must take. What comes back is parsed into the answer form the question
+asks for (answer_form.expected_form): the option for options, Yes/No, a number without its units, else a short text.
+Cost, timeout, concurrency, retries and the breaker are the card's, through the expert handle like every call.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+from PIL import Image
+
+from ..answer_form import Form, expected_form
+from ..choices import question_stem
+from ..digests import cache_key
+from ..errors import ExpertRejected
+from ..scoring import choice_label, normalize_text, parse_number
+from ..types import SkillResult
+from .config import ModelCard
+from .skills import SkillSpec
+
+if TYPE_CHECKING:
+    from .context import SkillContext
+
+__all__ = ["VISION_CHAT", "DEFAULT_MAX_SIDE", "DEFAULT_MAX_IMAGE_BYTES", "CONFIDENCE", "FORM_INSTRUCTIONS",
+           "ImageTooLarge", "ask", "encode_image", "parse_reply", "procedure_hash", "vision_messages"]
+
+VISION_CHAT = "vision-chat"
+DEFAULT_MAX_SIDE = 1536
+"""Longest image side sent to a card that gives no `max_input_side`: what Qwen-VL-class models read at about a
+thousand image tokens per picture, far below the context of a served 7-8B model."""
+DEFAULT_MAX_IMAGE_BYTES = 8_000_000
+"""Largest encoded image sent to a card that gives no `max_image_bytes` (hosted APIs take 10-20 MB per image)."""
+JPEG_QUALITY = 90
+CONFIDENCE = 0.5
+"""A vision-language model's answer, parsed into the asked form: its own certainty is not reported, so the policy
+leans on the pair's measured profile instead."""
+MAX_EVIDENCE_CHARS = 300
+MAX_TURN_CHARS = 300
+"""Each earlier question and answer of the conversation is cut to this many characters."""
+FORM_INSTRUCTIONS: dict[Form, str] = {
+    "choice": "Reply with the letter of the correct option only.",
+    "yesno": "Reply with Yes or No only.",
+    "number": "Reply with the number only, without units.",
+    "text": "Reply with a short answer only: a word, a name, a number or a short phrase.",
+}
+"""The last line of the user message: the form the reply must take."""
+
+_ANSWER_IS_RE = re.compile(r"\b(?:final answer|answer)\s*(?:is|:)\s*(.+)", re.I | re.S)
+_NUMBER = r"[-+−]?\d+(?:[.,]\d+)*"
+_PAIR_RE = re.compile(rf"^\(?\s*({_NUMBER})\s*,\s*({_NUMBER})\s*\)?$")
+_YES_NO_RE = re.compile(r"\b(yes|no|true|false)\b", re.I)
+
+
+class ImageTooLarge(ExpertRejected):
+    """An image is above what the card says its model takes, even downscaled and as JPEG: refused before sending
+    (the request's size against the model's limit; the model is not at fault and its breaker does not move)."""
+
+
+@lru_cache(maxsize=1)
+def _procedure_source_hash() -> str:
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+
+
+def procedure_hash(card: ModelCard, skill: SkillSpec) -> str:
+    """What a pair's outcome depends on in code: the skill's code hash when the pair runs the skill's code; the
+    SKILL.md and this procedure when it runs here (the skill's code is not run, so changing it changes nothing)."""
+    if not skill.by_instructions(card.capabilities):
+        return skill.code_hash
+    instructions = hashlib.sha256(skill.skill_md.read_bytes()).hexdigest()
+    return cache_key("vision-chat", instructions, _procedure_source_hash())[:16]
+
+
+def encode_image(image: Image.Image, card: ModelCard, which: str = "image") -> str:
+    """The data URL sent for one image: downscaled to the card's longest side, PNG when it fits the card's byte
+    limit, else JPEG; ImageTooLarge (naming the image, its size and the card's field) when neither fits."""
+    side = card.max_input_side or DEFAULT_MAX_SIDE
+    limit = card.max_image_bytes or DEFAULT_MAX_IMAGE_BYTES
+    sent = image.convert("RGB")
+    if max(sent.size) > side:
+        sent.thumbnail((side, side), Image.Resampling.LANCZOS)
+    for fmt, options in (("PNG", {}), ("JPEG", {"quality": JPEG_QUALITY})):
+        buffer = io.BytesIO()
+        sent.save(buffer, format=fmt, **options)
+        if buffer.tell() <= limit:
+            return f"data:image/{fmt.lower()};base64,{base64.b64encode(buffer.getvalue()).decode()}"
+    raise ImageTooLarge(f"{which} ({image.width}x{image.height}, sent at {sent.width}x{sent.height}) is "
+                        f"{buffer.tell():,} bytes even as JPEG, above model {card.name!r}'s max_image_bytes "
+                        f"{limit:,}; lower the card's max_input_side or raise its max_image_bytes")
+
+
+def _letters_only(choices: Sequence[str]) -> bool:
+    """Options that are bare letters ("A", "B", ...): their texts are in the question itself."""
+    return all(len(c.strip()) == 1 and c.strip().isalpha() for c in choices)
+
+
+def _labels(choices: Sequence[str]) -> list[str]:
+    return [c.strip().upper() for c in choices] if _letters_only(choices) else [choice_label(i)
+                                                                               for i in range(len(choices))]
+
+
+def _user_text(question: str, choices: Sequence[str] | None) -> str:
+    form = expected_form(question, choices)
+    if not choices or _letters_only(choices):
+        lines = [f"Question: {question.strip()}"]
+    else:
+        lines = [f"Question: {question_stem(question).strip()}", "Options:",
+                 *(f"{label}. {option}" for label, option in zip(_labels(choices), choices))]
+    return "\n".join([*lines, FORM_INSTRUCTIONS[form]])
+
+
+def vision_messages(instructions: str, question: str, choices: Sequence[str] | None, image_urls: Sequence[str],
+                    history: Sequence[dict] = ()) -> list[dict]:
+    """The OpenAI chat messages of one call: the skill's instructions, the conversation so far, then the images
+    and the question."""
+    earlier: list[dict] = []
+    for turn in history:
+        earlier.append({"role": "user", "content": f"Question: {turn['question'][:MAX_TURN_CHARS]}"})
+        if turn.get("answer"):
+            earlier.append({"role": "assistant", "content": turn["answer"][:MAX_TURN_CHARS]})
+    content = [*({"type": "image_url", "image_url": {"url": url}} for url in image_urls),
+               {"type": "text", "text": _user_text(question, choices)}]
+    return [{"role": "system", "content": instructions}, *earlier, {"role": "user", "content": content}]
+
+
+def _stated(reply: str) -> str:
+    """The part of a reply that states the answer: after "the answer is" when it says so, else its first line."""
+    said = _ANSWER_IS_RE.search(reply)
+    text = said.group(1) if said else reply
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def _option(reply: str, stated: str, choices: Sequence[str]) -> str | None:
+    """The option a reply names: by its label standing alone (the stated part first), else the only option whose
+    text it contains."""
+    labels = _labels(choices)
+    bare = stated.strip("()[].:*` ").upper()
+    if bare in labels:
+        return choices[labels.index(bare)]
+    alternatives = "|".join(re.escape(label) for label in sorted(labels, key=len, reverse=True))
+    label_re = re.compile(rf"(?:^|[\s(\[*])({alternatives})(?:[)\].:,*]|\s|$)")
+    match = label_re.search(stated) or label_re.search(reply)
+    if match:
+        return choices[labels.index(match.group(1))]
+    text = normalize_text(reply)
+    named = [c for c in choices if len(normalize_text(c)) > 1 and normalize_text(c) in text]
+    return named[0] if len(named) == 1 else None
+
+
+def _number_text(value: float) -> str:
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+def parse_reply(reply: str, question: str, choices: Sequence[str] | None) -> str | None:
+    """The answer a reply gives, in the form the question asks for: an option's text (its letter when the options
+    are letters), "Yes"/"No", a number without units (or a pair "(a,b)"), else the stated text; None when the reply
+    does not give one in that form."""
+    stated = _stated(reply)
+    form = expected_form(question, choices)
+    if form == "choice":
+        return _option(reply, stated, choices or [])
+    if form == "yesno":
+        found = _YES_NO_RE.search(stated) or _YES_NO_RE.search(reply)
+        return None if found is None else ("Yes" if found.group(1).lower() in ("yes", "true") else "No")
+    cleaned = stated.strip().rstrip(".").strip("*`\"' ")
+    if form == "number":
+        pair = _PAIR_RE.match(cleaned)
+        if pair:
+            first, second = (parse_number(g.replace(",", "")) for g in pair.groups())
+            if first is not None and second is not None:
+                return f"({_number_text(first)},{_number_text(second)})"
+        value = parse_number(cleaned)
+        value = parse_number(reply) if value is None else value
+        return None if value is None else _number_text(value)
+    return cleaned or None
+
+
+def ask(ctx: "SkillContext", images: Sequence[Image.Image] | None = None) -> SkillResult:
+    """Carry out `ctx.skill` on `ctx.model` (a vision-chat model): its instructions, the question, the options and
+    `images` (default: the episode's images, whole; none for a question without one) go out, the reply comes back
+    as the answer in the question's form."""
+    if images is None:
+        images = ctx.images if ctx.image_refs else []
+    urls = [encode_image(image, ctx.model.card, f"image {i + 1}") for i, image in enumerate(images)]
+    messages = vision_messages(ctx.instructions, ctx.request, ctx.choices, urls, ctx.history)
+    reply = ctx.model.chat(messages).text
+    answer = parse_reply(reply, ctx.request, ctx.choices)
+    sizes = ", ".join(f"{image.width}x{image.height}" for image in images) or "no image"
+    evidence = f"{ctx.model.name} ({ctx.skill.name} instructions, {sizes}) replied: {reply[:MAX_EVIDENCE_CHARS]!r}"
+    return SkillResult(evidence=evidence, answer=answer, confidence=CONFIDENCE if answer else 0.0)

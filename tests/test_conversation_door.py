@@ -1,0 +1,83 @@
+"""A real `maestro serve` (the CLI, as a subprocess) asked through the official `openai` client: a question with 30
+options (labels beyond Z), and a follow-up that refers to the previous answer, both as an OpenAI chat that carries
+its history in `messages` and on a server thread that keeps it (issue 33, items 2 and 11)."""
+
+from __future__ import annotations
+
+import os
+
+import openai
+import pytest
+
+from maestro_graph.graph import build_graph
+from maestro_graph.policy import make_policy
+from maestro_graph.types import StopReason
+from servers import EXAMPLES, data_url, maestro_serve
+
+QR_QUESTION = "What text does the QR code encode?"
+FOLLOW_UP = "How many letters does it have?"
+GENERAL_QA_PROMPT = "a word, a name, a number or an option"
+"""The general-qa skill's instructions: the reply a small chat model gives when it sees no conversation."""
+
+KEY_ENV = "MAESTRO_TEST_CONVERSATION_KEY"
+KEY = "conversation-key"
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("conversation")
+    args = ["--checkpoint-db", str(folder / "threads.sqlite"), "--api-key-env", KEY_ENV]
+    os.environ[KEY_ENV] = KEY
+    try:
+        with maestro_serve(args, folder / "serve.log") as (_, url):
+            yield openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0, timeout=300)
+    finally:
+        del os.environ[KEY_ENV]
+
+
+def _qr_message(text: str) -> dict:
+    return {"role": "user", "content": [{"type": "text", "text": text},
+                                        {"type": "image_url", "image_url": {"url": data_url(EXAMPLES / "qrcode.png")}}]}
+
+
+@pytest.mark.slow
+def test_thirty_options_are_labelled_past_z_and_answered(client):
+    """Option 28 used to get the label "\\", which broke the scoring regex (a 500) once an answer was checked
+    against it: the right option is the last, "AD"."""
+    options = [f"Word{i}" for i in range(29)] + ["Wikipedia"]
+    reply = client.chat.completions.create(model="maestro", messages=[_qr_message(QR_QUESTION)],
+                                           extra_body={"choices": options})
+    assert reply.choices[0].message.content == "Wikipedia"
+
+
+def _evidence(reply, skill: str) -> list[str]:
+    return [s["evidence"] for s in reply.model_extra["maestro"]["steps"] if s["skill"] == skill]
+
+
+@pytest.mark.slow
+def test_a_follow_up_in_an_openai_chat_sees_the_previous_answer(client):
+    first = client.chat.completions.create(model="maestro", messages=[_qr_message(QR_QUESTION)])
+    assert first.choices[0].message.content == "Wikipedia"
+    history = [_qr_message(QR_QUESTION), {"role": "assistant", "content": "Wikipedia"},
+               {"role": "user", "content": FOLLOW_UP}]
+    reply = client.chat.completions.create(model="maestro", messages=history)
+    assert reply.choices[0].message.content == "9", reply.model_extra["maestro"]
+    assert any("'Wikipedia' (the previous answer) has 9 letters" in e for e in _evidence(reply, "general-qa"))
+    assert GENERAL_QA_PROMPT not in reply.choices[0].message.content.lower()
+
+
+@pytest.mark.slow
+def test_a_follow_up_on_a_thread_sees_the_threads_previous_answer(client):
+    first = client.chat.completions.create(model="maestro", messages=[_qr_message(QR_QUESTION)],
+                                           extra_body={"thread_id": "qr-follow-up"})
+    assert first.choices[0].message.content == "Wikipedia"
+    reply = client.chat.completions.create(model="maestro", messages=[{"role": "user", "content": FOLLOW_UP}],
+                                           extra_body={"thread_id": "qr-follow-up"})
+    assert reply.choices[0].message.content == "9", reply.model_extra["maestro"]
+
+
+@pytest.mark.parametrize("history", ["junk", [{"question": 3}], [{"answer": "Wikipedia"}]])
+def test_a_malformed_history_ends_the_episode_with_an_input_error(registry, history):
+    """`history` comes from clients (LangServe, the Agent Server): a wrong shape is their input's fault, named."""
+    out = build_graph(registry, make_policy("rules")).invoke({"question": FOLLOW_UP, "images": [], "history": history})
+    assert out["stop"] == StopReason.INPUT_ERROR and "history" in out["stop_reason"] and out["steps"] == []

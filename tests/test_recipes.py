@@ -1,0 +1,112 @@
+"""One recipe per shipped artifact, one config style, one source of each default: the recipes in configs/recipes/
+are what `maestro train` and `maestro train-lm` run, every config's fields are its command's options, and no budget
+is written twice."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+import typer
+import yaml
+from typer.testing import CliRunner
+
+from conftest import REAL
+from maestro_graph.cli import app
+from maestro_graph.configs import Budget, build, load_yaml
+from maestro_graph.rl.config import GRPOConfig, LMTrainConfig
+from maestro_graph.serve import ServeSettings
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ROOT / "configs" / "recipes"
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def _options(command: str) -> set[str]:
+    """The parameter names of one `maestro` command, as click builds them."""
+    group = typer.main.get_command(app)
+    return {p.name for p in group.commands[command].params}  # type: ignore[attr-defined]
+
+
+def test_grpo_defaults_are_the_shipped_recipe():
+    recipe = yaml.safe_load((RECIPES / "neural-grpo.yaml").read_text())
+    assert (ROOT / recipe["registry"]).is_file()
+    defaults = GRPOConfig()
+    assert {k: getattr(defaults, k) for k in recipe if k != "registry"} == {k: v for k, v in recipe.items()
+                                                                            if k != "registry"}
+    assert (defaults.steps, defaults.cost_weight, defaults.advantage_std_floor) == (120, 0.1, 0.5)
+    # the command docs/training.md gives for the shipped checkpoint is the recipe's
+    text = (ROOT / "docs" / "training.md").read_text()
+    assert "maestro train --config configs/recipes/neural-grpo.yaml" in text
+
+
+@pytest.mark.slow
+def test_train_runs_the_recipe_and_a_flag_wins_over_it(tmp_path, monkeypatch):
+    """The recipe's registry and settings reach the trainer (recorded in its resume state); flags override them."""
+    from maestro_graph.policy.neural import read_tensor_file
+
+    monkeypatch.chdir(ROOT)  # the recipe's paths are relative to the working folder (the repository root)
+    result = _invoke("train", "--config", str(RECIPES / "neural-grpo.yaml"), "--tasks",
+                     str(REAL / "barcode" / "tasks.jsonl"), "--out", str(tmp_path / "run"), "--steps", "1",
+                     "--tasks-per-step", "1", "--group-size", "2", "--checkpoint-every", "1")
+    assert result.exit_code == 0, result.output
+    header, _ = read_tensor_file(tmp_path / "run" / "checkpoint.safetensors")
+    config = header["trainer"]["config"]
+    assert config["registry"] == "configs/registry-nolm.yaml" and config["steps"] == 1
+    assert (config["cost_weight"], config["advantage_std_floor"], config["group_size"]) == (0.1, 0.5, 2)
+
+
+def test_lm_recipe_takes_its_task_files_as_arguments(tmp_path):
+    recipe = yaml.safe_load((RECIPES / "lm-router-sft.yaml").read_text())
+    assert not {"tasks", "eval_tasks", "sft_data"} & set(recipe)  # no path a clone lacks
+    assert all(not str(v).startswith("runs/") for k, v in recipe.items() if k != "out_dir")
+    config = load_yaml(LMTrainConfig, RECIPES / "lm-router-sft.yaml", tasks=["t.jsonl"], sft_data="s.jsonl")
+    assert (config.steps, config.sft_steps, config.lora_r, config.constrained) == (0, 150, 8, "choice")
+    # every field is an option of `maestro train-lm` but the YAML-only mapping; a missing task file is named
+    assert _options("train-lm") >= {f.name for f in dataclasses.fields(LMTrainConfig)} - {"extra_grpo_args"}
+    missing = _invoke("train-lm", "--config", str(RECIPES / "lm-router-sft.yaml"))
+    assert missing.exit_code == 2 and "tasks" in missing.output and "at least one task file" in missing.output
+    bad = _invoke("train-lm", "--config", str(RECIPES / "lm-router-sft.yaml"), "--tasks", "t.jsonl",
+                  "--sft-data", "s.jsonl", "--lora-r", "-1")
+    assert bad.exit_code == 2 and "lora_r=-1" in bad.output and "lm-router-sft.yaml" in bad.output
+
+
+def test_every_serve_setting_is_an_option_and_a_config_key(tmp_path):
+    assert _options("serve") >= set(ServeSettings.model_fields)
+    config = tmp_path / "serve.yaml"
+    config.write_text("workers: 9\nmax_episodes: 2\n")
+    result = _invoke("serve", "--config", str(config))
+    assert result.exit_code == 2 and "exceeds max_episodes" in result.output and "serve.yaml" in result.output
+    assert "errors.pydantic.dev" not in result.output
+    not_a_folder = _invoke("serve", "--image-dir", str(ROOT / "README.md"))
+    assert not_a_folder.exit_code == 2 and "is a file, not a directory" in not_a_folder.output
+    # a flag wins over the file, and only the fields given count as given (`--api-key-env` named or not)
+    settings = build(ServeSettings, {"workers": 1, "allowed_image_hosts": ["example.org"]})
+    assert settings.model_fields_set == {"workers", "allowed_image_hosts"}
+
+
+def test_the_budgets_are_written_once():
+    """No module of the package writes the turn budget 4 or the cost budget 10.0 as a default: each comes from
+    configs (DEFAULT_MAX_TURNS, DEFAULT_MAX_COST, the bounds MAX_TURNS and MAX_COST)."""
+    assert (Budget().max_turns, Budget().max_cost) == (4, 10.0)
+    literals = [
+        re.compile(r"max_turns\b[^\n#]*?[=(,:]\s*(4|64)\b(?!\.\d)"),  # max_turns: int = 4, max_turns=4, Field(4, le=64
+        re.compile(r"max_cost\b[^\n#]*?[=(,:]\s*10(\.0*)?\b(?!\.[1-9])"),
+        re.compile(r"\b(MAX_TURNS|MAX_COST)\s*=\s*\d"),
+        re.compile(r"(?i)max_?(turns|cost)\w*\s*=\s*typer\.Option\(\s*\d"),  # MaxTurnsOpt = typer.Option(4, ...
+    ]
+    found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+             for path in sorted((ROOT / "maestro_graph").rglob("*.py")) if path.name != "configs.py"
+             for n, line in enumerate(path.read_text().splitlines(), 1)
+             if any(p.search(line) for p in literals)]
+    assert not found, "budget literals outside maestro_graph/configs.py:\n" + "\n".join(found)
+    options = {"ask", "predict", "eval", "export"}
+    group = typer.main.get_command(app)
+    for name in options:
+        [turns] = [p for p in group.commands[name].params if p.name == "max_turns"]  # type: ignore[attr-defined]
+        assert turns.default == Budget().max_turns, name

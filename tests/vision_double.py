@@ -1,0 +1,185 @@
+"""A loopback HTTP test double of a vision-language endpoint: it stands for a GPU-only `vllm serve` of a Qwen-VL-class
+model (or a hosted OpenAI-compatible API), which no machine of the test suite can run.
+
+`VisionEndpointDouble` is a real HTTP server on 127.0.0.1 that speaks OpenAI chat completions. It validates every
+request as such (model name, messages, roles, content parts, `image_url` data URLs that decode as images), answers
+400 naming the problem when one is not, records what it received (`requests`: the system text, the user text, the
+decoded images) and answers deterministically: the first of `replies` whose pattern the user text matches, with a
+`usage` that counts words and images. Its `behaviour` makes it fail the ways real endpoints do: an HTTP status (429,
+503...), a malformed body, or no answer at all (a hang past the client's timeout).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from PIL import Image
+
+__all__ = ["IMAGE_TOKENS", "Received", "VisionEndpointDouble"]
+
+IMAGE_TOKENS = 256
+"""Prompt tokens the double counts per image (what a Qwen-VL model spends on a ~450-pixel image)."""
+_DATA_URL_RE = re.compile(r"^data:image/(png|jpeg|webp|gif);base64,([A-Za-z0-9+/=]+)$")
+
+
+@dataclass
+class Received:
+    """One valid request as the double decoded it."""
+
+    body: dict
+    system: str
+    user_text: str
+    images: list[Image.Image] = field(default_factory=list)
+    formats: list[str] = field(default_factory=list)
+
+
+class _Invalid(Exception):
+    """A request that is not an OpenAI chat completion request (answered 400, like vLLM)."""
+
+
+def _decode_image(url: Any) -> tuple[Image.Image, str]:
+    match = _DATA_URL_RE.match(url) if isinstance(url, str) else None
+    if match is None:
+        raise _Invalid(f"image_url.url must be a base64 data:image/... URL; got {str(url)[:60]!r}")
+    try:
+        image = Image.open(io.BytesIO(base64.b64decode(match.group(2), validate=True)))
+        image.load()
+    except (binascii.Error, OSError, ValueError) as exc:
+        raise _Invalid(f"image_url data does not decode as an image: {exc}") from exc
+    if image.format.lower() != match.group(1):
+        raise _Invalid(f"data URL says image/{match.group(1)} but holds {image.format}")
+    return image, image.format.lower()
+
+
+def _parse(body: Any, model: str) -> Received:
+    """The request decoded, or _Invalid naming the first problem (what a vLLM server would refuse)."""
+    if not isinstance(body, dict) or body.get("model") != model:
+        raise _Invalid(f"model must be {model!r}; got {body.get('model') if isinstance(body, dict) else body!r}")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _Invalid("messages must be a non-empty list")
+    if not isinstance(body.get("max_tokens", 1), int) or not isinstance(body.get("temperature", 0.0), (int, float)):
+        raise _Invalid("max_tokens must be an integer and temperature a number")
+    system, user_text, images, formats = "", "", [], []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ("system", "user", "assistant"):
+            raise _Invalid(f"messages[{i}] must have a role of system, user or assistant")
+        content = message.get("content")
+        parts = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        if not isinstance(parts, list) or not parts:
+            raise _Invalid(f"messages[{i}].content must be a string or a list of content parts")
+        for part in parts:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "text" and isinstance(part.get("text"), str):
+                text = part["text"]
+            elif kind == "image_url" and message["role"] == "user" and isinstance(part.get("image_url"), dict):
+                image, fmt = _decode_image(part["image_url"].get("url"))
+                images.append(image)
+                formats.append(fmt)
+                continue
+            else:
+                raise _Invalid(f"messages[{i}]: a content part must be text or (in a user message) image_url")
+            if message["role"] == "system":
+                system += text
+            elif message["role"] == "user" and i == len(messages) - 1:
+                user_text += text
+    if messages[-1]["role"] != "user":
+        raise _Invalid("the last message must be the user's")
+    return Received(body=body, system=system, user_text=user_text, images=images, formats=formats)
+
+
+class VisionEndpointDouble:
+    """A vision-language chat endpoint on a loopback port (a context manager). `url` is the base URL a card's
+    `backend.base_url` takes; `replies` are (regex over the user text, reply) pairs, the first match answering, else
+    `default`; `behaviour` is "answer", an HTTP status to fail with, "malformed" or "hang"."""
+
+    def __init__(self, model: str = "vlm-double", replies: list[tuple[str, str]] | None = None,
+                 default: str = "I cannot tell.", hang_s: float = 3.0):
+        self.model = model
+        self.replies = list(replies or [])
+        self.default = default
+        self.behaviour: str | int = "answer"
+        self.hang_s = hang_s
+        self.requests: list[Received] = []
+        """Every valid request, in order of arrival."""
+        self.posts = 0
+        """Every POST, valid or not (retries included)."""
+        self.problems: list[str] = []
+        """Why each invalid request was refused."""
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None, "use the double as a context manager"
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def reply_for(self, received: Received) -> str:
+        return next((reply for pattern, reply in self.replies if re.search(pattern, received.user_text, re.I)),
+                    self.default)
+
+    def _respond(self, raw: bytes) -> tuple[int, bytes]:
+        with self._lock:
+            self.posts += 1
+        if isinstance(self.behaviour, int):
+            return self.behaviour, json.dumps({"error": {"message": f"double answers {self.behaviour}"}}).encode()
+        if self.behaviour == "hang":
+            time.sleep(self.hang_s)
+        try:
+            received = _parse(json.loads(raw), self.model)
+        except (_Invalid, ValueError) as exc:
+            with self._lock:
+                self.problems.append(str(exc))
+            return 400, json.dumps({"error": {"message": str(exc), "type": "BadRequestError"}}).encode()
+        with self._lock:
+            self.requests.append(received)
+        if self.behaviour == "malformed":
+            return 200, b'{"choices": [{"message": '
+        reply = self.reply_for(received)
+        words = len((received.system + " " + received.user_text).split())
+        usage = {"prompt_tokens": words + IMAGE_TOKENS * len(received.images),
+                 "completion_tokens": max(1, len(reply.split()))}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        return 200, json.dumps({"id": f"chatcmpl-{self.posts}", "object": "chat.completion", "model": self.model,
+                                "choices": [{"index": 0, "finish_reason": "stop",
+                                             "message": {"role": "assistant", "content": reply}}],
+                                "usage": usage}).encode()
+
+    def __enter__(self) -> "VisionEndpointDouble":
+        double = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - the http.server naming
+                raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                status, body = (double._respond(raw) if self.path == "/v1/chat/completions"
+                                else (404, b'{"error": {"message": "not found"}}'))
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (its timeout): nothing to answer
+
+            def log_message(self, *args):
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)  # port 0: a free port chosen at run time
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.shutdown()
+        self._server.server_close()
