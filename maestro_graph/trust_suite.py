@@ -663,9 +663,35 @@ def refused_batch(t: Target) -> TrustCase:
                      "; ".join(details) + f"; next request answered {answered!r}")
 
 
+def many_options(t: Target) -> TrustCase:
+    """30 options (the 28th was labelled with a backslash, so the scoring regex crashed the episode: a 500): the
+    options past Z keep labels that stay labels, and the right one is answered."""
+    options = [f"Option {i}" for i in range(29)] + ["Wikipedia"]
+    body = {"model": "maestro", "choices": options,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": QUESTION},
+                                                      {"type": "image_url", "image_url": {"url": t.image}}]}]}
+    reply, _ = _post(t.url, "/v1/chat/completions", json=body)
+    answered = _answer(reply)
+    return TrustCase("a question with 30 options", "answered, with the right option",
+                     answered in ("Wikipedia", "AD"), f"{reply.status_code}: {answered!r}")
+
+
+def bad_contexts(t: Target) -> TrustCase:
+    """Run contexts of the wrong type or out of bounds, as an Agent Server client sends them (a TypeError inside the
+    run before, and any `max_turns` accepted): each ends at intake with the typed input error naming the field,
+    before any expert is called."""
+    graph = build_graph(Registry.load(t.registry_file), image_sources=ImageSources())
+    contexts = [{"max_turns": "lots"}, {"policy": 123}, {"max_turns": 10**9}, {"max_cost": -1}]
+    outcomes = [graph.invoke({"question": QUESTION, "images": [t.image]}, context=c) for c in contexts]
+    typed = [str(o["stop_reason"]).startswith("input error") and not o.get("steps") for o in outcomes]
+    return TrustCase("run contexts of the wrong type or out of bounds", "the typed input error, no expert called",
+                     all(typed), "; ".join(f"{c}: {str(o['stop_reason'])[:120]}" for c, o in zip(contexts, outcomes)))
+
+
 _JSON = {"Content-Type": "application/json"}
 
-HTTP_DOOR_CHECKS: tuple[Callable[[Target], TrustCase], ...] = (hostile_bodies, refused_batch)
+HTTP_DOOR_CHECKS: tuple[Callable[[Target], TrustCase], ...] = (hostile_bodies, refused_batch, many_options,
+                                                                bad_contexts)
 """The checks of this block, in TRUST_CHECKS."""
 
 
