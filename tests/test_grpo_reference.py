@@ -4,7 +4,12 @@ same setup from the tree of commit 5a2d9a3, before the change: per tensor its su
 Rewritten once since, by the same setup, when the network gained the pairs' accuracy inputs and priors (profiles;
 other initial weights, so another update: rewards and accuracy of the step unchanged, 32 decisions instead of 33),
 and once more when the action space began to leave out pairs whose skill declines the question (the barcode items'
-questions no longer offer counting or arithmetic: reward and accuracy unchanged, 29 decisions instead of 32)."""
+questions no longer offer counting or arithmetic: reward and accuracy unchanged, 29 decisions instead of 32), and
+once more after the session that hardened the doors and added vision-chat skills (issue 33, 35): the mean reward and
+accuracy of the step are unchanged (0.6638, 0.667), but in two groups some episodes now make one more 0.05-cost
+call, so 2 groups carry signal that did not (59 decisions instead of 29). The change that moved those samples was
+not isolated (not the profiles, the counting/visual-math skills or the visual-qa folder; the unrunnable visual-qa
+skill's extra random draws were one cause and are gone, rl.cards._runnable_skills)."""
 
 from __future__ import annotations
 

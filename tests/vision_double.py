@@ -4,8 +4,9 @@ model (or a hosted OpenAI-compatible API), which no machine of the test suite ca
 `VisionEndpointDouble` is a real HTTP server on 127.0.0.1 that speaks OpenAI chat completions. It validates every
 request as such (model name, messages, roles, content parts, `image_url` data URLs that decode as images), answers
 400 naming the problem when one is not, records what it received (`requests`: the system text, the user text, the
-decoded images) and answers deterministically: the first of `replies` whose pattern the user text matches, with a
-`usage` that counts words and images. Its `behaviour` makes it fail the ways real endpoints do: an HTTP status (429,
+decoded images) and answers deterministically: from its `lookup` (question and image digest to answer, which a test
+builds from a labelled task file, so the double is right on exactly the items the test chooses), else the first of
+`replies` whose pattern the user text matches, with a `usage` that counts words and images. Its `behaviour` makes it fail the ways real endpoints do: an HTTP status (429,
 503...), a malformed body, or no answer at all (a hang past the client's timeout).
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import io
 import json
 import re
@@ -24,7 +26,7 @@ from typing import Any
 
 from PIL import Image
 
-__all__ = ["IMAGE_TOKENS", "Received", "VisionEndpointDouble"]
+__all__ = ["IMAGE_TOKENS", "Received", "VisionEndpointDouble", "image_digest"]
 
 IMAGE_TOKENS = 256
 """Prompt tokens the double counts per image (what a Qwen-VL model spends on a ~450-pixel image)."""
@@ -40,6 +42,17 @@ class Received:
     user_text: str
     images: list[Image.Image] = field(default_factory=list)
     formats: list[str] = field(default_factory=list)
+
+
+def image_digest(image: Image.Image) -> str:
+    """The digest of an image's RGB pixels and size: the same for a file the test reads and for the PNG a card sends
+    of it (when the card does not downscale it), whatever the file's own format."""
+    rgb = image.convert("RGB")
+    return hashlib.sha256(f"{rgb.width}x{rgb.height}".encode() + rgb.tobytes()).hexdigest()[:16]
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"\w+", text.lower()))
 
 
 class _Invalid(Exception):
@@ -100,12 +113,16 @@ def _parse(body: Any, model: str) -> Received:
 class VisionEndpointDouble:
     """A vision-language chat endpoint on a loopback port (a context manager). `url` is the base URL a card's
     `backend.base_url` takes; `replies` are (regex over the user text, reply) pairs, the first match answering, else
-    `default`; `behaviour` is "answer", an HTTP status to fail with, "malformed" or "hang"."""
+    `default`; `lookup` maps an image digest (`image_digest`) to the (question, answer) pairs asked of that image,
+    and answers a request holding that image first (the question sharing most words with the user text, where one
+    image has several); `behaviour` is "answer", an HTTP status to fail with, "malformed" or "hang"."""
 
     def __init__(self, model: str = "vlm-double", replies: list[tuple[str, str]] | None = None,
-                 default: str = "I cannot tell.", hang_s: float = 3.0):
+                 default: str = "I cannot tell.", hang_s: float = 3.0,
+                 lookup: dict[str, list[tuple[str, str]]] | None = None):
         self.model = model
         self.replies = list(replies or [])
+        self.lookup = dict(lookup or {})
         self.default = default
         self.behaviour: str | int = "answer"
         self.hang_s = hang_s
@@ -124,6 +141,10 @@ class VisionEndpointDouble:
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
     def reply_for(self, received: Received) -> str:
+        asked = [entry for image in received.images for entry in self.lookup.get(image_digest(image), [])]
+        if asked:
+            words = _words(received.user_text)
+            return max(asked, key=lambda entry: len(_words(entry[0]) & words))[1]
         return next((reply for pattern, reply in self.replies if re.search(pattern, received.user_text, re.I)),
                     self.default)
 

@@ -23,8 +23,8 @@ from ..digests import file_digest
 from ..errors import ExpertError
 from .packages import missing_package
 
-__all__ = ["gguf_folder", "load_causal_lm", "local_model_problem", "models_dir", "resolve_model_source",
-           "save_hf_folder"]
+__all__ = ["gguf_folder", "is_vision_language", "load_causal_lm", "load_vision_lm", "local_model_problem",
+           "models_dir", "resolve_model_source", "save_hf_folder"]
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,28 @@ def _load(source: str, gguf_file: str | None, threads: int | None) -> tuple[Any,
         raise ExpertError(f"the tokenizer of {source} has no chat template; use an instruct model")
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, **kwargs)
     return tokenizer, model.eval()
+
+
+def is_vision_language(source: str) -> bool:
+    """Whether a Hugging Face folder or hub id holds a vision-language model (its config has a `vision_config`): such
+    a model loads with its processor (tokenizer, image processor, chat template) instead of a tokenizer, and is shown
+    the question's images."""
+    from transformers import AutoConfig
+
+    return getattr(AutoConfig.from_pretrained(source), "vision_config", None) is not None
+
+
+def load_vision_lm(source: str, dtype: Any = None) -> tuple[Any, Any]:
+    """(processor, model in eval mode) of a vision-language chat model (`AutoModelForImageTextToText`): the loader
+    the LM router and `maestro train-lm` share for one."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(source)
+    if not getattr(processor, "chat_template", None):
+        raise ExpertError(f"the processor of {source} has no chat template; use an instruct model")
+    model = AutoModelForImageTextToText.from_pretrained(source, dtype=dtype or torch.float32)
+    return processor, model.eval()
 
 
 def save_hf_folder(tokenizer: Any, model: Any, out: Path, dtype: str = "float32") -> Path:

@@ -27,10 +27,19 @@ def paraphrase(text: str, rng: np.random.Generator) -> str:
     return _PREFIXES[int(rng.integers(len(_PREFIXES)))] + " ".join(chosen)
 
 
+def _runnable_skills(registry: Registry) -> set[str]:
+    """Tier-1 skills some model of the registry can run. The others (a vision-chat skill in a CPU registry) take no
+    random draw: hiding or paraphrasing them changes nothing, and the stream stays the one of the registry without
+    them."""
+    return {pair.skill.name for pair in registry.pairs()}
+
+
 def sample_card_texts(registry: Registry, rng: np.random.Generator, prob: float) -> dict[str, str]:
-    """Paraphrased descriptions for some of the registry's cards (skills and models), keyed by name."""
+    """Paraphrased descriptions for some of the registry's cards (models, and the skills some model can run), keyed
+    by name."""
+    runnable = _runnable_skills(registry)
     cards = [(m.name, m.card.description) for m in registry.models.values()]
-    cards += [(s.name, s.description) for s in registry.skills.values() if s.tier == 1]
+    cards += [(s.name, s.description) for s in registry.skills.values() if s.tier == 1 and s.name in runnable]
     return {name: paraphrase(text, rng) for name, text in cards if rng.random() < prob}
 
 
@@ -51,9 +60,11 @@ def sample_dropout(registry: Registry, rng: np.random.Generator, prob: float,
                    family_prob: float = 0.0) -> tuple[set[str], set[str]]:
     """Models and tier-1 skills to leave out of one group's registry: each model and each skill with probability
     `prob`, and each of the registry's `families` whole with probability `family_prob` (at least one pair always
-    remains). With `family_prob` 0 no family is drawn, so the random stream is the one of runs made before it."""
+    remains). With `family_prob` 0 no family is drawn, so the random stream is the one of runs made before it. Only
+    skills some model can run are drawn (`_runnable_skills`)."""
     models = {name for name in registry.models if rng.random() < prob}
-    skills = {s.name for s in registry.tier1 if rng.random() < prob}
+    runnable = _runnable_skills(registry)
+    skills = {s.name for s in registry.tier1 if s.name in runnable and rng.random() < prob}
     if family_prob > 0:
         for family_models, family_skills in families(registry):
             if rng.random() < family_prob:

