@@ -192,12 +192,15 @@ class EpisodeService:
                            "thread ids need checkpoints: start the server with --checkpoint-db", param="thread_id")
         return requested
 
+    def _refuse_busy(self, thread_id: str | None) -> None:
+        """409 when the thread is running an episode (called under the lock)."""
+        if thread_id is not None and thread_id in self._busy_threads:
+            raise ApiError(409, "thread_busy", f"thread {thread_id!r} is running an episode now", param="thread_id")
+
     def admit(self, thread_id: str | None) -> None:
         """Claim the thread (409 when it is running an episode) and take an episode slot (429 when all are taken)."""
         with self._lock:
-            if thread_id is not None and thread_id in self._busy_threads:
-                raise ApiError(409, "thread_busy", f"thread {thread_id!r} is running an episode now",
-                               param="thread_id")
+            self._refuse_busy(thread_id)
             if not self._slots.acquire(blocking=False):
                 raise ApiError(429, "too_many_episodes",
                                f"all {self.settings.max_episodes} episode slots are busy; retry later",
@@ -212,9 +215,7 @@ class EpisodeService:
         cannot hold it. A batch runs whole or not at all, and a stream is refused before its response begins. A
         check, not a reservation: `admit` still decides, so a request that loses a race meets its refusal there."""
         with self._lock:
-            if thread_id is not None and thread_id in self._busy_threads:
-                raise ApiError(409, "thread_busy", f"thread {thread_id!r} is running an episode now",
-                               param="thread_id")
+            self._refuse_busy(thread_id)
             free = self.settings.max_episodes - self.in_flight
         if count > free:
             raise ApiError(429, "too_many_episodes",
