@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+from collections.abc import Sequence
 
-__all__ = ["score", "parse_number", "normalize_text", "choice_label", "label_index", "DEFAULT_TOLERANCE"]
+__all__ = ["score", "parse_number", "normalize_text", "choice_label", "label_index", "letters_only", "option_labels", "DEFAULT_TOLERANCE"]
 
 DEFAULT_TOLERANCE = 0.0
 _NUMBER_RE = re.compile(r"[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?")
@@ -56,6 +57,18 @@ def _numbers_close(pred: float, gold: float, tolerance: float) -> bool:
     if math.isclose(pred, gold, rel_tol=1e-9, abs_tol=1e-9):
         return True
     return abs(pred - gold) <= tolerance * max(abs(gold), 1e-12)
+
+
+def letters_only(choices: Sequence[str]) -> bool:
+    """Options that are bare letters ("A", "b", ...): their texts are written in the question itself."""
+    return all(len(c.strip()) == 1 and c.strip().isalpha() for c in choices)
+
+
+def option_labels(choices: Sequence[str]) -> list[str]:
+    """The label each option goes by in a prompt and a reply: a bare-letter option is its own letter, else
+    `choice_label` of its position."""
+    return [c.strip().upper() for c in choices] if letters_only(choices) else [choice_label(i)
+                                                                              for i in range(len(choices))]
 
 
 def choice_label(index: int) -> str:

@@ -30,7 +30,7 @@ from ..answer_form import Form, expected_form
 from ..choices import question_stem
 from ..digests import cache_key
 from ..errors import ExpertRejected
-from ..scoring import choice_label, normalize_text, parse_number
+from ..scoring import letters_only, normalize_text, option_labels, parse_number
 from ..types import SkillResult
 from .config import ModelCard
 from .skills import SkillSpec
@@ -105,23 +105,13 @@ def encode_image(image: Image.Image, card: ModelCard, which: str = "image") -> s
                         f"{limit:,}; lower the card's max_input_side or raise its max_image_bytes")
 
 
-def _letters_only(choices: Sequence[str]) -> bool:
-    """Options that are bare letters ("A", "B", ...): their texts are in the question itself."""
-    return all(len(c.strip()) == 1 and c.strip().isalpha() for c in choices)
-
-
-def _labels(choices: Sequence[str]) -> list[str]:
-    return [c.strip().upper() for c in choices] if _letters_only(choices) else [choice_label(i)
-                                                                               for i in range(len(choices))]
-
-
 def _user_text(question: str, choices: Sequence[str] | None) -> str:
     form = expected_form(question, choices)
-    if not choices or _letters_only(choices):
+    if not choices or letters_only(choices):
         lines = [f"Question: {question.strip()}"]
     else:
         lines = [f"Question: {question_stem(question).strip()}", "Options:",
-                 *(f"{label}. {option}" for label, option in zip(_labels(choices), choices))]
+                 *(f"{label}. {option}" for label, option in zip(option_labels(choices), choices))]
     return "\n".join([*lines, FORM_INSTRUCTIONS[form]])
 
 
@@ -149,7 +139,7 @@ def _stated(reply: str) -> str:
 def _option(reply: str, stated: str, choices: Sequence[str]) -> str | None:
     """The option a reply names: by its label standing alone (the stated part first), else the only option whose
     text it contains."""
-    labels = _labels(choices)
+    labels = option_labels(choices)
     bare = stated.strip("()[].:*` ").upper()
     if bare in labels:
         return choices[labels.index(bare)]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from maestro_graph.scoring import choice_label, normalize_text, parse_number
+from maestro_graph.scoring import choice_label, letters_only, normalize_text, option_labels, parse_number
 from maestro_graph.types import SkillResult
 
 MAX_CONTEXT_CHARS = 1500
@@ -56,18 +56,13 @@ def _ocr_context(ctx) -> str:
     return text[:MAX_CONTEXT_CHARS]
 
 
-def _letters_only(choices: list[str]) -> bool:
-    """Options that are bare letters ("a", "b", ...): the option texts are in the question itself."""
-    return all(len(c.strip()) == 1 and c.strip().isalpha() for c in choices)
-
-
 def _user_message(question: str, choices: list[str] | None, context: str) -> str:
     parts = []
     if context.strip():
         parts.append(f"Text in the image:\n{context.strip()}\n")
     parts.append(f"Question: {question.strip()}")
     if choices:
-        if not _letters_only(choices):
+        if not letters_only(choices):
             parts.append("Options:\n" + "\n".join(f"{choice_label(i)}. {c}" for i, c in enumerate(choices)))
         parts.append("Reply with the letter of the correct option.")
     return "\n".join(parts)
@@ -109,7 +104,7 @@ def _label_re(labels: list[str]) -> re.Pattern:
 def _pick_option(reply: str, choices: list[str]) -> str | None:
     """The option a reply names: by its letter, else the only option whose text it contains. Returns the option
     text, or its letter when the options are letters."""
-    letters = [c.strip().upper() if _letters_only(choices) else choice_label(i) for i, c in enumerate(choices)]
+    letters = option_labels(choices)
     label = _label_re(letters)
     said = _ANSWER_IS_RE.search(reply)  # "A. 50°  The answer is D." -> the concluding letter wins
     match = label.search(said.group(1) if said else reply.strip()) or label.search(reply.strip())
