@@ -9,6 +9,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# rich folds messages at the terminal's width, so a long checkout path would split the words tests look for
+os.environ["COLUMNS"] = "400"
 # the CLI's expert cache (and every subprocess's) goes to a folder of this run, not into the repository
 os.environ["MAESTRO_CACHE_DIR"] = tempfile.mkdtemp(prefix="maestro-test-cache-")
 

@@ -19,7 +19,7 @@ PAGES = [README, *DOCS]
 MAX_LINES = 400
 MAX_BYTES = 40_000
 FIRST_SCREEN = 40
-SETUP_COMMANDS = ("scripts/setup.sh && .venv/bin/maestro ask ", "scripts/setup.sh && .venv/bin/python -m pytest -q")
+SETUP_COMMANDS = ("scripts/setup.sh && .venv/bin/maestro ask ", "scripts/setup.sh && .venv/bin/python -m pytest -q -n 2")
 OUTSIDE = ("../shared", "DESIGN.md", "STYLE.md")
 """Documents that live beside the repository, not in it: a clone has none of them."""
 
