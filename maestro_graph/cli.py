@@ -17,11 +17,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from .bench.cli import bench_app
-from .configs import MAX_COST, MAX_TURNS, Budget, typer_option, typer_options
-from .rl.config import GRPOConfig, LMTrainConfig
-from .serve.settings import ServeSettings, startup_problem
+from .core.configs import MAX_COST, MAX_TURNS, Budget, typer_option, typer_options
 from .errors import MaestroError
 from .registry.reach import REACH_FLOOR
+from .rl.config import GRPOConfig, LMTrainConfig
+from .serve.settings import ServeSettings, startup_problem
 
 app = typer.Typer(
     help="Maestro-Graph: answer questions about images by orchestrating expert models with a policy.",
@@ -81,7 +81,7 @@ def _progress(message: str) -> contextlib.AbstractContextManager:
 
 def _registry(path: Optional[Path], cache_dir: Optional[Path] = None, cache_url: Optional[str] = None,
               profiled: bool = True):
-    from .executors import RegistrySource
+    from .batch.executors import RegistrySource
 
     try:
         return RegistrySource(path, cache_dir, cache_url, profiled).load()
@@ -92,7 +92,7 @@ def _registry(path: Optional[Path], cache_dir: Optional[Path] = None, cache_url:
 def _executor(spec: str, reg, path: Optional[Path], cache_dir: Optional[Path], cache_url: Optional[str],
               workers: int):
     """The `--executor` of a batch command; Ray workers build their registries from the same files and URLs."""
-    from .executors import RegistrySource, open_executor
+    from .batch.executors import RegistrySource, open_executor
 
     try:
         with _progress(f"starting {spec} workers"):
@@ -127,11 +127,11 @@ def ask(
 ) -> None:
     """Answer QUESTION about the images and print the answer with a table of the steps taken."""
     _threads()
-    from .graph import MaestroContext, build_graph, checkpoint_serde
-    from .images import load_image
+    from .core.question_text import clean_question, question_problem
+    from .episode.graph import MaestroContext, build_graph, checkpoint_serde
+    from .episode.runner import run_episode
+    from .images.load import load_image
     from .policy import DEFAULT_POLICY, make_policy
-    from .questions import clean_question, question_problem
-    from .runner import run_episode
 
     policy = policy or DEFAULT_POLICY
     problem = question_problem(clean_question(question))
@@ -236,9 +236,9 @@ def predict(
     2 some task-file lines were skipped as bad input, or a usage error stopped the run;
     3 both 1 and 2."""
     _threads()
-    from .graph import MaestroContext
+    from .episode.graph import MaestroContext
+    from .episode.runner import predict as run_predict
     from .policy import DEFAULT_POLICY, make_policy
-    from .runner import predict as run_predict
 
     policy = policy or DEFAULT_POLICY
     cache_dir, cache_url = (None, None) if no_cache else (cache_dir, cache_url)
@@ -286,9 +286,9 @@ def eval_(
 ) -> None:
     """Evaluate several policies through the same graph on the same items; write a report with tables and plots."""
     _threads()
+    from .episode.graph import MaestroContext
     from .evaluation.evaluate import evaluate
     from .evaluation.report import write_report
-    from .graph import MaestroContext
     from .policy import TRAINED_POLICIES, make_policy
 
     cache_dir, cache_url = (None, None) if no_cache else (cache_dir, cache_url)
@@ -353,8 +353,8 @@ def train(
     _threads()
     import torch
 
+    from .core.tasks import load_task_files
     from .rl.grpo import GRPOTrainer
-    from .tasks import load_task_files
 
     torch.set_num_threads(1)
     registry = Path(config.registry) if config.registry else None
@@ -386,7 +386,7 @@ app.add_typer(cache_app, name="cache")
 @cache_app.command("clear")
 def cache_clear(cache_dir: Path = CacheDirOpt, cache_url: Optional[str] = CacheUrlOpt) -> None:
     """Delete every cached expert call (on the Redis server too, with --cache-url)."""
-    from .cache import open_cache
+    from .cache.store import open_cache
 
     try:
         cache = open_cache(cache_dir, cache_url)
@@ -473,10 +473,10 @@ def registry_profile(
 ) -> None:
     """Run every pair once on a calibration file and write each pair's accuracy and cost, fingerprinted against
     the registry; the registry file's `profile:` key makes policies read it (`Pair.profile`)."""
-    from .pair_outcomes import measure_pairs
+    from .batch.measure import measure_pairs
+    from .core.tasks import load_task_files
     from .registry.config import default_config_path
     from .registry.reach import reach_path
-    from .tasks import load_task_files
 
     reg = _registry(registry, cache_dir, profiled=False)  # measuring needs no profile, and this writes it
     items, problems = load_task_files(tasks)
@@ -563,7 +563,7 @@ def reliability(
     not fail the run."""
     _threads()
     from .policy import make_policy
-    from .reliability import run_reliability
+    from .reliability.suite import run_reliability
 
     try:
         make_policy(policy)

@@ -18,12 +18,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from maestro_graph.cache import ExpertCache  # noqa: E402
-from maestro_graph.graph import build_graph  # noqa: E402
+from maestro_graph.cache.store import ExpertCache  # noqa: E402
+from maestro_graph.core.tasks import load_tasks  # noqa: E402
+from maestro_graph.episode.graph import build_graph  # noqa: E402
+from maestro_graph.episode.runner import run_episode  # noqa: E402
 from maestro_graph.policy import make_policy  # noqa: E402
 from maestro_graph.registry import Registry  # noqa: E402
-from maestro_graph.runner import run_episode  # noqa: E402
-from maestro_graph.tasks import load_tasks  # noqa: E402
 
 
 class Timed:

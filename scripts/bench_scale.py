@@ -20,10 +20,10 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from maestro_graph.executors import RayExecutor, RegistrySource, ThreadExecutor
-from maestro_graph.graph import MaestroContext
-from maestro_graph.runner import run_tasks
-from maestro_graph.tasks import load_tasks
+from maestro_graph.batch.executors import RayExecutor, RegistrySource, ThreadExecutor
+from maestro_graph.core.tasks import load_tasks
+from maestro_graph.episode.graph import MaestroContext
+from maestro_graph.episode.runner import run_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIR = "slow-llm@@general-qa"

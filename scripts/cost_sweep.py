@@ -18,10 +18,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from maestro_graph.cache import ExpertCache  # noqa: E402
-from maestro_graph.tasks import load_task_files  # noqa: E402
+from maestro_graph.cache.store import ExpertCache  # noqa: E402
+from maestro_graph.core.configs import add_arguments, from_arguments  # noqa: E402
+from maestro_graph.core.tasks import load_task_files  # noqa: E402
 from maestro_graph.registry import Registry  # noqa: E402
-from maestro_graph.configs import add_arguments, from_arguments  # noqa: E402
 from maestro_graph.rl.config import GRPOConfig  # noqa: E402
 from maestro_graph.rl.experiments import evaluate_into, train_resumable  # noqa: E402
 

@@ -41,18 +41,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
-from maestro_graph.cache import ExpertCache  # noqa: E402
-from maestro_graph.configs import add_arguments, from_arguments  # noqa: E402
-from maestro_graph.graph import MaestroContext  # noqa: E402
-from maestro_graph.pair_outcomes import measure_pairs  # noqa: E402
-from maestro_graph.registry import Registry  # noqa: E402
+from maestro_graph.batch.measure import measure_pairs  # noqa: E402
+from maestro_graph.cache.store import ExpertCache  # noqa: E402
+from maestro_graph.core.configs import add_arguments, from_arguments  # noqa: E402
+from maestro_graph.core.tasks import Task, load_task_files  # noqa: E402
+from maestro_graph.episode.graph import MaestroContext  # noqa: E402
 from maestro_graph.policy.ensemble import ENSEMBLE_SEP  # noqa: E402
+from maestro_graph.registry import Registry  # noqa: E402
 from maestro_graph.registry.reach import REACH_FLOOR, reach_path  # noqa: E402
 from maestro_graph.rl.config import GRPOConfig  # noqa: E402
 from maestro_graph.rl.experiments import evaluate_into, train_resumable  # noqa: E402
 from maestro_graph.rl.export import export_file  # noqa: E402
 from maestro_graph.rl.trl_train import load_train_config, train_lm  # noqa: E402
-from maestro_graph.tasks import Task, load_task_files  # noqa: E402
 
 
 @dataclass

@@ -23,11 +23,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 
-from maestro_graph.cache import ExpertCache  # noqa: E402
-from maestro_graph.tasks import load_task_files  # noqa: E402
-from maestro_graph.pair_outcomes import PairOutcomes, measure_pairs  # noqa: E402
+from maestro_graph.batch.measure import measure_pairs
+from maestro_graph.cache.store import ExpertCache  # noqa: E402
+from maestro_graph.core.tasks import (
+    Task,  # noqa: E402
+    load_task_files,  # noqa: E402
+)
 from maestro_graph.registry import Registry  # noqa: E402
-from maestro_graph.tasks import Task  # noqa: E402
+from maestro_graph.registry.outcomes import PairOutcomes  # noqa: E402
 
 
 def one_pair_per_group(tasks: list[Task], outcomes: PairOutcomes) -> float:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from maestro_graph.core.tasks import Task, load_tasks
 from maestro_graph.registry import Registry
-from maestro_graph.tasks import Task, load_tasks
 
 DATA = Path(__file__).parent / "data"
 REAL = DATA / "real"

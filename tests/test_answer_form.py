@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from maestro_graph.answer_form import FORM_DIM, candidate_form, expected_form
+from maestro_graph.core.answer_form import FORM_DIM, candidate_form, expected_form
 
 
 @pytest.mark.parametrize("question, choices, form", [

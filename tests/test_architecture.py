@@ -1,6 +1,6 @@
 """The layering of docs/ARCHITECTURE.md, checked on every import of the package (lazy ones inside functions
-included): no module imports from a layer above its own, and the top-level modules import one another without
-cycles."""
+included): no module imports from a layer above its own, the layers' units import one another without cycles, the
+top level holds only the skill API and the CLI, and skills import only the skill API."""
 
 from __future__ import annotations
 
@@ -9,56 +9,82 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "maestro_graph"
 LAYERS = [
-    {"errors", "types", "scoring", "questions", "answer_form", "choices", "images", "cancellation", "digests", "configs", "memo",
-     "jsonl"},
-    {"backends", "embeddings", "features", "image_sources", "tasks"},
+    {"errors", "types", "scoring", "choices", "digests", "core", "images.load"},
+    {"backends", "features", "images.sources"},
     {"experts"},
     {"cache"},
     {"registry"},
-    {"pair_outcomes", "executors"},
+    {"batch"},
     {"policy"},
-    {"graph"},
-    {"runner"},
+    {"episode"},
     {"evaluation"},
     {"rl"},
-    {"serve", "reliability", "trust_suite", "bench", "graphs", "cli"},
+    {"serve", "reliability", "bench", "graphs", "cli"},
 ]
+"""A unit is a top-level module, a folder, or (where a folder spans two layers) one module of it."""
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
 UNLAYERED = {"__init__", "skills", "examples", "checkpoints"}
 """The package's own `__init__` and its data folders (skill code is a plug-in, loaded by path)."""
+SKILL_API = {"errors", "types", "scoring", "choices", "digests"}
+"""The top-level modules: what skill code imports (beside the experts' result types), kept where they are so that
+skills, whose code is fingerprinted into every profile, never change when the package moves."""
+
+
+def _unit(parts: list[str] | tuple[str, ...]) -> str:
+    """The layering unit of a module path inside the package (its longest dotted prefix that has a layer)."""
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in LAYER:
+            return ".".join(parts[:n])
+    return parts[0]
 
 
 def _imports() -> set[tuple[str, str, str]]:
-    """(importing top-level module, imported top-level module, file) for every import inside the package."""
+    """(importing unit, imported unit, file) for every import inside the package."""
     edges = set()
     for path in PACKAGE.rglob("*.py"):
         parts = path.relative_to(PACKAGE).with_suffix("").parts
         if parts[0] in UNLAYERED:
             continue
-        package = parts[:-1] if parts[-1] != "__init__" else parts[:-1]
+        package = parts[:-1]
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.level:
                 base = list(package)[: len(package) - node.level + 1]
                 target = [*base, *(node.module.split(".") if node.module else [])]
-                names = [a.name for a in node.names] if not target else []
             elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("maestro_graph"):
                 target = node.module.split(".")[1:]
-                names = [a.name for a in node.names] if not target else []
             elif isinstance(node, ast.Import):
-                target, names = [], [a.name.split(".")[1] for a in node.names
-                                     if a.name.startswith("maestro_graph.")]
+                target = next((a.name.split(".")[1:] for a in node.names if a.name.startswith("maestro_graph.")), [])
             else:
                 continue
-            for top in ([target[0]] if target else names):
-                if top != parts[0] and top not in UNLAYERED:
-                    edges.add((parts[0], top, str(path.relative_to(PACKAGE))))
+            # each imported name, as a module path: `from .. import x` names module x; a class adds a segment no
+            # unit has
+            for full in ([[*target, a.name] for a in node.names] if isinstance(node, ast.ImportFrom) else [target]):
+                here, there = _unit(parts), _unit(full) if full else ""
+                if there and there != here and there not in UNLAYERED:
+                    edges.add((here, there, str(path.relative_to(PACKAGE))))
     return edges
 
 
 def test_every_module_has_a_layer():
     modules = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
                if (p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").is_file()))}
-    assert modules - UNLAYERED - set(LAYER) == set(), "add new modules to docs/ARCHITECTURE.md and LAYERS"
+    assert modules - UNLAYERED - {unit.split(".")[0] for unit in LAYER} == set(), \
+        "add new modules to docs/ARCHITECTURE.md and LAYERS"
+
+
+def test_top_level_modules_are_the_skill_api_and_the_cli():
+    modules = {p.stem for p in PACKAGE.glob("*.py")}
+    assert modules == SKILL_API | {"__init__", "cli"}, "a new module goes into the folder of its layer"
+
+
+def test_skills_import_only_the_skill_api_and_the_experts_result_types():
+    allowed = {f"maestro_graph.{name}" for name in SKILL_API} | {"maestro_graph.experts", "maestro_graph.registry.vision"}
+    outside = sorted(f"{path.relative_to(PACKAGE)}: {node.module}"
+                     for path in (PACKAGE / "skills").rglob("*.py")
+                     for node in ast.walk(ast.parse(path.read_text()))
+                     if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("maestro_graph")
+                     and not any(node.module == a or node.module.startswith(a + ".") for a in allowed))
+    assert outside == []
 
 
 def test_no_upward_imports():
@@ -67,7 +93,7 @@ def test_no_upward_imports():
     assert upward == []
 
 
-def test_no_import_cycles_between_top_level_modules():
+def test_no_import_cycles_between_units():
     graph: dict[str, set[str]] = {}
     for a, b, _ in _imports():
         graph.setdefault(a, set()).add(b)

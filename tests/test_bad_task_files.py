@@ -11,10 +11,10 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from maestro_graph.cli import app
+from maestro_graph.core.question_text import MAX_QUESTION_CHARS
+from maestro_graph.core.tasks import load_tasks
+from maestro_graph.episode.runner import predict
 from maestro_graph.evaluation.evaluate import run_policy
-from maestro_graph.questions import MAX_QUESTION_CHARS
-from maestro_graph.runner import predict
-from maestro_graph.tasks import load_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 QR = ROOT / "examples" / "qrcode.png"

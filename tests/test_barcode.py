@@ -5,14 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import REAL, real_tasks
 from PIL import Image
 
 from maestro_graph.experts.opencv_barcode import OpenCVBarcodeExpert
 from maestro_graph.experts.zxing_barcode import ZXingBarcodeExpert
 from maestro_graph.scoring import score
 from maestro_graph.types import Invoke
-
-from conftest import REAL, real_tasks
 
 IMAGES = REAL / "barcode" / "images"
 

@@ -23,7 +23,7 @@ from maestro_graph.bench.generate import (
     suite_seeds,
 )
 from maestro_graph.bench.generate.suite import answer_problem
-from maestro_graph.tasks import load_tasks
+from maestro_graph.core.tasks import load_tasks
 
 MIN_DOMAINS = 8
 MIN_WORDINGS = 3

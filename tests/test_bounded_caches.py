@@ -9,8 +9,9 @@ import io
 import numpy as np
 from PIL import Image
 
-from maestro_graph import embeddings, features
-from maestro_graph.memo import LRU
+from maestro_graph.core.memo import LRU
+from maestro_graph.features import embeddings
+from maestro_graph.features import state as features
 
 
 def test_lru_keeps_the_most_recently_used_entries():

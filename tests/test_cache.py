@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from maestro_graph.cache import ExpertCache
+from maestro_graph.cache.store import ExpertCache
 from maestro_graph.errors import ExpertFailure
 from maestro_graph.experts.opencv_vision import Circle, CirclePair, Color, Crossing, Grid, Polygon
 from maestro_graph.experts.protocols import Barcode, ChatReply, TextBox
 from maestro_graph.registry import Registry
 from maestro_graph.registry.config import ModelCard
 from maestro_graph.registry.handles import BoundExpert, ExpertHandle, Ledger
-from maestro_graph.trust_suite import PlantedPickle
+from maestro_graph.reliability.trust import PlantedPickle
 from maestro_graph.types import ErrorKind, Invoke, Step
 
 

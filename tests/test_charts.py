@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from conftest import real_tasks
 
 from maestro_graph.scoring import score
 from maestro_graph.types import Invoke
-
-from conftest import real_tasks
 
 TASKS = real_tasks("charts")
 

@@ -13,15 +13,20 @@ import torch
 from typer.testing import CliRunner
 
 from maestro_graph.cli import app
+from maestro_graph.core.tasks import Task
 from maestro_graph.errors import ConfigError
 from maestro_graph.policy import make_policy
 from maestro_graph.policy.base import ActionSpace, EpisodeView
-from maestro_graph.policy.neural import (NeuralConfig, NeuralPolicy, read_checkpoint_header, read_tensor_file,
-                                         write_tensor_file)
+from maestro_graph.policy.neural import (
+    NeuralConfig,
+    NeuralPolicy,
+    read_checkpoint_header,
+    read_tensor_file,
+    write_tensor_file,
+)
+from maestro_graph.reliability.trust import PlantedPickle
 from maestro_graph.rl.grpo import GRPOConfig, GRPOTrainer
-from maestro_graph.tasks import Task
 from maestro_graph.types import Step
-from maestro_graph.trust_suite import PlantedPickle
 
 ROOT = Path(__file__).resolve().parents[1]
 CIRCLES = str(ROOT / "examples" / "circles.png")

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from maestro_graph.choices import YES_NO_GUESS, guess_option, inline_choices, names_option
-from maestro_graph.graph import MaestroContext, build_graph, final_answer
+from maestro_graph.core.tasks import Task
+from maestro_graph.episode.graph import MaestroContext, build_graph, final_answer
+from maestro_graph.episode.runner import run_episode
 from maestro_graph.policy import make_policy
-from maestro_graph.runner import run_episode
-from maestro_graph.tasks import Task
 from maestro_graph.types import Step
 
 WITH_OPTIONS = [

@@ -8,11 +8,11 @@ import os
 
 import openai
 import pytest
+from servers import EXAMPLES, data_url, maestro_serve
 
-from maestro_graph.graph import build_graph
+from maestro_graph.episode.graph import build_graph
 from maestro_graph.policy import make_policy
 from maestro_graph.types import StopReason
-from servers import EXAMPLES, data_url, maestro_serve
 
 QR_QUESTION = "What text does the QR code encode?"
 FOLLOW_UP = "How many letters does it have?"

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from maestro_graph.choices import inline_choices
-from maestro_graph.graph import build_graph
+from maestro_graph.episode.graph import build_graph
+from maestro_graph.episode.runner import run_episode
 from maestro_graph.policy import ActionSpace, EpisodeView, make_policy
-from maestro_graph.runner import run_episode
 from maestro_graph.types import Invoke
 
 CIRCLES = str(Path(__file__).resolve().parents[1] / "maestro_graph" / "examples" / "circles.png")  # 7 circles

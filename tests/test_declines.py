@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from maestro_graph.choices import inline_choices
+from maestro_graph.episode.graph import build_graph
+from maestro_graph.episode.runner import run_episode
 from maestro_graph.errors import SkillError
-from maestro_graph.graph import build_graph
 from maestro_graph.policy import ActionSpace, EpisodeView, make_policy
 from maestro_graph.registry import Registry, load_skill
-from maestro_graph.runner import run_episode
 from maestro_graph.types import Invoke, StopReason
 
 SKILLS = Path(__file__).resolve().parents[1] / "maestro_graph" / "skills"

@@ -102,9 +102,9 @@ def test_no_code_names_a_document_outside_the_repository():
 
 def test_the_readme_draws_the_real_graph():
     """The picture on the README is `draw_mermaid()` of the default graph; regenerate it when the graph changes:
-    `.venv/bin/python -c "from maestro_graph.graph import build_graph; from maestro_graph.registry import Registry;
+    `.venv/bin/python -c "from maestro_graph.episode.graph import build_graph; from maestro_graph.registry import Registry;
     print(build_graph(Registry.load()).get_graph().draw_mermaid())"`."""
-    from maestro_graph.graph import build_graph
+    from maestro_graph.episode.graph import build_graph
     from maestro_graph.registry import Registry
 
     drawn = re.search(r"```mermaid\n(.*?)```", README.read_text(), flags=re.S)

@@ -4,14 +4,13 @@ text-reading on rendered signs, all with the real OCR engines."""
 from __future__ import annotations
 
 import pytest
+from conftest import real_tasks
 from PIL import Image, ImageDraw, ImageFont
 
 from maestro_graph.registry.context import SkillContext
 from maestro_graph.registry.handles import BoundExpert, Ledger
 from maestro_graph.scoring import score
 from maestro_graph.types import Invoke
-
-from conftest import real_tasks
 
 # RapidOCR takes several seconds per receipt on a shared CPU: it reads the smaller items, Tesseract all of them
 RAPID_SAMPLE = ["sroie-155ebf8b95", "sroie-21212be8f0", "sroie-757ecbcbfc"]  # a date, a total, a company

@@ -14,15 +14,14 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
+from servers import EXAMPLES, data_url, langgraph_dev
 from typing_extensions import TypedDict
 
 import maestro_graph.graphs as embedded
-from maestro_graph.graph import MaestroContext, build_graph
-from maestro_graph.image_sources import ImageSources
+from maestro_graph.core.question_text import EMPTY_QUESTION
+from maestro_graph.episode.graph import MaestroContext, build_graph
+from maestro_graph.images.sources import ImageSources
 from maestro_graph.policy import make_policy
-from maestro_graph.questions import EMPTY_QUESTION
-
-from servers import EXAMPLES, data_url, langgraph_dev
 
 QR = str(EXAMPLES / "qrcode.png")
 QR_URL = data_url(EXAMPLES / "qrcode.png")

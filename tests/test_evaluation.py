@@ -16,10 +16,10 @@ import yaml
 from typer.testing import CliRunner
 
 from maestro_graph.cli import app
-from maestro_graph.pair_outcomes import PairOutcomes
+from maestro_graph.core.tasks import load_tasks
+from maestro_graph.episode.runner import run_tasks
 from maestro_graph.registry import Registry
-from maestro_graph.runner import run_tasks
-from maestro_graph.tasks import load_tasks
+from maestro_graph.registry.outcomes import PairOutcomes
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow

@@ -106,7 +106,7 @@ def test_export_refuses_records_from_another_task_file(predictions, tmp_path):
 
 def test_export_reads_the_record_and_calls_no_expert(predictions, tmp_path):
     """Prediction records hold every step whole: exporting them makes no expert call (no cache hit or miss)."""
-    from maestro_graph.cache import ExpertCache
+    from maestro_graph.cache.store import ExpertCache
     from maestro_graph.registry import Registry
     from maestro_graph.rl.export import export_file
 

@@ -9,10 +9,10 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REAL
-from maestro_graph.reliability import fault_registry
 from servers import ROOT, server_env
+
+from maestro_graph.reliability.suite import fault_registry
 
 pytestmark = pytest.mark.slow
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-
 import sqlite3
 import time
 from pathlib import Path
@@ -11,11 +10,11 @@ from pathlib import Path
 import pytest
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from maestro_graph.graph import MaestroContext, build_graph
+from maestro_graph.episode.graph import MaestroContext, build_graph
+from maestro_graph.episode.runner import run_episode
 from maestro_graph.policy import make_policy
 from maestro_graph.policy.base import Distribution
 from maestro_graph.registry import Registry
-from maestro_graph.runner import run_episode
 from maestro_graph.types import Invoke
 
 ROOT = Path(__file__).resolve().parents[1]

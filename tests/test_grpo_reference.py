@@ -9,19 +9,19 @@ once more after the session that hardened the doors and added vision-chat skills
 accuracy of the step are unchanged (0.6638, 0.667), but in two groups some episodes now make one more 0.05-cost
 call, so 2 groups carry signal that did not (59 decisions instead of 29). The change that moved those samples was
 not isolated (not the profiles, the counting/visual-math skills or the visual-qa folder; the unrunnable visual-qa
-skill's extra random draws were one cause and are gone, rl.cards._runnable_skills)."""
+skill's extra random draws were one cause and are gone, rl.augment._runnable_skills)."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-
 from conftest import DATA, REAL
+
+from maestro_graph.core.tasks import load_tasks
 from maestro_graph.registry import Registry
-from maestro_graph.reliability import fault_registry
+from maestro_graph.reliability.suite import fault_registry
 from maestro_graph.rl.grpo import GRPOConfig, GRPOTrainer
-from maestro_graph.tasks import load_tasks
 
 
 @pytest.mark.slow

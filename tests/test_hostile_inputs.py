@@ -12,19 +12,19 @@ import httpx
 import numpy as np
 import pytest
 from PIL import Image, ImageDraw
+from servers import EXAMPLES, running_app
 
+from maestro_graph.core.question_text import EMPTY_QUESTION, MAX_QUESTION_CHARS, clean_question
+from maestro_graph.core.tasks import load_tasks
+from maestro_graph.episode.graph import MaestroContext, build_graph
+from maestro_graph.episode.runner import run_episode
 from maestro_graph.errors import InputError
-from maestro_graph.graph import MaestroContext, build_graph
-from maestro_graph.images import load_image
+from maestro_graph.images.load import load_image
 from maestro_graph.policy import SHIPPED_CHECKPOINT, ActionSpace, EpisodeView, make_policy
 from maestro_graph.policy.neural import NeuralPolicy
-from maestro_graph.questions import EMPTY_QUESTION, MAX_QUESTION_CHARS, clean_question
-from maestro_graph.reliability import hostile_images
-from maestro_graph.runner import run_episode
+from maestro_graph.reliability.suite import hostile_images
 from maestro_graph.serve import ServeSettings, create_app
-from maestro_graph.tasks import load_tasks
 from maestro_graph.types import Step
-from servers import EXAMPLES, running_app
 
 QR = EXAMPLES / "qrcode.png"
 QR_Q = "What text does the QR code encode?"
@@ -213,7 +213,7 @@ def _declared_huge(folder: Path, side: int = 6300) -> Path:
 
 
 def test_a_huge_image_is_decoded_within_the_pixel_budget(tmp_path):
-    from maestro_graph.images import MAX_DECODED_PIXELS, REQUEST_DECODED_PIXELS, load_images
+    from maestro_graph.images.load import MAX_DECODED_PIXELS, REQUEST_DECODED_PIXELS, load_images
 
     path = _declared_huge(tmp_path)
     assert path.stat().st_size < 100_000
@@ -229,7 +229,7 @@ def test_a_huge_image_is_decoded_within_the_pixel_budget(tmp_path):
 def test_a_fifo_or_a_device_is_refused_at_once_not_read(tmp_path):
     import os
 
-    from maestro_graph.images import read_regular_file
+    from maestro_graph.images.load import read_regular_file
 
     os.mkfifo(tmp_path / "pipe.png")  # opening it for reading would wait for a writer forever
     assert read_regular_file(tmp_path / "pipe.png", 10) is None
@@ -241,7 +241,7 @@ def test_a_fifo_or_a_device_is_refused_at_once_not_read(tmp_path):
 def test_image_dir_files_are_refused_alike_and_read_no_further_than_the_cap(tmp_path):
     import os
 
-    from maestro_graph.image_sources import ImageRefused, ImageSources
+    from maestro_graph.images.sources import ImageRefused, ImageSources
 
     allowed = tmp_path / "images"
     allowed.mkdir()

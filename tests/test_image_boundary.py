@@ -9,9 +9,9 @@ import asyncio
 import json
 
 import pytest
-
-from maestro_graph.trust_suite import SECRET_TEXT, secret_qr
 from servers import EXAMPLES, data_url, langgraph_dev
+
+from maestro_graph.reliability.trust import SECRET_TEXT, secret_qr
 
 pytestmark = pytest.mark.slow
 

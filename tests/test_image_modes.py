@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from maestro_graph.experts.zxing_barcode import ZXingBarcodeExpert
-from maestro_graph.images import load_image
+from maestro_graph.images.load import load_image
 
 QR = Path(__file__).resolve().parents[1] / "examples" / "qrcode.png"
 

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from maestro_graph.cli import app
-from maestro_graph.image_sources import ImageRefused, ImageSources
+from maestro_graph.images.sources import ImageRefused, ImageSources
 from maestro_graph.serve import ServeSettings
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

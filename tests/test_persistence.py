@@ -6,7 +6,6 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
-
 from servers import maestro_serve, slow_messages, slow_registry, stream_slow_episode
 
 pytestmark = pytest.mark.slow

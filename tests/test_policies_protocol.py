@@ -4,7 +4,7 @@ the trainers read it directly rather than guessing with getattr."""
 from __future__ import annotations
 
 from maestro_graph.policy import SHIPPED_CHECKPOINT, OraclePolicy, Policy, PolicyCatalog, make_policy
-from maestro_graph.policy.lm.backends import OpenAILM, ScoringBackend
+from maestro_graph.policy.lm.engines import OpenAILM, ScoringBackend
 
 
 def test_every_policy_declares_the_protocol():

@@ -12,11 +12,11 @@ import yaml
 from typer.testing import CliRunner
 
 from maestro_graph.cli import app
+from maestro_graph.episode.graph import build_graph
+from maestro_graph.episode.runner import run_episode
 from maestro_graph.errors import ConfigError
-from maestro_graph.graph import build_graph
 from maestro_graph.policy import make_policy
 from maestro_graph.registry import Registry
-from maestro_graph.runner import run_episode
 
 SKILLS = Path(__file__).resolve().parents[1] / "maestro_graph" / "skills"
 BARCODES = Path(__file__).parent / "data" / "real" / "barcode"

@@ -15,13 +15,13 @@ import yaml
 from typer.testing import CliRunner
 
 from maestro_graph.cli import app
+from maestro_graph.core.tasks import load_task_files
+from maestro_graph.episode.graph import MaestroContext, build_graph
+from maestro_graph.episode.runner import run_episode, run_tasks
 from maestro_graph.errors import ConfigError
-from maestro_graph.graph import MaestroContext, build_graph
 from maestro_graph.policy import ActionSpace, Distribution, EpisodeView, make_policy
 from maestro_graph.registry import Registry
 from maestro_graph.registry.reach import Reach, reach_path
-from maestro_graph.runner import run_episode, run_tasks
-from maestro_graph.tasks import load_task_files
 from maestro_graph.types import Answer, Invoke, StopReason
 
 SKILLS = Path(__file__).resolve().parents[1] / "maestro_graph" / "skills"
@@ -221,9 +221,9 @@ def test_a_server_with_a_reach_floor_answers_out_of_reach_questions_without_call
     """`maestro serve --reach-floor 0.35` (ServeSettings.reach_floor), on a real loopback server: the operator's
     setting reaches every episode, and the trace says why nothing was called."""
     import openai
+    from servers import data_url, running_app
 
     from maestro_graph.serve import ServeSettings, create_app
-    from servers import data_url, running_app
 
     image = BARCODES / json.loads((BARCODES / "tasks.jsonl").read_text().splitlines()[1])["images"][0]
     messages = [{"role": "user", "content": [

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import typer
 import yaml
+from conftest import REAL
 from typer.testing import CliRunner
 
-from conftest import REAL
 from maestro_graph.cli import app
-from maestro_graph.configs import Budget, build, load_yaml
+from maestro_graph.core.configs import Budget, build, load_yaml
 from maestro_graph.rl.config import GRPOConfig, LMTrainConfig
 from maestro_graph.serve import ServeSettings
 
@@ -104,7 +104,7 @@ def test_the_budgets_are_written_once():
              for path in sorted((ROOT / "maestro_graph").rglob("*.py")) if path.name != "configs.py"
              for n, line in enumerate(path.read_text().splitlines(), 1)
              if any(p.search(line) for p in literals)]
-    assert not found, "budget literals outside maestro_graph/configs.py:\n" + "\n".join(found)
+    assert not found, "budget literals outside maestro_graph/core/configs.py:\n" + "\n".join(found)
     options = {"ask", "predict", "eval", "export"}
     group = typer.main.get_command(app)
     for name in options:

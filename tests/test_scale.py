@@ -16,16 +16,16 @@ import openai
 import pytest
 import torch
 import yaml
-from typer.testing import CliRunner
-
-from maestro_graph.cache import open_cache
-from maestro_graph.cli import app
-from maestro_graph.executors import RayExecutor, RegistrySource
-from maestro_graph.rl.grpo import GRPOConfig, GRPOTrainer
-from maestro_graph.serve.loopback import free_port
-from maestro_graph.tasks import load_tasks
 from servers import ROOT, maestro_serve, slow_messages, slow_registry, stream_slow_episode
 from services import postgres_server, ray_cluster, ray_env, redis_server
+from typer.testing import CliRunner
+
+from maestro_graph.batch.executors import RayExecutor, RegistrySource
+from maestro_graph.cache.store import open_cache
+from maestro_graph.cli import app
+from maestro_graph.core.tasks import load_tasks
+from maestro_graph.rl.grpo import GRPOConfig, GRPOTrainer
+from maestro_graph.serve.loopback import free_port
 
 BARCODE_TASKS = ROOT / "tests" / "data" / "real" / "barcode" / "tasks.jsonl"
 MAESTRO = Path(sys.executable).parent / "maestro"

@@ -18,10 +18,10 @@ import numpy as np
 import openai
 import pytest
 from PIL import Image
+from servers import EXAMPLES, SLOW_QUESTION, data_url, running_app, slow_registry
 
 from maestro_graph.registry import Registry
 from maestro_graph.serve import THREAD_HEADER, ServeSettings, create_app
-from servers import EXAMPLES, SLOW_QUESTION, data_url, running_app, slow_registry
 
 KEY_ENV = "MAESTRO_TEST_SERVE_KEY"
 KEY = "test-key-123"

@@ -11,7 +11,6 @@ import time
 import httpx
 import openai
 import pytest
-
 from servers import EXAMPLES, data_url, maestro_serve
 
 pytestmark = pytest.mark.slow

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageDraw
 
+from maestro_graph.core.tasks import Task
 from maestro_graph.scoring import score
-from maestro_graph.tasks import Task
 from maestro_graph.types import Invoke, Step
 from tests.conftest import REAL, real_tasks
 

@@ -2,7 +2,7 @@
 
 import json
 
-from maestro_graph.tasks import Task, load_tasks
+from maestro_graph.core.tasks import Task, load_tasks
 
 
 def test_bad_lines_are_reported_and_skipped(tmp_path):

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from maestro_graph.reliability import fault_registry
-from maestro_graph.trust_suite import PlantedPickle, TRUST_CHECKS, Target
 from servers import EXAMPLES, ROOT, data_url, free_port, maestro_serve, server_env
+
+from maestro_graph.reliability.suite import fault_registry
+from maestro_graph.reliability.trust import TRUST_CHECKS, PlantedPickle, Target
 
 QR_QUESTION = "What text does the QR code encode?"
 

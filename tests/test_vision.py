@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tests.conftest import REAL, real_tasks
 from maestro_graph.experts.opencv_vision import OpenCVVisionExpert, color_name, shape_kind
 from maestro_graph.scoring import score
 from maestro_graph.types import Invoke
+from tests.conftest import REAL, real_tasks
 
 IMAGES = REAL / "vision" / "images"
 PAIR = Invoke("opencv-vision", "counting")

@@ -13,17 +13,17 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 from typer.testing import CliRunner
+from vision_double import IMAGE_TOKENS, VisionEndpointDouble
 
 from maestro_graph.cli import app
+from maestro_graph.episode.graph import MaestroContext, build_graph
+from maestro_graph.episode.runner import run_episode
 from maestro_graph.errors import ExpertFailure, SkillError
-from maestro_graph.graph import MaestroContext, build_graph
 from maestro_graph.policy import make_policy
 from maestro_graph.registry import Registry, load_skill
 from maestro_graph.registry.profiles import pair_fingerprint
 from maestro_graph.registry.vision import parse_reply, procedure_hash
-from maestro_graph.runner import run_episode
 from maestro_graph.types import ErrorKind, Invoke
-from vision_double import IMAGE_TOKENS, VisionEndpointDouble
 
 ROOT = Path(__file__).resolve().parents[1]
 NOLM = ROOT / "configs" / "registry-nolm.yaml"

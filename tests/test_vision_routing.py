@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from PIL import Image
 from typer.testing import CliRunner
+from vision_double import VisionEndpointDouble, image_digest
 
 from maestro_graph.cli import app
 from maestro_graph.registry.profiles import ProfileFile
 from maestro_graph.registry.reach import reach_path
 from maestro_graph.scoring import parse_number
-from vision_double import VisionEndpointDouble, image_digest
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "tests" / "data" / "real"

@@ -17,12 +17,12 @@ import yaml
 from conftest import real_tasks
 from servers import ROOT, free_port
 
-from maestro_graph.graph import MaestroContext, build_graph
+from maestro_graph.episode.graph import MaestroContext, build_graph
+from maestro_graph.episode.runner import run_episode
 from maestro_graph.policy import make_policy
 from maestro_graph.policy.lm import PromptOptions
 from maestro_graph.registry import Registry
 from maestro_graph.registry.config import default_config_path
-from maestro_graph.runner import run_episode
 from maestro_graph.types import Invoke
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(

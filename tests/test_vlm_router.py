@@ -92,7 +92,7 @@ def _pixels(folder: Path, image: str) -> torch.Tensor:
     """The pixel values the model's processor makes of one task image (as TRL and the router feed it)."""
     from transformers import AutoProcessor
 
-    from maestro_graph.images import load_images
+    from maestro_graph.images.load import load_images
 
     return AutoProcessor.from_pretrained(folder).image_processor(load_images((image,)),
                                                                  return_tensors="pt")["pixel_values"].float()
@@ -101,10 +101,10 @@ def _pixels(folder: Path, image: str) -> torch.Tensor:
 def test_local_vision_language_router_sees_the_questions_image(tiny_vlm, registry):
     """`lm:transformers:FOLDER` with a vision-language folder: free generation and the `choice` constraint both put
     the question's image through the vision tower."""
+    from maestro_graph.core.tasks import load_task_files
+    from maestro_graph.episode.graph import MaestroContext, build_graph
+    from maestro_graph.episode.runner import run_episode
     from maestro_graph.policy import make_policy
-    from maestro_graph.runner import run_episode
-    from maestro_graph.graph import MaestroContext, build_graph
-    from maestro_graph.tasks import load_task_files
 
     task = load_task_files([TASKS])[0][0]
     expected = _pixels(tiny_vlm, task.images[0])
@@ -124,8 +124,8 @@ def test_train_lm_sft_and_grpo_on_a_tiny_vision_language_model(tmp_path, tiny_vl
     rollout)."""
     from safetensors.torch import load_file
 
+    from maestro_graph.core.tasks import load_task_files
     from maestro_graph.rl.trl_train import train_lm
-    from maestro_graph.tasks import load_task_files
 
     runner = CliRunner()
     pred, trl = tmp_path / "pred.jsonl", tmp_path / "trl.jsonl"

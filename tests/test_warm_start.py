@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from maestro_graph.cache import ExpertCache
-from maestro_graph.executors import ThreadExecutor
-from maestro_graph.pair_outcomes import measure_steps
+from maestro_graph.batch.executors import ThreadExecutor
+from maestro_graph.batch.measure import measure_steps
+from maestro_graph.cache.store import ExpertCache
+from maestro_graph.core.tasks import load_tasks
 from maestro_graph.policy.base import ActionSpace
 from maestro_graph.policy.neural import NeuralConfig, NeuralPolicy
 from maestro_graph.registry import Registry
 from maestro_graph.rl.grpo import GRPOConfig, GRPOTrainer
 from maestro_graph.rl.warm_start import valued_tree, warm_start
-from maestro_graph.tasks import load_tasks
 from maestro_graph.types import Answer, Invoke
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import real_tasks
 from PIL import Image
 
-from conftest import real_tasks
 from maestro_graph.experts.zbar_barcode import ZBarExpert
 from maestro_graph.policy import make_policy
 from maestro_graph.policy.base import ActionSpace, EpisodeView

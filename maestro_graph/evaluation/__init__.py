@@ -1,1 +1,1 @@
-"""Evaluation: multi-policy evaluation runs, reports and plots (pair outcomes on training files: maestro_graph.pair_outcomes)."""
+"""Evaluation: multi-policy evaluation runs, reports and plots (pair outcomes on training files: maestro_graph.registry.outcomes)."""

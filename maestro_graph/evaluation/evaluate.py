@@ -14,15 +14,16 @@ from typing import Callable
 import numpy as np
 from tqdm import tqdm
 
-from ..answer_form import expected_form
-from ..executors import Executor
-from ..graph import MaestroContext
+from ..batch.executors import Executor
+from ..batch.measure import measure_pairs
+from ..core.answer_form import expected_form
+from ..core.tasks import Task, TaskProblem, load_task_files, load_tasks
+from ..episode.graph import MaestroContext
+from ..episode.runner import EpisodeResult, run_tasks
 from ..policy import TRAINED_POLICIES
 from ..policy.base import Policy
 from ..registry import Registry
-from ..runner import EpisodeResult, run_tasks
-from ..tasks import Task, TaskProblem, load_task_files, load_tasks
-from ..pair_outcomes import PairOutcomes, measure_pairs
+from ..registry.outcomes import PairOutcomes
 
 __all__ = ["PolicyResult", "EvalRun", "evaluate", "file_stem", "run_policy"]
 

@@ -25,9 +25,9 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 from typing_extensions import TypedDict  # JSON schemas for Studio on Python < 3.12
 
-from ..configs import DEFAULT_MAX_TURNS
-from ..graph import MaestroContext
-from ..image_sources import ImageRefused, ImageSources
+from ..core.configs import DEFAULT_MAX_TURNS
+from ..episode.graph import MaestroContext
+from ..images.sources import ImageRefused, ImageSources
 from ..types import StopReason
 
 __all__ = ["AgentContext", "AgentInput", "AgentOutput", "AgentState", "AskMaestro", "build_agent", "remote_agent",

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..graph import build_graph
-from ..image_sources import ImageSources
+from ..episode.graph import build_graph
+from ..images.sources import ImageSources
 from ..policy import PolicyCatalog
 from ..registry import Registry
 

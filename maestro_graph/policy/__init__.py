@@ -13,7 +13,7 @@ from .oracle import OraclePolicy
 from .simple import FixedPolicy, RandomPolicy, RankingPolicy, RulesPolicy
 
 if TYPE_CHECKING:
-    from ..pair_outcomes import PairOutcomes
+    from ..registry.outcomes import PairOutcomes
 
 __all__ = [
     "ActionSpace",

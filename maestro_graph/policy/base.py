@@ -14,9 +14,9 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from ..core.tasks import Task
 from ..registry import Pair, Registry
 from ..scoring import normalize_text
-from ..tasks import Task
 from ..types import Action, Answer, InvalidAction, Invoke, Step
 
 __all__ = ["EpisodeView", "ActionSpace", "Distribution", "Policy", "best_candidate"]

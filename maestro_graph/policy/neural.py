@@ -22,10 +22,10 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save as safetensors_bytes
 from torch import nn
 
-from ..answer_form import CONTRADICTS_FORM, FORM_DIM, HAS_FORM, candidate_form, expected_form
-from ..embeddings import EMBED_DIM, embed
+from ..core.answer_form import CONTRADICTS_FORM, FORM_DIM, HAS_FORM, candidate_form, expected_form
 from ..errors import ConfigError
-from ..features import QUESTION_DIM, question_features
+from ..features.embeddings import EMBED_DIM, embed
+from ..features.state import QUESTION_DIM, question_features
 from ..registry import Pair
 from ..scoring import normalize_text
 from ..types import Answer, Invoke

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..pair_outcomes import PairOutcomes
-from ..features import nearest, question_features, similarity_mean, unit_rows
+from ..features.state import nearest, question_features, similarity_mean, unit_rows
 from ..registry import Pair
+from ..registry.outcomes import PairOutcomes
 from .base import EpisodeView
 from .simple import RankingPolicy
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from PIL import Image
 
 from ..errors import ExpertUnavailable, InputError, SkillError
-from ..images import load_images
+from ..images.load import load_images
 from ..types import Turn
 from .handles import BoundExpert, Ledger
 from .skills import SkillSpec

@@ -19,22 +19,22 @@ import os
 import random
 import threading
 import time
-from collections import Counter
 import types
 import typing
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from ..cache import ExpertCache
+from ..cache.store import ExpertCache
+from ..core.cancellation import POLL_S, raise_if_cancelled, wait_result
 from ..digests import Uncacheable, cache_key
-from ..cancellation import POLL_S, raise_if_cancelled, wait_result
 from ..errors import Cancelled, ConfigError, ExpertError, ExpertFailure, ExpertTimeout, ExpertUnavailable
-from .faults import FaultyExpert, InjectedFault
 from ..experts.protocols import ChatReply
 from .config import CircuitBreaker, ModelCard, OpenAIBackend, PythonBackend, TransformersBackend
+from .faults import FaultyExpert, InjectedFault
 
 __all__ = ["ExpertHandle", "BoundExpert", "Breaker", "CallRecord", "Ledger", "MAX_RESULT_ITEMS", "MAX_RESULT_CHARS"]
 

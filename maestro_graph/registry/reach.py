@@ -31,7 +31,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save as safetensors_bytes
 
 from ..errors import ConfigError
-from ..features import QUESTION_DIM, nearest, question_features, similarity_mean, unit_rows
+from ..features.state import QUESTION_DIM, nearest, question_features, similarity_mean, unit_rows
 
 __all__ = ["REACH_FLOOR", "REACH_FORMAT", "REACH_K", "REACH_SIMILARITY", "Reach", "reach_path"]
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from ..cache import ExpertCache
+from ..cache.store import ExpertCache
+from ..core.cancellation import current_cancel, run_abandonable
 from ..digests import cache_key, file_digest
-from ..cancellation import current_cancel, run_abandonable
 from ..errors import Cancelled, ConfigError, ExpertError, ExpertFailure, InputError, SkillError
 from ..types import ErrorKind, Invoke, SkillResult, Step, Turn, pair_id
 from .config import ModelCard, PythonBackend, RegistryConfig, load_config

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Sequence
 
 from PIL import Image
 
-from ..answer_form import Form, expected_form
 from ..choices import question_stem
+from ..core.answer_form import Form, expected_form
 from ..digests import cache_key
 from ..errors import ExpertRejected
 from ..scoring import letters_only, normalize_text, option_labels, parse_number

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..configs import DEFAULT_MAX_COST, DEFAULT_MAX_TURNS, setting
+from ..core.configs import DEFAULT_MAX_COST, DEFAULT_MAX_TURNS, setting
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class GRPOConfig:
                                       "group's registry.")
     family_dropout: float = setting(
         0.0, "Probability of leaving each family out of a group's registry whole: a model with the tier-1 skills "
-        "only it can run, or a skill with the models only it uses (rl.cards.families), so that the policy meets "
+        "only it can run, or a skill with the models only it uses (rl.augment.families), so that the policy meets "
         "registries missing a kind of expertise, as one added after training is missing from the training registry "
         "(0: no family is hidden, the stream of draws of earlier runs).")
     profile_dropout: float = setting(

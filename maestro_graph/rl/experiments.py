@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from ..core.tasks import Task
+from ..episode.graph import MaestroContext
 from ..evaluation.evaluate import evaluate
 from ..evaluation.report import write_report
-from ..graph import MaestroContext
 from ..registry import Registry
-from ..tasks import Task
 from .config import GRPOConfig
 from .grpo import GRPOTrainer
 

@@ -26,13 +26,13 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from ..configs import DEFAULT_MAX_TURNS
+from ..core.configs import DEFAULT_MAX_TURNS
+from ..core.jsonl import read_jsonl
+from ..core.tasks import Task, load_tasks
+from ..episode.runner import EpisodeResult
 from ..errors import ConfigError, first_validation_problem
-from ..jsonl import read_jsonl
 from ..policy.lm.prompt import PromptOptions, conversation, final_answer_message
 from ..registry import Registry
-from ..runner import EpisodeResult
-from ..tasks import Task, load_tasks
 from ..types import Step, StopReason
 from .rewards import Rewards
 

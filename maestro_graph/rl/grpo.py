@@ -15,16 +15,16 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from ..batch.executors import Executor, ThreadExecutor
+from ..core.tasks import Task
+from ..episode.graph import MaestroContext, build_graph
+from ..episode.runner import EpisodeResult, run_episode
 from ..errors import ConfigError
-from ..executors import Executor, ThreadExecutor
-from ..graph import MaestroContext, build_graph
 from ..policy.base import ActionSpace, EpisodeView
 from ..policy.neural import NeuralConfig, NeuralPolicy, read_tensor_file, write_tensor_file
 from ..registry import Registry
-from ..runner import EpisodeResult, run_episode
-from ..tasks import Task
 from ..types import Action, Answer, Invoke
-from .cards import RegistryView, sample_view
+from .augment import RegistryView, sample_view
 from .config import GRPOConfig
 from .rewards import Rewards, outcome
 from .warm_start import warm_start

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..runner import EpisodeResult
-from ..tasks import Task
+from ..core.tasks import Task
+from ..episode.runner import EpisodeResult
 from ..types import ErrorKind, StopReason
 
 __all__ = ["METRICS", "RewardFunc", "Rewards", "calls", "cost", "format_errors", "outcome", "turns", "valid_actions"]

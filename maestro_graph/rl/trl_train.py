@@ -31,18 +31,18 @@ from typing import Any
 
 import yaml
 
-from ..configs import load_yaml
-from ..types import StopReason
+from ..core.configs import load_yaml
+from ..core.jsonl import read_jsonl
+from ..core.tasks import Task
+from ..episode.graph import MaestroContext, build_graph
+from ..episode.runner import run_episode
 from ..errors import ConfigError
-from ..jsonl import read_jsonl
-from ..graph import MaestroContext, build_graph
-from ..images import load_images
-from ..policy.lm.backends import TransformersLM
+from ..images.load import load_images
+from ..policy.lm.engines import TransformersLM
 from ..policy.lm.policy import ROUTER_FILE, LMPolicy
 from ..policy.lm.prompt import conversation, with_images
 from ..registry import Registry
-from ..runner import run_episode
-from ..tasks import Task
+from ..types import StopReason
 from .config import LMTrainConfig
 from .export import episode_messages
 from .rewards import format_errors
@@ -470,8 +470,8 @@ def train_lm(config: LMTrainConfig, progress: bool = True, registry: Registry | 
     registry with families held out of the config's)."""
     import torch
 
-    from ..cache import ExpertCache
-    from ..tasks import load_task_files
+    from ..cache.store import ExpertCache
+    from ..core.tasks import load_task_files
     from ..policy.lm.weights import cached_hf_folder
 
     out = Path(config.out_dir)

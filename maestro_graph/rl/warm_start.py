@@ -25,15 +25,15 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..executors import Executor
-from ..graph import final_answer
-from ..pair_outcomes import measure_steps
+from ..batch.executors import Executor
+from ..batch.measure import measure_steps
+from ..core.tasks import Task
+from ..episode.graph import final_answer
 from ..policy.base import ActionSpace, EpisodeView, best_candidate
 from ..policy.neural import NeuralPolicy
 from ..registry import Registry
-from ..tasks import Task
 from ..types import Action, Answer, Invoke, Step, split_pair
-from .cards import sample_view
+from .augment import sample_view
 from .config import GRPOConfig
 
 __all__ = ["TEMPERATURE", "ValuedDecision", "ValuedTree", "valued_tree", "warm_start"]

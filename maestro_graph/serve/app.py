@@ -24,10 +24,10 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..questions import EMPTY_QUESTION, clean_question, question_problem
+from ..core.question_text import EMPTY_QUESTION, clean_question, question_problem
 from ..registry import Registry
 from .episodes import THREAD_HEADER, Episode, EpisodeOutcome, EpisodeService, open_checkpointer
-from .images import resolve_images
+from .image_errors import resolve_images
 from .limits import BodyLimitMiddleware
 from .observability import RequestIdMiddleware
 from .observability import thread_id as thread_id_var

@@ -27,12 +27,12 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from starlette.concurrency import run_in_threadpool
 
-from ..cancellation import Cancelled, cancellable
+from ..core.cancellation import Cancelled, cancellable
+from ..episode.graph import MaestroContext, build_graph, checkpoint_serde
 from ..errors import ServiceUnavailable, import_extra
-from ..types import StopReason, Turn
-from ..graph import MaestroContext, build_graph, checkpoint_serde
 from ..policy import PolicyNotOffered
 from ..registry import Registry
+from ..types import StopReason, Turn
 from .observability import EpisodeMetrics, outcome_label
 from .observability import thread_id as thread_id_var
 from .protocol import ApiError

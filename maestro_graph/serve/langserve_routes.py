@@ -34,9 +34,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..questions import clean_question, question_problem
+from ..core.question_text import clean_question, question_problem
 from .episodes import Episode, EpisodeOutcome, EpisodeService
-from .images import resolve_images
+from .image_errors import resolve_images
 from .protocol import ApiError, Choices, parse_json
 
 __all__ = ["MaestroRequest", "MaestroResponse", "maestro_runnable", "mount_langserve"]

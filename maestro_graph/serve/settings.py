@@ -9,8 +9,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..configs import DEFAULT_MAX_COST, DEFAULT_MAX_TURNS, MAX_COST, MAX_TURNS
-from ..image_sources import ImageSources, host_entry
+from ..core.configs import DEFAULT_MAX_COST, DEFAULT_MAX_TURNS, MAX_COST, MAX_TURNS
+from ..images.sources import ImageSources, host_entry
 from ..policy.catalog import DEFAULT_POLICY, SERVED_POLICIES, PolicyCatalog
 from ..registry.reach import REACH_FLOOR
 
@@ -67,7 +67,7 @@ class ServeSettings(BaseModel):
     @field_validator("allowed_image_hosts")
     @classmethod
     def _host_entries(cls, hosts: tuple[str, ...]) -> tuple[str, ...]:
-        """Each entry in the form URLs are matched in (`image_sources.host_entry`), so a bad one stops the start."""
+        """Each entry in the form URLs are matched in (`images.sources.host_entry`), so a bad one stops the start."""
         return tuple(host_entry(h) for h in hosts)
 
     @field_validator("image_dirs")

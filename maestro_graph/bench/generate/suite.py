@@ -22,8 +22,8 @@ from pathlib import Path
 from PIL import Image
 from tqdm import tqdm
 
+from ...core.tasks import load_tasks
 from ...scoring import normalize_text, parse_number, score
-from ...tasks import load_tasks
 from .base import Draft
 from .registry import DOMAINS
 

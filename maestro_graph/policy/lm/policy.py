@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ...errors import ConfigError, first_validation_problem
 from ...types import Answer, InvalidAction, Invoke
 from ..base import ActionSpace, Distribution, EpisodeView
-from .backends import BackendError, LMBackend, OpenAILM, ScoringBackend, TransformersLM
+from .engines import BackendError, LMBackend, OpenAILM, ScoringBackend, TransformersLM
 from .parser import answer_text, parse_action, search_text
 from .prompt import PromptOptions, conversation
 

@@ -32,9 +32,9 @@ import httpx
 from PIL import Image, UnidentifiedImageError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .errors import InputError
-from .images import MAX_PIXELS, load_image, read_regular_file
-from .memo import LRU
+from ..core.memo import LRU
+from ..errors import InputError
+from .load import MAX_PIXELS, load_image, read_regular_file
 
 __all__ = ["ImageRefused", "ImageSources", "IMAGE_DIRS_ENV", "IMAGE_HOSTS_ENV", "host_entry"]
 

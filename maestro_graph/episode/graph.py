@@ -13,24 +13,24 @@ import numpy as np
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, StateGraph
-from langgraph.graph.state import CompiledStateGraph
 from langgraph.graph.message import add_messages
+from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Checkpointer, Command, Overwrite
 from pydantic import Field, TypeAdapter, ValidationError
 from typing_extensions import TypedDict  # pydantic builds JSON schemas from it on Python < 3.12 (Studio's forms)
 
-from .answer_form import asks_yes_no, expected_form, has_form
-from .cancellation import current_cancel, raise_if_cancelled, run_abandonable
-from .choices import YES_NO_GUESS, guess_option, inline_choices
-from .configs import MAX_COST, MAX_TURNS, Budget  # noqa: F401  (MAX_*: the bounds, importable from here too)
-from .errors import ConfigError, ExpertFailure, first_validation_problem
-from .image_sources import ImageRefused, ImageSources
-from .policy import DEFAULT_POLICY, ActionSpace, EpisodeView, Policy, PolicyCatalog, best_candidate
-from .questions import clean_question, question_problem
-from .registry import Registry
-from .registry.reach import REACH_FLOOR
-from .types import Answer, Decision, ErrorKind, InvalidAction, Invoke, Step, StopReason, Turn, stop_text
+from ..choices import YES_NO_GUESS, guess_option, inline_choices
+from ..core.answer_form import asks_yes_no, expected_form, has_form
+from ..core.cancellation import current_cancel, raise_if_cancelled, run_abandonable
+from ..core.configs import MAX_COST, MAX_TURNS, Budget  # noqa: F401  (MAX_*: the bounds, importable from here too)
+from ..core.question_text import clean_question, question_problem
+from ..errors import ConfigError, ExpertFailure, first_validation_problem
+from ..images.sources import ImageRefused, ImageSources
+from ..policy import DEFAULT_POLICY, ActionSpace, EpisodeView, Policy, PolicyCatalog, best_candidate
+from ..registry import Registry
+from ..registry.reach import REACH_FLOOR
+from ..types import Answer, Decision, ErrorKind, InvalidAction, Invoke, Step, StopReason, Turn, stop_text
 
 __all__ = [
     "CONTEXT_KEY", "EpisodeRecord", "MaestroContext", "MaestroInput", "MaestroOutput", "MaestroState", "build_graph",

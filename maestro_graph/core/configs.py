@@ -25,7 +25,7 @@ from typing import Annotated, Any, Callable, Mapping, TypeVar
 import yaml
 from pydantic import Field
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = ["DEFAULT_MAX_TURNS", "DEFAULT_MAX_COST", "MAX_TURNS", "MAX_COST", "Budget", "setting", "help_of",
            "load_yaml", "build", "add_arguments", "from_arguments", "typer_options", "typer_option"]
@@ -116,7 +116,7 @@ def build(cls: type[C], values: Mapping[str, Any], *, source: str | None = None)
     is one."""
     from pydantic import BaseModel, ValidationError
 
-    from .errors import first_validation_problem
+    from ..errors import first_validation_problem
 
     names = [f.name for f in _fields(cls)]
     unknown = sorted(set(values) - set(names))

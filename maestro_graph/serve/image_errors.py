@@ -1,9 +1,9 @@
-"""The server's side of the image-source policy (maestro_graph.image_sources): a refusal becomes the OpenAI-style
+"""The server's side of the image-source policy (maestro_graph.images.sources): a refusal becomes the OpenAI-style
 error the client sees, with the status that says why (400, 413)."""
 
 from __future__ import annotations
 
-from ..image_sources import ImageRefused
+from ..images.sources import ImageRefused
 from .protocol import ApiError
 from .settings import ServeSettings
 

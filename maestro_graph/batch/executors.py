@@ -18,9 +18,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
-from .cache import CacheStats, open_cache
-from .errors import ConfigError, ServiceUnavailable, import_extra
-from .registry import Registry
+from ..cache.store import CacheStats, open_cache
+from ..errors import ConfigError, ServiceUnavailable, import_extra
+from ..registry import Registry
 
 __all__ = ["Job", "Executor", "RegistrySource", "ThreadExecutor", "RayExecutor", "open_executor"]
 

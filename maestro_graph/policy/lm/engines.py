@@ -138,7 +138,7 @@ class TransformersLM:
         model the question's images as its processor prepares them (pixel values, grids, token types)."""
         _, processor = self.loaded()
         if self.vision:
-            from ...images import load_images
+            from ...images.load import load_images
             from .prompt import with_images
 
             messages = with_images(messages, load_images(tuple(images)))
@@ -287,7 +287,7 @@ class OpenAILM:
 
     def image_url(self, ref: str) -> str:
         """A data URL of the image, downscaled to fit `max_image_side`; BackendError when still too large."""
-        from ...images import load_image
+        from ...images.load import load_image
 
         image = load_image(ref)
         image.thumbnail((self.max_image_side, self.max_image_side))

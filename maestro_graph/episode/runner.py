@@ -13,16 +13,16 @@ from typing import Any, Iterator
 
 from tqdm import tqdm
 
-from .configs import MAX_COST, MAX_TURNS
-from .executors import Executor, ThreadExecutor
+from ..batch.executors import Executor, ThreadExecutor
+from ..core.configs import MAX_COST, MAX_TURNS
+from ..core.jsonl import read_jsonl
+from ..core.tasks import Task, TaskProblem, load_tasks
+from ..policy import OraclePolicy, make_policy
+from ..policy.base import Policy
+from ..registry import Registry
+from ..registry.outcomes import PairOutcomes
+from ..types import Decision, ErrorKind, Step, StopReason, Turn, stop_text
 from .graph import AnswerSource, MaestroContext, build_graph
-from .jsonl import read_jsonl
-from .pair_outcomes import PairOutcomes
-from .policy import OraclePolicy, make_policy
-from .policy.base import Policy
-from .registry import Registry
-from .tasks import Task, TaskProblem, load_tasks
-from .types import Decision, ErrorKind, Step, StopReason, Turn, stop_text
 
 __all__ = ["EpisodeResult", "RECORD_VERSION", "run_episode", "run_tasks", "predict", "PredictSummary"]
 

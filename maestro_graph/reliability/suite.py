@@ -9,7 +9,7 @@ against the same episodes without faults.
 Bad-input suite: hostile images, questions, task-file paths and skill folders, each with the outcome it must
 have (refused with a named error, or handled), checked through the public loaders and through whole episodes.
 
-Trust-boundary suite (maestro_graph/trust_suite.py): every attack a client could make on a served Maestro, run
+Trust-boundary suite (maestro_graph/reliability/trust.py): every attack a client could make on a served Maestro, run
 against a real server on loopback. "Passed" means every scenario of all three suites passed; a trust check that
 cannot run against this installation (LangServe's routes without the `langserve` extra) is reported as skipped,
 with the reason, and neither passes nor fails the run.
@@ -30,27 +30,27 @@ from typing import Callable
 import yaml
 from PIL import Image
 
-from .errors import InputError, SkillError
-from .graph import MaestroContext, build_graph
-from .images import load_image
-from .policy import make_policy
-from .questions import MAX_QUESTION_CHARS
-from .registry import Registry, load_config, load_skill
-from .runner import run_episode, run_tasks
-from .tasks import Task, load_tasks
-from .trust_suite import run_trust_suite
-from .types import ErrorKind, Invoke, Step, StopReason
+from ..core.question_text import MAX_QUESTION_CHARS
+from ..core.tasks import Task, load_tasks
+from ..episode.graph import MaestroContext, build_graph
+from ..episode.runner import run_episode, run_tasks
+from ..errors import InputError, SkillError
+from ..images.load import load_image
+from ..policy import make_policy
+from ..registry import Registry, load_config, load_skill
+from ..types import ErrorKind, Invoke, Step, StopReason
+from .trust import run_trust_suite
 
 __all__ = ["FaultScenario", "SCENARIOS", "FAST_MODELS", "hostile_images", "fault_registry", "run_reliability",
            "bad_skill_registry"]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FAST_MODELS = ("zxing", "opencv-barcode", "opencv-vision", "sympy")
 """The default registry's experts that answer in well under a second, so hundreds of faulty episodes fit in
 minutes; fault handling does not depend on which expert is behind the handle."""
 DEFAULT_TASKS = (ROOT / "tests" / "data" / "real" / "barcode" / "tasks.jsonl",
                  ROOT / "tests" / "data" / "real" / "vision" / "tasks.jsonl")
-EXAMPLES = Path(__file__).resolve().parent / "examples"  # shipped in the package (a wheel has no repo root)
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"  # shipped in the package (a wheel has no repo root)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .memo import LRU
+from ..core.memo import LRU
 
 __all__ = ["embed", "EMBED_DIM", "MEMO_CAP"]
 

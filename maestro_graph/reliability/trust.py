@@ -30,16 +30,16 @@ import yaml
 import zxingcpp
 from PIL import Image, ImageDraw
 
-from .cache import ExpertCache
-from .digests import cache_key
-from .errors import ConfigError, ExpertTimeout
-from .graph import build_graph
-from .image_sources import ImageSources
-from .images import image_to_data_url, load_image
-from .registry import Registry, load_config
-from .registry.handles import Ledger
-from .serve import ServeSettings, create_app, startup_problem
-from .serve.loopback import running_app
+from ..cache.store import ExpertCache
+from ..digests import cache_key
+from ..episode.graph import build_graph
+from ..errors import ConfigError, ExpertTimeout
+from ..images.load import image_to_data_url, load_image
+from ..images.sources import ImageSources
+from ..registry import Registry, load_config
+from ..registry.handles import Ledger
+from ..serve import ServeSettings, create_app, startup_problem
+from ..serve.loopback import running_app
 
 __all__ = ["LANGSERVE_MISSING", "Target", "TrustCase", "TRUST_CHECKS", "run_trust_suite", "Listener", "PlantedPickle",
            "bomb_request", "bomb_urls", "peak_rss_growth_mb", "secret_qr"]
@@ -142,7 +142,7 @@ def pickled_checkpoint(t: Target) -> TrustCase:
         path.write_bytes(pickle.dumps(PlantedPickle(marker)))
         replies.append(_chat(t.url, policy=f"neural:{path}", image=t.image))
         try:  # the operator's own path (`maestro ask --policy neural:FILE`): the loader reads no pickle
-            from .policy.neural import NeuralPolicy
+            from ..policy.neural import NeuralPolicy
 
             NeuralPolicy.load(path)
             loaded = True

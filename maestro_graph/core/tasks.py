@@ -15,11 +15,11 @@ from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from .choices import inline_choices
-from .digests import file_digest
-from .errors import first_validation_problem
+from ..choices import inline_choices
+from ..digests import file_digest
+from ..errors import first_validation_problem
+from ..scoring import score
 from .jsonl import read_jsonl
-from .scoring import score
 
 __all__ = ["Task", "TaskProblem", "load_task_files", "load_tasks", "ANSWER_TYPES"]
 

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Callable, Iterator
 
-from .errors import Cancelled
+from ..errors import Cancelled
 
 __all__ = ["cancellable", "current_cancel", "raise_if_cancelled", "run_abandonable", "wait_result", "Cancelled",
            "POLL_S"]

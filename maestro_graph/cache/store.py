@@ -31,12 +31,11 @@ from typing import Any, Callable, Protocol
 import numpy as np
 from pydantic import BaseModel
 
-from .digests import Uncacheable
-from .errors import ExpertFailure
-from .errors import ConfigError, ServiceUnavailable, import_extra
-from .experts.opencv_vision import Circle, CirclePair, Color, Crossing, Grid, Polygon
-from .experts.protocols import Barcode, ChatReply, TextBox
-from .types import ErrorKind, Step
+from ..digests import Uncacheable
+from ..errors import ConfigError, ExpertFailure, ServiceUnavailable, import_extra
+from ..experts.opencv_vision import Circle, CirclePair, Color, Crossing, Grid, Polygon
+from ..experts.protocols import Barcode, ChatReply, TextBox
+from ..types import ErrorKind, Step
 
 __all__ = ["ExpertCache", "CacheStats", "CACHEABLE_TYPES", "CacheBackend", "DirectoryBackend", "RedisBackend",
            "open_cache"]

@@ -11,8 +11,8 @@ import math
 import re
 from typing import Callable, Literal
 
-from .choices import names_option
-from .scoring import normalize_text, parse_number
+from ..choices import names_option
+from ..scoring import normalize_text, parse_number
 
 __all__ = ["CONTRADICTS_FORM", "FORM_DIM", "HAS_FORM", "Form", "candidate_form", "asks_yes_no", "expected_form", "has_form", "is_yes_no"]
 

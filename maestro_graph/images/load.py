@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from .errors import InputError
+from ..errors import InputError
 
 __all__ = ["MAX_PIXELS", "MAX_ASPECT", "MAX_DECODED_PIXELS", "MAX_FILE_BYTES", "REQUEST_DECODED_PIXELS",
            "load_image", "load_images", "image_to_data_url", "read_regular_file"]

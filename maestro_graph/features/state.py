@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .digests import file_digest
-from .memo import LRU
+from ..core.memo import LRU
+from ..digests import file_digest
+from ..errors import InputError
+from ..images.load import load_image
 from .embeddings import EMBED_DIM, embed
-from .errors import InputError
-from .images import load_image
 
 __all__ = ["IMAGE_DIM", "image_descriptors", "nearest", "question_features", "similarity_mean", "unit_rows",
            "QUESTION_DIM", "DESCRIPTION_CAP"]

@@ -1,0 +1,1 @@
+"""The expert-call cache: a local folder or a Redis server every worker shares."""

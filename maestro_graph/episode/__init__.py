@@ -1,0 +1,1 @@
+"""One episode: the LangGraph StateGraph (router, skill nodes, answer) and running it over tasks."""

@@ -1,0 +1,1 @@
+"""What learned routers see of a question: sentence embeddings and cheap state features."""

@@ -1,0 +1,1 @@
+"""`maestro reliability`: the fault suite, the bad-input suite and the trust-boundary suite."""
