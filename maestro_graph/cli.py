@@ -16,9 +16,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .backends.packages import missing_package
 from .bench.cli import bench_app
+from .cache.backends import DEFAULT_TTL_S
 from .core.configs import MAX_COST, MAX_TURNS, Budget, typer_option, typer_options
-from .errors import MaestroError
+from .errors import MaestroError, missing_extra
 from .registry.reach import REACH_FLOOR
 from .rl.config import GRPOConfig, LMTrainConfig
 from .serve.settings import ServeSettings, startup_problem
@@ -50,6 +52,9 @@ CacheDirOpt = typer.Option(Path(".maestro-cache"), envvar="MAESTRO_CACHE_DIR",
 NoCacheOpt = typer.Option(False, "--no-cache", help="Call every expert afresh.")
 CacheUrlOpt = typer.Option(None, "--cache-url", help="Shared expert cache on Redis (redis://HOST:PORT/DB), so "
                            "workers never repeat each other's calls; --cache-dir is its local fallback.")
+CacheTtlOpt = typer.Option(DEFAULT_TTL_S, "--cache-ttl-s", min=0, envvar="MAESTRO_CACHE_TTL_S",
+                           help="Seconds a Redis cache entry lives after it is written; 0: until Redis evicts it "
+                           "(docs/scale.md: The Redis cache).")
 ExecutorOpt = typer.Option("thread", "--executor", help="Where episodes run: thread (--workers threads here) | ray "
                            "(a local Ray cluster of --workers actors) | ray:ADDRESS (an existing cluster; needs the "
                            "`ray` extra).")
@@ -80,24 +85,24 @@ def _progress(message: str) -> contextlib.AbstractContextManager:
 
 
 def _registry(path: Optional[Path], cache_dir: Optional[Path] = None, cache_url: Optional[str] = None,
-              profiled: bool = True):
+              profiled: bool = True, cache_ttl_s: int = DEFAULT_TTL_S):
     from .batch.executors import RegistrySource
 
     try:
-        return RegistrySource(path, cache_dir, cache_url, profiled).load()
+        return RegistrySource(path, cache_dir, cache_url, profiled, cache_ttl_s=cache_ttl_s).load()
     except MaestroError as exc:
         _fail(str(exc))
 
 
 def _executor(spec: str, reg, path: Optional[Path], cache_dir: Optional[Path], cache_url: Optional[str],
-              workers: int):
+              workers: int, cache_ttl_s: int = DEFAULT_TTL_S):
     """The `--executor` of a batch command; Ray workers build their registries from the same files and URLs."""
     from .batch.executors import RegistrySource, open_executor
 
     try:
         with _progress(f"starting {spec} workers"):
-            return open_executor(spec, registry=reg, source=RegistrySource(path, cache_dir, cache_url),
-                                 workers=workers)
+            source = RegistrySource(path, cache_dir, cache_url, cache_ttl_s=cache_ttl_s)
+            return open_executor(spec, registry=reg, source=source, workers=workers)
     except MaestroError as exc:
         _fail(str(exc))
 
@@ -225,6 +230,7 @@ def predict(
     cache_dir: Path = CacheDirOpt,
     no_cache: bool = NoCacheOpt,
     cache_url: Optional[str] = CacheUrlOpt,
+    cache_ttl_s: int = CacheTtlOpt,
     executor: str = ExecutorOpt,
     resume: bool = typer.Option(False, "--resume", help="Keep the predictions already in OUT; run only the rest."),
 ) -> None:
@@ -242,13 +248,13 @@ def predict(
 
     policy = policy or DEFAULT_POLICY
     cache_dir, cache_url = (None, None) if no_cache else (cache_dir, cache_url)
-    reg = _registry(registry, cache_dir, cache_url)
+    reg = _registry(registry, cache_dir, cache_url, cache_ttl_s=cache_ttl_s)
     if policy != "oracle":
         try:
             make_policy(policy)
         except MaestroError as exc:
             _fail(str(exc))
-    runner = _executor(executor, reg, registry, cache_dir, cache_url, workers)
+    runner = _executor(executor, reg, registry, cache_dir, cache_url, workers, cache_ttl_s)
     summary = run_predict(reg, tasks, out, policy=policy, limit=limit, workers=workers, resume=resume, executor=runner,
                           context=MaestroContext(max_turns=max_turns, max_cost=max_cost, reach_floor=reach_floor))
     for problem in summary.skipped:
@@ -282,6 +288,7 @@ def eval_(
     cache_dir: Path = CacheDirOpt,
     no_cache: bool = NoCacheOpt,
     cache_url: Optional[str] = CacheUrlOpt,
+    cache_ttl_s: int = CacheTtlOpt,
     executor: str = ExecutorOpt,
 ) -> None:
     """Evaluate several policies through the same graph on the same items; write a report with tables and plots."""
@@ -292,7 +299,7 @@ def eval_(
     from .policy import TRAINED_POLICIES, make_policy
 
     cache_dir, cache_url = (None, None) if no_cache else (cache_dir, cache_url)
-    reg = _registry(registry, cache_dir, cache_url)
+    reg = _registry(registry, cache_dir, cache_url, cache_ttl_s=cache_ttl_s)
     for name in policy:
         if name == "oracle" or name in TRAINED_POLICIES:
             continue
@@ -303,7 +310,7 @@ def eval_(
     if any(p in TRAINED_POLICIES for p in policy) and not train_tasks:
         _fail(f"policies {[p for p in policy if p in TRAINED_POLICIES]} are trained: pass --train-tasks FILE")
     try:
-        runner = _executor(executor, reg, registry, cache_dir, cache_url, workers)
+        runner = _executor(executor, reg, registry, cache_dir, cache_url, workers, cache_ttl_s)
         run = evaluate(reg, tasks, policy, train_tasks=train_tasks, workers=workers, limit=limit, executor=runner,
                        context=MaestroContext(max_turns=max_turns, max_cost=max_cost, reach_floor=reach_floor),
                        predictions_dir=out / "predictions")
@@ -343,6 +350,7 @@ def train(
     resume: bool = typer.Option(True, help="Continue from OUT/checkpoint.safetensors when it exists."),
     cache_dir: Path = CacheDirOpt,
     cache_url: Optional[str] = CacheUrlOpt,
+    cache_ttl_s: int = CacheTtlOpt,
     executor: str = ExecutorOpt,
     workers: int = typer.Option(1, min=1, help="Rollout workers (groups sampled at once; with --executor ray, "
                                 "Ray actors)."),
@@ -358,14 +366,14 @@ def train(
 
     torch.set_num_threads(1)
     registry = Path(config.registry) if config.registry else None
-    reg = _registry(registry, cache_dir, cache_url)
+    reg = _registry(registry, cache_dir, cache_url, cache_ttl_s=cache_ttl_s)
     items, problems = load_task_files(tasks)
     held_out, eval_problems = load_task_files(eval_tasks) if eval_tasks else ([], [])
     for problem in problems + eval_problems:
         err.print(f"[yellow]skipped[/yellow] {problem.file}:{problem.line}: {problem.error}")
     try:
         trainer = GRPOTrainer(reg, items, config, out, eval_tasks=held_out,
-                              executor=_executor(executor, reg, registry, cache_dir, cache_url, workers))
+                              executor=_executor(executor, reg, registry, cache_dir, cache_url, workers, cache_ttl_s))
         if resume and trainer.resume():
             console.print(f"resuming from {trainer.checkpoint_path} at step {trainer.step}")
     except MaestroError as exc:
@@ -517,6 +525,7 @@ def serve(
     cache_dir: Optional[Path] = typer.Option(None, help="Persistent cache of expert calls (default: none)."),
     cache_url: Optional[str] = typer.Option(None, "--cache-url", help="Shared expert cache on Redis "
                                             "(redis://HOST:PORT/DB) for all replicas; needs --cache-dir (fallback)."),
+    cache_ttl_s: int = CacheTtlOpt,
     log_level: str = typer.Option("info", help="Log level of Maestro and uvicorn."),
     log_format: str = typer.Option("json", help="json (one object per line, with request and thread ids) | text."),
 ) -> None:
@@ -524,6 +533,8 @@ def serve(
     at /maestro when the `langserve` extra is installed. Every ServeSettings field is an option (or a key of
     --config FILE.yaml)."""
     _threads()
+    if (module := missing_package("fastapi", "uvicorn")) is not None:
+        _fail(missing_extra("serve", "`maestro serve`", module))
     import uvicorn
 
     from .serve import create_app
@@ -533,7 +544,7 @@ def serve(
         _fail(f"--log-format {log_format!r}: choose json or text")
     configure_logging(log_level, log_format)  # before the app loads anything that could write to stderr
     try:
-        app_ = create_app(_registry(registry, cache_dir, cache_url), settings)
+        app_ = create_app(_registry(registry, cache_dir, cache_url, cache_ttl_s=cache_ttl_s), settings)
     except MaestroError as exc:
         _fail(str(exc))
     problem = startup_problem(settings, host, key_env_named="api_key_env" in settings.model_fields_set)
@@ -621,6 +632,8 @@ def train_lm_(config: LMTrainConfig) -> None:
     LMTrainConfig field is an option (or a key of --config FILE.yaml); configs/recipes/lm-router-sft.yaml is the
     shipped router's recipe."""
     _threads()
+    if (module := missing_package("trl", "datasets")) is not None:
+        _fail(missing_extra("train", "`maestro train-lm`", module))
     from .rl.trl_train import train_lm
 
     try:

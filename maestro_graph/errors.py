@@ -23,6 +23,7 @@ __all__ = [
     "ExpertTimeout",
     "ExpertUnavailable",
     "InputError",
+    "missing_extra",
     "Cancelled",
     "ServiceUnavailable",
     "import_extra",
@@ -132,8 +133,12 @@ def import_extra(module: str, extra: str, feature: str) -> Any:
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as exc:
-        raise ConfigError(f"{feature} needs the `{extra}` extra ({exc.name} is not installed): "
-                          f"pip install -e \".[{extra}]\"") from None
+        raise ConfigError(missing_extra(extra, feature, exc.name)) from None
+
+
+def missing_extra(extra: str, feature: str, module: str | None) -> str:
+    """The message for an optional stack that is not installed: which extra, and the command that adds it."""
+    return f"{feature} needs the `{extra}` extra ({module} is not installed): pip install 'maestro-graph[{extra}]'"
 
 
 def first_validation_problem(exc: "ValidationError") -> tuple[str, str]:

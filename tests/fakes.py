@@ -18,12 +18,17 @@ class CrashingOCRExpert:
 
 
 class HangingOCRExpert:
-    """An OCR expert that answers only after `delay_s` (longer than its card's timeout in the tests)."""
+    """An OCR expert that answers only after `delay_s` (longer than its card's timeout in the tests). With `calls`,
+    each call first appends a line to that file, so a test counts the calls of several server processes."""
 
-    def __init__(self, delay_s: float = 5.0):
+    def __init__(self, delay_s: float = 5.0, calls: str | None = None):
         self.delay_s = delay_s
+        self.calls = Path(calls) if calls else None
 
     def ocr(self, image):
+        if self.calls is not None:
+            with self.calls.open("a") as fh:
+                fh.write(f"{os.getpid()}\n")
         time.sleep(self.delay_s)
         return [TextBox("late", (0, 0, 1, 1), 1.0)]
 

@@ -99,11 +99,12 @@ def stream_slow_episode(client, thread_id: str, on_slow_step, seen: list) -> Non
             on_slow_step()
 
 
-def slow_registry(folder: Path, *, delay_s: float) -> Path:
+def slow_registry(folder: Path, *, delay_s: float, calls: Path | None = None) -> Path:
     """A registry of two OCR experts on the real `text-reading` skill: a cheap one that crashes (the keyword-rules
-    policy tries it first, then moves on) and one that answers only after `delay_s`. An episode therefore has a
-    finished first step and a slow second one."""
+    policy tries it first, then moves on) and one that answers only after `delay_s` (and logs each call to `calls`,
+    when given). An episode therefore has a finished first step and a slow second one."""
     path = folder / "slow_registry.yaml"
+    logged = f', calls: "{calls}"' if calls else ""
     path.write_text(f"""\
 skill_dirs: ["{ROOT / 'skills'}"]
 skills: [text-reading, ocr, zoom]
@@ -117,7 +118,7 @@ models:
   - name: slow-ocr
     description: An OCR engine that answers only after a delay (test fake).
     capabilities: [ocr]
-    backend: {{type: python, entry: "fakes:HangingOCRExpert", options: {{delay_s: {delay_s}}}}}
+    backend: {{type: python, entry: "fakes:HangingOCRExpert", options: {{delay_s: {delay_s}{logged}}}}}
     cost: {{per_call: 0.5}}
     timeout_s: 120
     cacheable: false

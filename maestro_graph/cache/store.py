@@ -1,6 +1,6 @@
 """A persistent cache of expert calls and of whole skill steps, so repeated episodes (oracle, evaluation,
 rollouts, training) are cheap: a local directory (the default), or a Redis server that every worker of a cluster
-shares (`RedisBackend`), behind one backend interface with the same keys, encoding and statistics.
+shares, behind one backend interface (`backends.py`) with the same keys, encoding and statistics.
 
 Expert calls are keyed by model name and card version, method and arguments (images by pixel content); steps by
 model and card version, skill and a hash of its folder's files, the request and the image files' bytes. Only
@@ -19,26 +19,24 @@ from __future__ import annotations
 import base64
 import json
 import os
-import shutil
-import tempfile
 import threading
 import warnings
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel
 
 from ..digests import Uncacheable
-from ..errors import ConfigError, ExpertFailure, ServiceUnavailable, import_extra
+from ..errors import ConfigError, ExpertFailure
 from ..experts.opencv_vision import Circle, CirclePair, Color, Crossing, Grid, Polygon
 from ..experts.protocols import Barcode, ChatReply, TextBox
 from ..types import ErrorKind, Step
+from .backends import DEFAULT_TTL_S, CacheBackend, DirectoryBackend, RedisBackend
 
-__all__ = ["ExpertCache", "CacheStats", "CACHEABLE_TYPES", "CacheBackend", "DirectoryBackend", "RedisBackend",
-           "open_cache"]
+__all__ = ["ExpertCache", "CacheStats", "CACHEABLE_TYPES", "open_cache"]
 
 CACHEABLE_TYPES: tuple[type, ...] = (TextBox, ChatReply, Barcode, Color, Circle, CirclePair, Polygon, Crossing,
                                      Grid, Step, ErrorKind, ExpertFailure)
@@ -47,9 +45,6 @@ return, and the step record. An expert returning another class is not cached unt
 _FORMAT = 1
 """Written in every entry; an entry of another format is corrupt (recomputed), so a format change needs no
 migration."""
-_SUFFIX = ".json"
-_OLD_SUFFIXES = (".pkl",)
-"""Entries of earlier versions: never read (they were pickles), only removed by `clear()`."""
 _NUMERIC_KINDS = "biufc"
 """numpy dtype kinds an entry may hold (bool, int, uint, float, complex): raw bytes, no objects."""
 _SCALARS = (type(None), bool, int, float, str)
@@ -134,121 +129,6 @@ class CacheStats:
         return self.hits / total if total else 0.0
 
 
-class CacheBackend(Protocol):
-    """Where entries live: bytes by key. `read` returns None for a missing entry; `clear` removes every entry and
-    returns how many there were; `location` names the store in messages. Encoding, statistics and the corrupt-entry
-    rule stay in ExpertCache, so every backend stores the same keys the same way."""
-
-    location: str
-
-    def read(self, key: str) -> bytes | None: ...
-
-    def write(self, key: str, data: bytes) -> None: ...
-
-    def delete(self, key: str) -> None: ...
-
-    def clear(self) -> int: ...
-
-
-class DirectoryBackend:
-    """JSON files under `root/<2 hex>/<key>.json`. Shared safely by threads and processes (atomic renames)."""
-
-    def __init__(self, root: str | Path):
-        self.root = Path(root)
-        self.location = str(self.root)
-
-    def _path(self, key: str) -> Path:
-        return self.root / key[:2] / f"{key}{_SUFFIX}"
-
-    def read(self, key: str) -> bytes | None:
-        try:
-            return self._path(key).read_bytes()
-        except FileNotFoundError:
-            return None
-
-    def write(self, key: str, data: bytes) -> None:
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-
-    def delete(self, key: str) -> None:
-        self._path(key).unlink(missing_ok=True)
-
-    def clear(self) -> int:
-        """Old pickled entries are counted and removed too."""
-        count = 0
-        if self.root.is_dir():
-            count = sum(1 for suffix in (_SUFFIX, *_OLD_SUFFIXES) for _ in self.root.glob(f"*/*{suffix}"))
-        shutil.rmtree(self.root, ignore_errors=True)
-        return count
-
-
-class RedisBackend:
-    """Entries as Redis strings under `maestro:cache:<key>` on a server every worker of a cluster shares, so no
-    worker repeats a call another one made. An unreachable server at start is a ServiceUnavailable naming the URL;
-    the server going away later switches this process to the local `fallback` directory, with one warning, so a
-    run degrades to per-machine caching instead of crashing."""
-
-    PREFIX = "maestro:cache:"
-
-    def __init__(self, url: str, fallback: DirectoryBackend):
-        redis = import_extra("redis", "redis", "a Redis expert cache")
-        self.url = url
-        self.fallback = fallback
-        self.location = url
-        self._errors = (redis.RedisError, OSError)
-        self._lock = threading.Lock()
-        self._down = False
-        try:
-            self._client = redis.Redis.from_url(url, socket_timeout=_REDIS_TIMEOUT_S,
-                                                socket_connect_timeout=_REDIS_TIMEOUT_S)
-            self._client.ping()
-        except (*self._errors, ValueError) as exc:
-            raise ServiceUnavailable("Redis (expert cache)", url, str(exc) or exc.__class__.__name__) from None
-
-    def _redis(self, command: Callable[[], Any], fallback: Callable[[], Any]) -> Any:
-        """Run a Redis command, or its local `fallback` once the server has gone away (warned about once)."""
-        if not self._down:
-            try:
-                return command()
-            except self._errors as exc:
-                with self._lock:
-                    if not self._down:
-                        self._down = True
-                        warnings.warn(f"Redis expert cache at {self.url} is unreachable ({exc.__class__.__name__}); "
-                                      f"using the local cache {self.fallback.location} for the rest of this run",
-                                      stacklevel=4)
-        return fallback()
-
-    def read(self, key: str) -> bytes | None:
-        return self._redis(lambda: self._client.get(self.PREFIX + key), lambda: self.fallback.read(key))
-
-    def write(self, key: str, data: bytes) -> None:
-        self._redis(lambda: self._client.set(self.PREFIX + key, data), lambda: self.fallback.write(key, data))
-
-    def delete(self, key: str) -> None:
-        self._redis(lambda: self._client.delete(self.PREFIX + key), lambda: self.fallback.delete(key))
-
-    def clear(self) -> int:
-        """Every entry of this cache on the server (other keys are left alone) and the local fallback's."""
-        count = 0
-        keys = list(self._client.scan_iter(match=self.PREFIX + "*", count=1000))
-        for start in range(0, len(keys), 1000):
-            count += self._client.delete(*keys[start:start + 1000])
-        return count + self.fallback.clear()
-
-
-_REDIS_TIMEOUT_S = 5.0
-"""Socket timeouts of the Redis client: a dead server is noticed within this, not after TCP's minutes."""
-
-
 class ExpertCache:
     """The expert-call cache over a backend: a directory (given a path) or any CacheBackend (Redis). The backend
     stores bytes; the JSON encoding, the statistics and the corrupt-entry rule are the same for all of them."""
@@ -301,12 +181,13 @@ class ExpertCache:
         return self.backend.clear()
 
 
-def open_cache(cache_dir: str | Path, url: str | None = None) -> ExpertCache:
+def open_cache(cache_dir: str | Path, url: str | None = None, *, ttl_s: int = DEFAULT_TTL_S) -> ExpertCache:
     """The cache of the CLI and of cluster workers: `cache_dir` alone, or the Redis server at `url`
-    (redis://HOST:PORT/DB) with `cache_dir` as its fallback."""
+    (redis://HOST:PORT/DB) with `cache_dir` as its fallback and entries that expire `ttl_s` seconds after they are
+    written (0: never; the directory's entries never expire)."""
     local = DirectoryBackend(cache_dir)
     if url is None:
         return ExpertCache(local)
     if not url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError(f"cache URL {url!r} is not a Redis URL; use redis://HOST:PORT/DB", field="cache_url")
-    return ExpertCache(RedisBackend(url, local))
+    return ExpertCache(RedisBackend(url, local, ttl_s=ttl_s))

@@ -60,6 +60,16 @@ class Task(BaseModel):
         (what keeps evaluation items out of training)."""
         return self.question, tuple(file_digest(ref) for ref in self.images)
 
+    def image_files(self) -> list[str]:
+        """The image files the item reads (data URLs carry their bytes): what a worker on another machine must be
+        sent (batch.executors.CarriesImages)."""
+        return [ref for ref in self.images if not ref.startswith("data:")]
+
+    def with_image_files(self, paths: dict[str, str]) -> "Task":
+        """The same item reading each image file from `paths[file]` instead: the worker's copy of the same bytes,
+        so content digests (cache keys, features) and records stay the driver's."""
+        return self.model_copy(update={"images": [paths.get(ref, ref) for ref in self.images]})
+
     def score(self, prediction: str | None) -> float:
         """The prediction scored against this item's answer key (0.0 when the item has none)."""
         if self.answer is None:

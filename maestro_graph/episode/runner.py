@@ -14,6 +14,7 @@ from typing import Any, Iterator
 from tqdm import tqdm
 
 from ..batch.executors import Executor, ThreadExecutor
+from ..batch.metrics import BatchMetrics
 from ..core.configs import MAX_COST, MAX_TURNS
 from ..core.jsonl import read_jsonl
 from ..core.tasks import Task, TaskProblem, load_tasks
@@ -156,6 +157,8 @@ class PredictSummary:
     total: int = 0
     failed: int = 0
     skipped: list[TaskProblem] = field(default_factory=list)
+    metrics_file: Path | None = None
+    """The run's counters in the Prometheus text format (batch.metrics), next to the predictions."""
     by_source: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
 
     def accuracy(self) -> dict[str, float]:
@@ -251,7 +254,8 @@ def predict(
     default `workers` threads); bad lines of the task file are reported and skipped. With `resume`, the
     predictions already in `out_file` (from an interrupted run) are kept and their items skipped, so an interruption
     loses at most the episodes that were running; a torn last line and episodes that crashed are redone (an episode
-    whose input was unreadable is kept: running it again would read the same input)."""
+    whose input was unreadable is kept: running it again would read the same input). The counters of the episodes
+    this run finished go to `<out stem>.metrics.prom` (batch.metrics)."""
     tasks, problems = load_tasks(tasks_file)
     tasks = tasks[:limit] if limit else tasks
     summary = PredictSummary(total=len(tasks), skipped=problems)
@@ -266,24 +270,29 @@ def predict(
             summary.by_source[task.source or "unknown"].append(record["score"])
     done = {r["id"] for r in kept}
     tasks = [t for t in tasks if t.id not in done]
+    executor = executor or ThreadExecutor(registry, workers)
+    metrics = BatchMetrics()
     bar = tqdm(total=len(tasks), desc=f"predict {policy}", unit="item", disable=not progress)
     with out_path.open("a", encoding="utf-8") as out:
-        for task, result in run_tasks(registry, tasks, policy, context=context, workers=workers, executor=executor,
-                                      ordered=False):
+        for task, result in run_tasks(registry, tasks, policy, context=context, executor=executor, ordered=False):
             record = result.prediction(task.id)
             if task.answer is not None:
                 record["score"] = task.score(result.answer)
                 summary.by_source[task.source or "unknown"].append(record["score"])
             summary.failed += record["failed"]
+            metrics.observe(result.steps, failed=record["failed"], answered=result.answer is not None)
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
             out.flush()
             scored = [s for v in summary.by_source.values() for s in v]
-            postfix = {"acc": f"{sum(scored) / max(1, len(scored)):.3f}", "failed": summary.failed}
+            postfix = {"acc": f"{sum(scored) / max(1, len(scored)):.3f}", "failed": summary.failed,
+                       "workers": len(executor.done_by_worker)}
             if registry.cache is not None:
                 postfix["cache_hits"] = registry.cache.stats.hits
             bar.set_postfix(postfix)
             bar.update()
     bar.close()
+    summary.metrics_file = out_path.with_name(f"{out_path.stem}.metrics.prom")
+    metrics.write(summary.metrics_file, executor.done_by_worker)
     return summary
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.plots import pyplot
 from .evaluate import EvalRun, file_stem
 
 __all__ = ["write_report"]
@@ -66,7 +67,7 @@ def write_report(run: EvalRun, out_dir: Path) -> dict:
         f"Items skipped (bad lines or missing images): {len(run.skipped)}", "",
         "## Policies (macro accuracy = mean over sources)", "", main, "", *stop_early,
         "## Accuracy per source", "", per_source, "", "## Accuracy per domain", "", per_domain, "",
-        "## Plots", "", *[f"![{p.stem}]({p.name})" for p in plots], "",
+        *(["## Plots", "", *[f"![{p.stem}]({p.name})" for p in plots], ""] if plots else []),
     ]
     if training:
         text += ["## Every pair on the training items (train_outcomes.json)", "", training, ""]
@@ -75,10 +76,9 @@ def write_report(run: EvalRun, out_dir: Path) -> dict:
 
 
 def _plots(metrics: dict, sources: list[str], out_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot("the accuracy and cost plots")
+    if plt is None:
+        return []
 
     paths = []
     policies = list(metrics)

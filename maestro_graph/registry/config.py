@@ -7,11 +7,13 @@ a registry outside the package needs no absolute path into it."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, field_validator,
+                      model_serializer, model_validator)
 
 from ..errors import ConfigError, first_validation_problem
 
@@ -40,6 +42,7 @@ PACKAGE_PREFIX = "package:"
 DEFAULT_REGISTRY = "default"
 """`extends: default` names the packaged default registry."""
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
+_HTTP_URL = re.compile(r"^https?://[^/\s]+")
 
 
 class _Strict(BaseModel):
@@ -62,14 +65,59 @@ class PythonBackend(_Strict):
 
 
 class OpenAIBackend(_Strict):
-    """Any OpenAI-compatible chat endpoint (what `vllm serve` exposes)."""
+    """Any OpenAI-compatible chat endpoint (what `vllm serve` exposes), or several serving the same model: a fleet
+    of replicas gets the card's calls balanced across it, each replica with its own circuit breaker and its own
+    `concurrency` limit (maestro_graph.registry.card_limits)."""
 
     type: Literal["openai"]
-    base_url: str = Field(description="e.g. http://127.0.0.1:8000/v1")
+    base_url: str | None = Field(None, description="one endpoint, e.g. http://127.0.0.1:8000/v1")
+    base_urls: list[str] | None = Field(None, min_length=1, description="several endpoints serving the same model "
+                                        "(instead of `base_url`): each call goes to the least busy one whose "
+                                        "breaker is closed")
     model: str
     api_key_env: str | None = Field(None, description="environment variable holding the API key")
     max_tokens: int = Field(256, gt=0)
     temperature: float = Field(0.0, ge=0)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        if url is not None and not _HTTP_URL.match(url):
+            raise ValueError(f"{url!r} is not an http:// or https:// URL (e.g. http://127.0.0.1:8000/v1)")
+        return url
+
+    @field_validator("base_urls")
+    @classmethod
+    def _http_urls(cls, urls: list[str] | None) -> list[str] | None:
+        for i, url in enumerate(urls or []):
+            if not _HTTP_URL.match(url):
+                raise ValueError(f"[{i}] {url!r} is not an http:// or https:// URL (e.g. http://127.0.0.1:8000/v1)")
+        repeated = sorted({u for u in urls or [] if urls.count(u) > 1})
+        if repeated:
+            raise ValueError(f"each endpoint once, repeated: {repeated}")
+        return urls
+
+    @model_validator(mode="after")
+    def _one_way_to_reach(self) -> "OpenAIBackend":
+        if self.base_url is not None and self.base_urls is not None:
+            raise ValueError("both `base_url` and `base_urls` are set: keep one (`base_urls` for several endpoints)")
+        if self.base_url is None and self.base_urls is None:
+            raise ValueError("an openai backend needs `base_url` (one endpoint) or `base_urls` (several)")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Without `base_urls` when unset, so a one-endpoint card dumps (and fingerprints its profiled pairs) as it
+        did before the field existed."""
+        data = handler(self)
+        if self.base_urls is None:
+            data.pop("base_urls", None)
+        return data
+
+    @property
+    def endpoints(self) -> list[str]:
+        """Every endpoint's base URL (one for `base_url`)."""
+        return [self.base_url] if self.base_url is not None else list(self.base_urls or [])
 
 
 class TransformersBackend(_Strict):
@@ -145,7 +193,8 @@ class ModelCard(_Strict):
     backend: Backend
     cost: Cost = Field(default_factory=Cost)
     timeout_s: float = Field(60.0, gt=0)
-    concurrency: int = Field(1, ge=1)
+    concurrency: int = Field(1, ge=1, description="calls at once: per process for an in-process expert; for an "
+                             "`openai` card, per endpoint and across the whole Ray cluster when run on one")
     cacheable: bool = Field(True, description="deterministic results may be cached")
     version: str = "1"
     install: str | None = Field(None, max_length=500, description="how to add what this expert needs where it is "

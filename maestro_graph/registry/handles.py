@@ -1,5 +1,5 @@
-"""Expert handles: lazy construction, per-card timeout and concurrency, retries, a circuit breaker, result checks,
-and cost accounting of every call.
+"""Expert handles: lazy construction, per-card timeout and concurrency, retries, circuit breakers, endpoint
+balancing, result checks, and cost accounting of every call.
 
 Skills never hold an expert object directly; they call methods on a `BoundExpert`, which records each call (cost,
 latency, error) in the step's ledger. A call that exceeds the card's timeout raises `ExpertTimeout`; the worker
@@ -9,6 +9,13 @@ attempt is charged. After `breaker.failures` failed calls in a row the breaker o
 and `live_unavailable_reason()` reports the expert unavailable, so the action space drops its pairs until a trial
 call after `breaker.open_s` succeeds. A result of the wrong type (against the method's return annotation) or above
 the size caps is the expert's error, not the skill's.
+
+A card may name several endpoints (`backend.base_urls`: replicas of one model server). Each has its own breaker and
+its own `concurrency` slots; a call goes to the least busy endpoint whose breaker is closed, so a down replica is
+skipped while its breaker is open and the card stays available while any replica is. When every endpoint is full
+the call waits for a slot, within the card's timeout, instead of piling onto a busy server; for an endpoint card on
+a Ray cluster the slots are counted cluster-wide (maestro_graph.registry.card_limits). A call that found no slot in
+time reached no endpoint and moves no breaker.
 """
 
 from __future__ import annotations
@@ -29,14 +36,16 @@ from functools import lru_cache
 from typing import Any
 
 from ..cache.store import ExpertCache
-from ..core.cancellation import POLL_S, raise_if_cancelled, wait_result
+from ..core.cancellation import wait_result
 from ..digests import Uncacheable, cache_key
 from ..errors import Cancelled, ConfigError, ExpertError, ExpertFailure, ExpertTimeout, ExpertUnavailable
 from ..experts.protocols import ChatReply
+from .card_limits import LEASE_GRACE_S, ClusterSlots, ProcessSlots, Slots
 from .config import CircuitBreaker, ModelCard, OpenAIBackend, PythonBackend, TransformersBackend
 from .faults import FaultyExpert, InjectedFault
 
-__all__ = ["ExpertHandle", "BoundExpert", "Breaker", "CallRecord", "Ledger", "MAX_RESULT_ITEMS", "MAX_RESULT_CHARS"]
+__all__ = ["ExpertHandle", "BoundExpert", "Breaker", "Breakers", "CallRecord", "Ledger", "MAX_RESULT_ITEMS",
+           "MAX_RESULT_CHARS"]
 
 MAX_RESULT_ITEMS = 100_000
 """An expert result (list) with more items than this is refused as oversized."""
@@ -77,17 +86,6 @@ def _declared_return(func: Any) -> type | tuple[type, ...] | None:
     return outer if hint is not None and all(isinstance(t, type) for t in outer) else None
 
 
-def _acquire(slots: threading.BoundedSemaphore, deadline: float, cancel: threading.Event | None) -> bool:
-    """Take a concurrency slot before the deadline; Cancelled as soon as the episode is."""
-    while True:
-        raise_if_cancelled(cancel)
-        left = deadline - time.perf_counter()
-        if slots.acquire(timeout=max(0.0, min(left, POLL_S) if cancel is not None else left)):
-            return True
-        if left <= 0:
-            return False
-
-
 class Breaker:
     """A consecutive-failure circuit breaker. Open: calls are refused until `open_s` has passed; the next call is
     the trial (success closes it, failure opens it again at once)."""
@@ -115,6 +113,33 @@ class Breaker:
             if self.failures >= self.config.failures:
                 self._open_until = time.monotonic() + self.config.open_s
                 self.trips += 1
+
+
+class Breakers:
+    """A card's breakers, one per endpoint (`labels`: the endpoints' URLs; one unlabelled breaker for an expert in
+    this process). The card is refused only while every one is open."""
+
+    def __init__(self, config: CircuitBreaker, labels: list[str | None]):
+        self.labels = labels
+        self.each = [Breaker(config) for _ in labels]
+
+    def closed(self) -> list[int]:
+        """The positions of the endpoints a call may go to now (closed, or open long enough for a trial)."""
+        return [i for i, breaker in enumerate(self.each) if breaker.reason() is None]
+
+    def reason(self) -> str | None:
+        """Why the card is refused (every breaker open), or None."""
+        reasons = [breaker.reason() for breaker in self.each]
+        if any(r is None for r in reasons):
+            return None
+        if len(reasons) == 1:
+            return reasons[0]
+        return "every endpoint's circuit breaker is open: " + "; ".join(
+            f"{label}: {r}" for label, r in zip(self.labels, reasons))
+
+    @property
+    def trips(self) -> int:
+        return sum(breaker.trips for breaker in self.each)
 
 
 @dataclass
@@ -160,14 +185,20 @@ class ExpertHandle:
     def __init__(self, card: ModelCard, cache: ExpertCache | None = None):
         self.card = card
         self.cache = cache if card.cacheable else None
-        self._expert: Any = None
+        backend = card.backend
+        self.urls: list[str | None] = list(backend.endpoints) if isinstance(backend, OpenAIBackend) else [None]
+        """Where calls go: the endpoints' base URLs, or one None for an expert in this process."""
+        self._experts: list[Any] | None = None  # one per endpoint, built on first use
         self._lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(card.concurrency)
+        local = ProcessSlots(len(self.urls), card.concurrency)
+        self._slots: Slots = local if not isinstance(backend, OpenAIBackend) else ClusterSlots(
+            card.name, backend.endpoints, card.concurrency, 2 * card.timeout_s + LEASE_GRACE_S, local)
         # the card's own threads: an expert stuck on every call holds only these, never a thread another expert needs
-        self._pool = ThreadPoolExecutor(card.concurrency, thread_name_prefix=f"maestro-expert-{card.name}")
+        self._pool = ThreadPoolExecutor(card.concurrency * len(self.urls),
+                                        thread_name_prefix=f"maestro-expert-{card.name}")
         self._unavailable: str | None | bool = False  # False = not checked yet
         self._check_lock = threading.Lock()
-        self.breaker = Breaker(card.breaker)
+        self.breaker = Breakers(card.breaker, self.urls)
 
     @property
     def name(self) -> str:
@@ -185,10 +216,9 @@ class ExpertHandle:
         return self.unavailable_reason() or self.breaker.reason()
 
     def faults_injected(self) -> Counter[str]:
-        """Faults injected into this expert's calls so far, by kind ("none" for clean calls); empty without
-        fault injection or before the expert was built."""
-        expert = self._expert
-        return Counter(expert.injected) if isinstance(expert, FaultyExpert) else Counter()
+        """Faults injected into this expert's calls so far, by kind ("none" for clean calls), all endpoints
+        together; empty without fault injection or before the expert was built."""
+        return sum((Counter(e.injected) for e in self._experts or () if isinstance(e, FaultyExpert)), Counter())
 
     def _check(self) -> str | None:
         backend = self.card.backend
@@ -210,28 +240,34 @@ class ExpertHandle:
         return None  # pragma: no cover - the discriminated union has no other member
 
     def expert(self) -> Any:
+        """The expert object (the first endpoint's, for a card with several), built on first use."""
+        return self._built()[0]
+
+    def _built(self) -> list[Any]:
+        """The expert object of each endpoint."""
         with self._lock:
-            if self._expert is None:
+            if self._experts is None:
                 reason = self.unavailable_reason()
                 if reason:
                     raise ExpertUnavailable(f"model {self.name!r} is unavailable: {reason}")
-                self._expert = self._build()
-            return self._expert
+                self._experts = [self._build(url) for url in self.urls]
+            return self._experts
 
-    def _build(self) -> Any:
-        expert = self._build_backend()
+    def _build(self, url: str | None) -> Any:
+        expert = self._build_backend(url)
         if self.card.faults is None:
             return expert
         return FaultyExpert(expert, self.card.faults, self.name)
 
-    def _build_backend(self) -> Any:
+    def _build_backend(self, url: str | None) -> Any:
         backend = self.card.backend
         if isinstance(backend, PythonBackend):
             return _import_entry(backend.entry)(**backend.options)
         if isinstance(backend, OpenAIBackend):
             from ..experts.openai_chat import OpenAIChatExpert
 
-            return OpenAIChatExpert(**backend.model_dump(exclude={"type"}), timeout_s=self.card.timeout_s)
+            options = backend.model_dump(exclude={"type", "base_url", "base_urls"})
+            return OpenAIChatExpert(base_url=url, **options, timeout_s=self.card.timeout_s)
         from ..experts.transformers_chat import TransformersChatExpert
 
         return TransformersChatExpert(**backend.model_dump(exclude={"type"}))
@@ -291,35 +327,39 @@ class ExpertHandle:
         raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
 
     def _attempt(self, method: str, args: tuple, kwargs: dict, ledger: Ledger) -> Any:
-        """One call under the concurrency limit and timeout, through the circuit breaker, into the ledger."""
+        """One call under the concurrency limit and timeout, on an endpoint whose circuit breaker is closed, into
+        the ledger."""
         start = time.perf_counter()
         cost = self.card.cost.per_call
         error: str | None = None
         failure: ExpertFailure | None = None
         result: Any = None
-        reached = False  # whether the expert itself was asked (only then does the outcome move the breaker)
+        breaker: Breaker | None = None  # the endpoint's, once the call reached one (only then does it move)
         try:
-            blocked = self.breaker.reason()
-            if blocked:
+            allowed = self.breaker.closed()
+            if not allowed:
                 cost = 0.0  # refused before reaching the expert: nothing to charge
-                raise ExpertUnavailable(f"model {self.name!r} is unavailable: {blocked}",
+                raise ExpertUnavailable(f"model {self.name!r} is unavailable: "
+                                        f"{self.breaker.reason() or 'circuit breaker open'}",
                                         failure=ExpertFailure.BREAKER_OPEN)
-            expert = self.expert()
-            func = getattr(expert, method, None)
-            if not callable(func):
+            experts = self._built()
+            if not callable(getattr(experts[0], method, None)):
                 raise ExpertError(f"model {self.name!r} has no method {method!r} (check its capabilities)")
-            reached = True
             deadline = time.perf_counter() + self.card.timeout_s  # loading the model does not eat the call's time
-            if not _acquire(self._slots, deadline, ledger.cancel):
-                raise ExpertTimeout(f"model {self.name!r}: no free slot within {self.card.timeout_s}s")
+            lease = self._slots.acquire(allowed, deadline, ledger.cancel)
+            if lease is None:
+                where = "on any endpoint " if len(self.urls) > 1 else ""
+                raise ExpertTimeout(f"model {self.name!r}: no free slot {where}within {self.card.timeout_s}s")
+            breaker = self.breaker.each[lease.endpoint]
+            func = getattr(experts[lease.endpoint], method)
             future = self._pool.submit(func, *args, **kwargs)
-            future.add_done_callback(lambda _f: self._slots.release())
+            future.add_done_callback(lambda _f: self._slots.release(lease))
             try:
                 result = wait_result(future, deadline, ledger.cancel)
             except FutureTimeout as exc:
                 raise ExpertTimeout(f"model {self.name!r}.{method} timed out after {self.card.timeout_s}s") from exc
             except Cancelled:
-                cost, reached = 0.0, False  # abandoned by the episode: neither charged nor held against the expert
+                cost, breaker = 0.0, None  # abandoned by the episode: neither charged nor held against the expert
                 raise
             except ExpertError:
                 raise
@@ -329,13 +369,13 @@ class ExpertHandle:
                                   failure=failure) from exc
             self._check_result(method, func, result)
             cost = self._cost(result)
-            self.breaker.record(ok=True)
+            breaker.record(ok=True)
             return result
         except (ExpertError, Cancelled) as exc:
             error = str(exc)
             failure = exc.failure if isinstance(exc, ExpertError) else None
-            if reached:  # an input the expert rejected shows it alive: it does not move the breaker toward open
-                self.breaker.record(ok=failure == ExpertFailure.REJECTED)
+            if breaker is not None:  # an input the expert rejected shows it alive: it does not move it toward open
+                breaker.record(ok=failure == ExpertFailure.REJECTED)
             raise
         finally:
             ledger.calls.append(CallRecord.of(self.name, method, result, cost, time.perf_counter() - start,

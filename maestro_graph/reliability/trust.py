@@ -30,10 +30,11 @@ import yaml
 import zxingcpp
 from PIL import Image, ImageDraw
 
+from ..backends.packages import missing_package
 from ..cache.store import ExpertCache
 from ..digests import cache_key
 from ..episode.graph import build_graph
-from ..errors import ConfigError, ExpertTimeout
+from ..errors import ConfigError, ExpertTimeout, missing_extra
 from ..images.load import image_to_data_url, load_image
 from ..images.sources import ImageSources
 from ..registry import Registry, load_config
@@ -705,6 +706,9 @@ def run_trust_suite(folder: Path, registry_file: Path, qr_image: Path,
                     progress: Callable[[str], None] = lambda _m: None) -> list[TrustCase]:
     """Every check against a `maestro serve` app on loopback in this process (default settings: the shipped
     policies offered, data URLs only)."""
+    if (module := missing_package("fastapi", "uvicorn")) is not None:  # nothing to attack without a server
+        reason = missing_extra("serve", "the trust-boundary suite", module)
+        return [TrustCase(check.__name__, "a served Maestro", False, reason, skipped=reason) for check in TRUST_CHECKS]
     folder.mkdir(parents=True, exist_ok=True)
     image = image_to_data_url(load_image(str(qr_image)))
     cases = []

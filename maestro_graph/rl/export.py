@@ -30,7 +30,7 @@ from ..core.configs import DEFAULT_MAX_TURNS
 from ..core.jsonl import read_jsonl
 from ..core.tasks import Task, load_tasks
 from ..episode.runner import EpisodeResult
-from ..errors import ConfigError, first_validation_problem
+from ..errors import ConfigError, first_validation_problem, import_extra
 from ..policy.lm.prompt import PromptOptions, conversation, final_answer_message
 from ..registry import Registry
 from ..types import Step, StopReason
@@ -182,7 +182,7 @@ def export_file(records_file: str | Path, tasks_file: str | Path, out: str | Pat
     if fmt == "trl":
         _write_jsonl(out_path, (trl_record(t, e, registry, options) for t, e in episodes))
     elif fmt == "verl":
-        import pyarrow as pa
+        pa = import_extra("pyarrow", "train", "verl (Parquet) export")
         import pyarrow.parquet as pq
 
         rows = [verl_row(i, t, e, registry, options) for i, (t, e) in enumerate(episodes)]

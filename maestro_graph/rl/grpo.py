@@ -16,6 +16,7 @@ import torch
 from tqdm import tqdm
 
 from ..batch.executors import Executor, ThreadExecutor
+from ..core.plots import pyplot
 from ..core.tasks import Task
 from ..episode.graph import MaestroContext, build_graph
 from ..episode.runner import EpisodeResult, run_episode
@@ -59,6 +60,13 @@ class _GroupPlan:
     task: Task
     view: RegistryView
     seeds: list[int]
+
+    def image_files(self) -> list[str]:
+        """The task's image files, which travel with the group to a Ray worker (batch.executors.CarriesImages)."""
+        return self.task.image_files()
+
+    def with_image_files(self, paths: dict[str, str]) -> "_GroupPlan":
+        return replace(self, task=self.task.with_image_files(paths))
 
 
 class _RolloutJob:
@@ -387,10 +395,9 @@ class GRPOTrainer:
 
 def plot_curves(history: list[dict], path: Path) -> None:
     """Reward, accuracy, calls per episode, cost and entropy against the step (and the validation figures)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot(str(path))
+    if plt is None:
+        return
 
     keys = ["reward", "accuracy", "calls", "cost", "entropy"]
     validated = [h for h in history if "val_score" in h]

@@ -8,6 +8,7 @@ app names, so `maestro --help` builds `serve`'s options from `ServeSettings` wit
 from importlib import import_module
 from typing import Any
 
+from ..errors import ConfigError, missing_extra
 from .settings import ServeSettings, startup_problem
 
 __all__ = ["ServeSettings", "THREAD_HEADER", "create_app", "langserve_installed", "startup_problem"]
@@ -18,4 +19,14 @@ _LAZY = {"create_app": ".app", "langserve_installed": ".app", "THREAD_HEADER": "
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(_LAZY[name], __name__), name)
+    try:
+        module = import_module(_LAZY[name], __name__)
+    except ModuleNotFoundError as exc:
+        if exc.name not in SERVE_STACK:
+            raise
+        raise ConfigError(missing_extra("serve", "the Maestro server", exc.name)) from None
+    return getattr(module, name)
+
+
+SERVE_STACK = ("fastapi", "starlette", "uvicorn")
+"""What the `serve` extra installs that the app imports: without it, `maestro serve` says which extra to add."""

@@ -6,6 +6,8 @@ idempotent (an unfinished episode resumes from its last checkpoint, so one cut o
 nothing; a finished one replays its stored result, so a client retrying a lost response runs nothing twice); a
 request asking another question starts a new episode on the thread, whose earlier finished episodes stay in its
 `episodes` history (an interrupted one is dropped, as the Agent Server drops it); an unknown thread starts fresh.
+A thread runs one episode at a time: this process refuses a second (409), and replicas sharing a Postgres
+checkpointer take a lease on it there first (thread_lease.py), so only one of them runs it.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from .observability import EpisodeMetrics, outcome_label
 from .observability import thread_id as thread_id_var
 from .protocol import ApiError
 from .settings import ServeSettings
+from .thread_lease import Lease, ThreadLeases
 
 __all__ = ["Episode", "EpisodeOutcome", "EpisodeService", "open_checkpointer", "usage_of", "THREAD_HEADER"]
 
@@ -119,6 +122,8 @@ class Episode:
     mode: Literal["new", "resume", "replay"] = "new"
     history: list[Turn] = field(default_factory=list)
     """The conversation the client sent before the question (empty: on a thread, the thread's own history)."""
+    lease: Lease | None = None
+    """The thread's lease in a Postgres checkpoint database while the episode holds it (None: no such database)."""
 
 
 @dataclass
@@ -156,6 +161,7 @@ class EpisodeService:
         self.settings = settings
         self.checkpointer = checkpointer
         self._store_errors = _store_errors(checkpointer)
+        self._leases = _open_leases(checkpointer, settings)
         self.policies = settings.catalog()
         self.graph = build_graph(registry, self.policies.get(), policies=self.policies, checkpointer=checkpointer)
         self._slots = threading.BoundedSemaphore(settings.max_episodes)
@@ -193,9 +199,14 @@ class EpisodeService:
         return requested
 
     def _refuse_busy(self, thread_id: str | None) -> None:
-        """409 when the thread is running an episode (called under the lock)."""
+        """409 when the thread is running an episode on this replica (called under the lock)."""
         if thread_id is not None and thread_id in self._busy_threads:
-            raise ApiError(409, "thread_busy", f"thread {thread_id!r} is running an episode now", param="thread_id")
+            raise self._busy(thread_id, "")
+
+    def _busy(self, thread_id: str, where: str) -> ApiError:
+        """The 409 of a busy thread. Retry-After is the lease time: by then a holder that vanished has lost it."""
+        return ApiError(409, "thread_busy", f"thread {thread_id!r} is running an episode now{where}; retry later",
+                        param="thread_id", headers={"Retry-After": str(self.settings.thread_lease_s)})
 
     def admit(self, thread_id: str | None) -> None:
         """Claim the thread (409 when it is running an episode) and take an episode slot (429 when all are taken)."""
@@ -223,6 +234,8 @@ class EpisodeService:
                            "free; retry later", headers={"Retry-After": "1"})
 
     def _release(self, thread_id: str | None) -> None:
+        if self._leases is not None and thread_id is not None:
+            self._leases.release(thread_id)  # before the thread is free here: a lock re-taken first would count twice
         with self._lock:
             self._busy_threads.discard(thread_id)  # type: ignore[arg-type]
             self.in_flight -= 1
@@ -237,6 +250,7 @@ class EpisodeService:
 
         try:
             with self._checkpoint_store(episode):
+                self._hold(episode)
                 self._classify(episode)
             context = contextvars.copy_context()  # the worker's log lines name this request and thread
             context.run(thread_id_var.set, episode.thread_id)
@@ -261,11 +275,27 @@ class EpisodeService:
             yield
         except self._store_errors as exc:
             log.warning("checkpoint database lost: %s: %s", exc.__class__.__name__, exc)
-            resume = f"; retry with thread id {episode.thread_id} to resume it" if episode.thread_id else ""
-            raise ApiError(503, "checkpoints_unavailable", f"the checkpoint database is unreachable "
-                           f"({exc.__class__.__name__}){resume}",
-                           headers={"Retry-After": "1", **({THREAD_HEADER: episode.thread_id}
-                                                            if episode.thread_id else {})}) from None
+            raise self._store_lost(episode, f"the checkpoint database is unreachable ({exc.__class__.__name__})") \
+                from None
+
+    @staticmethod
+    def _store_lost(episode: Episode, what: str) -> ApiError:
+        """The retryable 503 of a request whose checkpoint database went away: the thread keeps every step committed
+        before the loss, so the same request later resumes it."""
+        resume = f"; retry with thread id {episode.thread_id} to resume it" if episode.thread_id else ""
+        return ApiError(503, "checkpoints_unavailable", f"{what}{resume}",
+                        headers={"Retry-After": "1", **({THREAD_HEADER: episode.thread_id} if episode.thread_id
+                                                         else {})})
+
+    def _hold(self, episode: Episode) -> None:
+        """Take the thread's lease in a Postgres checkpoint database (409 while another replica runs the thread).
+        Taken before the thread's checkpoint is read, so a thread taken over from a dead replica resumes from the
+        last step that replica committed."""
+        if self._leases is None or episode.thread_id is None:
+            return
+        episode.lease = self._leases.try_acquire(episode.thread_id, episode.cancel)
+        if episode.lease is None:
+            raise self._busy(episode.thread_id, " on another replica")
 
     def _config(self, episode: Episode) -> dict[str, Any]:
         config: dict[str, Any] = {"recursion_limit": 2 * episode.context.max_turns + 6}
@@ -291,6 +321,9 @@ class EpisodeService:
         finally:
             with self._lock:
                 self.running -= 1
+        if episode.lease is not None and episode.lease.lost:  # another replica may be running the thread now
+            raise self._store_lost(episode, "the connection holding the thread's lease in the checkpoint database "
+                                   "was lost, so the episode stopped at its last step")
         self.metrics.observe_outcome(outcome, ran)
         log.info("episode %s: %s in %.2f s", outcome_label(outcome), outcome.stop_reason, outcome.latency_s)
         return outcome
@@ -427,8 +460,23 @@ class EpisodeService:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._leases is not None:
+            self._leases.close()
         if self.checkpointer is not None:
             self.checkpointer.conn.close()
+
+
+def _open_leases(checkpointer: BaseCheckpointSaver | None, settings: ServeSettings) -> ThreadLeases | None:
+    """Thread leases in a Postgres checkpoint database, which several replicas share. A SQLite file is one
+    replica's own, so the in-process rule (`_busy_threads`) is all it needs."""
+    location = str(settings.checkpoint_db or "")
+    if checkpointer is None or not location.startswith(_POSTGRES_SCHEMES):
+        return None
+    try:
+        return ThreadLeases(location, lease_s=settings.thread_lease_s, connect_timeout_s=_CONNECT_TIMEOUT_S)
+    except Exception as exc:  # noqa: BLE001 - process boundary: any failure to reach the database stops the start
+        raise ServiceUnavailable("Postgres (thread leases)", _redacted(location), str(exc).splitlines()[0] if str(exc)
+                                 else exc.__class__.__name__) from None
 
 
 def _finished(snapshot: Any) -> bool:

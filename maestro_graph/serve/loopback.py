@@ -10,7 +10,8 @@ import time
 from typing import Iterator
 
 import httpx
-import uvicorn
+
+from ..errors import import_extra
 
 __all__ = ["free_port", "running_app", "wait_until_up"]
 
@@ -39,6 +40,7 @@ def wait_until_up(url: str, *, timeout_s: float = 120, alive=lambda: None) -> No
 def running_app(app) -> Iterator[str]:
     """Serve an ASGI app on a free loopback port in a background thread; yields its base URL."""
     port = free_port()
+    uvicorn = import_extra("uvicorn", "serve", "a Maestro server")
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

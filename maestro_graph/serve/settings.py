@@ -62,6 +62,11 @@ class ServeSettings(BaseModel):
         None, description="checkpoints: a SQLite file, or a postgresql:// URL that several replicas share; episodes "
         "get thread ids and resume after a crash (on any replica, with Postgres)"
     )
+    thread_lease_s: int = Field(
+        10, ge=3, le=600, description="with a postgresql:// checkpoint_db, where one replica at a time runs a "
+        "thread: how long a thread stays held after its replica's host vanished without closing its connection (a "
+        "killed process frees its threads at once); also the Retry-After of a 409 `thread_busy`"
+    )
     langserve_path: str = Field("/maestro", pattern=r"^/[a-z0-9/_-]*$", description="where LangServe routes go")
 
     @field_validator("allowed_image_hosts")

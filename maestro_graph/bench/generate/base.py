@@ -18,6 +18,8 @@ from typing import Callable, Iterator
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
+from ...errors import import_extra
+
 __all__ = [
     "Draft", "Domain", "ask", "fmt_num", "font_paths", "font", "pick_colors", "degrade", "figure_to_image",
     "new_figure", "canvas", "COLORS", "NAMES",
@@ -85,7 +87,7 @@ def fmt_num(value: float, decimals: int = 2) -> str:
 def font_paths() -> tuple[str, ...]:
     """TrueType fonts available here: matplotlib's bundled DejaVu fonts and every TTF under /usr/share/fonts.
     Sorted, so that a seed picks the same font on every run; math/symbol fonts without Latin letters are left out."""
-    import matplotlib
+    matplotlib = import_extra("matplotlib", "plots", "the benchmark generator")
 
     found = set(Path(matplotlib.get_data_path(), "fonts", "ttf").glob("*.ttf"))
     found |= set(Path("/usr/share/fonts").rglob("*.ttf"))
@@ -113,7 +115,7 @@ def pick_colors(rng: random.Random, k: int, *, exclude: tuple[str, ...] = ()) ->
 def new_figure(rng: random.Random, width: float, height: float) -> Iterator:
     """A matplotlib figure drawn by the Agg canvas, in a random font among the files found here. No pyplot and
     no global state: the font applies inside the `with` block only, so the caller renders the figure there."""
-    import matplotlib
+    matplotlib = import_extra("matplotlib", "plots", "the benchmark generator")
     from matplotlib import font_manager
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
