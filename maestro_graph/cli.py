@@ -168,13 +168,8 @@ def ask(
     else:
         saver = None
     graph = build_graph(reg, pol, checkpointer=saver)
-    resume = False
-    if saver is not None:  # the thread rule of `maestro serve`: the same question resumes, another one is new
-        state = graph.get_state(config)
-        resume = bool(state.values) and state.values.get("question") == question and bool(state.next)
     with _progress("answering (the first question loads the experts, about 10 s)"):
-        result = run_episode(graph, question, images, list(choice) or None, context=context, config=config,
-                             resume=resume)
+        result = run_episode(graph, question, images, list(choice) or None, context=context, config=config)
     if as_json:
         print(json.dumps({"answer": result.answer, "answer_source": result.answer_source, "policy": policy,
                           "stop_reason": result.stop_reason,
@@ -403,29 +398,6 @@ def cache_clear(cache_dir: Path = CacheDirOpt, cache_url: Optional[str] = CacheU
     console.print(f"removed {cache.clear()} entries from {cache.location}")
 
 
-checkpoint_app = typer.Typer(help="Neural policy checkpoint files.", no_args_is_help=True)
-app.add_typer(checkpoint_app, name="checkpoint")
-
-
-@checkpoint_app.command("convert")
-def checkpoint_convert(
-    old: Path = typer.Argument(..., exists=True, dir_okay=False, help="A .pt checkpoint of an older version."),
-    new: Optional[Path] = typer.Argument(None, help="File to write (default: OLD with the .safetensors suffix)."),
-) -> None:
-    """Convert an older version's checkpoint (a torch pickle) to safetensors, once. It is read with torch's
-    weights-only loader, which refuses anything but tensors and plain containers before running it."""
-    from .policy.neural import load_legacy_checkpoint
-
-    new = new or old.with_suffix(".safetensors")
-    try:
-        policy, extra = load_legacy_checkpoint(old)
-    except MaestroError as exc:
-        _fail(str(exc))
-    policy.save(new, extra=extra)
-    console.print(f"wrote {new} from {old}: {len(policy.net.state_dict())} tensors, config {policy.config}, "
-                  f"extra {sorted(extra) or 'none'}")
-
-
 @skills_app.command("list")
 def skills_list(registry: Optional[Path] = RegistryOpt,
                 as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
@@ -501,6 +473,12 @@ def registry_profile(
         family = "unknown" if entry.family_accuracy is None else f"{entry.family_accuracy:.3f}"
         console.print(f"{entry.pair}: {entry.accuracy:.3f} on {entry.items} items, {family} on the "
                       f"{entry.family_items} its family answers, mean cost {entry.mean_cost:g}")
+    sources = Table("source", "items", "best single pair", "its accuracy", "oracle (any pair right)",
+                    title="per source: what one pair reaches, and what any pair does")
+    for row in outcomes.by_source():
+        sources.add_row(row.source, str(row.items), row.best_pair, f"{row.best_accuracy:.3f}",
+                        f"{row.oracle_accuracy:.3f}")
+    console.print(sources)
     console.print(f"reach: some pair answered {int(reach.answered.sum())} of {len(reach.answered)} items; an episode "
                   f"stops before a call where fewer of the {reach.k} most similar were answered by a pair not yet called "
                   f"than the run context's reach_floor ({reach_path(target)})")

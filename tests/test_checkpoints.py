@@ -1,5 +1,4 @@
-"""Checkpoints are data, never code: safetensors plus a JSON header, every field checked on loading, and the one-time
-converter of the old torch pickles that reads them with torch's weights-only loader."""
+"""Checkpoints are data, never code: safetensors plus a JSON header, every field checked on loading."""
 
 from __future__ import annotations
 
@@ -10,9 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from maestro_graph.cli import app
 from maestro_graph.core.tasks import Task
 from maestro_graph.errors import ConfigError
 from maestro_graph.policy import make_policy
@@ -129,35 +126,8 @@ def test_round_trip_gives_the_same_weights_distributions_and_header(tmp_path, re
     assert not list(path.parent.glob("*.tmp")) and path.stat().st_mode & 0o044  # written whole, readable by others
 
 
-def test_the_converter_turns_an_old_checkpoint_into_the_same_weights(tmp_path):
-    policy = NeuralPolicy(NeuralConfig(hidden=16, seed=1))
-    header = policy.checkpoint_header()
-    old = tmp_path / "best.pt"  # the version-1 layout, as `NeuralPolicy.save` used to write it
-    torch.save({"format": "maestro-neural-1", "config": header["config"], **header["features"],
-                "net": policy.net.state_dict(), "validation": {"step": 2, "val_score": 0.25}}, old)
-    result = CliRunner().invoke(app, ["checkpoint", "convert", str(old)])
-    assert result.exit_code == 0, result.output
-    new = tmp_path / "best.safetensors"
-    assert "wrote" in result.output and new.name in result.output
-    converted = NeuralPolicy.load(new)
-    assert converted.config == policy.config
-    for name, value in policy.net.state_dict().items():
-        assert torch.equal(value, converted.net.state_dict()[name]), name
-    assert read_checkpoint_header(new)["extra"] == {"validation": {"step": 2, "val_score": 0.25}}
-
-
-def test_the_converter_refuses_a_planted_pickle_without_running_it(tmp_path):
-    marker = tmp_path / "pwned"
-    old = _plant(tmp_path / "policy.pt", marker, "torch.save")
-    result = CliRunner().invoke(app, ["checkpoint", "convert", str(old), str(tmp_path / "new.safetensors")])
-    assert result.exit_code == 2
-    assert "weights-only loader refused" in result.output and "Unsupported global" in result.output
-    assert not marker.exists() and not (tmp_path / "new.safetensors").exists()
-
-
 def test_the_trainer_resumes_from_data_only(tmp_path, registry):
-    """The resume state is safetensors too: a planted pickle under its name is refused unrun, and an older version's
-    checkpoint.pt is named rather than silently trained over."""
+    """The resume state is safetensors too: a planted pickle under its name is refused unrun."""
     tasks = [Task(id="c1", question="How many circles?", images=[CIRCLES], answer="7", answer_type="number")]
     trainer = GRPOTrainer(registry, tasks, GRPOConfig(steps=1), tmp_path / "run")
     marker = tmp_path / "pwned"
@@ -166,10 +136,6 @@ def test_the_trainer_resumes_from_data_only(tmp_path, registry):
         trainer.resume()
     assert not marker.exists()
     trainer.checkpoint_path.unlink()
-    (tmp_path / "run" / "checkpoint.pt").write_bytes(b"old")
-    with pytest.raises(ConfigError, match="older version") as info:
-        trainer.resume()
-    assert "checkpoint.pt" in str(info.value)
     trainer.save()  # what resume reads back is plain data: JSON header, tensors
     header, tensors = read_tensor_file(trainer.checkpoint_path)
     assert header["format"] == "maestro-grpo-state-1" and json.dumps(header)

@@ -231,7 +231,7 @@ def test_interrupted_episode_resumes_from_its_last_step(registry, tmp_path):
     again = build_graph(registry, make_policy("rules"),
                         checkpointer=SqliteSaver(sqlite3.connect(db, check_same_thread=False)))
     assert again.get_state(config).next == ("router",)
-    result = run_episode(again, COUNT_Q, [CIRCLES], config=config, resume=True)
+    result = run_episode(again, COUNT_Q, [CIRCLES], config=config)  # the same question: the thread resumes
     assert result.answer == "7" and len(result.steps) == 1
     assert run_episode(again, COUNT_Q, [CIRCLES], config=config).answer == "7"  # finished: stored result
 

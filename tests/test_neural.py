@@ -163,7 +163,7 @@ def test_checkpoint_round_trip_and_clear_errors(tmp_path):
     (tmp_path / "bad.safetensors").write_bytes(b"garbage")
     with pytest.raises(ConfigError, match="not a safetensors checkpoint") as info:
         NeuralPolicy.load(tmp_path / "bad.safetensors")
-    assert "bad.safetensors" in str(info.value) and "maestro checkpoint convert" in str(info.value)
+    assert "bad.safetensors" in str(info.value)
     header = policy.checkpoint_header()
     write_tensor_file(tmp_path / "other.safetensors", policy.net.state_dict(),
                       {**header, "features": {**header["features"], "question_dim": 999}})

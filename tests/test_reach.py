@@ -206,17 +206,6 @@ def test_a_reach_round_trips_and_refuses_features_of_another_size(tmp_path):
     assert caught.value.field == "features"
 
 
-def test_a_reach_of_the_first_format_is_ignored_with_a_warning_naming_it(tmp_path):
-    """Reaches written before per-pair outcomes (one `answered` column) cannot say what the pairs left answer."""
-    from safetensors.numpy import save_file
-
-    path = tmp_path / "old.reach.safetensors"
-    save_file({"features": np.eye(3, 392, dtype=np.float16), "answered": np.ones(3, np.float32)}, str(path),
-              metadata={"maestro": json.dumps({"format": "maestro-reach-1", "k": 10, "pairs": {"a@@b": "f1"}})})
-    with pytest.warns(UserWarning, match=rf"reach {path} ignored: written before"):
-        assert Reach.read(path, {"a@@b": "f1"}) is None
-
-
 def test_a_server_with_a_reach_floor_answers_out_of_reach_questions_without_calls(profiled):
     """`maestro serve --reach-floor 0.35` (ServeSettings.reach_floor), on a real loopback server: the operator's
     setting reaches every episode, and the trace says why nothing was called."""

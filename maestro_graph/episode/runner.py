@@ -9,7 +9,7 @@ import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Literal
 
 from tqdm import tqdm
 
@@ -25,12 +25,12 @@ from ..registry.outcomes import PairOutcomes
 from ..types import Decision, ErrorKind, Step, StopReason, Turn, stop_text
 from .graph import AnswerSource, MaestroContext, build_graph
 
-__all__ = ["EpisodeResult", "RECORD_VERSION", "run_episode", "run_tasks", "predict", "PredictSummary"]
+__all__ = ["EpisodeResult", "RECORD_VERSION", "ThreadMode", "episode_finished", "run_episode", "run_tasks", "predict",
+           "PredictSummary", "thread_mode"]
 
 
 RECORD_VERSION = 2
-"""Prediction records of version 2 hold every step whole (input, evidence, confidence, error kind) and the router's
-decisions; version 1 (no `version` field) held each step's pair, cost, answer and error only."""
+"""Prediction records hold every step whole (input, evidence, confidence, error kind) and the router's decisions."""
 
 
 @dataclass
@@ -94,19 +94,31 @@ class EpisodeResult:
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> "EpisodeResult":
-        """The episode of a prediction record, of this version or version 1 (whose steps lack their evidence and
-        error kind, and which has no decisions: those stay empty, never re-derived; its stop kind is read from the
-        text it recorded, the one place a stop reason is parsed)."""
-        if "stop" in record:
-            stop, detail = StopReason(record["stop"]), record.get("stop_detail")
-        else:
-            kind, _, rest = str(record.get("stop_reason") or "policy").partition(": ")
-            stop, detail = StopReason(kind), rest or None
+        """The episode of a prediction record, as `record` wrote it."""
         return cls(answer=record.get("answer"), steps=[Step.model_validate(s) for s in record.get("steps", [])],
-                   stop=stop, stop_detail=detail, latency_s=record.get("latency_s", 0.0),
+                   stop=StopReason(record["stop"]), stop_detail=record.get("stop_detail"), latency_s=record.get("latency_s", 0.0),
                    error=record.get("error"),
                    decisions=[Decision.model_validate(d) for d in record.get("decisions", [])],
                    answer_source=record.get("answer_source"))
+
+
+ThreadMode = Literal["new", "resume", "replay"]
+
+
+def thread_mode(snapshot: Any, question: str) -> ThreadMode:
+    """The thread rule, one for every door (`maestro ask --thread`, `maestro serve`, the graphs): the thread's
+    current question asked again resumes it from its last step when unfinished and replays its stored result when
+    finished; any other question starts a new episode on the thread, whose earlier episodes become its history."""
+    if not snapshot.values or snapshot.values.get("question") != question:
+        return "new"
+    return "replay" if episode_finished(snapshot) else "resume"
+
+
+def episode_finished(snapshot: Any) -> bool:
+    """An episode ended when the answer node has written its stop reason and nothing is left to run. (A thread
+    whose last task finished just before the process stopped may show no next node yet no stop reason: its
+    results are pending writes, and resuming carries on from them.)"""
+    return bool(snapshot.values.get("stop")) and not snapshot.next
 
 
 def run_episode(
@@ -117,23 +129,22 @@ def run_episode(
     *,
     context: MaestroContext | None = None,
     config: dict | None = None,
-    resume: bool = False,
     history: list[Turn] | None = None,
 ) -> EpisodeResult:
-    """Run one episode to its end. The recursion limit follows the turn budget (two supersteps per turn).
-    `resume=True` continues the checkpointed thread in `config` from its last step instead of starting over. On a
-    thread, the thread rule of `maestro serve`: a finished thread asked its current question again returns its
-    stored result; another question is a new episode, whose history is the thread's earlier ones. `history`: the
-    conversation the question continues when the caller keeps it (it overrides the thread's)."""
+    """Run one episode to its end. The recursion limit follows the turn budget (two supersteps per turn). On the
+    checkpointed thread of `config`, `thread_mode` says whether the question resumes the thread, replays its stored
+    result or starts a new episode on it. `history`: the conversation the question continues when the caller keeps
+    it (it overrides the thread's)."""
     context = context or MaestroContext()
     run_config = {"recursion_limit": 2 * context.max_turns + 6, **(config or {})}
     start = time.perf_counter()
     stored = graph.get_state(run_config) if graph.checkpointer is not None and config else None
-    if stored is not None and stored.values and not stored.next and stored.values.get("question") == question:
-        out = stored.values  # a finished thread asked the same question: its stored result
+    mode = thread_mode(stored, question) if stored is not None else "new"
+    if mode == "replay":
+        out = stored.values
     else:
-        payload = None if resume else {"question": question, "images": images, "choices": choices,
-                                       **({"history": history} if history else {})}
+        payload = None if mode == "resume" else {"question": question, "images": images, "choices": choices,
+                                                 **({"history": history} if history else {})}
         out = graph.invoke(payload, run_config, context=context)
     return EpisodeResult(
         answer=out.get("answer"),

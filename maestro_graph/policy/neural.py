@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import pickle
-import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -32,7 +30,7 @@ from ..types import Answer, Invoke
 from .base import ActionSpace, Distribution, EpisodeView, best_candidate
 
 __all__ = ["NeuralConfig", "NeuralPolicy", "Scored", "HISTORY_DIM", "CHECKPOINT_FORMAT", "CHECKPOINT_VERSION",
-           "EMBEDDING_MODEL", "load_legacy_checkpoint", "read_checkpoint_header", "read_tensor_file",
+           "EMBEDDING_MODEL", "read_checkpoint_header", "read_tensor_file",
            "write_tensor_file"]
 
 HISTORY_DIM = 8
@@ -50,8 +48,7 @@ _HAS_FORM = len(_SUPPORT_COLUMNS) + HAS_FORM
 _CONTRADICTS_FORM = len(_SUPPORT_COLUMNS) + CONTRADICTS_FORM
 CHECKPOINT_FORMAT = "maestro-neural"
 CHECKPOINT_VERSION = 2
-"""Version 1 was a torch pickle (`.pt`), read only by `load_legacy_checkpoint` for the one-time conversion; version
-2 is safetensors weights with a JSON header, so loading a checkpoint never runs code."""
+"""Safetensors weights with a JSON header, so loading a checkpoint never runs code."""
 EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 """The sentence encoder of questions and cards (see embeddings.py) whose numbers the weights were trained on."""
 HEADER_KEY = "maestro"
@@ -59,7 +56,6 @@ HEADER_KEY = "maestro"
 _FEATURES = {"embed_dim": EMBED_DIM, "question_dim": QUESTION_DIM, "history_dim": HISTORY_DIM,
              "candidate_dim": CAND_DIM, "model_extra": MODEL_EXTRA}
 _HEADER_KEYS = {"format", "version", "config", "features", "embedding", "extra"}
-_LEGACY_FORMAT = "maestro-neural-1"
 
 
 @dataclass
@@ -418,8 +414,7 @@ def read_tensor_file(path: str | Path, *, with_tensors: bool = True) -> tuple[di
             metadata = fh.metadata() or {}
             tensors = {name: fh.get_tensor(name) for name in fh.keys()} if with_tensors else {}
     except (SafetensorError, OSError) as exc:
-        raise ConfigError(f"not a safetensors checkpoint ({exc}); a .pt checkpoint of an older version is converted "
-                          "once with `maestro checkpoint convert OLD.pt`", file=str(path)) from exc
+        raise ConfigError(f"not a safetensors checkpoint ({exc})", file=str(path)) from exc
     if HEADER_KEY not in metadata:
         raise ConfigError(f"a safetensors file without maestro's header (metadata key {HEADER_KEY!r})",
                           file=str(path), field=HEADER_KEY)
@@ -437,47 +432,3 @@ def read_checkpoint_header(path: str | Path) -> dict:
     """A checkpoint's JSON header, tensors left unread: e.g. `["extra"]["validation"]` of a trainer's best
     checkpoint."""
     return read_tensor_file(path, with_tensors=False)[0]
-
-
-def load_legacy_checkpoint(path: str | Path) -> tuple[NeuralPolicy, dict]:
-    """A version-1 checkpoint (`torch.save` of a dict of strings, numbers and tensors) as a policy and its extra
-    entries, for the one-time conversion (`maestro checkpoint convert`). It is read with torch's weights-only
-    loader, which builds nothing but tensors and plain containers and refuses anything else before it runs; the
-    weights then pass the checks of `load`."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError("no such policy checkpoint", file=str(path))
-    try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        raise ConfigError(f"torch's weights-only loader refused it ({_refusal(str(exc))}): it holds more than "
-                          f"tensors, numbers, strings and containers, which a {_LEGACY_FORMAT} checkpoint never does, "
-                          "so maestro did not write it (nothing in it was run)", file=str(path)) from exc
-    except (RuntimeError, EOFError, OSError) as exc:  # torch's messages for a damaged zip or a truncated pickle
-        raise ConfigError(f"corrupt policy checkpoint ({exc.__class__.__name__}: {exc})", file=str(path)) from exc
-    if not isinstance(data, dict) or data.get("format") != _LEGACY_FORMAT:
-        raise ConfigError(f"not a {_LEGACY_FORMAT} checkpoint", file=str(path), field="format")
-    if "trainer" in data:
-        raise ConfigError("a trainer's resume state, not a policy: convert the run's policy.pt or best.pt (a run "
-                          "cannot be resumed across versions; train again in a new --out)", file=str(path),
-                          field="trainer")
-    net = data.get("net")
-    if not isinstance(net, dict) or not all(isinstance(t, torch.Tensor) for t in net.values()):
-        raise ConfigError("no weights (a dict of tensors)", file=str(path), field="net")
-    extra = {k: v for k, v in data.items() if k not in {"format", "config", "net", *_FEATURES}}
-    try:
-        json.dumps(extra)
-    except TypeError as exc:
-        raise ConfigError(f"extra entries {sorted(extra)} are not JSON ({exc})", file=str(path)) from exc
-    _check_finite(net, str(path))
-    header = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "config": data.get("config"),
-              "features": {k: data.get(k) for k in _FEATURES},
-              "embedding": {"model": EMBEDDING_MODEL, "dim": EMBED_DIM}}
-    return NeuralPolicy.from_checkpoint(header, net, file=str(path)), extra
-
-
-def _refusal(message: str) -> str:
-    """The reason inside torch's long weights-only refusal, e.g. 'Unsupported global: GLOBAL builtins.print ...'
-    (without its advice to allow-list the global)."""
-    match = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\n\n|$)", message, re.S)
-    return " ".join(match.group(1).split()).split(". ")[0] if match else message.splitlines()[0]

@@ -36,7 +36,6 @@ from ..features.state import QUESTION_DIM, nearest, question_features, similarit
 __all__ = ["REACH_FLOOR", "REACH_FORMAT", "REACH_K", "REACH_SIMILARITY", "Reach", "reach_path"]
 
 REACH_FORMAT = "maestro-reach-2"
-_FIRST_FORMAT = "maestro-reach-1"
 """Kept only whether some pair answered each item; ignored with a warning (profile again)."""
 REACH_K = 10
 """Calibration questions an estimate averages over (the kNN router's k)."""
@@ -128,10 +127,6 @@ class Reach:
         try:
             with safe_open(str(path), framework="numpy") as fh:
                 header = json.loads((fh.metadata() or {}).get("maestro", "null"))
-                if isinstance(header, dict) and header.get("format") == _FIRST_FORMAT:
-                    warnings.warn(f"reach {path} ignored: written before reaches kept each pair's outcomes; run "
-                                  "`maestro registry profile` again", stacklevel=2)
-                    return None
                 if not isinstance(header, dict) or header.get("format") != REACH_FORMAT:
                     raise ConfigError(f"not a {REACH_FORMAT} file", file=str(path), field="format")
                 features, right = fh.get_tensor("features"), fh.get_tensor("right")

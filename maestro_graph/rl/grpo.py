@@ -228,10 +228,6 @@ class GRPOTrainer:
         """Continue from the last checkpoint under `out_dir` when there is one (same config required)."""
         path = self.checkpoint_path
         if not path.is_file():
-            legacy = self.out / "checkpoint.pt"
-            if legacy.is_file():  # an older version's run: say so rather than silently train from scratch beside it
-                raise ConfigError("the resume state of an older version (a torch pickle, no longer read); use a new "
-                                  "--out, or delete it to train from scratch here", file=str(legacy))
             return False
         state, parts = _read_state(path)
         mine = {k: v for k, v in asdict(self.config).items() if k not in _EXTENDABLE}

@@ -23,7 +23,7 @@ import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Iterator, Literal
+from typing import Any, AsyncIterator, Callable, Iterator
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -31,6 +31,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ..core.cancellation import Cancelled, cancellable
 from ..episode.graph import MaestroContext, build_graph, checkpoint_serde
+from ..episode.runner import ThreadMode, episode_finished, thread_mode
 from ..errors import ServiceUnavailable, import_extra
 from ..policy import PolicyNotOffered
 from ..registry import Registry
@@ -119,7 +120,7 @@ class Episode:
     context: MaestroContext
     thread_id: str | None
     cancel: threading.Event = field(default_factory=threading.Event)
-    mode: Literal["new", "resume", "replay"] = "new"
+    mode: ThreadMode = "new"
     history: list[Turn] = field(default_factory=list)
     """The conversation the client sent before the question (empty: on a thread, the thread's own history)."""
     lease: Lease | None = None
@@ -306,11 +307,8 @@ class EpisodeService:
     def _classify(self, episode: Episode) -> None:
         """Same question as the thread's current one: resume (unfinished) or replay (finished); else a new
         episode on the thread (see the module docstring)."""
-        if episode.thread_id is None:
-            return
-        snapshot = self.graph.get_state(self._config(episode))
-        if snapshot.values and snapshot.values.get("question") == episode.question:
-            episode.mode = "replay" if _finished(snapshot) else "resume"
+        if episode.thread_id is not None:
+            episode.mode = thread_mode(self.graph.get_state(self._config(episode)), episode.question)
 
     def _run(self, episode: Episode, emit: Emit) -> EpisodeOutcome:
         with self._lock:
@@ -444,7 +442,7 @@ class EpisodeService:
         values = snapshot.values
         return {
             "thread_id": thread_id,
-            "finished": _finished(snapshot),
+            "finished": episode_finished(snapshot),
             "next": list(snapshot.next),
             "question": values.get("question"),
             "answer": values.get("answer"),
@@ -477,13 +475,6 @@ def _open_leases(checkpointer: BaseCheckpointSaver | None, settings: ServeSettin
     except Exception as exc:  # noqa: BLE001 - process boundary: any failure to reach the database stops the start
         raise ServiceUnavailable("Postgres (thread leases)", _redacted(location), str(exc).splitlines()[0] if str(exc)
                                  else exc.__class__.__name__) from None
-
-
-def _finished(snapshot: Any) -> bool:
-    """An episode ended when the answer node has written its stop reason and nothing is left to run. (A thread
-    whose last task finished just before the process stopped may show no next node yet no stop reason: its
-    results are pending writes, and resuming carries on from them.)"""
-    return bool(snapshot.values.get("stop")) and not snapshot.next
 
 
 def usage_of(steps: list[dict[str, Any]]) -> dict[str, int]:
