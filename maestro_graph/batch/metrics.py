@@ -9,13 +9,42 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any, Iterable
 
 from prometheus_client import CollectorRegistry, write_to_textfile
 from prometheus_client import Counter as PromCounter
 
 from ..types import Step
 
-__all__ = ["BatchMetrics"]
+__all__ = ["BatchMetrics", "EpisodeCounters"]
+
+
+class EpisodeCounters:
+    """The counters a batch run and `maestro serve` share, under the same names: episodes by outcome, and the expert
+    calls, failures and cache hits read from each step's call ledger."""
+
+    def __init__(self, registry: CollectorRegistry, outcomes: str):
+        self.episodes = PromCounter("maestro_episodes", f"Episodes finished, by outcome ({outcomes}).", ["outcome"],
+                                    registry=registry)
+        self.expert_calls = PromCounter("maestro_expert_calls", "Expert calls made inside episodes, by model.",
+                                        ["model"], registry=registry)
+        self.expert_errors = PromCounter("maestro_expert_errors", "Expert calls that failed, by model.", ["model"],
+                                         registry=registry)
+        self.cache_hits = PromCounter("maestro_cache_hits", "Expert calls and whole steps replayed from the cache.",
+                                      ["kind"], registry=registry)
+
+    def count_steps(self, steps: Iterable[dict[str, Any]]) -> None:
+        """The calls of steps (as recorded: dicts with `cached` and `calls`); a replayed call is a hit, not a call."""
+        for step in steps:
+            if step.get("cached"):
+                self.cache_hits.labels("step").inc()
+            for call in step.get("calls", []):
+                if call.get("cached"):
+                    self.cache_hits.labels("call").inc()
+                    continue
+                self.expert_calls.labels(call["model"]).inc()
+                if call.get("error"):
+                    self.expert_errors.labels(call["model"]).inc()
 
 
 class BatchMetrics:
@@ -23,31 +52,14 @@ class BatchMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
-        self.episodes = PromCounter("maestro_episodes", "Episodes finished, by outcome (answered, no_answer, failed).",
-                                    ["outcome"], registry=r)
-        self.expert_calls = PromCounter("maestro_expert_calls", "Expert calls made inside episodes, by model.",
-                                        ["model"], registry=r)
-        self.expert_errors = PromCounter("maestro_expert_errors", "Expert calls that failed, by model.", ["model"],
-                                         registry=r)
-        self.cache_hits = PromCounter("maestro_cache_hits", "Expert calls and whole steps replayed from the cache.",
-                                      ["kind"], registry=r)
+        self.counters = EpisodeCounters(self.registry, "answered, no_answer, failed")
         self.worker_items = PromCounter("maestro_batch_items", "Items finished, by the worker that ran them.",
-                                        ["worker"], registry=r)
+                                        ["worker"], registry=self.registry)
 
     def observe(self, steps: list[Step], *, failed: bool, answered: bool) -> None:
         """One finished episode and the calls its steps made."""
-        self.episodes.labels("failed" if failed else "answered" if answered else "no_answer").inc()
-        for step in steps:
-            if step.cached:
-                self.cache_hits.labels("step").inc()
-            for call in step.calls:
-                if call.get("cached"):
-                    self.cache_hits.labels("call").inc()
-                    continue
-                self.expert_calls.labels(call["model"]).inc()
-                if call.get("error"):
-                    self.expert_errors.labels(call["model"]).inc()
+        self.counters.episodes.labels("failed" if failed else "answered" if answered else "no_answer").inc()
+        self.counters.count_steps({"cached": step.cached, "calls": step.calls} for step in steps)
 
     def write(self, path: Path, done_by_worker: Counter[str]) -> None:
         """The counters as a Prometheus text file (node-exporter's textfile collector reads it as it is)."""

@@ -22,12 +22,13 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any, Iterable, Literal
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from starlette.datastructures import MutableHeaders
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..batch.metrics import EpisodeCounters
 from ..types import StopReason
 
 if TYPE_CHECKING:
@@ -148,18 +149,11 @@ class EpisodeMetrics:
     def __init__(self, registry: "Registry", queue_depth: Any, in_flight: Any):
         self.registry = CollectorRegistry()
         r = self.registry
-        self.episodes = Counter("maestro_episodes", "Episodes finished, by outcome "
-                                "(answered, no_answer, input_error, cancelled, failed).", ["outcome"], registry=r)
+        self.counters = EpisodeCounters(r, "answered, no_answer, input_error, cancelled, failed")
         self.episode_seconds = Histogram("maestro_episode_seconds", "Wall-clock time of an episode on its worker.",
                                          buckets=LATENCY_BUCKETS, registry=r)
         self.decision_seconds = Histogram("maestro_decision_seconds", "Time the policy took for one decision.",
                                           buckets=DECISION_BUCKETS, registry=r)
-        self.expert_calls = Counter("maestro_expert_calls", "Expert calls made inside episodes, by model.",
-                                    ["model"], registry=r)
-        self.expert_errors = Counter("maestro_expert_errors", "Expert calls that failed, by model.", ["model"],
-                                     registry=r)
-        self.cache_hits = Counter("maestro_cache_hits", "Expert calls and whole steps replayed from the cache.",
-                                  ["kind"], registry=r)
         Gauge("maestro_queue_depth", "Admitted episodes waiting for a worker.", registry=r).set_function(queue_depth)
         Gauge("maestro_episodes_in_flight", "Admitted episodes, running or queued.", registry=r).set_function(in_flight)
         r.register(_BreakerCollector(registry))
@@ -171,21 +165,12 @@ class EpisodeMetrics:
     def observe_outcome(self, outcome: "EpisodeOutcome", raw_steps: Iterable[dict[str, Any]]) -> None:
         """Count the episode and the calls of the steps it ran now (replayed or restored steps were counted by the
         request that ran them)."""
-        self.episodes.labels(outcome_label(outcome)).inc()
+        self.counters.episodes.labels(outcome_label(outcome)).inc()
         self.episode_seconds.observe(outcome.latency_s)
-        for step in raw_steps:
-            if step.get("cached"):
-                self.cache_hits.labels("step").inc()
-            for call in step.get("calls", []):
-                if call.get("cached"):
-                    self.cache_hits.labels("call").inc()
-                    continue
-                self.expert_calls.labels(call["model"]).inc()
-                if call.get("error"):
-                    self.expert_errors.labels(call["model"]).inc()
+        self.counters.count_steps(raw_steps)
 
     def observe_failure(self) -> None:
-        self.episodes.labels("failed").inc()
+        self.counters.episodes.labels("failed").inc()
 
 
 class _BreakerCollector:
