@@ -96,8 +96,8 @@ class EpisodeResult:
     def from_record(cls, record: dict[str, Any]) -> "EpisodeResult":
         """The episode of a prediction record, as `record` wrote it."""
         return cls(answer=record.get("answer"), steps=[Step.model_validate(s) for s in record.get("steps", [])],
-                   stop=StopReason(record["stop"]), stop_detail=record.get("stop_detail"), latency_s=record.get("latency_s", 0.0),
-                   error=record.get("error"),
+                   stop=StopReason(record["stop"]), stop_detail=record.get("stop_detail"),
+                   latency_s=record.get("latency_s", 0.0), error=record.get("error"),
                    decisions=[Decision.model_validate(d) for d in record.get("decisions", [])],
                    answer_source=record.get("answer_source"))
 

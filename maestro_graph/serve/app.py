@@ -156,8 +156,8 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
         completion_id = new_completion_id()
         if not chat.stream:
             outcome = await service.complete(episode)
-            return JSONResponse(completion_body(completion_id, settings.model_name, outcome.answer, outcome.trace(),
-                                                outcome.usage), headers=headers)
+            return JSONResponse(completion_body(completion_id, settings.model_name, outcome.result.answer,
+                                                outcome.trace(), outcome.usage), headers=headers)
         include_usage = chat.stream_options is not None and chat.stream_options.include_usage
         stream = _sse(completion_id, settings.model_name, await service.open_stream(episode),
                       include_usage=include_usage)
@@ -184,7 +184,7 @@ async def _sse(completion_id: str, model: str, stream: AsyncIterator[dict[str, A
             if not isinstance(item, EpisodeOutcome):
                 yield data(chunk_body(completion_id, model, {}, maestro=item))
                 continue
-            yield data(chunk_body(completion_id, model, {"content": item.answer or ""}))
+            yield data(chunk_body(completion_id, model, {"content": item.result.answer or ""}))
             yield data(chunk_body(completion_id, model, {}, finish_reason="stop",
                                   maestro={"event": "done", **item.trace()}))
             if include_usage:

@@ -31,11 +31,11 @@ from starlette.concurrency import run_in_threadpool
 
 from ..core.cancellation import Cancelled, cancellable
 from ..episode.graph import MaestroContext, build_graph, checkpoint_serde
-from ..episode.runner import ThreadMode, episode_finished, thread_mode
+from ..episode.runner import EpisodeResult, ThreadMode, episode_finished, thread_mode
 from ..errors import ServiceUnavailable, import_extra
 from ..policy import PolicyNotOffered
 from ..registry import Registry
-from ..types import StopReason, Turn
+from ..types import Step, StopReason, Turn
 from .observability import EpisodeMetrics, outcome_label
 from .observability import thread_id as thread_id_var
 from .protocol import ApiError
@@ -76,7 +76,12 @@ def open_checkpointer(location: str | Path) -> BaseCheckpointSaver:
     try:
         pool.open(wait=True, timeout=_CONNECT_TIMEOUT_S)
         saver = postgres.PostgresSaver(pool, serde=checkpoint_serde())
-        saver.setup()
+        with pool.connection() as conn:  # replicas starting together would race on LangGraph's schema migrations
+            conn.execute("SELECT pg_advisory_lock(%s)", (_SETUP_LOCK,))
+            try:
+                saver.setup()
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (_SETUP_LOCK,))
     except Exception as exc:  # noqa: BLE001 - process boundary: any failure to reach the database stops the start
         pool.close()
         raise ServiceUnavailable("Postgres (checkpoints)", _redacted(text), str(exc).splitlines()[0] if str(exc)
@@ -86,6 +91,8 @@ def open_checkpointer(location: str | Path) -> BaseCheckpointSaver:
 
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _POOL_SIZE = 8
+_SETUP_LOCK = 0x6D61657374726F00
+"""The advisory-lock key that serialises the checkpoint tables' set-up across replicas ("maestro" in ASCII)."""
 """Connections a replica holds to the checkpoint database (its episode workers share them)."""
 _CONNECT_TIMEOUT_S = 5.0
 """How long connecting, or waiting for a pooled connection, may take before the database counts as lost."""
@@ -129,27 +136,24 @@ class Episode:
 
 @dataclass
 class EpisodeOutcome:
-    answer: str | None
-    steps: list[dict[str, Any]]
-    stop: StopReason
-    stop_reason: str
+    """A served episode: the episode's own record (the EpisodeResult every runner writes) and the thread it ran on."""
+
+    result: EpisodeResult
     thread_id: str | None
-    resumed: bool
-    replayed: bool
-    latency_s: float
+    mode: ThreadMode
     usage: dict[str, int] = field(default_factory=lambda: usage_of([]))
     """OpenAI `usage`: the tokens of the chat-model calls inside the episode's steps (0 when none was made)."""
 
     def trace(self) -> dict[str, Any]:
-        """The `maestro` extra field of a completion."""
+        """The `maestro` extra field of a completion: the steps without their per-call ledgers."""
         return {
             "thread_id": self.thread_id,
-            "stop_reason": self.stop_reason,
-            "steps": self.steps,
-            "cost": round(sum(s.get("cost", 0.0) for s in self.steps), 6),
-            "latency_s": round(self.latency_s, 4),
-            "resumed": self.resumed,
-            "replayed": self.replayed,
+            "stop_reason": self.result.stop_reason,
+            "steps": [s.model_dump(mode="json", exclude={"calls"}) for s in self.result.steps],
+            "cost": round(self.result.cost, 6),
+            "latency_s": round(self.result.latency_s, 4),
+            "resumed": self.mode == "resume",
+            "replayed": self.mode == "replay",
         }
 
 
@@ -323,7 +327,8 @@ class EpisodeService:
             raise self._store_lost(episode, "the connection holding the thread's lease in the checkpoint database "
                                    "was lost, so the episode stopped at its last step")
         self.metrics.observe_outcome(outcome, ran)
-        log.info("episode %s: %s in %.2f s", outcome_label(outcome), outcome.stop_reason, outcome.latency_s)
+        log.info("episode %s: %s in %.2f s", outcome_label(outcome), outcome.result.stop_reason,
+                 outcome.result.latency_s)
         return outcome
 
     def _episode(self, episode: Episode, emit: Emit) -> tuple[EpisodeOutcome, list[dict[str, Any]]]:
@@ -365,15 +370,12 @@ class EpisodeService:
 
     @staticmethod
     def _outcome(values: dict[str, Any], episode: Episode, start: float, *, finished: bool) -> EpisodeOutcome:
-        return EpisodeOutcome(
-            answer=values.get("answer"),
-            steps=[_public(s) for s in values.get("steps", [])],
-            usage=usage_of(values.get("steps", [])),
+        result = EpisodeResult(
+            answer=values.get("answer"), steps=[Step.model_validate(s) for s in values.get("steps", [])],
             stop=StopReason(values.get("stop") or StopReason.POLICY) if finished else StopReason.CANCELLED,
-            stop_reason=(values.get("stop_reason") or "") if finished else str(StopReason.CANCELLED),
-            thread_id=episode.thread_id, resumed=episode.mode == "resume", replayed=episode.mode == "replay",
-            latency_s=time.perf_counter() - start,
-        )
+            stop_detail=values.get("stop_detail") if finished else None, latency_s=time.perf_counter() - start,
+            answer_source=values.get("answer_source"))
+        return EpisodeOutcome(result, episode.thread_id, episode.mode, usage=usage_of(values.get("steps", [])))
 
     async def complete(self, episode: Episode, emit: Emit = lambda _: None) -> EpisodeOutcome:
         """Admit, run on a worker and wait, within the request timeout (504 after it: the episode stops at its

@@ -152,7 +152,8 @@ def maestro_runnable(service: EpisodeService) -> Runnable:
             episode = await _prepare(service, req)
         async for item in await service.open_stream(episode):
             if isinstance(item, EpisodeOutcome):
-                yield AddableDict(answer=item.answer, stop_reason=item.stop_reason, thread_id=item.thread_id)
+                yield AddableDict(answer=item.result.answer, stop_reason=item.result.stop_reason,
+                                  thread_id=item.thread_id)
             elif item.get("event") == "step":
                 yield AddableDict(steps=[{k: v for k, v in item.items() if k != "event"}])
 

@@ -135,11 +135,11 @@ def configure_logging(level: str, fmt: Literal["json", "text"]) -> None:
 
 def outcome_label(outcome: "EpisodeOutcome") -> str:
     """How an episode ended, as the `outcome` label: answered, no_answer, input_error or cancelled."""
-    if outcome.stop == StopReason.CANCELLED:
+    if outcome.result.stop == StopReason.CANCELLED:
         return "cancelled"
-    if outcome.stop == StopReason.INPUT_ERROR:
+    if outcome.result.stop == StopReason.INPUT_ERROR:
         return "input_error"
-    return "answered" if outcome.answer is not None else "no_answer"
+    return "answered" if outcome.result.answer is not None else "no_answer"
 
 
 class EpisodeMetrics:
@@ -166,7 +166,7 @@ class EpisodeMetrics:
         """Count the episode and the calls of the steps it ran now (replayed or restored steps were counted by the
         request that ran them)."""
         self.counters.episodes.labels(outcome_label(outcome)).inc()
-        self.episode_seconds.observe(outcome.latency_s)
+        self.episode_seconds.observe(outcome.result.latency_s)
         self.counters.count_steps(raw_steps)
 
     def observe_failure(self) -> None:
