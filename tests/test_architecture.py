@@ -113,3 +113,18 @@ def test_no_import_cycles_between_units():
         if node not in state:
             visit(node, [node])
     assert cycles == []
+
+
+def test_importing_the_policies_loads_no_expert():
+    """A policy sees cards, skills and what was measured of pairs, never an expert: importing every policy module
+    (the LM router's included) loads no expert, cache or batch module, so the rule holds at run time too."""
+    import subprocess
+    import sys
+
+    modules = sorted("maestro_graph." + ".".join(p.relative_to(PACKAGE).with_suffix("").parts).removesuffix(".__init__")
+                     for p in (PACKAGE / "policy").rglob("*.py"))
+    probe = (f"import importlib, sys; [importlib.import_module(m) for m in {modules!r}]; "
+             "print(sorted(m for m in sys.modules if m.startswith(('maestro_graph.experts', 'maestro_graph.cache', "
+             "'maestro_graph.batch', 'maestro_graph.registry.handles', 'maestro_graph.registry.registry'))))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]"

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
 from ..core.tasks import Task
-from ..registry import Pair, Registry
+from ..registry.pair import Pair
 from ..scoring import normalize_text
 from ..types import Action, Answer, InvalidAction, Invoke, Step
+
+if TYPE_CHECKING:  # a policy reads pairs; the registry that holds the experts is only passed in
+    from ..registry.registry import Registry
 
 __all__ = ["EpisodeView", "ActionSpace", "Distribution", "Policy", "best_candidate"]
 

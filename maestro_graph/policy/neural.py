@@ -24,7 +24,7 @@ from ..core.answer_form import CONTRADICTS_FORM, FORM_DIM, HAS_FORM, candidate_f
 from ..errors import ConfigError
 from ..features.embeddings import EMBED_DIM, embed
 from ..features.state import QUESTION_DIM, question_features
-from ..registry import Pair
+from ..registry.pair import Pair
 from ..scoring import normalize_text
 from ..types import Answer, Invoke
 from .base import ActionSpace, Distribution, EpisodeView, best_candidate

@@ -7,8 +7,8 @@ import numpy as np
 import torch
 
 from ..features.state import nearest, question_features, similarity_mean, unit_rows
-from ..registry import Pair
 from ..registry.outcomes import PairOutcomes
+from ..registry.pair import Pair
 from .base import EpisodeView
 from .simple import RankingPolicy
 

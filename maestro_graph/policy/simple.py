@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..registry import Pair
+from ..registry.pair import Pair
 from ..types import Answer, ErrorKind, Invoke, split_pair
 from .base import ActionSpace, Distribution, EpisodeView, best_candidate
 

@@ -8,13 +8,16 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..types import split_pair
 from .profiles import ProfileFile, pair_fingerprints, profile_entry, registry_fingerprint
 from .reach import Reach, reach_path
-from .registry import Registry
+
+if TYPE_CHECKING:  # the table is read by policies, which import no expert
+    from .registry import Registry
 
 __all__ = ["PairOutcomes", "SourceSummary"]
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import importlib
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
 
 from ..cache.store import ExpertCache
 from ..core.cancellation import current_cancel, run_abandonable
@@ -17,6 +16,7 @@ from ..types import ErrorKind, Invoke, SkillResult, Step, Turn, pair_id
 from .config import ModelCard, PythonBackend, RegistryConfig, load_config
 from .context import SkillContext
 from .handles import BoundExpert, ExpertHandle, Ledger
+from .pair import Pair
 from .profiles import PairCards, PairProfile, pair_fingerprints, read_profile
 from .reach import Reach, reach_path
 from .skills import SkillSpec, discover_skills
@@ -29,31 +29,6 @@ answered without that call (visual-math values an option it could not evaluate a
 may not meet it. A crash on the input (an expression the calculator cannot read) is part of the outcome."""
 
 __all__ = ["Registry", "Pair"]
-
-
-@dataclass(frozen=True)
-class Pair:
-    """One action of the action space: a tier-1 skill run on a model that has what it needs."""
-
-    model: ModelCard
-    skill: SkillSpec
-    profile: PairProfile | None = None
-    """How the pair did on the registry's calibration file (`maestro registry profile`); None: never profiled."""
-
-    @property
-    def id(self) -> str:
-        return pair_id(self.model.name, self.skill.name)
-
-    @property
-    def accuracy(self) -> float | None:
-        """What is known of the pair's accuracy on its family's items: its profile, measured here (its overall
-        accuracy where no calibration item was of the family's kind, or the profile predates family figures), else
-        the card's reported figure for the skill (`evaluations`), else None (unknown). The neural policy reads it as
-        a feature of the pair."""
-        if self.profile is not None:
-            family = self.profile.family_accuracy
-            return self.profile.accuracy if family is None else family
-        return self.model.reported_accuracy(self.skill.name)
 
 
 def _check_entry(card: ModelCard, index: int, config: RegistryConfig) -> None:

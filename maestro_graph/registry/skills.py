@@ -37,8 +37,8 @@ import hashlib
 import importlib.util
 import re
 import sys
-import types
 import threading
+import types
 import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
