@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -229,3 +230,49 @@ def test_serve_vlm_starts_a_vllm_server_per_loopback_vision_card():
     assert [line.split(":")[0] for line in lines] == ["qwen2.5-vl-7b", "qwen3-vl-8b"]  # not the hosted card
     assert "vllm serve Qwen/Qwen2.5-VL-7B-Instruct --host 127.0.0.1 --port 8101" in lines[0]
     assert "--served-model-name Qwen/Qwen3-VL-8B-Instruct" in lines[1] and "--gpu-memory-utilization 0.45" in lines[1]
+
+
+@pytest.mark.slow
+def test_serve_vlm_starts_the_servers_a_registry_names_and_the_card_answers_through_them(tmp_path):
+    """The GPU page's command at CPU size: scripts/serve-vlm.sh starts one server per loopback vision card (here the
+    test double standing in for `vllm serve`, through the script's `VLLM` variable), waits until each answers
+    /v1/models, the card's pairs reach it with the image, and SIGTERM stops every server."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from maestro_graph.serve.loopback import free_port
+
+    port = free_port()
+    registry = tmp_path / "registry.yaml"
+    registry.write_text(f"""extends: default
+models:
+  - name: vlm
+    description: A vision-language model served by vllm serve on a local GPU.
+    capabilities: [vision-chat]
+    backend: {{type: openai, base_url: "http://127.0.0.1:{port}/v1", model: vlm-double}}
+""")
+    vllm = tmp_path / "vllm"  # the `vllm` command, standing in for the GPU-only server
+    vllm.write_text(f"#!/bin/sh\nexec {sys.executable} {ROOT / 'tests' / 'vision_double.py'} \"$@\"\n")
+    vllm.chmod(0o755)
+    script = subprocess.Popen([str(ROOT / "scripts" / "serve-vlm.sh"), str(registry)], cwd=ROOT,
+                              env={**os.environ, "PYTHON": sys.executable, "VLLM": str(vllm),
+                                   "LOG_DIR": str(tmp_path / "logs")},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        lines = []
+        for line in script.stdout:
+            lines.append(line)
+            if "servers are up" in line:
+                break
+        assert f"vlm: {vllm} serve vlm-double --host 127.0.0.1 --port {port}" in lines[0], lines
+        assert f"vlm is up on http://127.0.0.1:{port}/v1" in "".join(lines)
+        step = Registry.load(registry).run(Invoke("vlm", "counting"), question="How many circles are there?",
+                                           images=[str(ROOT / "examples" / "circles.png")])
+        assert step.answer == "7" and step.error is None
+    finally:
+        os.killpg(script.pid, signal.SIGTERM)
+        script.wait(timeout=30)
+    with pytest.raises(OSError):  # the server went with the script
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()

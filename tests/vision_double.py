@@ -9,6 +9,9 @@ builds from a labelled task file, so the double is right on exactly the items th
 `replies` whose pattern the user text matches, with a `usage` that counts words and images. Its `behaviour` makes it fail the ways real endpoints do: an HTTP status (429,
 503...), a malformed body, or no answer at all (a hang past the client's timeout). With `delay_s` each answer takes
 that long, as on a busy model server, and `peak` counts the most requests it was answering at once.
+
+Run as a program, `vision_double.py serve MODEL --port PORT [vllm serve's other options]`, it stands in for the
+`vllm serve` command (scripts/serve-vlm.sh's `VLLM`), answering every question with `--reply` until it is stopped.
 """
 
 from __future__ import annotations
@@ -120,8 +123,10 @@ class VisionEndpointDouble:
 
     def __init__(self, model: str = "vlm-double", replies: list[tuple[str, str]] | None = None,
                  default: str = "I cannot tell.", hang_s: float = 3.0,
-                 lookup: dict[str, list[tuple[str, str]]] | None = None, delay_s: float = 0.0):
+                 lookup: dict[str, list[tuple[str, str]]] | None = None, delay_s: float = 0.0, port: int = 0):
         self.model = model
+        self.port = port
+        """The port to listen on (0: a free one chosen at start)."""
         self.replies = list(replies or [])
         self.lookup = dict(lookup or {})
         self.default = default
@@ -210,10 +215,20 @@ class VisionEndpointDouble:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (its timeout): nothing to answer
 
+            def do_GET(self):  # noqa: N802 - the http.server naming; what `vllm serve` answers once it is up
+                known = self.path == "/v1/models"
+                body = json.dumps({"object": "list", "data": [{"id": double.model, "object": "model"}]} if known
+                                  else {"error": {"message": "not found"}}).encode()
+                self.send_response(200 if known else 404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
             def log_message(self, *args):
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)  # port 0: a free port chosen at run time
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
@@ -222,3 +237,26 @@ class VisionEndpointDouble:
         assert self._server is not None
         self._server.shutdown()
         self._server.server_close()
+
+
+def _serve_like_vllm() -> None:
+    """`vllm serve MODEL --port PORT ...` as scripts/serve-vlm.sh runs it, answering `--reply` until SIGTERM."""
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("command", choices=["serve"])
+    parser.add_argument("model")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--served-model-name", default=None)
+    parser.add_argument("--reply", default="7")
+    args, _vllm_options = parser.parse_known_args()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with VisionEndpointDouble(args.served_model_name or args.model, default=args.reply, port=args.port):
+        print(f"serving {args.model} on 127.0.0.1:{args.port}", flush=True)
+        stop.wait()
+
+
+if __name__ == "__main__":
+    _serve_like_vllm()
