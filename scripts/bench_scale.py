@@ -131,12 +131,16 @@ class Run:
     """Whether every episode's answer and steps equal the first run's (None: this is the first run)."""
 
 
-def _usage(pid: int) -> tuple[float, float]:
-    """(CPU seconds, RSS in MB) of a process on this machine, from the kernel's own accounting."""
-    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def _usage(pid: int) -> tuple[float, float] | None:
+    """(CPU seconds, RSS in MB) of a process on this machine, from the kernel's own accounting; None once it ended
+    (a worker Ray restarted)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except FileNotFoundError:
+        return None
     cpu_s = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-    rss_kb = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                  if line.startswith("VmRSS:"))
+    rss_kb = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
     return cpu_s, rss_kb / 1024
 
 
@@ -186,23 +190,23 @@ def measure(label: str, registry: Registry, executor: Executor, workers: int, wo
             first: dict[str, EpisodeResult] | None) -> tuple[Run, dict[str, EpisodeResult]]:
     """Warm every worker up, then run `work.tasks` once, reading the workers' CPU time and memory around it."""
     work.warm_up(registry, executor, workers)
-    pids = list(_processes(executor))
-    before = {pid: _usage(pid) for pid in pids}
+    before = {pid: usage for pid in _processes(executor) if (usage := _usage(pid)) is not None}
+    pids = list(before)
     driver0, start = time.process_time(), time.perf_counter()
     results = work.episodes(registry, executor, work.tasks)
     wall = time.perf_counter() - start
     driver_cpu = time.process_time() - driver0
-    after = {pid: _usage(pid) for pid in pids}
+    after = {pid: usage for pid in pids if (usage := _usage(pid)) is not None}
     broken = {task_id: r.error for task_id, r in results.items() if r.error}
     if broken:
         raise SystemExit(f"{label}, {workers} workers: episodes could not run: {broken}")
-    if set(_processes(executor)) - set(pids):
-        print(f"warning: {label} x{workers}: a worker restarted during the run; its CPU time is not counted",
-              file=sys.stderr)
+    if after.keys() != set(pids):
+        print(f"warning: {label} x{workers}: worker processes {sorted(set(pids) - after.keys())} ended during the "
+              "run (Ray restarted them); their CPU time is not counted", file=sys.stderr)
     n = len(results)
-    run = Run(label, workers, n, wall, sum(after[p][0] - before[p][0] for p in pids),
+    run = Run(label, workers, n, wall, sum(after[p][0] - before[p][0] for p in after),
               None if isinstance(executor, ThreadExecutor) else driver_cpu,
-              [round(after[p][1]) for p in pids], [round(before[p][1]) for p in pids], list(os.getloadavg()),
+              [round(after[p][1]) for p in after], [round(before[p][1]) for p in pids], list(os.getloadavg()),
               sum(len(r.steps) for r in results.values()) / n,
               sum(len(s.calls) for r in results.values() for s in r.steps) / n,
               None if first is None else _same(results, first))
@@ -251,6 +255,7 @@ def latency_mode(args: argparse.Namespace) -> tuple[list[Run], dict]:
             executor.close()
     finally:
         ray.shutdown()
+        shutil.rmtree(folder, ignore_errors=True)
     if not all(r.answer == "4" for r in first.values()):
         raise SystemExit("the stub expert did not answer")
     return runs, {"delay_ms": args.delay_ms}
@@ -261,6 +266,7 @@ def _services() -> ModuleType:
     tests folder is not a package)."""
     spec = importlib.util.spec_from_file_location("services", ROOT / "tests" / "services.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules["services"] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
