@@ -15,8 +15,9 @@ Experiments (each a held-out part of `--registry` plus, for `zbar`, an expert no
 
 With `--router lm` the trained policy is the LM router instead (`maestro train-lm`'s recipe, `--lm-config`): its SFT
 warm start imitates a teacher's episodes (`--teacher`, a prediction file on the `--train` items: the documented
-recipe, docs/lm-router.md, uses the neural policy's), re-rendered with the held-out registry and without the items and episodes that
-need the held-out part, so the router never reads a held-out card before it is evaluated:
+recipe, docs/lm-router.md, uses the neural policy's), rendered from the held-out registry's cards (families hidden,
+cards paraphrased, option numbers shuffled per rendering) and without the items and episodes that need the held-out
+part, so the router never reads a held-out card before it is evaluated:
 
     .venv/bin/python scripts/generalisation.py --router lm --experiments barcode --seeds 0 1 \
         --train runs/val-real/train.jsonl --teacher runs/lm/neural-val-train.jsonl --tasks runs/real-dev/test.jsonl \
@@ -51,7 +52,6 @@ from maestro_graph.registry import Registry  # noqa: E402
 from maestro_graph.registry.reach import REACH_FLOOR, reach_path  # noqa: E402
 from maestro_graph.rl.config import GRPOConfig  # noqa: E402
 from maestro_graph.rl.experiments import evaluate_into, train_resumable  # noqa: E402
-from maestro_graph.rl.export import export_file  # noqa: E402
 from maestro_graph.rl.trl_train import load_train_config, train_lm  # noqa: E402
 
 
@@ -123,19 +123,22 @@ def _profiled(exp: Experiment, train: list[Task], args: argparse.Namespace, fold
 
 
 def _train_lm_router(exp: Experiment, before: Registry, args: argparse.Namespace, seed: int, run: Path) -> str:
-    """The LM recipe on the experiment's registry; returns the trained router's policy name. The SFT file holds the
-    teacher's episodes on the kept items that call only pairs of that registry, rendered from its cards."""
+    """The LM recipe on the experiment's registry; returns the trained router's policy name. Its SFT data are the
+    teacher's episodes on the kept items, which `maestro train-lm` renders from that registry's cards (each several
+    times, with families hidden, cards paraphrased and the option numbers shuffled) and leaves out where they call a
+    pair the registry lacks."""
     overrides = {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.lm_set)}
-    sft = run.parent / "sft.jsonl"
+    teacher = run.parent / "teacher.jsonl"
+    if not teacher.is_file():
+        kept = {t.id for t in load_task_files([args.train])[0] if exp.keep(t)}
+        lines = [line for line in args.teacher.read_text().splitlines()
+                 if line.strip() and json.loads(line).get("id") in kept]
+        teacher.parent.mkdir(parents=True, exist_ok=True)
+        teacher.write_text("".join(line + "\n" for line in lines))
+        print(f"{exp.name}: {len(lines)} teacher episodes on kept items -> {teacher}")
     config = load_train_config(args.lm_config, tasks=[str(args.train)], out_dir=str(run / "train"), seed=seed,
-                               registry=args.registry, cache_dir=args.cache_dir, sft_data=str(sft),
+                               registry=args.registry, cache_dir=args.cache_dir, sft_data=str(teacher),
                                **overrides)
-    if config.sft_steps and not sft.is_file():
-        ids = set(before.pair_ids())
-        kept, bad = export_file(args.teacher, args.train, sft, "trl", before, config.export_options,
-                                keep=lambda t, e: exp.keep(t) and all(s.pair in ids for s in e.steps
-                                                                      if s.error_kind != "policy"))
-        print(f"{exp.name}: {kept} teacher episodes kept ({len(bad)} unreadable lines) -> {sft}")
     train_lm(config, registry=before)
     return f"lm:transformers:{run / 'train' / 'final'}#choice"
 

@@ -11,7 +11,7 @@ from conftest import REAL, real_tasks
 from typer.testing import CliRunner
 
 from maestro_graph.cli import app
-from maestro_graph.policy.lm import parse_action, system_prompt
+from maestro_graph.policy.lm import option_pairs, parse_action, system_prompt
 from maestro_graph.types import Answer, Invoke
 
 TASKS = REAL / "tables" / "tasks.jsonl"
@@ -42,10 +42,11 @@ def test_trl_export_loads_with_datasets_and_renders_the_router_conversation(pred
     assert len(data) == len(preds) == 3
     for record, pred, task in zip(data, preds, real_tasks("tables")):
         messages = record["messages"]
-        assert messages[0] == {"role": "system", "content": system_prompt(registry.pairs(), 4)}
+        listed = option_pairs(registry.pairs(), task.question, task.choices)  # the experts by their numbers
+        assert messages[0] == {"role": "system", "content": system_prompt(listed, 4)}
         assert task.question in messages[1]["content"] and "<image 1>" in messages[1]["content"]
         assert record["image_refs"] == [str(Path(p).resolve()) for p in task.images]
-        actions = [parse_action(m["content"]) for m in messages[2:] if m["role"] == "assistant"]
+        actions = [parse_action(m["content"], [p.id for p in listed]) for m in messages[2:] if m["role"] == "assistant"]
         calls = [a for a in actions if isinstance(a, Invoke)]
         assert [c.pair for c in calls] == [f"{s['model']}@@{s['skill']}" for s in pred["steps"]]
         infos = [m["content"] for m in messages[2:] if m["role"] == "user"]

@@ -84,7 +84,8 @@ def test_the_lm_router_trains_without_the_held_out_cards_and_meets_them_after(tm
                           "max_turns=1", f"eval_tasks={train}", "eval_limit=1"],
                          env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
-    sft = [json.loads(line) for line in (out / "barcode" / "sft.jsonl").read_text().splitlines()]
+    sft = [json.loads(line) for line in
+           (out / "barcode" / "seed0" / "train" / "sft_data.jsonl").read_text().splitlines()]
     assert sft and not any("barcode" in m["content"] for r in sft for m in r["messages"])
     assert (out / "barcode" / "seed0" / "train" / "final" / "adapter_model.safetensors").is_file()
     [row] = json.loads((out / "results.json").read_text())

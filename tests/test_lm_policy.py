@@ -26,7 +26,10 @@ from maestro_graph.policy.lm import (
     TransformersLM,
     action_regex,
     action_text,
+    conversation,
     information,
+    option_labels,
+    option_pairs,
     parse_action,
     system_prompt,
 )
@@ -49,6 +52,15 @@ def test_parser_accepts_the_first_well_formed_action(text, expected):
     assert parse_action(text) == expected
 
 
+def test_parser_reads_option_numbers():
+    options = ["rapidocr@@chart-qa", "zxing@@barcode-reading"]
+    assert parse_action("<search> 2: the code </search>", options) == Invoke("zxing", "barcode-reading", "the code")
+    assert parse_action("<search>1</search>", options) == Invoke("rapidocr", "chart-qa", "")
+    for text in ("<search> 3 </search>", "<search> 0 </search>"):
+        action = parse_action(text, options)
+        assert isinstance(action, InvalidAction) and "is not listed (listed: 1-2)" in action.reason
+
+
 @pytest.mark.parametrize("text, fragment", [
     ("The answer is 5.", "no <search> or <answer> tag"),
     ("<search> rapidocr@@chart-qa: x", "is not closed"),
@@ -66,14 +78,39 @@ def test_parser_reports_malformed_output(text, fragment):
 
 
 # -- prompt from the cards --------------------------------------------------------------------------------------------
-def test_prompt_is_generated_from_the_cards(registry):
-    prompt = system_prompt(registry.pairs(), 3, SHORT)
-    for pair in registry.pairs():
-        assert pair.id in prompt and f"- {pair.skill.name}:" in prompt and f"- {pair.model.name} (" in prompt
-    assert "at most 3 calls" in prompt
+def test_prompt_lists_numbered_experts_with_their_cards(registry):
+    listed = registry.pairs()
+    prompt = system_prompt(listed, 3, SHORT)
+    for number, pair in enumerate(listed, start=1):
+        line = next(x for x in prompt.splitlines() if x.startswith(f"{number}. "))
+        assert line.startswith(f"{number}. {pair.skill.name} by {pair.model.name}: ")
+        assert pair.skill.description.split()[0] in line and pair.model.description.split()[0] in line
+    assert "at most 3 calls" in prompt and "<search> N: REQUEST </search>" in prompt
     smaller = registry.without(skills={"chart-qa"}, models={"zxing"})
     reduced = system_prompt(smaller.pairs(), 3, SHORT)
-    assert "chart-qa" not in reduced and "zxing" not in reduced and "rapidocr@@table-qa" in reduced
+    assert "chart-qa" not in reduced and "zxing" not in reduced and "table-qa by rapidocr" in reduced
+    # routers trained before numbered options read the pair-id prompt they were trained with
+    legacy = system_prompt(listed, 3, PromptOptions(card_chars=60, numbered=False))
+    assert "Valid pairs: " + ", ".join(p.id for p in listed) in legacy and "Experts:" not in legacy
+
+
+def test_option_numbers_carry_no_identity_in_training(registry):
+    """Serving numbers the experts in the registry's order, leaving out skills that decline the question; training
+    shuffles the numbers per question and salt, the same for every episode of a group, so a number says nothing about
+    its expert across episodes."""
+    question = "What is the total of the Price column?"
+    served = option_pairs(registry.pairs(), question, None, SHORT)
+    assert served == [p for p in registry.pairs() if not p.skill.declines(question, None)] and served
+    orders = {tuple(p.id for p in option_pairs(registry.pairs(), question, None,
+                                               PromptOptions(card_chars=60, shuffle=salt))) for salt in range(8)}
+    assert len(orders) > 4 and all(sorted(o) == sorted(p.id for p in served) for o in orders)
+    again = option_pairs(registry.pairs(), question, None, PromptOptions(card_chars=60, shuffle=3))
+    assert again == option_pairs(registry.pairs(), question, None, PromptOptions(card_chars=60, shuffle=3))
+    # an earlier call is written with its number in the episode's numbering
+    step = Step(model=again[2].model.name, skill=again[2].skill.name, answer="7", confidence=0.5)
+    messages = conversation(question, None, 1, [step], registry.pairs(), 2, PromptOptions(card_chars=60, shuffle=3))
+    assert messages[2] == {"role": "assistant", "content": "<search> 3 </search>"}
+    assert messages[0]["content"].count(f"3. {again[2].skill.name} by {again[2].model.name}:") == 1
 
 
 def test_observations_are_fenced_and_truncated():
@@ -89,10 +126,13 @@ def test_regex_constraint_admits_valid_actions_only(registry):
     import re
 
     view = EpisodeView("q", (), None, (), 2, 10.0)
-    pattern = re.compile(action_regex(ActionSpace.build(registry, view)))
-    assert pattern.fullmatch("<search> rapidocr@@chart-qa: the maximum </search>")
+    space = ActionSpace.build(registry, view)
+    labels = option_labels([p.id for p in space.pairs])
+    pattern = re.compile(action_regex(space, labels))
+    assert pattern.fullmatch(f"<search> {len(space.pairs)}: the maximum </search>")
     assert pattern.fullmatch("<answer> 12 </answer>")
-    assert not pattern.fullmatch("<search> rapidocr@@nothing </search>")
+    assert not pattern.fullmatch(f"<search> {len(space.pairs) + 1} </search>")
+    assert not pattern.fullmatch("<search> rapidocr@@chart-qa </search>")
     assert not pattern.fullmatch("<answer> 1 </answer> <answer> 2 </answer>")
 
 
@@ -221,7 +261,8 @@ def test_choice_scores_reuse_the_system_prompt_and_never_offer_a_called_pair(reg
     space = ActionSpace.build(registry, view)
     fresh = TransformersLM(*smollm2.loaded())
     messages = policy.messages(view, space)
-    texts = [action_text(a) for a in space.actions]
+    labels = option_labels([p.id for p in option_pairs(space.registry_pairs, view.question, None, SHORT)])
+    texts = [action_text(a, labels) for a in space.actions]
     smollm2.score(messages, texts[:1])  # the system prompt is now cached
     assert np.allclose(smollm2.score(messages, texts), fresh.score(messages, texts), atol=1e-4)
     called = Step(model=space.pairs[0].model.name, skill=space.pairs[0].skill.name, answer="7", confidence=0.5)
@@ -236,6 +277,10 @@ def test_a_trained_folder_is_read_with_its_own_prompt_limits(tmp_path):
                                           "observation_chars: 150\n")
     policy = make_policy(f"lm:transformers:{tmp_path}")
     assert policy.constrained == "choice" and (policy.prompt.card_chars, policy.prompt.observation_chars) == (70, 150)
+    assert not policy.prompt.numbered  # a router.yaml from before numbered options: the pair-id prompt
+    with (tmp_path / "router.yaml").open("a") as fh:
+        fh.write("numbered: true\n")
+    assert make_policy(f"lm:transformers:{tmp_path}").prompt.numbered
     assert policy.backend._adapter == str(tmp_path)
     (tmp_path / "adapter_config.json").unlink()
     with pytest.raises(ConfigError, match="adapter_config.json"):

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from maestro_graph.cli import app
 from maestro_graph.core.configs import Budget, build, load_yaml
+from maestro_graph.errors import ConfigError
 from maestro_graph.rl.config import GRPOConfig, LMTrainConfig
 from maestro_graph.serve import ServeSettings
 
@@ -27,10 +28,13 @@ def _invoke(*args: str):
     return CliRunner().invoke(app, list(args))
 
 
+def _params(command: str) -> list:
+    """The parameters of one `maestro` command, as click builds them."""
+    return typer.main.get_command(app).commands[command].params  # type: ignore[attr-defined]
+
+
 def _options(command: str) -> set[str]:
-    """The parameter names of one `maestro` command, as click builds them."""
-    group = typer.main.get_command(app)
-    return {p.name for p in group.commands[command].params}  # type: ignore[attr-defined]
+    return {p.name for p in _params(command)}
 
 
 def test_grpo_defaults_are_the_shipped_recipe():
@@ -59,6 +63,16 @@ def test_train_runs_the_recipe_and_a_flag_wins_over_it(tmp_path, monkeypatch):
     config = header["trainer"]["config"]
     assert config["registry"] == "configs/registry-nolm.yaml" and config["steps"] == 1
     assert (config["cost_weight"], config["advantage_std_floor"], config["group_size"]) == (0.1, 0.5, 2)
+
+
+def test_research_switches_keep_their_options_but_leave_the_help_to_what_users_set():
+    research = {"--call-weight", "--warm-start-steps", "--family-dropout", "--stop-without-answer"}
+    shown = _invoke("train", "--help").output
+    listed = " ".join(shown.split())
+    assert "Research switches" in listed and all(flag in listed for flag in research)
+    assert not [line for line in shown.splitlines() if any(line.strip().startswith(flag) for flag in research)]
+    assert not {p.name for p in _params("train") if p.hidden} ^ {f[2:].replace("-", "_") for f in research}
+    assert dataclasses.asdict(build(GRPOConfig, {"family_dropout": 0.2}))["family_dropout"] == 0.2
 
 
 def test_lm_recipe_takes_its_task_files_as_arguments(tmp_path):
@@ -110,3 +124,15 @@ def test_the_budgets_are_written_once():
     for name in options:
         [turns] = [p for p in group.commands[name].params if p.name == "max_turns"]  # type: ignore[attr-defined]
         assert turns.default == Budget().max_turns, name
+
+
+def test_numbers_in_a_config_file_are_numbers(tmp_path):
+    """YAML reads `2e-3` as a string; a config field that is a number takes it as one, and refuses a word by name."""
+    config = tmp_path / "lm.yaml"
+    config.write_text("tasks: [t.jsonl]\nsft_data: s.jsonl\nsft_steps: 1\nsft_learning_rate: 2e-3\nlora_r: 8\n")
+    loaded = load_yaml(LMTrainConfig, config)
+    assert loaded.sft_learning_rate == 0.002 and isinstance(loaded.sft_learning_rate, float)
+    config.write_text("tasks: [t.jsonl]\nsteps: lots\n")
+    with pytest.raises(ConfigError, match="steps='lots' is not an integer") as info:
+        load_yaml(LMTrainConfig, config)
+    assert info.value.file == str(config)

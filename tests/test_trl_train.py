@@ -5,6 +5,7 @@ through the graph must change the adapter), and the GPU config's code path with 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -13,11 +14,19 @@ from conftest import REAL
 from typer.testing import CliRunner
 
 from maestro_graph.cli import app
+from maestro_graph.core.tasks import load_tasks
 from maestro_graph.errors import ConfigError
-from maestro_graph.policy.lm import conversation, final_answer_message
+from maestro_graph.policy.lm import PromptOptions, conversation, final_answer_message, option_pairs, parse_action
 from maestro_graph.policy.lm.weights import cached_hf_folder
-from maestro_graph.rl.trl_train import LMTrainConfig, load_train_config, sft_examples, sft_tokens, turn_tokens
-from maestro_graph.types import Step
+from maestro_graph.rl.trl_train import (
+    LMTrainConfig,
+    load_train_config,
+    sft_examples,
+    sft_renderings,
+    sft_tokens,
+    turn_tokens,
+)
+from maestro_graph.types import Invoke, Step
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -40,7 +49,8 @@ def test_turn_tokens_mask_only_the_routers_own_turns(base, registry):
     assert len(completion) == len(mask) and 0 in mask and 1 in mask
     own = tokenizer.decode([t for t, m in zip(completion, mask) if m])
     env = tokenizer.decode([t for t, m in zip(completion, mask) if not m])
-    assert "<search> rapidocr@@table-qa </search>" in own and "<answer> 12 </answer>" in own
+    number = [p.id for p in option_pairs(registry.pairs(), "How many?", None, PromptOptions())].index(step.pair) + 1
+    assert f"<search> {number} </search>" in own and "<answer> 12 </answer>" in own
     assert "<information>" in env and "<information>" not in own and "How many?" in tokenizer.decode(prompt)
 
 
@@ -75,6 +85,31 @@ def test_exported_trajectories_become_sft_examples(tmp_path, base):
     assert "<answer>" in learned and "<information>" not in learned and "Question:" not in learned
     short, problems = sft_tokens(examples, tokenizer, max_length=len(rows[0]["input_ids"]) - 1)
     assert len(short) < 2 and problems[0].startswith(f"episode {examples[0]['id']}: ")
+
+
+def test_teacher_episodes_are_rendered_with_families_hidden_and_numbers_shuffled(tmp_path, registry):
+    """A prediction file as SFT data: each teacher episode rendered `sft_views` times, each time under other option
+    numbers and with other families hidden, its own calls always on offer and written with the number its expert
+    has in that rendering; an episode calling a pair the registry lacks is named and left out."""
+    _export(tmp_path, 60, 160)
+    records = [json.loads(line) for line in (tmp_path / "pred.jsonl").read_text().splitlines()]
+    tasks = load_tasks(TASKS)[0]
+    config = LMTrainConfig(tasks=[str(TASKS)], sft_views=6, family_dropout=0.5, card_chars=60)
+    rendered, problems = sft_renderings(records, tasks, registry, config)
+    assert len(rendered) == 6 * len(records) and not problems
+    listings = set()
+    for i, record in enumerate(records):
+        called = [f"{s['model']}@@{s['skill']}" for s in record["steps"] if s["model"]]
+        for copy in rendered[6 * i: 6 * i + 6]:
+            listed = [f"{m}@@{s}" for s, m in re.findall(r"^\d+\. (\S+) by (\S+):", copy["messages"][0]["content"],
+                                                          re.MULTILINE)]
+            actions = [parse_action(m["content"], listed) for m in copy["messages"][2:] if m["role"] == "assistant"]
+            assert [a.pair for a in actions if isinstance(a, Invoke)] == called
+            listings.add(tuple(listed))
+    assert len(listings) > len(records) and len({len(x) for x in listings}) > 1  # renumbered, families hidden
+    model = next(s["model"] for r in records for s in r["steps"] if s["model"])
+    _, problems = sft_renderings(records, tasks, registry.without(models={model}), config)
+    assert problems and f"calls {model}@@" in problems[0] and "which the registry lacks" in problems[0]
 
 
 def test_shipped_configs_load_and_extra_args_may_not_repeat_a_field():
@@ -150,7 +185,7 @@ def test_shrunken_cpu_recipe_learns_saves_an_adapter_evaluates_and_resumes(tmp_p
     assert any("rewards/valid_actions/mean" in h and "completions/mean_length" in h for h in log)
     assert (tmp_path / "run" / "reward_curve.png").is_file()
     policy = make_policy(f"lm:transformers:{tmp_path / 'run' / 'final'}#choice")
-    assert (policy.prompt.card_chars, policy.prompt.observation_chars) == (60, 160)
+    assert (policy.prompt.card_chars, policy.prompt.observation_chars) == (60, 160) and policy.prompt.numbered
     assert policy.backend._adapter == str(tmp_path / "run" / "final")
 
     again = replace(config, out_dir=str(tmp_path / "again"), eval_tasks=None)  # evaluation changes no weight

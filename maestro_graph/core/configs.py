@@ -44,11 +44,14 @@ MAX_COST = 1_000.0
 """The largest cost budget a run may ask for, in card cost units."""
 
 
-def setting(default: Any, help: str) -> Any:
-    """A config field with its default and help text (read by every generated option)."""
+def setting(default: Any, help: str, *, research: bool = False) -> Any:
+    """A config field with its default and help text (read by every generated option). A `research` setting is an
+    experiment's switch that the shipped recipe leaves at its default: it keeps its option, hidden from `--help`
+    (which lists it by name), so the help shows what a user sets."""
+    metadata = {"help": help, "research": research}
     if isinstance(default, (list, dict, set)):
-        return dataclasses.field(default_factory=lambda: type(default)(default), metadata={"help": help})
-    return dataclasses.field(default=default, metadata={"help": help})
+        return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 @dataclasses.dataclass
@@ -74,6 +77,7 @@ class _Field:
     """A list or tuple: a repeatable option."""
     default: Any
     help: str
+    research: bool = False
 
 
 def _option_type(hint: Any) -> tuple[type, bool]:
@@ -95,11 +99,13 @@ def _fields(cls: type) -> list[_Field]:
     """The fields of a dataclass or a pydantic model, in declaration order."""
     hints = typing.get_type_hints(cls)
     if dataclasses.is_dataclass(cls):
-        found = [(f.name, _default(f), f.metadata.get("help", "")) for f in dataclasses.fields(cls)]
+        found = [(f.name, _default(f), f.metadata.get("help", ""), f.metadata.get("research", False))
+                 for f in dataclasses.fields(cls)]
     else:  # a pydantic model
-        found = [(name, info.get_default(call_default_factory=True), info.description or "")
+        found = [(name, info.get_default(call_default_factory=True), info.description or "", False)
                  for name, info in cls.model_fields.items()]  # type: ignore[attr-defined]
-    return [_Field(name, *_option_type(hints[name]), default, help_text) for name, default, help_text in found]
+    return [_Field(name, *_option_type(hints[name]), default, help_text, research)
+            for name, default, help_text, research in found]
 
 
 def help_of(cls: type, name: str) -> str:
@@ -118,20 +124,36 @@ def build(cls: type[C], values: Mapping[str, Any], *, source: str | None = None)
 
     from ..errors import first_validation_problem
 
-    names = [f.name for f in _fields(cls)]
-    unknown = sorted(set(values) - set(names))
+    fields = {f.name: f for f in _fields(cls)}
+    unknown = sorted(set(values) - set(fields))
     if unknown:
-        raise ConfigError(f"unknown keys {unknown}; valid: {sorted(names)}", file=source)
+        raise ConfigError(f"unknown keys {unknown}; valid: {sorted(fields)}", file=source)
     try:
         if isinstance(cls, type) and issubclass(cls, BaseModel):
             return cls.model_validate(dict(values))  # type: ignore[return-value]
-        return cls(**values)
+        return cls(**{name: _number(fields[name], value, source) for name, value in values.items()})
     except ConfigError as exc:
         raise ConfigError(str(exc), file=source) from exc
     except ValidationError as exc:
         raise ConfigError(first_validation_problem(exc)[1], file=source) from None
     except TypeError as exc:  # a missing required field
         raise ConfigError(str(exc), file=source) from exc
+
+
+def _number(f: _Field, value: Any, source: str | None) -> Any:
+    """A dataclass field's value with its number type: YAML reads `2e-3` (no dot) as a string and `1` as an int, and
+    a dataclass checks nothing, so a float field takes both; anything else that is not a number is refused by name."""
+    if f.many or f.kind not in (int, float) or value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and (f.kind is float or isinstance(value, int)):
+        return f.kind(value)
+    try:
+        if f.kind is float and isinstance(value, str):
+            return float(value)
+    except ValueError:
+        pass
+    raise ConfigError(f"{f.name}={value!r} is not {'a number' if f.kind is float else 'an integer'}", file=source,
+                      field=f.name)
 
 
 def _read_yaml(cls: type, path: str | Path) -> dict[str, Any]:
@@ -206,13 +228,17 @@ def typer_options(cls: type, *, param: str = "config", exclude: tuple[str, ...] 
             f.name, inspect.Parameter.KEYWORD_ONLY,
             annotation=Optional[list[f.kind]] if f.many else Optional[f.kind],  # type: ignore[valid-type]
             default=typer.Option(None, *flags.get(f.name, (f"--{f.name.replace('_', '-')}",)), show_default=False,
+                                 hidden=f.research,
                                  help=f"{f.help} (default: {f.default}{'; repeat for each' if f.many else ''})"))
             for f in config_fields]
+        research = [f"--{f.name.replace('_', '-')}" for f in config_fields if f.research]
         config_file = inspect.Parameter(
             "config_file", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[Path],
             default=typer.Option(None, "--config", exists=True, dir_okay=False,
                                  help=f"YAML file of {cls.__name__} fields; flags given here override it."
-                                 + (f" YAML only: {', '.join(yaml_only)}." if yaml_only else "")))
+                                 + (f" YAML only: {', '.join(yaml_only)}." if yaml_only else "")
+                                 + (f" Research switches (off in the shipped recipe; options not listed here): "
+                                    f"{', '.join(research)}." if research else "")))
 
         @functools.wraps(func)
         def command(**kwargs: Any) -> Any:

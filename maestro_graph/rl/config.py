@@ -38,7 +38,7 @@ class GRPOConfig:
     call_weight: float = setting(
         0.0, "Reward also minus call_weight per expert call: a price per turn beyond its cost (a skill that "
         "declines costs nothing but takes a turn and time), so stopping once an answer is trusted, or where no "
-        "pair fits, is worth something (0: no such part).")
+        "pair fits, is worth something (0: no such part).", research=True)
     advantage_std_floor: float = setting(
         0.5, "Advantages are divided by max(group std, this). With a cost weight, a group whose episodes are all "
         "right differs only by cost, and dividing by its tiny std turns any weight into a full-strength 'call less' "
@@ -47,7 +47,7 @@ class GRPOConfig:
         0, "Steps of the full-information warm start before GRPO (rl.warm_start): every pair is run once on every "
         "training item (free with a warm expert cache), each action of the first two decisions is valued from those "
         "outcomes, and each step trains the decisions of tasks_per_step items toward their best actions, all "
-        "actions at once (0: GRPO from the initial weights).")
+        "actions at once (0: GRPO from the initial weights).", research=True)
     max_turns: int = setting(DEFAULT_MAX_TURNS, "Turn budget of each episode.")
     max_cost: float = setting(DEFAULT_MAX_COST, "Cost budget of each episode.")
     revisit_weight: float = setting(
@@ -59,7 +59,7 @@ class GRPOConfig:
         0.0, "Probability of leaving each family out of a group's registry whole: a model with the tier-1 skills "
         "only it can run, or a skill with the models only it uses (rl.augment.families), so that the policy meets "
         "registries missing a kind of expertise, as one added after training is missing from the training registry "
-        "(0: no family is hidden, the stream of draws of earlier runs).")
+        "(0: no family is hidden, the stream of draws of earlier runs).", research=True)
     profile_dropout: float = setting(
         0.25, "Probability of hiding each profiled pair's profile (its measured family accuracy, `maestro registry "
         "profile`) from a group's registry, so the policy learns both to use a profile and to do without one. "
@@ -68,7 +68,7 @@ class GRPOConfig:
     hidden: int = setting(128, "Width of the policy's state and card encodings.")
     stop_without_answer: bool = setting(
         False, "Let the policy stop after a call although no step has answered (the graph then guesses among "
-        "options, or answers nothing), instead of calling on until the budget ends (NeuralConfig).")
+        "options, or answers nothing), instead of calling on until the budget ends (NeuralConfig).", research=True)
     seed: int = setting(0, "Seed of every random choice of the run (a resumed run repeats them).")
     checkpoint_every: int = setting(10, "Steps between checkpoints (and validations, with eval tasks).")
     ema_decay: float = setting(
@@ -147,6 +147,15 @@ class LMTrainConfig:
                                       "episodes warm-start the model.")
     sft_steps: int = setting(0, "SFT warm-start steps (0: none; needs sft_data).")
     sft_min_score: float = setting(1.0, "Episodes of sft_data scoring below this are left out of the warm start.")
+    sft_views: int = setting(
+        4, "Renderings of each teacher episode when sft_data is a prediction file (`maestro predict` on the training "
+        "tasks), each with its own families hidden, card paraphrases and option numbering (an exported TRL file is "
+        "taken as rendered).")
+    family_dropout: float = setting(
+        0.3, "Probability of hiding each family (rl.augment.families) from an SFT rendering or a GRPO group; an "
+        "imitated episode's own pairs stay.")
+    paraphrase_prob: float = setting(0.5, "Probability of paraphrasing each card text in an SFT rendering or a "
+                                     "GRPO group.")
     sft_learning_rate: Optional[float] = setting(
         None, "Learning rate of the SFT warm start (none: learning_rate); imitation takes a larger step than GRPO.")
     max_length: int = setting(
@@ -176,6 +185,9 @@ class LMTrainConfig:
             (self.steps > 0 or self.sft_steps > 0, "steps", "is 0 and so is sft_steps: nothing would be trained"),
             (self.max_turns >= 1, "max_turns", "must be at least 1"),
             (self.sft_steps == 0 or self.sft_data is not None, "sft_data", "is needed when sft_steps > 0"),
+            (self.sft_views >= 1, "sft_views", "must be at least 1"),
+            (0 <= self.family_dropout < 1, "family_dropout", "must be in [0, 1)"),
+            (0 <= self.paraphrase_prob <= 1, "paraphrase_prob", "must be in [0, 1]"),
             (self.constrained in (None, "choice"), "constrained", "must be `choice` or null"),
             (not (self.use_vllm and self.constrained), "constrained", "scores actions locally: not with use_vllm"),
             (self.lora_r >= 0, "lora_r", "must be >= 0 (0 trains the whole model)"),

@@ -25,26 +25,30 @@ import logging
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
+from pydantic import ValidationError
 
 from ..core.configs import load_yaml
 from ..core.jsonl import read_jsonl
+from ..core.plots import pyplot
 from ..core.tasks import Task
 from ..episode.graph import MaestroContext, build_graph
-from ..episode.runner import run_episode
-from ..errors import ConfigError
+from ..episode.runner import EpisodeResult, run_episode
+from ..errors import ConfigError, first_validation_problem
 from ..images.load import load_images
 from ..policy.lm.engines import TransformersLM
 from ..policy.lm.policy import ROUTER_FILE, LMPolicy
-from ..policy.lm.prompt import conversation, with_images
+from ..policy.lm.prompt import PromptOptions, conversation, with_images
 from ..registry import Registry
 from ..types import StopReason
+from .augment import sample_card_texts, sample_dropout
 from .config import LMTrainConfig
-from .export import episode_messages
+from .export import episode_messages, trl_record
 from .rewards import format_errors
 
 log = logging.getLogger(__name__)
@@ -52,14 +56,17 @@ log = logging.getLogger(__name__)
 __all__ = [
     "GraphRollout",
     "LMTrainConfig",
+    "TrainingView",
     "evaluate_lm",
     "grpo_dataset",
     "load_train_config",
     "run_grpo",
     "run_sft",
     "sft_examples",
+    "sft_renderings",
     "sft_tokens",
     "train_lm",
+    "training_view",
     "turn_tokens",
 ]
 
@@ -119,6 +126,28 @@ def _prompt_images(prompt: list[dict]) -> list[Any]:
             if p.get("type") == "image"]
 
 
+@dataclass(frozen=True)
+class TrainingView:
+    """What one training episode (GRPO group, SFT rendering) reads: a registry with whole families hidden and some
+    card texts paraphrased (rl/augment.py, the neural policy's augmentations), and the option numbers shuffled, so
+    that what predicts an expert's outcome is its text, never its name or its number."""
+
+    registry: Registry
+    prompt: PromptOptions
+
+
+def training_view(registry: Registry, config: LMTrainConfig, rng: np.random.Generator, salt: int,
+                  keep: Sequence[str] = ()) -> TrainingView:
+    """One draw of the augmentations; the models and skills of the pairs `keep` (those an imitated episode called,
+    whose actions must stay on offer) are never hidden."""
+    models, skills = sample_dropout(registry, rng, 0.0, config.family_dropout)
+    models -= {pair.split("@@")[0] for pair in keep}
+    skills -= {pair.split("@@")[-1] for pair in keep}
+    shown = registry.without(models=models, skills=skills)
+    return TrainingView(shown.without(descriptions=sample_card_texts(shown, rng, config.paraphrase_prob)),
+                        replace(config.prompt, shuffle=salt))
+
+
 def grpo_dataset(tasks: Sequence[Task], registry: Registry, config: LMTrainConfig,
                  images: bool = False) -> tuple[Any, dict[str, list[Task]]]:
     """The GRPO dataset (`prompt`: system + user messages; with `images`, an `images` column of each task's images
@@ -158,7 +187,9 @@ class TrainerVLLM:
 
 
 class GraphRollout:
-    """TRL `rollout_func`: one graph episode per received prompt with the trainer's current model."""
+    """TRL `rollout_func`: one graph episode per received prompt with the trainer's current model. The episodes of
+    one prompt (a group) share a task and a `training_view`: the registry with families hidden and cards paraphrased,
+    and one option numbering, drawn anew for every group, so GRPO rewards reading a card, not a number."""
 
     def __init__(self, registry: Registry, by_prompt: dict[str, list[Task]], config: LMTrainConfig):
         self.registry = registry
@@ -181,9 +212,8 @@ class GraphRollout:
         model = trainer.accelerator.unwrap_model(trainer.model)
         was_training = model.training
         model.eval()
-        policy = LMPolicy(self.backend(trainer), constrained=cfg.constrained, prompt=cfg.prompt, name="lm:train")
-        graph = build_graph(self.registry, policy)
-        chosen: dict[str, Task] = {}
+        backend = self.backend(trainer)
+        chosen: dict[str, tuple[Task, TrainingView, Any]] = {}
         if trainer.state.global_step != self._step:  # episodes are seeded by step, so a resumed run replays them
             self._step, self._calls = trainer.state.global_step, 0
         rewards = cfg.export_options.rewards.with_metrics()
@@ -193,12 +223,18 @@ class GraphRollout:
             for prompt in prompts:
                 key = _key(prompt)
                 seed = (cfg.seed * 1_000_003 + self._step) * 1_000_003 + self._calls
-                task = chosen.setdefault(key, random.Random(seed).choice(self.by_prompt[key]))
+                if key not in chosen:  # a group: one task, one registry view and one numbering for its episodes
+                    view = training_view(self.registry, cfg, np.random.default_rng(seed), seed)
+                    policy = LMPolicy(backend, constrained=cfg.constrained, prompt=view.prompt, name="lm:train")
+                    chosen[key] = (random.Random(seed).choice(self.by_prompt[key]), view,
+                                   build_graph(view.registry, policy))
+                task, view, graph = chosen[key]
                 self._calls += 1
                 context = MaestroContext(max_turns=cfg.max_turns, max_cost=cfg.max_cost, greedy=False, seed=seed,
                                          reach_floor=0.0)  # rollouts run whole episodes
                 episode = run_episode(graph, task.question, task.images, task.choices, context=context)
-                messages = episode_messages(task, episode, self.registry, cfg.export_options)
+                messages = episode_messages(task, episode, view.registry,
+                                            replace(cfg.export_options, prompt=view.prompt))
                 if sees_images(trainer.processing_class):  # the images TRL's forward pass gets with this prompt
                     messages = with_images(messages, _prompt_images(prompt))
                 prompt_ids, completion_ids, mask = turn_tokens(trainer.processing_class, messages)
@@ -221,6 +257,41 @@ class GraphRollout:
 
 
 # -- SFT warm start --------------------------------------------------------------------------------------------------
+def sft_renderings(records: Sequence[dict], tasks: Sequence[Task], registry: Registry,
+                   config: LMTrainConfig) -> tuple[list[dict], list[str]]:
+    """SFT records of `records`: an exported TRL record is taken as it is; a prediction record (a teacher's episode,
+    `maestro predict` on the training `tasks`) is rendered `sft_views` times from `registry`, each rendering with its
+    own `training_view` (families hidden, cards paraphrased, numbers shuffled; the episode's own pairs kept), so
+    imitation cannot tie the teacher's choice to a name or a number. Returns the records and a message naming each
+    prediction record left out (unknown id, unreadable, or calling a pair `registry` lacks)."""
+    by_id = {t.id: t for t in tasks}
+    ids = set(registry.pair_ids())
+    rng = np.random.default_rng(config.seed)
+    out, problems = [], []
+    for number, record in enumerate(records, start=1):
+        if "messages" in record:
+            out.append(record)
+            continue
+        task = by_id.get(record.get("id"))
+        if task is None:
+            problems.append(f"record {number}: id {record.get('id')!r} is not among the training tasks")
+            continue
+        try:
+            episode = EpisodeResult.from_record(record)
+        except ValidationError as exc:
+            problems.append(f"record {number} ({task.id}): {first_validation_problem(exc)[1]}")
+            continue
+        called = [s.pair for s in episode.steps if s.model or s.skill]
+        missing = [pair for pair in called if pair not in ids]
+        if missing:
+            problems.append(f"record {number} ({task.id}): calls {missing[0]}, which the registry lacks")
+            continue
+        for k in range(config.sft_views):
+            view = training_view(registry, config, rng, config.seed * 1_000_003 + k, keep=called)
+            out.append(trl_record(task, episode, view.registry, replace(config.export_options, prompt=view.prompt)))
+    return out, problems
+
+
 def sft_examples(records: Sequence[dict], min_score: float = 1.0) -> list[dict]:
     """The exported episodes whose score reaches `min_score`, each a whole conversation with its `id`: one example per
     episode, the loss on the router's own turns only (`sft_tokens`), so an episode's turns cost one forward pass
@@ -378,10 +449,9 @@ def evaluate_lm(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[
 
 
 def _plot(history: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot(str(path))
+    if plt is None:
+        return
 
     keys = [k for k in ("reward", "rewards/outcome/mean", "rewards/cost/mean", "rewards/format_errors/mean",
                         "rewards/valid_actions/mean", "completions/mean_length", "kl", "step_time")
@@ -408,7 +478,8 @@ def _save(model: Any, tokenizer: Any, config: LMTrainConfig, folder: Path) -> Pa
     tokenizer.save_pretrained(folder)
     settings = {"adapter": "." if config.lora_r else None, "model": config.model if config.lora_r else None,
                 "constrained": config.constrained, "card_chars": config.card_chars,
-                "observation_chars": config.observation_chars, "max_new_tokens": config.max_new_tokens}
+                "observation_chars": config.observation_chars, "numbered": config.prompt.numbered,
+                "max_new_tokens": config.max_new_tokens}
     (folder / ROUTER_FILE).write_text(yaml.safe_dump(settings, sort_keys=False))
     return folder
 
@@ -463,7 +534,7 @@ def _load_model(source: str, dtype: Any) -> tuple[Any, Any]:
 
 def train_lm(config: LMTrainConfig, progress: bool = True, registry: Registry | None = None) -> dict:
     """The whole recipe; writes OUT/final (model or LoRA adapter + tokenizer + router.yaml; OUT/sft-final too after
-    a warm start), train_log.jsonl, reward_curve.png, summary.json (greedy accuracy on `eval_tasks` before, after
+    a warm start, and the SFT records as rendered, sft_data.jsonl), train_log.jsonl, reward_curve.png, summary.json (greedy accuracy on `eval_tasks` before, after
     SFT and after GRPO, and every input problem skipped or cut, each named). Run again on the same OUT, it picks up
     where an interrupted run stopped: finished phases are kept, a phase in progress resumes from its last
     checkpoint. `registry` replaces the config's when it is built in code (the generalisation benchmark trains on a
@@ -506,6 +577,10 @@ def train_lm(config: LMTrainConfig, progress: bool = True, registry: Registry | 
         records = [line.value for line in lines if line.problem is None and isinstance(line.value, dict)]
         skipped = [f"line {line.number}: {line.problem or 'not a JSON object'}"
                    for line in lines if line.problem is not None or not isinstance(line.value, dict)]
+        records, unrendered = sft_renderings(records, tasks, registry, config)
+        skipped += unrendered
+        with (out / "sft_data.jsonl").open("w") as fh:  # what the warm start read, rendered
+            fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
         for problem in skipped:
             log.warning("%s: %s: skipped", config.sft_data, problem)
         sft, too_long = run_sft(model, tokenizer, records, config, out / "sft", config.sft_steps, progress)

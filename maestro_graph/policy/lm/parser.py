@@ -1,11 +1,13 @@
 """Parsing an LM router's completion into one action. Parsing is separate from validating: a well-formed
-`<search> model@@skill: input </search>` becomes an `Invoke` whatever the pair (the registry then says whether the
-pair exists), and everything that is not exactly one well-formed action becomes an `InvalidAction` with the reason
-the policy reads next. The first well-formed action is executed; nothing is guessed or fuzzily matched."""
+`<search> N: input </search>` names option N of the prompt, `<search> model@@skill: input </search>` a pair by its
+id; either becomes an `Invoke` whatever the pair (the registry then says whether the pair exists), and everything
+that is not exactly one well-formed action becomes an `InvalidAction` with the reason the policy reads next. The
+first well-formed action is executed; nothing is guessed or fuzzily matched."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from ...types import Answer, InvalidAction, Invoke, split_pair
 
@@ -17,9 +19,10 @@ MAX_QUOTED = 120
 _TAG = re.compile(r"<(/?)(search|answer|information)\s*>", re.IGNORECASE)
 
 
-def search_text(pair: str, request: str = "") -> str:
-    """The canonical text of an invoke action (what a well-formed router writes)."""
-    return f"<search> {pair}: {request.strip()} </search>" if request.strip() else f"<search> {pair} </search>"
+def search_text(target: str, request: str = "") -> str:
+    """The canonical text of an invoke action (what a well-formed router writes): `target` is an option number of
+    the prompt, or a pair id."""
+    return f"<search> {target}: {request.strip()} </search>" if request.strip() else f"<search> {target} </search>"
 
 
 def answer_text(answer: str | None) -> str:
@@ -31,11 +34,12 @@ def _quote(text: str) -> str:
     return flat if len(flat) <= MAX_QUOTED else flat[: MAX_QUOTED - 3] + "..."
 
 
-def parse_action(text: str) -> Invoke | Answer | InvalidAction:
-    """The first well-formed action of `text`. A tag is well-formed when it is closed by its own closing tag before
-    any other tag opens; `<information>` written by the model, a nested, unterminated or stray closing tag before
-    the first well-formed action, an empty answer, and a search whose content is not a `model@@skill` id are
-    invalid."""
+def parse_action(text: str, options: Sequence[str] = ()) -> Invoke | Answer | InvalidAction:
+    """The first well-formed action of `text`; `options` are the pair ids of the prompt's numbered options, in
+    order (option 1 first). A tag is well-formed when it is closed by its own closing tag before any other tag
+    opens; `<information>` written by the model, a nested, unterminated or stray closing tag before the first
+    well-formed action, an empty answer, a number that is no option and a search whose content is neither a number
+    nor a `model@@skill` id are invalid."""
     tags = list(_TAG.finditer(text))
     if not tags:
         return InvalidAction(text, f"no <search> or <answer> tag in your output {_quote(text)!r}; write exactly one "
@@ -55,6 +59,13 @@ def parse_action(text: str) -> Invoke | Answer | InvalidAction:
             return InvalidAction(text, "the answer is empty; write <answer> ANSWER </answer>")
         return Answer(content)
     pair, _, request = content.partition(":")
+    if pair.strip().isdigit():
+        number = int(pair)
+        if not 1 <= number <= len(options):
+            listed = f"1-{len(options)}" if options else "none"
+            return InvalidAction(text, f"expert {number} is not listed (listed: {listed}); write the number of a "
+                                       "listed expert")
+        pair = options[number - 1]
     try:
         model, skill = split_pair(pair)
     except ValueError as exc:

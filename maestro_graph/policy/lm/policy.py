@@ -20,11 +20,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ...errors import ConfigError, first_validation_problem
+from ...registry.pair import Pair
 from ...types import Answer, InvalidAction, Invoke
 from ..base import ActionSpace, Distribution, EpisodeView
 from .engines import BackendError, LMBackend, OpenAILM, ScoringBackend, TransformersLM
 from .parser import answer_text, parse_action, search_text
-from .prompt import PromptOptions, conversation
+from .prompt import PromptOptions, conversation, option_labels, option_pairs
 
 __all__ = ["LM_POLICY_NAMES", "ROUTER_FILE", "SHIPPED_ROUTER", "LMConfig", "LMPolicy", "action_regex",
            "make_lm_policy"]
@@ -58,6 +59,8 @@ class LMConfig(BaseModel):
     max_new_tokens: int = Field(48, gt=0)
     card_chars: int = Field(PromptOptions.card_chars, ge=20)
     observation_chars: int = Field(PromptOptions.observation_chars, ge=20)
+    numbered: bool = Field(PromptOptions.numbered, description="experts listed as numbered options and called by "
+                           "number (False: the pair-id prompt of routers trained before them)")
     timeout_s: float = Field(60.0, gt=0)
     retries: int = Field(2, ge=0, description="openai: retries after a failed request, with exponential backoff")
     backoff_s: float = Field(1.0, ge=0)
@@ -93,18 +96,22 @@ class LMConfig(BaseModel):
 
     @property
     def prompt(self) -> PromptOptions:
-        return PromptOptions(card_chars=self.card_chars, observation_chars=self.observation_chars)
+        return PromptOptions(card_chars=self.card_chars, observation_chars=self.observation_chars,
+                             numbered=self.numbered)
 
 
-def action_text(action: Invoke | Answer) -> str:
-    return answer_text(action.text) if isinstance(action, Answer) else search_text(action.pair, action.input)
+def action_text(action: Invoke | Answer, labels: dict[str, str]) -> str:
+    """The canonical text of an action: a search names the pair's option number in `labels` (pair id -> number)."""
+    if isinstance(action, Answer):
+        return answer_text(action.text)
+    return search_text(labels.get(action.pair, action.pair), action.input)
 
 
-def action_regex(space: ActionSpace) -> str:
-    """Any valid pair with an optional short request, or a short answer."""
-    pairs = "|".join(re.escape(p.id) for p in space.pairs)
+def action_regex(space: ActionSpace, labels: dict[str, str]) -> str:
+    """Any valid pair's option number with an optional short request, or a short answer."""
+    numbers = "|".join(re.escape(labels.get(p.id, p.id)) for p in space.pairs)
     words = rf"[^<>\s]{{1,20}}( [^<>\s]{{1,20}}){{0,{MAX_WORDS - 1}}}"
-    return rf"<search> ({pairs})(: {words})? </search>|<answer> {words} </answer>"
+    return rf"<search> ({numbers})(: {words})? </search>|<answer> {words} </answer>"
 
 
 class LMPolicy:
@@ -120,26 +127,34 @@ class LMPolicy:
         self.prompt = prompt
         self.name = name
 
+    @staticmethod
+    def listed(space: ActionSpace) -> tuple[Pair, ...]:
+        """The pairs the prompt lists: every pair of the registry, affordable now or not (a number keeps its expert
+        all through the episode; `option_pairs` leaves out the skills that decline the question)."""
+        return space.registry_pairs or space.pairs
+
     def messages(self, view: EpisodeView, space: ActionSpace) -> list[dict]:
-        return conversation(view.question, view.choices, len(view.images), view.steps, space.pairs, view.max_turns,
-                            self.prompt)
+        return conversation(view.question, view.choices, len(view.images), view.steps, self.listed(space),
+                            view.max_turns, self.prompt)
 
     def distribution(self, view: EpisodeView, space: ActionSpace) -> Distribution:
         messages = self.messages(view, space)
+        listed = [p.id for p in option_pairs(self.listed(space), view.question, view.choices, self.prompt)]
         try:
             if self.constrained == "choice":
-                return self._choice(messages, view, space)
-            regex = action_regex(space) if self.constrained == "regex" else None
+                return self._choice(messages, view, space, listed)
+            regex = action_regex(space, option_labels(listed, self.prompt)) if self.constrained == "regex" else None
             text = self.backend.complete(messages, view.images, regex=regex)
         except BackendError as exc:  # the router itself failed: an observation, the turn is spent
             return Distribution.certain(InvalidAction("", f"the router LM failed: {exc}"))
-        return Distribution.certain(parse_action(text))
+        return Distribution.certain(parse_action(text, listed if self.prompt.numbered else ()))
 
-    def _choice(self, messages: list[dict], view: EpisodeView, space: ActionSpace) -> Distribution:
+    def _choice(self, messages: list[dict], view: EpisodeView, space: ActionSpace, listed: list[str]) -> Distribution:
         # A pair already called is not offered again (its repeat returns the same result), as the neural policy
         # masks it: an untrained scorer otherwise spends every turn on its favourite pair.
         actions = tuple(a for a in space.actions if not (isinstance(a, Invoke) and view.called(a.pair)))
-        texts = [action_text(a) for a in actions]
+        labels = option_labels(listed, self.prompt)
+        texts = [action_text(a, labels) for a in actions]
         if isinstance(self.backend, ScoringBackend):
             logp = np.asarray(self.backend.score(messages, texts, view.images), dtype=float)
             probs = np.exp(logp - logp.max())
@@ -147,7 +162,8 @@ class LMPolicy:
         text = self.backend.complete(messages, view.images, choices=texts)
         if text in texts:
             return Distribution.certain(actions[texts.index(text)])
-        return Distribution.certain(parse_action(text))  # the endpoint ignored the constraint: judged as written
+        # the endpoint ignored the constraint: judged as written
+        return Distribution.certain(parse_action(text, listed if self.prompt.numbered else ()))
 
 
 def _trained_folder(folder: Path, constrained: str | None) -> LMConfig:
@@ -158,6 +174,7 @@ def _trained_folder(folder: Path, constrained: str | None) -> LMConfig:
     if not isinstance(settings, dict):
         raise ValueError(f"{folder / ROUTER_FILE} is not a mapping of LMConfig fields")
     settings.update(backend="transformers", **({"constrained": constrained} if constrained else {}))
+    settings.setdefault("numbered", False)  # written before numbered options: trained on the pair-id prompt
     if settings.get("adapter") is not None:
         settings["adapter"] = str(folder)
     else:

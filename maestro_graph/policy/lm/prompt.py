@@ -1,19 +1,26 @@
 """The LM router's conversation, generated from the registry's cards: never hand-written per registry, so a new card
 or skill folder changes the prompt and nothing else.
 
-A conversation is OpenAI-format messages: the system prompt (skills, models, valid pairs, the action format, the
-rules), the user turn (question, options, image references), then per step the action the router took (assistant)
-and what came back (user, fenced in `<information>`). The same function renders serving, training rollouts and
-exported trajectories, so they cannot drift apart.
+A conversation is OpenAI-format messages: the system prompt (the experts it may call as numbered options, each with
+what its skill's and its model's cards say, the action format, the rules), the user turn (question, options, image
+references), then per step the action the router took (assistant) and what came back (user, fenced in
+`<information>`). The same function renders serving, training rollouts and exported trajectories, so they cannot
+drift apart.
+
+The router calls an expert by its number (`<search> 3 </search>`), and the numbers carry no identity: training shuffles
+them per question (`PromptOptions.shuffle`), so the only way to pick the barcode reader is to read that it reads
+barcodes, and an expert added after training is picked by its card like any other.
 """
 
 from __future__ import annotations
 
+import hashlib
+import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...registry import Pair
+from ...registry.pair import Pair
 from ...scoring import choice_label
 from ...types import Step
 from .parser import answer_text, search_text
@@ -24,6 +31,8 @@ __all__ = [
     "conversation",
     "final_answer_message",
     "information",
+    "option_labels",
+    "option_pairs",
     "system_prompt",
     "user_text",
     "with_images",
@@ -32,12 +41,19 @@ __all__ = [
 
 @dataclass(frozen=True)
 class PromptOptions:
-    """Length limits of the generated prompt (small models have short contexts)."""
+    """Length limits of the generated prompt (small models have short contexts), and the order of its options."""
 
     card_chars: int = 200
     """Characters of each card description shown (cut at a word boundary)."""
     observation_chars: int = 600
     """Characters of each observation's evidence shown in `<information>`."""
+    numbered: bool = True
+    """Experts listed as numbered options and called by number; False: the prompt of routers trained before
+    numbered options (skills, models and valid pairs listed apart, pairs called by id), which a router reads as it
+    was trained (a ROUTER_FILE without `numbered` is such a router's)."""
+    shuffle: int | None = None
+    """Salt of a per-question shuffle of the option numbers (training: an expert's number then says nothing about
+    it, only its text does); None numbers them in the registry's order (serving: one fixed order per registry)."""
 
     def __post_init__(self) -> None:
         if self.card_chars < 20 or self.observation_chars < 20:
@@ -60,13 +76,33 @@ def _fenced(text: str) -> str:
     return _FENCE.sub(lambda m: f"[{m.group(0).strip('<>').strip()}]", text)
 
 
-def system_prompt(pairs: Sequence[Pair], max_turns: int, options: PromptOptions = PromptOptions()) -> str:
-    """The router's instructions from the cards of the pairs it may call."""
+def option_pairs(pairs: Sequence[Pair], question: str, choices: Sequence[str] | None,
+                 options: PromptOptions = PromptOptions()) -> list[Pair]:
+    """The experts the prompt lists, in the order of their numbers (option N is item N-1): the pairs whose skill does
+    not decline the question from its text (`SkillSpec.declines`: the graph never offers them), in the given order,
+    or shuffled by `options.shuffle` and the question (every episode of one question and salt reads the same numbers,
+    so a GRPO group's episodes are compared under one prompt). The list depends on the question alone, not on the
+    turn, so a number means the same expert all through an episode."""
+    listed = [p for p in pairs if not p.skill.declines(question, choices)]
+    if options.shuffle is not None:
+        digest = hashlib.sha256(f"{options.shuffle}\n{question}".encode()).digest()
+        random.Random(int.from_bytes(digest[:8], "big")).shuffle(listed)
+    return listed
+
+
+def option_labels(listed: Sequence[str], options: PromptOptions = PromptOptions()) -> dict[str, str]:
+    """Pair id -> its option number as the router writes it, for the pair ids `listed` in option order (none without
+    numbered options: pairs are then called by id)."""
+    return {pair: str(i) for i, pair in enumerate(listed, start=1)} if options.numbered else {}
+
+
+def _pairs_prompt(pairs: Sequence[Pair], max_turns: int, options: PromptOptions) -> str:
+    """The prompt without numbered options (`PromptOptions.numbered` False)."""
     skills = {p.skill.name: p.skill for p in pairs}
     models = {p.model.name: p.model for p in pairs}
     lines = [
-        "You are a router. You answer a question about images by calling expert pairs MODEL@@SKILL and reading their "
-        "results; you cannot see the images yourself.",
+        ("You are a router. You answer a question about images by calling expert pairs MODEL@@SKILL and reading "
+         "their results; you cannot see the images yourself."),
         "",
         "Skills:",
         *(f"- {name}: {_clip(spec.description, options.card_chars)}" for name, spec in sorted(skills.items())),
@@ -86,6 +122,29 @@ def system_prompt(pairs: Sequence[Pair], max_turns: int, options: PromptOptions 
     return "\n".join(lines)
 
 
+def system_prompt(listed: Sequence[Pair], max_turns: int, options: PromptOptions = PromptOptions()) -> str:
+    """The router's instructions: `listed` (numbered in this order, `option_pairs`) with what each one's skill and
+    model cards say, the action format and the rules."""
+    if not options.numbered:
+        return _pairs_prompt(listed, max_turns, options)
+    lines = [
+        ("You are a router. You answer a question about images by calling experts and reading their results; you "
+         "cannot see the images yourself. Pick an expert by what it says it does: the numbers change between "
+         "questions."),
+        "",
+        "Experts:",
+        *(f"{i}. {p.skill.name} by {p.model.name}: {_clip(p.skill.description, options.card_chars)} "
+          f"{_clip(p.model.description, options.card_chars)}" for i, p in enumerate(listed, start=1)),
+        "",
+        "Each turn write exactly one action and nothing else:",
+        search_text("N", "REQUEST") + "  (call expert N; an empty REQUEST passes the question)",
+        answer_text("ANSWER") + "  (final answer: a number, a word or an option)",
+        "Results come back as <information> ... </information>.",
+        f"Rules: call only listed experts; answer as soon as a result answers the question; at most {max_turns} calls.",
+    ]
+    return "\n".join(lines)
+
+
 def user_text(question: str, choices: Sequence[str] | None, n_images: int) -> str:
     """The question turn. Images are referenced by position (`<image 1>`); their pixels go to the experts."""
     parts = [f"Question: {question.strip()}"]
@@ -96,12 +155,12 @@ def user_text(question: str, choices: Sequence[str] | None, n_images: int) -> st
     return "\n".join(parts)
 
 
-def assistant_text(step: Step) -> str:
+def assistant_text(step: Step, labels: dict[str, str]) -> str:
     """What the router wrote to cause `step`: its raw text for an output that was no action, else the canonical
-    action."""
+    action (the pair's option number in `labels`; the pair id for a pair the prompt did not list)."""
     if not step.model and not step.skill:
         return step.input
-    return search_text(step.pair, step.input)
+    return search_text(labels.get(step.pair, step.pair), step.input)
 
 
 def information(step: Step, turns_left: int, options: PromptOptions = PromptOptions()) -> str:
@@ -124,13 +183,16 @@ def conversation(
     max_turns: int,
     options: PromptOptions = PromptOptions(),
 ) -> list[dict]:
-    """System, user, then an assistant action and an information turn per step."""
+    """System, user, then an assistant action and an information turn per step; `pairs` are listed as
+    `option_pairs` numbers them."""
+    listed = option_pairs(pairs, question, choices, options)
+    labels = option_labels([p.id for p in listed], options)
     messages = [
-        {"role": "system", "content": system_prompt(pairs, max_turns, options)},
+        {"role": "system", "content": system_prompt(listed, max_turns, options)},
         {"role": "user", "content": user_text(question, choices, n_images)},
     ]
     for turn, step in enumerate(steps, start=1):
-        messages.append({"role": "assistant", "content": assistant_text(step)})
+        messages.append({"role": "assistant", "content": assistant_text(step, labels)})
         messages.append({"role": "user", "content": information(step, max_turns - turn, options)})
     return messages
 
