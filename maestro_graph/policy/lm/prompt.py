@@ -113,13 +113,20 @@ def _pairs_prompt(pairs: Sequence[Pair], max_turns: int, options: PromptOptions)
         "",
         "Valid pairs: " + ", ".join(p.id for p in pairs),
         "",
-        "Each turn write exactly one action and nothing else:",
-        search_text("MODEL@@SKILL", "REQUEST") + "  (call a pair; an empty REQUEST passes the question)",
-        answer_text("ANSWER") + "  (final answer: a number, a word or an option)",
-        "Results come back as <information> ... </information>.",
-        f"Rules: use only valid pairs; answer as soon as a result answers the question; at most {max_turns} calls.",
+        *_format_lines("MODEL@@SKILL", "call a pair", "use only valid pairs", max_turns),
     ]
     return "\n".join(lines)
+
+
+def _format_lines(target: str, call: str, rule: str, max_turns: int) -> list[str]:
+    """The action format and the rules, the tail of both prompts (`target` is what a search names)."""
+    return [
+        "Each turn write exactly one action and nothing else:",
+        search_text(target, "REQUEST") + f"  ({call}; an empty REQUEST passes the question)",
+        answer_text("ANSWER") + "  (final answer: a number, a word or an option)",
+        "Results come back as <information> ... </information>.",
+        f"Rules: {rule}; answer as soon as a result answers the question; at most {max_turns} calls.",
+    ]
 
 
 def system_prompt(listed: Sequence[Pair], max_turns: int, options: PromptOptions = PromptOptions()) -> str:
@@ -136,11 +143,7 @@ def system_prompt(listed: Sequence[Pair], max_turns: int, options: PromptOptions
         *(f"{i}. {p.skill.name} by {p.model.name}: {_clip(p.skill.description, options.card_chars)} "
           f"{_clip(p.model.description, options.card_chars)}" for i, p in enumerate(listed, start=1)),
         "",
-        "Each turn write exactly one action and nothing else:",
-        search_text("N", "REQUEST") + "  (call expert N; an empty REQUEST passes the question)",
-        answer_text("ANSWER") + "  (final answer: a number, a word or an option)",
-        "Results come back as <information> ... </information>.",
-        f"Rules: call only listed experts; answer as soon as a result answers the question; at most {max_turns} calls.",
+        *_format_lines("N", "call expert N", "call only listed experts", max_turns),
     ]
     return "\n".join(lines)
 
