@@ -258,7 +258,8 @@ def predict(
     for source, values in sorted(summary.by_source.items()):
         table.add_row(source, str(len(values)), f"{sum(values) / len(values):.3f}")
     console.print(table)
-    console.print(f"{summary.total} items, {summary.failed} failed, {len(summary.skipped)} skipped -> {out}")
+    console.print(f"{summary.total} items, {summary.failed} failed, {len(summary.skipped)} skipped -> {out} "
+                  f"(counters: {summary.metrics_file})")
     if reg.cache is not None:
         stats = reg.cache.stats
         console.print(f"expert cache {reg.cache.location}: {stats.hits} hits, {stats.misses} misses "

@@ -76,6 +76,10 @@ def test_eval_writes_report_for_every_policy(files):
     assert "| oracle |" in report and "## Accuracy per source" in report
     assert (out / "accuracy_by_source.png").is_file() and (out / "accuracy_vs_cost.png").is_file()
     assert (out / "routing_knn.png").is_file() and not (out / "routing_fixed_opencv-vision__counting.png").exists()
+    counters = (out / "predictions" / "oracle.metrics.prom").read_text()  # as `maestro predict` writes them
+    episodes = sum(float(line.split()[-1]) for line in counters.splitlines() if line.startswith("maestro_episodes_total"))
+    assert episodes == len(oracle_records := (out / "predictions" / "oracle.jsonl").read_text().splitlines())
+    assert oracle_records and "maestro_expert_calls_total" in counters
     assert len((out / "predictions" / "knn.jsonl").read_text().splitlines()) == 2
     trained_on = PairOutcomes.load(out / "train_outcomes.json")
     assert trained_on.scores.shape == (2, len(trained_on.pairs)) and trained_on.best_single() == data["best_single_pair"]

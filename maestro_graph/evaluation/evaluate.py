@@ -15,6 +15,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..batch.executors import Executor
+from ..batch.metrics import BatchMetrics
 from ..batch.measure import measure_pairs
 from ..core.answer_form import expected_form
 from ..core.tasks import Task, TaskProblem, load_task_files, load_tasks
@@ -152,13 +153,15 @@ def run_policy(registry: Registry, tasks: list[Task], policy: str | Policy, *, c
                outcomes: PairOutcomes | None = None, workers: int = 1, progress: bool = False,
                predictions_dir: Path | None = None, executor: Executor | None = None) -> PolicyResult:
     """One policy (a name, or a policy object such as the one being trained) over `tasks`: the records the metrics
-    and reports read (in task order), optionally written to `predictions_dir` episode by episode as they finish."""
+    and reports read (in task order), optionally written to `predictions_dir` episode by episode as they finish, with
+    the run's counters beside them (`<policy>.metrics.prom`, as `maestro predict` writes them: batch.metrics)."""
     name = policy if isinstance(policy, str) else policy.name
     result = PolicyResult(name)
     stats = registry.cache.stats if registry.cache else None
     hits0, misses0 = (stats.hits, stats.misses) if stats else (0, 0)
     start = time.perf_counter()
     sink = None
+    metrics, done_before = BatchMetrics(), Counter(executor.done_by_worker if executor is not None else {})
     if predictions_dir is not None:
         predictions_dir.mkdir(parents=True, exist_ok=True)
         sink = (predictions_dir / f"{file_stem(name)}.jsonl").open("w", encoding="utf-8")
@@ -167,6 +170,7 @@ def run_policy(registry: Registry, tasks: list[Task], policy: str | Policy, *, c
         for task, episode in run_tasks(registry, tasks, policy, context=context, outcomes=outcomes, workers=workers,
                                        executor=executor, ordered=False):
             result.records.append(_record(task, episode))
+            metrics.observe(episode.steps, failed=episode.failed, answered=episode.answer is not None)
             if sink is not None:
                 sink.write(json.dumps(result.records[-1], ensure_ascii=False) + "\n")
                 sink.flush()
@@ -177,6 +181,9 @@ def run_policy(registry: Registry, tasks: list[Task], policy: str | Policy, *, c
         bar.close()
         if sink is not None:
             sink.close()
+            done = Counter(executor.done_by_worker if executor is not None else {})
+            done.subtract(done_before)
+            metrics.write(predictions_dir / f"{file_stem(name)}.metrics.prom", +done)
     result.wall_s = time.perf_counter() - start
     order = {task.id: i for i, task in enumerate(tasks)}
     result.records.sort(key=lambda r: order[r["id"]])
