@@ -15,10 +15,10 @@ import numpy as np
 from tqdm import tqdm
 
 from ..batch.executors import Executor
-from ..batch.metrics import BatchMetrics
 from ..batch.measure import measure_pairs
+from ..batch.metrics import BatchMetrics
 from ..core.answer_form import expected_form
-from ..core.tasks import Task, TaskProblem, load_task_files, load_tasks
+from ..core.tasks import Task, TaskProblem, load_task_files
 from ..episode.graph import MaestroContext
 from ..episode.runner import EpisodeResult, run_tasks
 from ..policy import TRAINED_POLICIES
