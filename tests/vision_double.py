@@ -34,6 +34,7 @@ __all__ = ["IMAGE_TOKENS", "Received", "VisionEndpointDouble", "image_digest"]
 
 IMAGE_TOKENS = 256
 """Prompt tokens the double counts per image (what a Qwen-VL model spends on a ~450-pixel image)."""
+_NOT_FOUND = b'{"error": {"message": "not found"}}'
 _DATA_URL_RE = re.compile(r"^data:image/(png|jpeg|webp|gif);base64,([A-Za-z0-9+/=]+)$")
 
 
@@ -202,10 +203,7 @@ class VisionEndpointDouble:
         double = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - the http.server naming
-                raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                status, body = (double._counted(raw) if self.path == "/v1/chat/completions"
-                                else (404, b'{"error": {"message": "not found"}}'))
+            def send_json(self, status: int, body: bytes) -> None:
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
@@ -215,15 +213,15 @@ class VisionEndpointDouble:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (its timeout): nothing to answer
 
+            def do_POST(self):  # noqa: N802 - the http.server naming
+                raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.send_json(*(double._counted(raw) if self.path == "/v1/chat/completions"
+                                 else (404, _NOT_FOUND)))
+
             def do_GET(self):  # noqa: N802 - the http.server naming; what `vllm serve` answers once it is up
-                known = self.path == "/v1/models"
-                body = json.dumps({"object": "list", "data": [{"id": double.model, "object": "model"}]} if known
-                                  else {"error": {"message": "not found"}}).encode()
-                self.send_response(200 if known else 404)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                models = {"object": "list", "data": [{"id": double.model, "object": "model"}]}
+                self.send_json(*((200, json.dumps(models).encode()) if self.path == "/v1/models"
+                                 else (404, _NOT_FOUND)))
 
             def log_message(self, *args):
                 pass

@@ -91,6 +91,12 @@ class _FrontMatterLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
+def _read_front(text: str) -> Any:
+    """A front matter's YAML, read as data only: the safe loader builds plain values (no Python objects, no tags
+    that construct them) and refuses aliases."""
+    return yaml.load(text, Loader=_FrontMatterLoader)  # noqa: S506 - a SafeLoader without aliases
+
+
 @dataclass
 class SkillSpec:
     """A validated skill folder. `run` and `instructions` load lazily."""
@@ -270,7 +276,7 @@ def _one_line_alternative(front_text: str, front: dict) -> bool:
     needs: the front matter without the line reads as the front matter without the key."""
     stripped = _OR_REQUIRES_LINE.sub(b"", (front_text + "\n").encode(), count=1).decode()
     try:
-        rest = yaml.load(stripped, Loader=_FrontMatterLoader)  # noqa: S506 - a SafeLoader without aliases
+        rest = _read_front(stripped)
     except yaml.YAMLError:
         return False
     expected = {**front, "metadata": {k: v for k, v in front["metadata"].items() if k != "or-requires"}}
@@ -291,7 +297,7 @@ def load_skill(folder: str | Path) -> SkillSpec:
         raise SkillError(f"the front matter has {len(match.group(1)):,} characters, above the cap of "
                          f"{MAX_FRONT_MATTER:,}; keep long text in the body", file=str(skill_md))
     try:
-        front = yaml.load(match.group(1), Loader=_FrontMatterLoader)  # noqa: S506 - a SafeLoader without aliases
+        front = _read_front(match.group(1))
     except yaml.YAMLError as exc:
         raise SkillError(f"front matter is not valid YAML: {str(exc)[:500]}", file=str(skill_md)) from exc
     if not isinstance(front, dict):
