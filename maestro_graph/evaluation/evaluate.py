@@ -160,8 +160,8 @@ def run_policy(registry: Registry, tasks: list[Task], policy: str | Policy, *, c
     stats = registry.cache.stats if registry.cache else None
     hits0, misses0 = (stats.hits, stats.misses) if stats else (0, 0)
     start = time.perf_counter()
-    sink = None
-    metrics, done_before = BatchMetrics(), Counter(executor.done_by_worker if executor is not None else {})
+    sink, metrics = None, BatchMetrics()
+    done_before = Counter(executor.done_by_worker if executor is not None else {})
     if predictions_dir is not None:
         predictions_dir.mkdir(parents=True, exist_ok=True)
         sink = (predictions_dir / f"{file_stem(name)}.jsonl").open("w", encoding="utf-8")
@@ -170,10 +170,10 @@ def run_policy(registry: Registry, tasks: list[Task], policy: str | Policy, *, c
         for task, episode in run_tasks(registry, tasks, policy, context=context, outcomes=outcomes, workers=workers,
                                        executor=executor, ordered=False):
             result.records.append(_record(task, episode))
-            metrics.observe(episode.steps, failed=episode.failed, answered=episode.answer is not None)
-            if sink is not None:
+            if sink is not None:  # the records and the counters written beside them
                 sink.write(json.dumps(result.records[-1], ensure_ascii=False) + "\n")
                 sink.flush()
+                metrics.observe(episode.steps, failed=episode.failed, answered=episode.answer is not None)
             acc = np.mean([r["score"] for r in result.records])
             bar.set_postfix(acc=f"{acc:.3f}", cache_hits=(stats.hits - hits0) if stats else "off")
             bar.update()
