@@ -120,3 +120,34 @@ def test_a_replica_whose_lease_connection_is_cut_stops_its_episode_and_frees_the
     finally:
         holder.close()
         other.close()
+
+
+@pytest.mark.slow  # about 3 s on the module's Postgres
+def test_a_replica_waiting_to_set_up_the_checkpoint_tables_never_stalls_the_one_setting_them_up(db):
+    """Two replicas starting together on a new database: while one runs LangGraph's migrations (their indexes are
+    built CONCURRENTLY, which waits for every open snapshot), the other waits for the set-up lock. CI once hung here
+    for 120 s: the waiter's blocking lock statement held a snapshot that the migrations waited for."""
+    import psycopg
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from psycopg.rows import dict_row
+
+    from maestro_graph.serve.episodes import _SETUP_LOCK, open_checkpointer
+
+    with psycopg.connect(db.url, autocommit=True) as admin:
+        admin.execute("CREATE DATABASE setup_race")
+    url = db.url.rsplit("/", 1)[0] + "/setup_race"
+    with ThreadPoolExecutor(1) as pool:
+        with psycopg.connect(url, autocommit=True) as lock_holder:  # replica A: holds the lock on one connection ...
+            lock_holder.execute("SELECT pg_advisory_lock(%s)", (_SETUP_LOCK,))
+            waiter = pool.submit(open_checkpointer, url)  # replica B: waits for the lock
+            time.sleep(1.0)
+            assert not waiter.done()
+            # ... and migrates on another, as PostgresSaver.setup does with its pool; a stall ends in the timeout
+            with psycopg.connect(url, autocommit=True, prepare_threshold=0, row_factory=dict_row,
+                                 options="-c statement_timeout=15000") as migrating:
+                PostgresSaver(migrating).setup()
+        saver = waiter.result(timeout=30)  # the lock went with A's connection
+    try:
+        assert list(saver.list({"configurable": {"thread_id": "none"}})) == []  # B's checkpointer works
+    finally:
+        saver.conn.close()

@@ -77,7 +77,7 @@ def open_checkpointer(location: str | Path) -> BaseCheckpointSaver:
         pool.open(wait=True, timeout=_CONNECT_TIMEOUT_S)
         saver = postgres.PostgresSaver(pool, serde=checkpoint_serde())
         with pool.connection() as conn:  # replicas starting together would race on LangGraph's schema migrations
-            conn.execute("SELECT pg_advisory_lock(%s)", (_SETUP_LOCK,))
+            _take_setup_lock(conn)
             try:
                 saver.setup()
             finally:
@@ -89,11 +89,25 @@ def open_checkpointer(location: str | Path) -> BaseCheckpointSaver:
     return saver
 
 
+def _take_setup_lock(conn) -> None:
+    """Take the set-up lock by polling, never by a blocking `pg_advisory_lock`: a statement waiting for the lock holds
+    a snapshot, LangGraph's migrations build their indexes CONCURRENTLY, and that waits for every open snapshot, so
+    the holder's set-up would wait for the waiter forever (Postgres sees no cycle: the lock is held by the holder's
+    other, idle connection). Between tries this connection is idle and holds none."""
+    deadline = time.monotonic() + _SETUP_WAIT_S
+    while not conn.execute("SELECT pg_try_advisory_lock(%s) AS taken", (_SETUP_LOCK,)).fetchone()["taken"]:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"another replica held the checkpoint set-up lock for over {_SETUP_WAIT_S:g} s")
+        time.sleep(0.1)
+
+
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _POOL_SIZE = 8
+"""Connections a replica holds to the checkpoint database (its episode workers share them)."""
 _SETUP_LOCK = 0x6D61657374726F00
 """The advisory-lock key that serialises the checkpoint tables' set-up across replicas ("maestro" in ASCII)."""
-"""Connections a replica holds to the checkpoint database (its episode workers share them)."""
+_SETUP_WAIT_S = 120.0
+"""How long a replica waits for another one's set-up of the checkpoint tables (migrations take well under a second)."""
 _CONNECT_TIMEOUT_S = 5.0
 """How long connecting, or waiting for a pooled connection, may take before the database counts as lost."""
 
