@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-from maestro_graph.serve.loopback import free_port, running_app
+from maestro_graph.serve.loopback import free_port
 from maestro_graph.serve.loopback import wait_until_up as _wait_until_up
 
 ROOT = Path(__file__).resolve().parents[1]

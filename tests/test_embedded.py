@@ -5,7 +5,6 @@ parent with its own context schema running Maestro both ways."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Annotated
 
 import pytest

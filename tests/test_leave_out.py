@@ -19,7 +19,6 @@ def test_the_barcode_readers_and_their_skill_are_one_family_and_each_family_is_l
 
 
 def test_a_hidden_family_leaves_the_registry_whole(registry):
-    barcode = ({"zxing", "opencv-barcode"}, {"barcode-reading"})
     hidden = 0
     for seed in range(40):
         models, skills = sample_dropout(registry, np.random.default_rng(seed), 0.0, 0.3)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -182,6 +184,50 @@ def test_an_expert_added_after_profiling_silences_the_reach_only_while_it_may_be
     out = run_episode(graph, ASKED, image, ["2", "3", "4"], context=MaestroContext(reach_floor=0.35))
     assert [s.pair for s in out.steps] == ["zbar-like@@barcode-reading"] and out.stop == StopReason.OUT_OF_REACH
     assert Registry.load(_registry_file(tmp_path, READERS)).without(models={"opencv-barcode"}).reach is not None
+
+
+def test_an_expert_profiled_on_its_own_items_joins_the_reach_and_is_judged_on_questions_like_each(profiled,
+                                                                                                   tmp_path):
+    """A reader added to a profiled registry, profiled alone on other calibration items and merged by
+    scripts/merge_profile.py: its items are rows of their own, each pair's accuracy on questions like this one comes
+    from the items it was measured on (a question identical to a calibration item never reads that item), and the
+    reach over pairs no item measured together says nothing, as before the merge."""
+    for name in ("profile.json", "profile.reach.safetensors"):
+        shutil.copy(profiled / name, tmp_path / name)
+    lines = (profiled / "calibration.jsonl").read_text().splitlines()
+    (tmp_path / "own.jsonl").write_text("\n".join(lines[2:4] + lines[4:10]) + "\n")
+    for image in {i for line in lines for i in json.loads(line)["images"]}:
+        (tmp_path / image).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(profiled / image, tmp_path / image)
+    zbar = {**READERS[0], "name": "zbar-like", "description": "another reader"}
+    part = tmp_path / "part"
+    part.mkdir()
+    result = CliRunner().invoke(app, ["registry", "profile", "--tasks", str(tmp_path / "own.jsonl"),
+                                      "--registry", str(_registry_file(part, [zbar])),
+                                      "--cache-dir", str(profiled / "cache")])
+    assert result.exit_code == 0, result.output
+    grown_file = _registry_file(tmp_path, [*READERS, zbar])
+    subprocess.run([sys.executable, str(Path(__file__).parents[1] / "scripts" / "merge_profile.py"), "--registry",
+                    str(grown_file), "--part", str(part / "profile.json"), "--profile", str(tmp_path / "profile.json")],
+                   check=True, capture_output=True)
+    grown = Registry.load(grown_file)
+    new, old = "zbar-like@@barcode-reading", ["zxing@@barcode-reading", "opencv-barcode@@barcode-reading"]
+    assert grown.reach is not None and list(grown.reach.pairs) == [*old, new]
+    measured = ~np.isnan(grown.reach.right)
+    assert measured.shape == (16 + 8, 3) and measured[:16, :2].all() and measured[16:, 2].all()
+    assert not measured[16:, :2].any() and not measured[:16, 2].any()
+    barcode = json.loads(lines[2])
+    image = [str(profiled / barcode["images"][0])]
+    reads = grown.reach.pair_accuracy(barcode["question"], image, None, [*old, new])
+    counts = grown.reach.pair_accuracy(ASKED, image, ["2", "3", "4"], [*old, new])
+    assert set(reads) == set(counts) == {*old, new}
+    assert reads[new] > 0.5 and reads["zxing@@barcode-reading"] > 0.5 and max(counts.values()) == 0.0
+    alone = Reach(grown.reach.features[16:18], np.ones((2, 1), np.float32), {new: "f"})
+    assert alone.pair_accuracy(barcode["question"], image, None, [new]) == {new: 1.0}  # the other item only
+    assert Reach(alone.features[:1], alone.right[:1], alone.pairs).pair_accuracy(
+        barcode["question"], image, None, [new]) == {}  # its own item is never read
+    assert grown.reach.estimate(ASKED, image, None, [*old, new]) is None
+    assert grown.reach.estimate(ASKED, image, None, old) < 0.35
 
 
 def test_no_reach_file_is_unknown_and_a_damaged_one_is_a_config_error_naming_it(profiled, tmp_path):

@@ -9,7 +9,8 @@ serves sampling (training) and greedy decoding (serving).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
@@ -108,6 +109,9 @@ class ActionSpace:
     """Every pair of the registry, callable now or not: the cards of the steps already taken."""
     declined: tuple[tuple[str, str], ...] = ()
     """(skill, reason) for each skill of an affordable pair that declined the question: why those pairs are out."""
+    accuracy: Mapping[str, float] = field(default_factory=dict)
+    """By pair id, how each callable pair did on the calibration questions most like this one (the registry's
+    reach, `Reach.pair_accuracy`); a pair is absent where its profile holds no question like it."""
 
     @classmethod
     def build(cls, registry: Registry, view: EpisodeView) -> "ActionSpace":
@@ -119,7 +123,9 @@ class ActionSpace:
         candidates = view.candidates()
         answers = tuple(Answer(c) for c in candidates) if candidates else (Answer(None),)
         declined = tuple(sorted((skill, reason) for skill, reason in reasons.items() if reason))
-        return cls(pairs, answers, every, declined)
+        accuracy = ({} if registry.reach is None or not pairs else
+                    registry.reach.pair_accuracy(view.question, view.images, view.choices, [p.id for p in pairs]))
+        return cls(pairs, answers, every, declined, accuracy)
 
     @property
     def invokes(self) -> tuple[Invoke, ...]:

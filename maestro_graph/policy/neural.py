@@ -196,8 +196,11 @@ class _ModelCard:
     accuracy: float | None = None
 
 
-def _model_card(pair: Pair) -> _ModelCard:
-    return _ModelCard(pair.model.name, pair.model.description, pair.model.cost.per_call, pair.id, pair.accuracy)
+def _model_card(pair: Pair, accuracy: float | None = None) -> _ModelCard:
+    """The pair's card and what is known of its accuracy: on questions like this one (`accuracy`, the registry's
+    reach) where it was measured on such questions, else on its skill family (Pair.accuracy)."""
+    return _ModelCard(pair.model.name, pair.model.description, pair.model.cost.per_call, pair.id,
+                      pair.accuracy if accuracy is None else accuracy)
 
 
 class NeuralPolicy:
@@ -232,7 +235,7 @@ class NeuralPolicy:
             state=torch.from_numpy(np.concatenate([q, _history(view)])),
             skills=skill_rows, skill_cos=skill_cos,
             pair_skill=torch.tensor([row[p.skill.name] for p in pairs], dtype=torch.long),
-            models=self._model_rows(view, [_model_card(p) for p in pairs], q_emb),
+            models=self._model_rows(view, [_model_card(p, space.accuracy.get(p.id)) for p in pairs], q_emb),
             candidates=self._candidate_features(view, candidates),
             producer_skills=self._skill_rows(view, [s for s, _ in producers], q_emb)[0],
             producer_models=self._model_rows(view, [m for _, m in producers], q_emb),
@@ -274,7 +277,7 @@ class NeuralPolicy:
         pair = next((p for p in space.registry_pairs if p.id == step.pair), None)
         if pair is None:
             return (step.skill, step.skill), _ModelCard(step.model, step.model, 0.0, step.pair)
-        return (pair.skill.name, pair.skill.description), _model_card(pair)
+        return (pair.skill.name, pair.skill.description), _model_card(pair, space.accuracy.get(pair.id))
 
     def _candidate_features(self, view: EpisodeView, candidates: list[Answer]) -> torch.Tensor:
         """Support and confidence of each candidate, whether it has the form the question asks for, and whether it is

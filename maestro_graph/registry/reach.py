@@ -16,6 +16,12 @@ still be called the reach says nothing about the question (a warning naming the 
 registry is loaded; that pair's old outcomes are dropped). Where that pair declines the question or has been called,
 the measured pairs decide as before: an expert added after profiling does not switch the reach off for questions it
 cannot take. A registry with fewer pairs (a view of it) keeps the reach and counts only its own pairs.
+
+The same outcomes say, per pair, how it did on questions like this one (`pair_accuracy`): the neural policy reads
+that in place of the pair's accuracy on its whole skill family, which cannot tell "this model on charts" from "this
+model on everything its skill takes". A pair profiled later on other calibration items (an expert added to a
+profiled registry, `Reach.merged`) brings its own rows; `right` is NaN where a pair was not measured on an item, and
+each estimate uses only the items its pairs were measured on.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from safetensors.numpy import save as safetensors_bytes
 from ..errors import ConfigError
 from ..features.state import QUESTION_DIM, nearest, question_features, similarity_mean, unit_rows
 
-__all__ = ["REACH_FLOOR", "REACH_FORMAT", "REACH_K", "REACH_SIMILARITY", "Reach", "reach_path"]
+__all__ = ["PAIR_BAND", "REACH_FLOOR", "REACH_FORMAT", "REACH_K", "REACH_SIMILARITY", "Reach", "reach_path"]
 
 REACH_FORMAT = "maestro-reach-2"
 """Kept only whether some pair answered each item; ignored with a warning (profile again)."""
@@ -44,6 +50,12 @@ REACH_SIMILARITY = 0.85
 was calibrated (a kind of question no calibration item was of) has neighbours of other kinds, whose outcomes mislead.
 Chosen as the lowest value that stopped no episode a pair answers when each source of the validation split's training
 part was left out (the measurements: docs/results.md, "The reach's first version")."""
+PAIR_BAND = 0.05
+"""How much less similar than the nearest calibration question a neighbour may be and still count in a pair's
+accuracy on questions like this one (Reach.pair_accuracy)."""
+SAME_QUESTION = 0.999
+"""The similarity above which a calibration question is this question (features are stored as float16; distinct
+real dev items are at most 0.99 alike)."""
 REACH_FLOOR = 0.35
 """The default floor below which an episode stops before its next call (MaestroContext.reach_floor; 0: off), for a
 registry with a reach (one without, like the packaged default with its unprofiled chat model, is never stopped).
@@ -66,7 +78,8 @@ class Reach:
     features: np.ndarray
     """(items, QUESTION_DIM) unit rows: each calibration question's features."""
     right: np.ndarray
-    """(items, pairs) 1.0 where the pair (in the order of `pairs`) got the item right, else 0.0."""
+    """(items, pairs) 1.0 where the pair (in the order of `pairs`) got the item right, 0.0 where it did not, NaN
+    where it was not measured on the item (rows a later profile of other pairs added)."""
     pairs: dict[str, str]
     """The measured pairs: fingerprint by pair id (registry.profiles.pair_fingerprint), in the columns' order."""
     k: int = REACH_K
@@ -79,7 +92,7 @@ class Reach:
     @property
     def answered(self) -> np.ndarray:
         """(items,) 1.0 where some pair got the item right."""
-        return self.right.max(axis=1, initial=0.0)
+        return np.nan_to_num(self.right).max(axis=1, initial=0.0)
 
     def estimate(self, question: str, images: list[str] | tuple[str, ...],
                  choices: list[str] | tuple[str, ...] | None, pairs: Iterable[str] | None = None,
@@ -88,23 +101,76 @@ class Reach:
         similar calibration questions that one of them answered, weighted by similarity. A neighbour only `declined`
         pairs answered (pairs whose skill declines this question from its text) is another kind of question than
         this one, though its words are close ("How many rows and columns are in the table?" beside "What is the mean
-        of the numbers in the table?"): it is left out. None (unknown) where one of `pairs` was not measured, where
-        the k are on average less similar than `REACH_SIMILARITY`, or where no neighbour is left."""
+        of the numbers in the table?"): it is left out. None (unknown) where no calibration item was measured with
+        every one of `pairs`, where the k are on average less similar than `REACH_SIMILARITY`, or where no
+        neighbour is left."""
         wanted = set(self.pairs) if pairs is None else set(pairs)
         if not wanted <= set(self.pairs):
             return None
+        rows = np.flatnonzero(self._measured(wanted))  # the items every one of them was measured on
+        if not len(rows):
+            return None
         query = question_features([question], [images], [list(choices) if choices else None])[0]
-        index, sims = nearest(self.features, query, self.k)
+        index, sims = nearest(self.features[rows], query, self.k)
         if sims.mean() < REACH_SIMILARITY:
             return None
+        index = rows[index]
         answered = self._answered(index, wanted)
         alike = (answered > 0) | (self._answered(index, set(declined)) == 0)
         return float(similarity_mean(answered[alike], sims[alike])) if alike.any() else None
 
+    def pair_accuracy(self, question: str, images: list[str] | tuple[str, ...],
+                      choices: list[str] | tuple[str, ...] | None, pairs: Iterable[str]) -> dict[str, float]:
+        """Each measured pair's share of the calibration questions most like this one that it got right, weighted
+        by similarity: among the items it was measured on, the k nearest that are within `PAIR_BAND` of the nearest
+        one's similarity (a small calibration of a new expert holds a few items of each kind, and the next kind's
+        items must not count as this one's). A calibration question identical to this one is left out, so a policy
+        trained on the calibration items never reads its own item's outcome. Pairs never measured are absent."""
+        columns = {pair: j for j, pair in enumerate(self.pairs) if pair in set(pairs)}
+        if not columns:
+            return {}
+        query = unit_rows(question_features([question], [images], [list(choices) if choices else None])[0])
+        sims = self.features @ query
+        other = sims < SAME_QUESTION
+        found: dict[str, float] = {}
+        for pair, j in columns.items():
+            rows = np.flatnonzero(~np.isnan(self.right[:, j]) & other)
+            top = rows[np.argsort(-sims[rows])[: self.k]]
+            if len(top):
+                top = top[sims[top] >= sims[top[0]] - PAIR_BAND]
+                found[pair] = float(similarity_mean(self.right[top, j], sims[top]))
+        return found
+
+    def _measured(self, pairs: set[str]) -> np.ndarray:
+        """(items,) True where every one of `pairs` was measured."""
+        columns = [j for j, pair in enumerate(self.pairs) if pair in pairs]
+        return ~np.isnan(self.right[:, columns]).any(axis=1)
+
     def _answered(self, index: np.ndarray, pairs: set[str]) -> np.ndarray:
         """(len(index),) 1.0 where one of `pairs` got the calibration item right."""
         columns = [j for j, pair in enumerate(self.pairs) if pair in pairs]
-        return self.right[np.ix_(index, columns)].max(axis=1, initial=0.0)
+        return np.nan_to_num(self.right[np.ix_(index, columns)]).max(axis=1, initial=0.0)
+
+    def merged(self, part: "Reach") -> "Reach":
+        """This reach with `part`'s pairs measured again or added. Measured on the same calibration items (row for
+        row, as `maestro registry profile` on the same task files gives them), part's columns replace or join these;
+        measured on other items, part's items are new rows, where the pairs only this reach measured were not
+        measured (NaN), and part's pairs count only part's items (an outcome measured before part's run is of
+        another version of the pair)."""
+        if part.k != self.k:
+            raise ValueError(f"the reaches average over other numbers of neighbours ({self.k} and {part.k})")
+        same = (part.features.shape == self.features.shape
+                and bool(np.isclose(part.features, self.features, atol=2e-3).all()))
+        offset = 0 if same else len(self.features)
+        features = self.features if same else np.vstack([self.features, part.features])
+        pairs = {**self.pairs, **part.pairs}
+        right = np.full((len(features), len(pairs)), np.nan, np.float32)
+        for j, pair in enumerate(pairs):
+            if pair in part.pairs:
+                right[offset:offset + len(part.features), j] = part.right[:, list(part.pairs).index(pair)]
+            else:
+                right[: len(self.features), j] = self.right[:, list(self.pairs).index(pair)]
+        return Reach(features.astype(np.float32), right, pairs, self.k)
 
     def save(self, path: str | Path) -> None:
         """Write the file `read` reads (float16 features: a few hundred kB for a few hundred items)."""

@@ -24,7 +24,7 @@ from ..errors import ConfigError
 from ..policy.base import ActionSpace, EpisodeView
 from ..policy.neural import NeuralConfig, NeuralPolicy, read_tensor_file, write_tensor_file
 from ..registry import Registry
-from ..types import Action, Answer, Invoke
+from ..types import Action
 from .augment import RegistryView, sample_view
 from .config import GRPOConfig
 from .rewards import Rewards, outcome
