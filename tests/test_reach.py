@@ -228,6 +228,9 @@ def test_an_expert_profiled_on_its_own_items_joins_the_reach_and_is_judged_on_qu
         barcode["question"], image, None, [new]) == {}  # its own item is never read
     assert grown.reach.estimate(ASKED, image, None, [*old, new]) is None
     assert grown.reach.estimate(ASKED, image, None, old) < 0.35
+    view = EpisodeView(barcode["question"], tuple(image), None, (), 4, 10.0)
+    assert ActionSpace.build(grown, view).accuracy[new] == reads[new]  # what the neural policy reads
+    assert new not in ActionSpace.build(grown.without(unprofiled={new}), view).accuracy  # hidden with its profile
 
 
 def test_no_reach_file_is_unknown_and_a_damaged_one_is_a_config_error_naming_it(profiled, tmp_path):

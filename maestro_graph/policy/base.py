@@ -111,7 +111,8 @@ class ActionSpace:
     """(skill, reason) for each skill of an affordable pair that declined the question: why those pairs are out."""
     accuracy: Mapping[str, float] = field(default_factory=dict)
     """By pair id, how each callable pair did on the calibration questions most like this one (the registry's
-    reach, `Reach.pair_accuracy`); a pair is absent where its profile holds no question like it."""
+    reach, `Reach.pair_accuracy`); absent for a pair the reach did not measure or whose profile is hidden
+    (training's profile dropout, `Registry.without`)."""
 
     @classmethod
     def build(cls, registry: Registry, view: EpisodeView) -> "ActionSpace":
@@ -123,8 +124,9 @@ class ActionSpace:
         candidates = view.candidates()
         answers = tuple(Answer(c) for c in candidates) if candidates else (Answer(None),)
         declined = tuple(sorted((skill, reason) for skill, reason in reasons.items() if reason))
-        accuracy = ({} if registry.reach is None or not pairs else
-                    registry.reach.pair_accuracy(view.question, view.images, view.choices, [p.id for p in pairs]))
+        profiled = [p.id for p in pairs if p.profile is not None]  # a hidden profile hides its outcomes too
+        accuracy = ({} if registry.reach is None or not profiled else
+                    registry.reach.pair_accuracy(view.question, view.images, view.choices, profiled))
         return cls(pairs, answers, every, declined, accuracy)
 
     @property
