@@ -9,13 +9,15 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import real_tasks
 
+from maestro_graph.core.tasks import Task
 from maestro_graph.episode.graph import MaestroContext, build_graph
-from maestro_graph.episode.runner import run_episode
+from maestro_graph.episode.runner import EpisodeResult, run_episode
 from maestro_graph.errors import ConfigError
 from maestro_graph.policy import make_policy
 from maestro_graph.policy.base import ActionSpace, EpisodeView
@@ -34,8 +36,10 @@ from maestro_graph.policy.lm import (
     system_prompt,
 )
 from maestro_graph.policy.lm.weights import cached_hf_folder
+from maestro_graph.registry import Registry
+from maestro_graph.rl.export import ExportOptions, episode_messages
 from maestro_graph.rl.rewards import format_errors
-from maestro_graph.types import Answer, InvalidAction, Invoke, Step
+from maestro_graph.types import Answer, InvalidAction, Invoke, Step, StopReason
 
 SHORT = PromptOptions(card_chars=60, observation_chars=200)
 
@@ -92,6 +96,37 @@ def test_prompt_lists_numbered_experts_with_their_cards(registry):
     # routers trained before numbered options read the pair-id prompt they were trained with
     legacy = system_prompt(listed, 3, PromptOptions(card_chars=60, numbered=False))
     assert "Valid pairs: " + ", ".join(p.id for p in listed) in legacy and "Experts:" not in legacy
+
+
+def test_a_measured_prompt_shows_each_experts_accuracy_on_similar_questions(tmp_path):
+    """With `measured`, each option says how its pair did on the calibration questions most like this one (the
+    registry's reach, as the neural policy reads it): the LM router of the real profiled registry sees the barcode
+    readers' figures on a barcode question, nothing for a pair whose profile is hidden, and a router trained without
+    it reads the prompt it was trained on."""
+    real = Registry.load(Path(__file__).parents[1] / "configs" / "registry-nolm.yaml", cache=None)
+    image = str(Path(__file__).parent / "data" / "real" / "barcode" / "images" / "89920816164ecf76.webp")
+    question = "What is the value encoded in this barcode?"
+    view = EpisodeView(question, (image,), None, (), 2, 10.0)
+    space = ActionSpace.build(real, view)
+    measured = PromptOptions(card_chars=60, measured=True)
+    policy = LMPolicy(None, prompt=measured)
+    lines = [x for x in policy.messages(view, space)[0]["content"].splitlines() if x[:1].isdigit()]
+    zxing = next(x for x in lines if x.split(". ", 1)[1].startswith("barcode-reading by zxing"))
+    figure = round(100 * space.accuracy["zxing@@barcode-reading"])
+    assert zxing.endswith(f" [{figure}% right on similar questions]") and figure >= 80
+    assert all(x.endswith("% right on similar questions]") for x in lines)
+    assert "right on similar" not in LMPolicy(None, prompt=SHORT).messages(view, space)[0]["content"]
+    hidden = real.without(unprofiled={"zxing@@barcode-reading"})
+    task = Task(id="t", question=question, images=[image], answer="x")
+    episode = EpisodeResult(answer=None, steps=[], stop=StopReason.POLICY, latency_s=0.0)
+    shown = episode_messages(task, episode, hidden, ExportOptions(prompt=measured))[0]["content"]
+    assert "right on similar" not in next(x for x in shown.splitlines() if "barcode-reading by zxing" in x)
+    assert "right on similar" in next(x for x in shown.splitlines() if "barcode-reading by opencv-barcode" in x)
+    (tmp_path / "adapter_config.json").write_text("{}")
+    (tmp_path / "router.yaml").write_text("adapter: .\nmodel: null\nnumbered: true\n")
+    assert not make_policy(f"lm:transformers:{tmp_path}").prompt.measured
+    (tmp_path / "router.yaml").write_text("adapter: .\nmodel: null\nnumbered: true\nmeasured: true\n")
+    assert make_policy(f"lm:transformers:{tmp_path}").prompt.measured
 
 
 def test_option_numbers_carry_no_identity_in_training(registry):

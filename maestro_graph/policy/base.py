@@ -9,7 +9,7 @@ serves sampling (training) and greedy decoding (serving).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -23,7 +23,7 @@ from ..types import Action, Answer, InvalidAction, Invoke, Step
 if TYPE_CHECKING:  # a policy reads pairs; the registry that holds the experts is only passed in
     from ..registry.registry import Registry
 
-__all__ = ["EpisodeView", "ActionSpace", "Distribution", "Policy", "best_candidate"]
+__all__ = ["EpisodeView", "ActionSpace", "Distribution", "Policy", "best_candidate", "measured_accuracy"]
 
 
 def best_candidate(steps: list[Step] | tuple[Step, ...]) -> str | None:
@@ -96,6 +96,18 @@ class EpisodeView:
         return list(seen.values())
 
 
+def measured_accuracy(registry: Registry, question: str, images: Sequence[str], choices: Sequence[str] | None
+                      ) -> dict[str, float]:
+    """By pair id, how each of the registry's pairs did on the calibration questions most like this one (its
+    reach, `Reach.pair_accuracy`): what the neural policy reads of a pair, and what an LM router's prompt may show.
+    Absent for a pair the reach did not measure or whose profile is hidden (training's profile dropout,
+    `Registry.without`); empty without a reach."""
+    profiled = [p.id for p in registry.pairs() if p.profile is not None]
+    if registry.reach is None or not profiled:
+        return {}
+    return registry.reach.pair_accuracy(question, images, choices, profiled)
+
+
 @dataclass(frozen=True)
 class ActionSpace:
     """The actions valid now: invoking any available compatible pair whose call cost fits the budget and whose skill
@@ -110,9 +122,8 @@ class ActionSpace:
     declined: tuple[tuple[str, str], ...] = ()
     """(skill, reason) for each skill of an affordable pair that declined the question: why those pairs are out."""
     accuracy: Mapping[str, float] = field(default_factory=dict)
-    """By pair id, how each callable pair did on the calibration questions most like this one (the registry's
-    reach, `Reach.pair_accuracy`); absent for a pair the reach did not measure or whose profile is hidden
-    (training's profile dropout, `Registry.without`)."""
+    """By pair id, how each of the registry's pairs did on the calibration questions most like this one
+    (`measured_accuracy`)."""
 
     @classmethod
     def build(cls, registry: Registry, view: EpisodeView) -> "ActionSpace":
@@ -124,9 +135,7 @@ class ActionSpace:
         candidates = view.candidates()
         answers = tuple(Answer(c) for c in candidates) if candidates else (Answer(None),)
         declined = tuple(sorted((skill, reason) for skill, reason in reasons.items() if reason))
-        profiled = [p.id for p in pairs if p.profile is not None]  # a hidden profile hides its outcomes too
-        accuracy = ({} if registry.reach is None or not profiled else
-                    registry.reach.pair_accuracy(view.question, view.images, view.choices, profiled))
+        accuracy = measured_accuracy(registry, view.question, view.images, view.choices)
         return cls(pairs, answers, every, declined, accuracy)
 
     @property

@@ -128,6 +128,10 @@ class LMTrainConfig:
     max_new_tokens: int = setting(32, "Most tokens the router writes per turn.")
     card_chars: int = setting(120, "Card texts in the prompt are cut to this many characters.")
     observation_chars: int = setting(300, "Each `<information>` turn is cut to this many characters.")
+    measured: bool = setting(False, "Each option of the prompt also shows its pair's measured accuracy on similar "
+                             "questions (the registry's reach); hidden per pair with profile_dropout in training.")
+    profile_dropout: float = setting(0.25, "With `measured`: each pair's figure is hidden with this probability per "
+                                     "rendering and GRPO group, so the router also meets experts never profiled.")
     steps: int = setting(4, "GRPO steps; 0 skips GRPO, so OUT/final is the SFT warm start (how `lm:shipped` was "
                          "trained).")
     num_generations: int = setting(4, "G, the episodes per task whose rewards are normalised together.")
@@ -188,6 +192,7 @@ class LMTrainConfig:
             (self.sft_views >= 1, "sft_views", "must be at least 1"),
             (0 <= self.family_dropout < 1, "family_dropout", "must be in [0, 1)"),
             (0 <= self.paraphrase_prob <= 1, "paraphrase_prob", "must be in [0, 1]"),
+            (0 <= self.profile_dropout <= 1, "profile_dropout", "must be in [0, 1]"),
             (self.constrained in (None, "choice"), "constrained", "must be `choice` or null"),
             (not (self.use_vllm and self.constrained), "constrained", "scores actions locally: not with use_vllm"),
             (self.lora_r >= 0, "lora_r", "must be >= 0 (0 trains the whole model)"),
@@ -210,7 +215,8 @@ class LMTrainConfig:
     def prompt(self) -> "PromptOptions":
         from ..policy.lm.prompt import PromptOptions
 
-        return PromptOptions(card_chars=self.card_chars, observation_chars=self.observation_chars)
+        return PromptOptions(card_chars=self.card_chars, observation_chars=self.observation_chars,
+                             measured=self.measured)
 
     @property
     def export_options(self) -> "ExportOptions":

@@ -31,6 +31,7 @@ from ..core.jsonl import read_jsonl
 from ..core.tasks import Task, load_tasks
 from ..episode.runner import EpisodeResult
 from ..errors import ConfigError, first_validation_problem, import_extra
+from ..policy.base import measured_accuracy
 from ..policy.lm.prompt import PromptOptions, conversation, final_answer_message
 from ..registry import Registry
 from ..types import Step, StopReason
@@ -120,8 +121,10 @@ def _as_tool_calls(messages: list[dict], steps: list[Step]) -> list[dict]:
 
 
 def episode_messages(task: Task, episode: EpisodeResult, registry: Registry, options: ExportOptions) -> list[dict]:
+    accuracy = (measured_accuracy(registry, task.question, task.images, task.options)
+                if options.prompt.measured else None)
     messages = conversation(task.question, task.choices, len(task.images), episode.steps, registry.pairs(),
-                            options.max_turns, options.prompt)
+                            options.max_turns, options.prompt, accuracy)
     gave_up = bool(episode.decisions) and episode.decisions[-1].kind == "answer" and not episode.decisions[-1].forced
     if episode.stop in (StopReason.POLICY, StopReason.BUDGET) and (episode.answer is not None or gave_up):
         # after "turns left: 0" the router is asked once more, for an answer only: that answer is its last turn

@@ -46,7 +46,7 @@ from ..policy.lm.policy import ROUTER_FILE, LMPolicy
 from ..policy.lm.prompt import PromptOptions, conversation, with_images
 from ..registry import Registry
 from ..types import StopReason
-from .augment import sample_card_texts, sample_dropout
+from .augment import sample_card_texts, sample_dropout, sample_unprofiled
 from .config import LMTrainConfig
 from .export import episode_messages, trl_record
 from .rewards import format_errors
@@ -144,7 +144,9 @@ def training_view(registry: Registry, config: LMTrainConfig, rng: np.random.Gene
     models -= {pair.split("@@")[0] for pair in keep}
     skills -= {pair.split("@@")[-1] for pair in keep}
     shown = registry.without(models=models, skills=skills)
-    return TrainingView(shown.without(descriptions=sample_card_texts(shown, rng, config.paraphrase_prob)),
+    hidden = sample_unprofiled(shown, rng, config.profile_dropout) if config.measured else set()
+    return TrainingView(shown.without(descriptions=sample_card_texts(shown, rng, config.paraphrase_prob),
+                                      unprofiled=hidden),
                         replace(config.prompt, shuffle=salt))
 
 
@@ -479,6 +481,7 @@ def _save(model: Any, tokenizer: Any, config: LMTrainConfig, folder: Path) -> Pa
     settings = {"adapter": "." if config.lora_r else None, "model": config.model if config.lora_r else None,
                 "constrained": config.constrained, "card_chars": config.card_chars,
                 "observation_chars": config.observation_chars, "numbered": config.prompt.numbered,
+                "measured": config.measured,
                 "max_new_tokens": config.max_new_tokens}
     (folder / ROUTER_FILE).write_text(yaml.safe_dump(settings, sort_keys=False))
     return folder

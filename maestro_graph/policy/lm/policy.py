@@ -61,6 +61,8 @@ class LMConfig(BaseModel):
     observation_chars: int = Field(PromptOptions.observation_chars, ge=20)
     numbered: bool = Field(PromptOptions.numbered, description="experts listed as numbered options and called by "
                            "number (False: the pair-id prompt of routers trained before them)")
+    measured: bool = Field(PromptOptions.measured, description="each option also shows its pair's measured accuracy "
+                           "on similar questions (the registry's reach), as the router was trained to read")
     timeout_s: float = Field(60.0, gt=0)
     retries: int = Field(2, ge=0, description="openai: retries after a failed request, with exponential backoff")
     backoff_s: float = Field(1.0, ge=0)
@@ -97,7 +99,7 @@ class LMConfig(BaseModel):
     @property
     def prompt(self) -> PromptOptions:
         return PromptOptions(card_chars=self.card_chars, observation_chars=self.observation_chars,
-                             numbered=self.numbered)
+                             numbered=self.numbered, measured=self.measured)
 
 
 def action_text(action: Invoke | Answer, labels: dict[str, str]) -> str:
@@ -135,7 +137,7 @@ class LMPolicy:
 
     def messages(self, view: EpisodeView, space: ActionSpace) -> list[dict]:
         return conversation(view.question, view.choices, len(view.images), view.steps, self.listed(space),
-                            view.max_turns, self.prompt)
+                            view.max_turns, self.prompt, space.accuracy)
 
     def distribution(self, view: EpisodeView, space: ActionSpace) -> Distribution:
         messages = self.messages(view, space)

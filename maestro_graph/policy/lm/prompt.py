@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ...registry.pair import Pair
@@ -51,6 +51,11 @@ class PromptOptions:
     """Experts listed as numbered options and called by number; False: the prompt of routers trained before
     numbered options (skills, models and valid pairs listed apart, pairs called by id), which a router reads as it
     was trained (a ROUTER_FILE without `numbered` is such a router's)."""
+    measured: bool = False
+    """Each numbered option also says how its pair did on the calibration questions most like this one (the
+    registry's reach: `measured_accuracy`), where that was measured: the LM router reads what the neural policy
+    reads, so an expert added and profiled after training is told apart by its figure, not only its card. False: the
+    prompt of routers trained before it (a ROUTER_FILE without `measured`)."""
     shuffle: int | None = None
     """Salt of a per-question shuffle of the option numbers (training: an expert's number then says nothing about
     it, only its text does); None numbers them in the registry's order (serving: one fixed order per registry)."""
@@ -129,9 +134,18 @@ def _format_lines(target: str, call: str, rule: str, max_turns: int) -> list[str
     ]
 
 
-def system_prompt(listed: Sequence[Pair], max_turns: int, options: PromptOptions = PromptOptions()) -> str:
+def _figure(pair: str, accuracy: Mapping[str, float], options: PromptOptions) -> str:
+    """What an option line says of the pair's measured accuracy on similar questions (nothing where unmeasured)."""
+    if not options.measured or pair not in accuracy:
+        return ""
+    return f" [{round(100 * accuracy[pair])}% right on similar questions]"
+
+
+def system_prompt(listed: Sequence[Pair], max_turns: int, options: PromptOptions = PromptOptions(),
+                  accuracy: Mapping[str, float] | None = None) -> str:
     """The router's instructions: `listed` (numbered in this order, `option_pairs`) with what each one's skill and
-    model cards say, the action format and the rules."""
+    model cards say (and, with `options.measured`, its `accuracy` on similar questions), the action format and the
+    rules."""
     if not options.numbered:
         return _pairs_prompt(listed, max_turns, options)
     lines = [
@@ -141,7 +155,8 @@ def system_prompt(listed: Sequence[Pair], max_turns: int, options: PromptOptions
         "",
         "Experts:",
         *(f"{i}. {p.skill.name} by {p.model.name}: {_clip(p.skill.description, options.card_chars)} "
-          f"{_clip(p.model.description, options.card_chars)}" for i, p in enumerate(listed, start=1)),
+          f"{_clip(p.model.description, options.card_chars)}{_figure(p.id, accuracy or {}, options)}"
+          for i, p in enumerate(listed, start=1)),
         "",
         *_format_lines("N", "call expert N", "call only listed experts", max_turns),
     ]
@@ -185,13 +200,14 @@ def conversation(
     pairs: Sequence[Pair],
     max_turns: int,
     options: PromptOptions = PromptOptions(),
+    accuracy: Mapping[str, float] | None = None,
 ) -> list[dict]:
     """System, user, then an assistant action and an information turn per step; `pairs` are listed as
-    `option_pairs` numbers them."""
+    `option_pairs` numbers them, with their `accuracy` on similar questions where `options.measured`."""
     listed = option_pairs(pairs, question, choices, options)
     labels = option_labels([p.id for p in listed], options)
     messages = [
-        {"role": "system", "content": system_prompt(listed, max_turns, options)},
+        {"role": "system", "content": system_prompt(listed, max_turns, options, accuracy)},
         {"role": "user", "content": user_text(question, choices, n_images)},
     ]
     for turn, step in enumerate(steps, start=1):
