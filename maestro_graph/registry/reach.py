@@ -126,7 +126,8 @@ class Reach:
         one's similarity (a small calibration of a new expert holds a few items of each kind, and the next kind's
         items must not count as this one's). A calibration question identical to this one is left out, so a policy
         trained on the calibration items never reads its own item's outcome. Pairs never measured are absent."""
-        columns = {pair: j for j, pair in enumerate(self.pairs) if pair in set(pairs)}
+        wanted = set(pairs)
+        columns = {pair: j for j, pair in enumerate(self.pairs) if pair in wanted}
         if not columns:
             return {}
         query = unit_rows(question_features([question], [images], [list(choices) if choices else None])[0])
