@@ -12,7 +12,7 @@ import httpx
 import numpy as np
 import pytest
 from PIL import Image, ImageDraw
-from servers import EXAMPLES, running_app
+from servers import EXAMPLES
 
 from maestro_graph.core.question_text import EMPTY_QUESTION, MAX_QUESTION_CHARS, clean_question
 from maestro_graph.core.tasks import load_tasks
@@ -24,6 +24,7 @@ from maestro_graph.policy import SHIPPED_CHECKPOINT, ActionSpace, EpisodeView, m
 from maestro_graph.policy.neural import NeuralPolicy
 from maestro_graph.reliability.suite import hostile_images
 from maestro_graph.serve import ServeSettings, create_app
+from maestro_graph.serve.loopback import running_app
 from maestro_graph.types import Step
 
 QR = EXAMPLES / "qrcode.png"

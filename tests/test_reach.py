@@ -259,7 +259,9 @@ def test_a_server_with_a_reach_floor_answers_out_of_reach_questions_without_call
     """`maestro serve --reach-floor 0.35` (ServeSettings.reach_floor), on a real loopback server: the operator's
     setting reaches every episode, and the trace says why nothing was called."""
     import openai
-    from servers import data_url, running_app
+    from servers import data_url
+
+    from maestro_graph.serve.loopback import running_app
 
     from maestro_graph.serve import ServeSettings, create_app
 

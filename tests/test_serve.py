@@ -18,10 +18,11 @@ import numpy as np
 import openai
 import pytest
 from PIL import Image
-from servers import EXAMPLES, SLOW_QUESTION, data_url, running_app, slow_registry
+from servers import EXAMPLES, SLOW_QUESTION, data_url, slow_registry
 
 from maestro_graph.registry import Registry
 from maestro_graph.serve import THREAD_HEADER, ServeSettings, create_app
+from maestro_graph.serve.loopback import running_app
 
 KEY_ENV = "MAESTRO_TEST_SERVE_KEY"
 KEY = "test-key-123"
