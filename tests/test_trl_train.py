@@ -20,6 +20,7 @@ from maestro_graph.policy.lm import PromptOptions, conversation, final_answer_me
 from maestro_graph.policy.lm.weights import cached_hf_folder
 from maestro_graph.rl.trl_train import (
     LMTrainConfig,
+    episode_tokens,
     load_train_config,
     sft_examples,
     sft_renderings,
@@ -52,6 +53,21 @@ def test_turn_tokens_mask_only_the_routers_own_turns(base, registry):
     number = [p.id for p in option_pairs(registry.pairs(), "How many?", None, PromptOptions())].index(step.pair) + 1
     assert f"<search> {number} </search>" in own and "<answer> 12 </answer>" in own
     assert "<information>" in env and "<information>" not in own and "How many?" in tokenizer.decode(prompt)
+
+
+def test_an_episode_without_a_router_turn_gives_grpo_one_masked_token(base, registry):
+    """The graph can end an episode without asking the router (every skill declines the question); TRL indexes the
+    last completion token, so the rollout gives it one end-of-sequence token that trains nothing (a crash in a real
+    GRPO run before)."""
+    _, tokenizer = base
+    messages = conversation("How many?", None, 1, [], registry.pairs(), 2)
+    prompt, completion, mask, change = episode_tokens(tokenizer, messages, 1536)
+    assert completion == [tokenizer.eos_token_id] and mask == [0] and change == "no router turn"
+    full = messages + [final_answer_message("12")]
+    prompt, completion, mask, change = episode_tokens(tokenizer, full, 1536)
+    assert change is None and 1 in mask
+    _, cut, cut_mask, change = episode_tokens(tokenizer, full, len(prompt) + 2)
+    assert cut == completion[:2] and len(cut_mask) == 2 and "cut to max_length" in change
 
 
 def test_exported_trajectories_become_sft_examples(tmp_path, base):

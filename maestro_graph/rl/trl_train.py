@@ -107,6 +107,22 @@ def turn_tokens(tokenizer: Any, messages: list[dict]) -> tuple[list[int], list[i
     return ids[:prompt_len], ids[prompt_len:], mask
 
 
+def episode_tokens(tokenizer: Any, messages: list[dict],
+                   max_length: int) -> tuple[list[int], list[int], list[int], str | None]:
+    """`turn_tokens` as a GRPO trainer takes them, and what was changed to fit: an episode over `max_length` is cut;
+    an episode the graph ended without asking the router (every skill declined the question from its text) has no
+    completion, and TRL needs one token, so it gets an end-of-sequence token masked out: it joins its group's reward
+    statistics and trains nothing."""
+    prompt_ids, completion_ids, mask = turn_tokens(tokenizer, messages)
+    if not completion_ids:
+        return prompt_ids, [getattr(tokenizer, "tokenizer", tokenizer).eos_token_id], [0], "no router turn"
+    room = max(1, max_length - len(prompt_ids))
+    if len(completion_ids) > room:
+        return (prompt_ids, completion_ids[:room], mask[:room],
+                f"episode of {len(prompt_ids) + len(completion_ids)} tokens cut to max_length={max_length}")
+    return prompt_ids, completion_ids, mask, None
+
+
 def _part(part: dict) -> Any:
     if part.get("type") != "image":
         return part.get("text")
@@ -239,14 +255,12 @@ class GraphRollout:
                                             replace(cfg.export_options, prompt=view.prompt))
                 if sees_images(trainer.processing_class):  # the images TRL's forward pass gets with this prompt
                     messages = with_images(messages, _prompt_images(prompt))
-                prompt_ids, completion_ids, mask = turn_tokens(trainer.processing_class, messages)
+                prompt_ids, completion_ids, mask, change = episode_tokens(trainer.processing_class, messages,
+                                                                          cfg.max_length)
                 self.problems += [f"task {task.id}: turn {d.turn}: completion rejected: {d.reason}"
                                   for d in episode.decisions if d.kind == "invalid"]
-                room = max(1, cfg.max_length - len(prompt_ids))
-                if len(completion_ids) > room:
-                    self.problems.append(f"task {task.id}: episode of {len(prompt_ids) + len(completion_ids)} tokens "
-                                         f"cut to max_length={cfg.max_length}")
-                    completion_ids, mask = completion_ids[:room], mask[:room]
+                if change:
+                    self.problems.append(f"task {task.id}: {change} (stop: {episode.stop_reason})")
                 out["prompt_ids"].append(prompt_ids)
                 out["completion_ids"].append(completion_ids)
                 out["env_mask"].append(mask)
