@@ -583,6 +583,9 @@ def export_(
                                              "config's card_chars)."),
     observation_chars: Optional[int] = typer.Option(None, min=20, help="Characters of each observation's evidence "
                                                     "shown (default: the LM router's)."),
+    measured: bool = typer.Option(False, "--measured", help="Show each option's measured accuracy on similar "
+                                  "questions (the registry's profile), as a router trained with `measured: true` "
+                                  "reads its prompt."),
 ) -> None:
     """Export trajectories for TRL or verl: the router conversation from the cards, with the reward and its parts."""
     _threads()
@@ -595,8 +598,9 @@ def export_(
     try:
         count, bad = export_file(from_, tasks, out, fmt, reg, ExportOptions(
             max_turns=max_turns, cost_weight=cost_weight, format_weight=format_weight, tool_calls=tool_calls,
-            prompt=PromptOptions(**{k: v for k, v in (("card_chars", card_chars),
-                                                      ("observation_chars", observation_chars)) if v is not None})))
+            prompt=PromptOptions(measured=measured, **{k: v for k, v in (("card_chars", card_chars),
+                                                                         ("observation_chars", observation_chars))
+                                                       if v is not None})))
     except MaestroError as exc:
         _fail(str(exc))
     for problem in bad:

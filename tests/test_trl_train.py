@@ -77,18 +77,24 @@ def test_exported_trajectories_become_sft_examples(tmp_path, base):
     from datasets import load_dataset
 
     runner = CliRunner()
-    pred, out, full = tmp_path / "pred.jsonl", tmp_path / "trl.jsonl", tmp_path / "full.jsonl"
+    pred, out, full, measured = (tmp_path / name for name in ("pred.jsonl", "trl.jsonl", "full.jsonl", "m.jsonl"))
     export = ["export", "--from", str(pred), "--tasks", str(TASKS), "--format", "trl"]
     for args in (["predict", "--tasks", str(TASKS), "--out", str(pred), "--policy", "rules", "--limit", "2",
                   "--workers", "1"],
                  [*export, "--out", str(full)],
-                 [*export, "--out", str(out), "--card-chars", "60", "--observation-chars", "200"]):
+                 [*export, "--out", str(out), "--card-chars", "60", "--observation-chars", "200"],
+                 [*export, "--out", str(measured), "--measured",
+                  "--registry", str(ROOT / "configs/registry-nolm.yaml")]):
         result = runner.invoke(app, args)
         assert result.exit_code == 0, result.output
     records = list(load_dataset("json", data_files=str(out), split="train"))
     longer = list(load_dataset("json", data_files=str(full), split="train"))
     # the prompt a router is trained on can match the train-lm config (short cards: a fast test, too)
     assert len(records[0]["messages"][0]["content"]) < len(longer[0]["messages"][0]["content"])
+    # a router trained with measured figures is exported with them (the registry's profile)
+    figures = list(load_dataset("json", data_files=str(measured), split="train"))
+    assert "right on similar questions" in json.dumps(figures[0]["messages"][:2])
+    assert "right on similar questions" not in json.dumps(longer[0]["messages"][:2])
     failed = [{**r, "rewards": {**r["rewards"], "outcome": 0.0}} for r in records]
     assert sft_examples(failed) == []  # only successful episodes teach
     examples = sft_examples(records, min_score=0.0)
