@@ -196,7 +196,7 @@ def test_shrunken_cpu_recipe_learns_saves_an_adapter_evaluates_and_resumes(tmp_p
     from maestro_graph.rl.trl_train import train_lm
 
     sft_data = _export(tmp_path, 60, 160)
-    config = _tiny(tmp_path, sft_data, "run")
+    config = _tiny(tmp_path, sft_data, "run", eval_steps=1)
     summary = train_lm(config, progress=False)
     assert [p.split(":")[0] for p in summary["sft_lines_skipped"]] == ["line 3"]
     assert all(summary[k]["items"] == 2 for k in ("before", "after_sft", "after"))
@@ -205,12 +205,15 @@ def test_shrunken_cpu_recipe_learns_saves_an_adapter_evaluates_and_resumes(tmp_p
     log = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
     assert {"sft", "grpo"} == {h["phase"] for h in log}
     assert any("rewards/valid_actions/mean" in h and "completions/mean_length" in h for h in log)
+    # validation during GRPO: the checkpoint's figure is the final evaluation's (the same weights, greedy)
+    assert [(h["step"], h["validation/accuracy"]) for h in log if "validation/accuracy" in h] == [
+        (1, summary["after"]["accuracy"])]
     assert (tmp_path / "run" / "reward_curve.png").is_file()
     policy = make_policy(f"lm:transformers:{tmp_path / 'run' / 'final'}#choice")
     assert (policy.prompt.card_chars, policy.prompt.observation_chars) == (60, 160) and policy.prompt.numbered
     assert policy.backend._adapter == str(tmp_path / "run" / "final")
 
-    again = replace(config, out_dir=str(tmp_path / "again"), eval_tasks=None)  # evaluation changes no weight
+    again = replace(config, out_dir=str(tmp_path / "again"), eval_tasks=None, eval_steps=0)  # evaluation changes no weight
     (tmp_path / "again.yaml").write_text(yaml.safe_dump(asdict(again)))
     child = subprocess.Popen([sys.executable, "-m", "maestro_graph.cli", "train-lm", "--config",
                               str(tmp_path / "again.yaml")], cwd=tmp_path, start_new_session=True,

@@ -116,6 +116,8 @@ class LMTrainConfig:
     eval_tasks: Optional[str] = setting(None, "Validation task file: greedy accuracy before and after training "
                                         "(a split of the training items, never the test half).")
     eval_limit: int = setting(20, "Items of eval_tasks evaluated (the first N).")
+    eval_steps: int = setting(0, "Also evaluate on eval_tasks every N GRPO steps (0: only before and after): "
+                              "`validation/accuracy` in train_log.jsonl, plotted in reward_curve.png beside the reward.")
     max_turns: int = setting(2, "Turn budget of each episode (the router's prompt states it).")
     max_cost: float = setting(DEFAULT_MAX_COST, "Cost budget of each episode.")
     cost_weight: float = setting(0.0, "Reward part `cost`: minus this times the episode's cost.")
@@ -198,6 +200,8 @@ class LMTrainConfig:
             (self.lora_r >= 0, "lora_r", "must be >= 0 (0 trains the whole model)"),
             (self.lora_layers >= 0, "lora_layers", "must be >= 0 (0 adapts every layer)"),
             (self.save_steps >= 1, "save_steps", "must be at least 1"),
+            (self.eval_steps >= 0, "eval_steps", "must be at least 0 (0: no evaluation during GRPO)"),
+            (self.eval_steps == 0 or self.eval_tasks is not None, "eval_steps", "needs eval_tasks"),
         ]
         for ok, name, why in checks:
             if not ok:

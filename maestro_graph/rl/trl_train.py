@@ -427,10 +427,34 @@ def run_sft(model: Any, tokenizer: Any, records: Sequence[dict], config: LMTrain
     return trainer, problems
 
 
+def _validation(trainer: Any, registry: Registry, items: Sequence[Task], config: LMTrainConfig) -> Any:
+    """A callback that evaluates the model being trained on `items` every `config.eval_steps` steps and logs the
+    accuracy into the trainer's history, so a checkpoint carries its own validation figure and the curve survives a
+    resume."""
+    from transformers import TrainerCallback
+
+    class Validation(TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if state.global_step % config.eval_steps:
+                return
+            model = trainer.accelerator.unwrap_model(trainer.model)
+            was_training = model.training
+            model.eval()
+            try:
+                result = evaluate_lm(model, trainer.processing_class, registry, items, config)
+            finally:
+                model.train(was_training)
+            state.log_history.append({"step": state.global_step, "validation/accuracy": result["accuracy"],
+                                      "validation/format_errors": result["format_errors_per_episode"]})
+
+    return Validation()
+
+
 def run_grpo(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[Task], config: LMTrainConfig,
-             out: Path, progress: bool = True) -> tuple[Any, list[str]]:
-    """`config.steps` GRPO steps with graph rollouts; returns the trainer and the problems of its episodes (cut to
-    `max_length`, completions rejected by the parser)."""
+             out: Path, progress: bool = True, eval_items: Sequence[Task] = ()) -> tuple[Any, list[str]]:
+    """`config.steps` GRPO steps with graph rollouts (and, with `config.eval_steps`, an evaluation on `eval_items`
+    every so many); returns the trainer and the problems of its episodes (cut to `max_length`, completions rejected
+    by the parser)."""
     import os
 
     from trl import GRPOConfig, GRPOTrainer
@@ -443,6 +467,8 @@ def run_grpo(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[Tas
     rollout = GraphRollout(registry, by_prompt, config)
     trainer = GRPOTrainer(model=model, reward_funcs=rewards.trl_funcs(), args=args, train_dataset=dataset,
                           processing_class=tokenizer, rollout_func=rollout)
+    if config.eval_steps and eval_items:
+        trainer.add_callback(_validation(trainer, registry, eval_items, config))
     trainer.train(resume_from_checkpoint=_last_checkpoint(out))
     return trainer, rollout.problems
 
@@ -469,8 +495,9 @@ def _plot(history: list[dict], path: Path) -> None:
     if plt is None:
         return
 
-    keys = [k for k in ("reward", "rewards/outcome/mean", "rewards/cost/mean", "rewards/format_errors/mean",
-                        "rewards/valid_actions/mean", "completions/mean_length", "kl", "step_time")
+    keys = [k for k in ("reward", "validation/accuracy", "rewards/outcome/mean", "rewards/cost/mean",
+                        "rewards/format_errors/mean", "rewards/valid_actions/mean", "completions/mean_length", "kl",
+                        "step_time")
             if any(k in h for h in history)]
     cols = min(4, len(keys))
     fig, axes = plt.subplots(-(-len(keys) // cols), cols, figsize=(3.4 * cols, 2.8 * -(-len(keys) // cols)),
@@ -611,7 +638,7 @@ def train_lm(config: LMTrainConfig, progress: bool = True, registry: Registry | 
         done("sft", **parts)
     start = time.perf_counter()
     if config.steps:
-        grpo, problems = run_grpo(model, tokenizer, registry, tasks, config, out / "grpo", progress)
+        grpo, problems = run_grpo(model, tokenizer, registry, tasks, config, out / "grpo", progress, eval_items)
         model, grpo_history = grpo.model, grpo.state.log_history
     else:
         problems, grpo_history = [], []
@@ -622,7 +649,9 @@ def train_lm(config: LMTrainConfig, progress: bool = True, registry: Registry | 
         for h in history:
             fh.write(json.dumps(h) + "\n")
     if grpo_history:
-        _plot(grpo_history, out / "reward_curve.png")
+        start_point = summary.get("after_sft", summary.get("before"))  # validation at step 0, where GRPO began
+        _plot(([{"step": 0, "validation/accuracy": start_point["accuracy"]}] if config.eval_steps and start_point
+               else []) + grpo_history, out / "reward_curve.png")
     grpo_seconds = time.perf_counter() - start
     parts = {"rollout_problems": problems, "grpo_seconds": grpo_seconds, "final_model": str(final),
              "train_seconds": summary.get("sft_seconds", 0.0) + grpo_seconds}
