@@ -253,6 +253,8 @@ def test_endpoint_failures_retry_with_backoff_then_become_an_observation(registr
 def test_unreachable_endpoint_and_oversized_image_are_clear_errors(tmp_path):
     from PIL import Image
 
+    from maestro_graph.images.load import load_image
+
     down = OpenAILM("http://127.0.0.1:9/v1", "x", retries=0, timeout_s=2)
     with pytest.raises(Exception, match="cannot reach"):
         down.complete([{"role": "user", "content": "q"}])
@@ -260,7 +262,8 @@ def test_unreachable_endpoint_and_oversized_image_are_clear_errors(tmp_path):
     Image.effect_noise((3000, 2000), 100).convert("RGB").save(big)
     vision = OpenAILM("http://127.0.0.1:9/v1", "x", vision=True, max_image_side=512)
     body = vision.request_body([{"role": "user", "content": "q"}], [str(big)])
-    assert body["messages"][0]["content"][1]["image_url"]["url"].startswith("data:image/jpeg;base64,")
+    sent = load_image(body["messages"][0]["content"][1]["image_url"]["url"])
+    assert max(sent.size) == 512  # downscaled to the backend's max_image_side, the vision experts' encoder
     tiny_limit = OpenAILM("http://127.0.0.1:9/v1", "x", vision=True, max_image_bytes=1000)
     with pytest.raises(Exception, match="max_image_bytes"):
         tiny_limit.request_body([{"role": "user", "content": "q"}], [str(big)])

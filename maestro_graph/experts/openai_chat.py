@@ -10,10 +10,9 @@ held against the endpoint), another HTTP error with the server's message, or a r
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any
 
-from ..backends.http import http_client
+from ..backends.http import LazyClient
 from ..errors import ExpertError, ExpertFailure, ExpertRejected, ExpertTimeout
 from .protocols import ChatReply
 
@@ -54,17 +53,7 @@ class OpenAIChatExpert:
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.timeout_s = timeout_s
-        self._client: "httpx.Client | None" = None
-        self._lock = threading.Lock()
-
-    def _http(self) -> "httpx.Client":
-        with self._lock:
-            if self._client is None:
-                try:
-                    self._client = http_client(self.api_key_env, self.timeout_s)
-                except KeyError as exc:
-                    raise ExpertError(exc.args[0]) from exc
-            return self._client
+        self._http = LazyClient(api_key_env, timeout_s, ExpertError)
 
     def request_body(self, messages: list[dict]) -> dict[str, Any]:
         """The JSON body sent for `messages`."""
@@ -81,7 +70,7 @@ class OpenAIChatExpert:
         import httpx
 
         try:
-            response = self._http().post(self.url, json=self.request_body(messages))
+            response = self._http.get().post(self.url, json=self.request_body(messages))
         except httpx.TimeoutException as exc:
             message = f"POST {self.url} timed out after {self.timeout_s:g}s ({exc.__class__.__name__})"
             raise ExpertTimeout(message) from exc

@@ -24,7 +24,9 @@ import math
 import os
 import re
 import stat
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
@@ -32,7 +34,8 @@ from PIL import Image, UnidentifiedImageError
 from ..errors import InputError
 
 __all__ = ["MAX_PIXELS", "MAX_ASPECT", "MAX_DECODED_PIXELS", "MAX_FILE_BYTES", "REQUEST_DECODED_PIXELS",
-           "load_image", "load_images", "image_to_data_url", "read_regular_file"]
+           "load_image", "load_images", "image_to_data_url", "fitted_data_url", "FittedImage",
+           "read_regular_file"]
 
 MAX_PIXELS = 40_000_000
 """Images declaring more pixels than this are refused (decompression-bomb guard)."""
@@ -184,6 +187,42 @@ def load_images(refs: list[str] | tuple[str, ...]) -> list[Image.Image]:
 
 def image_to_data_url(image: Image.Image, fmt: str = "PNG") -> str:
     """Encode an image as a base64 data URL (the OpenAI wire format for images)."""
+    return _data_url(_encode(image, fmt), fmt)
+
+
+def _encode(image: Image.Image, fmt: str, **options: Any) -> bytes:
     buf = io.BytesIO()
-    image.save(buf, format=fmt)
-    return f"data:image/{fmt.lower()};base64,{base64.b64encode(buf.getvalue()).decode()}"
+    image.save(buf, format=fmt, **options)
+    return buf.getvalue()
+
+
+def _data_url(data: bytes, fmt: str) -> str:
+    return f"data:image/{fmt.lower()};base64,{base64.b64encode(data).decode()}"
+
+
+JPEG_QUALITY = 90
+
+
+@dataclass(frozen=True)
+class FittedImage:
+    """An image as an endpoint is sent it: `url` is None when even JPEG is over the byte limit (the caller names
+    whose limit), with the size it was sent at and its encoded bytes for that message."""
+
+    url: str | None
+    size: tuple[int, int]
+    encoded_bytes: int
+
+
+def fitted_data_url(image: Image.Image, max_side: int, max_bytes: int) -> FittedImage:
+    """The data URL an endpoint with these limits is sent: downscaled to `max_side`, PNG when it fits `max_bytes`
+    (lossless for text in charts and documents), else JPEG. One encoder for the vision-chat experts and the LM
+    router's endpoint, so a limit means the same on both."""
+    sent = image.convert("RGB")
+    if max(sent.size) > max_side:
+        sent.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+    data = b""
+    for fmt, options in (("PNG", {}), ("JPEG", {"quality": JPEG_QUALITY})):
+        data = _encode(sent, fmt, **options)
+        if len(data) <= max_bytes:
+            return FittedImage(_data_url(data, fmt), sent.size, len(data))
+    return FittedImage(None, sent.size, len(data))

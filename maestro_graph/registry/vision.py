@@ -16,9 +16,7 @@ Cost, timeout, concurrency, retries and the breaker are the card's, through the 
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import io
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -30,6 +28,7 @@ from ..choices import question_stem
 from ..core.answer_form import Form, expected_form
 from ..digests import cache_key
 from ..errors import ExpertRejected
+from ..images.load import fitted_data_url
 from ..scoring import letters_only, normalize_text, option_labels, parse_number
 from ..types import SkillResult
 from .config import ModelCard
@@ -47,7 +46,6 @@ DEFAULT_MAX_SIDE = 1536
 thousand image tokens per picture, far below the context of a served 7-8B model."""
 DEFAULT_MAX_IMAGE_BYTES = 8_000_000
 """Largest encoded image sent to a card that gives no `max_image_bytes` (hosted APIs take 10-20 MB per image)."""
-JPEG_QUALITY = 90
 CONFIDENCE = 0.5
 """A vision-language model's answer, parsed into the asked form: its own certainty is not reported, so the policy
 leans on the pair's measured profile instead."""
@@ -88,21 +86,15 @@ def procedure_hash(card: ModelCard, skill: SkillSpec) -> str:
 
 
 def encode_image(image: Image.Image, card: ModelCard, which: str = "image") -> str:
-    """The data URL sent for one image: downscaled to the card's longest side, PNG when it fits the card's byte
-    limit, else JPEG; ImageTooLarge (naming the image, its size and the card's field) when neither fits."""
-    side = card.max_input_side or DEFAULT_MAX_SIDE
+    """The data URL sent for one image, within the card's limits (`images.load.fitted_data_url`); ImageTooLarge
+    (naming the image, its size and the card's field) when even JPEG is over them."""
     limit = card.max_image_bytes or DEFAULT_MAX_IMAGE_BYTES
-    sent = image.convert("RGB")
-    if max(sent.size) > side:
-        sent.thumbnail((side, side), Image.Resampling.LANCZOS)
-    for fmt, options in (("PNG", {}), ("JPEG", {"quality": JPEG_QUALITY})):
-        buffer = io.BytesIO()
-        sent.save(buffer, format=fmt, **options)
-        if buffer.tell() <= limit:
-            return f"data:image/{fmt.lower()};base64,{base64.b64encode(buffer.getvalue()).decode()}"
-    raise ImageTooLarge(f"{which} ({image.width}x{image.height}, sent at {sent.width}x{sent.height}) is "
-                        f"{buffer.tell():,} bytes even as JPEG, above model {card.name!r}'s max_image_bytes "
-                        f"{limit:,}; lower the card's max_input_side or raise its max_image_bytes")
+    fitted = fitted_data_url(image, card.max_input_side or DEFAULT_MAX_SIDE, limit)
+    if fitted.url is None:
+        raise ImageTooLarge(f"{which} ({image.width}x{image.height}, sent at {fitted.size[0]}x{fitted.size[1]}) is "
+                            f"{fitted.encoded_bytes:,} bytes even as JPEG, above model {card.name!r}'s "
+                            f"max_image_bytes {limit:,}; lower the card's max_input_side or raise its max_image_bytes")
+    return fitted.url
 
 
 def _user_text(question: str, choices: Sequence[str] | None) -> str:

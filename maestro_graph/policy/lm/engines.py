@@ -8,19 +8,15 @@ with exponential backoff and then raises `BackendError`, which the policy turns 
 
 from __future__ import annotations
 
-import io
 import json
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from ...errors import MaestroError
-
-if TYPE_CHECKING:
-    import httpx
 
 __all__ = ["STOP_STRINGS", "BackendError", "LMBackend", "OpenAILM", "ScoringBackend", "TransformersLM"]
 
@@ -271,34 +267,21 @@ class OpenAILM:
 
     def __post_init__(self) -> None:
         self.url = self.base_url.rstrip("/") + "/chat/completions"
-        self._client: httpx.Client | None = None
-        self._lock = threading.Lock()
+        from ...backends.http import LazyClient
 
-    def _http(self) -> httpx.Client:
-        from ...backends.http import http_client
-
-        with self._lock:
-            if self._client is None:
-                try:
-                    self._client = http_client(self.api_key_env, self.timeout_s)
-                except KeyError as exc:
-                    raise BackendError(exc.args[0]) from exc
-            return self._client
+        self._http = LazyClient(self.api_key_env, self.timeout_s, BackendError)
 
     def image_url(self, ref: str) -> str:
-        """A data URL of the image, downscaled to fit `max_image_side`; BackendError when still too large."""
-        from ...images.load import load_image
+        """A data URL of the image within `max_image_side` and `max_image_bytes` (the vision-chat experts' encoder);
+        BackendError when still too large."""
+        from ...images.load import fitted_data_url, load_image
 
-        image = load_image(ref)
-        image.thumbnail((self.max_image_side, self.max_image_side))
-        buffer = io.BytesIO()
-        image.save(buffer, format="JPEG", quality=90)
-        if buffer.tell() > self.max_image_bytes:
-            raise BackendError(f"image {ref} is {buffer.tell()} bytes after resizing to {self.max_image_side}px, over "
-                               f"max_image_bytes={self.max_image_bytes}; lower max_image_side or raise the limit")
-        import base64
-
-        return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode()
+        fitted = fitted_data_url(load_image(ref), self.max_image_side, self.max_image_bytes)
+        if fitted.url is None:
+            raise BackendError(f"image {ref} is {fitted.encoded_bytes} bytes after resizing to "
+                               f"{self.max_image_side}px, over max_image_bytes={self.max_image_bytes}; lower "
+                               "max_image_side or raise the limit")
+        return fitted.url
 
     def request_body(self, messages: list[dict], images: Sequence[str] = (), *,
                      choices: Sequence[str] | None = None, regex: str | None = None) -> dict[str, Any]:
@@ -335,7 +318,7 @@ class OpenAILM:
         import httpx
 
         try:
-            response = self._http().post(self.url, json=body)
+            response = self._http.get().post(self.url, json=body)
         except httpx.TimeoutException as exc:
             raise BackendError(f"POST {self.url} timed out after {self.timeout_s:g}s") from exc
         except httpx.TransportError as exc:
