@@ -427,15 +427,21 @@ def run_sft(model: Any, tokenizer: Any, records: Sequence[dict], config: LMTrain
     return trainer, problems
 
 
+def _validation_entry(step: int, result: dict) -> dict:
+    """An `evaluate_lm` result as a line of the training history (train_log.jsonl, the curve)."""
+    return {"step": step, "validation/accuracy": result["accuracy"],
+            "validation/format_errors": result["format_errors_per_episode"]}
+
+
 def _validation(trainer: Any, registry: Registry, items: Sequence[Task], config: LMTrainConfig) -> Any:
     """A callback that evaluates the model being trained on `items` every `config.eval_steps` steps and logs the
     accuracy into the trainer's history, so a checkpoint carries its own validation figure and the curve survives a
-    resume."""
+    resume. The last step is left to the evaluation after training (`train_lm`), which the history then gets."""
     from transformers import TrainerCallback
 
     class Validation(TrainerCallback):
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if state.global_step % config.eval_steps:
+            if state.global_step % config.eval_steps or state.global_step >= state.max_steps:
                 return
             model = trainer.accelerator.unwrap_model(trainer.model)
             was_training = model.training
@@ -444,8 +450,7 @@ def _validation(trainer: Any, registry: Registry, items: Sequence[Task], config:
                 result = evaluate_lm(model, trainer.processing_class, registry, items, config)
             finally:
                 model.train(was_training)
-            state.log_history.append({"step": state.global_step, "validation/accuracy": result["accuracy"],
-                                      "validation/format_errors": result["format_errors_per_episode"]})
+            state.log_history.append(_validation_entry(state.global_step, result))
 
     return Validation()
 
@@ -643,6 +648,14 @@ def train_lm(config: LMTrainConfig, progress: bool = True, registry: Registry | 
     else:
         problems, grpo_history = [], []
     final = _save(model, tokenizer, config, out / "final")
+    grpo_seconds = time.perf_counter() - start
+    parts = {"rollout_problems": problems, "grpo_seconds": grpo_seconds, "final_model": str(final),
+             "train_seconds": summary.get("sft_seconds", 0.0) + grpo_seconds}
+    if eval_items:
+        parts["after"] = (evaluate_lm(model, tokenizer, registry, eval_items, config) if config.steps
+                          else summary["after_sft"])
+        if config.steps and config.eval_steps:  # the last checkpoint's figure is this evaluation
+            grpo_history = [*grpo_history, _validation_entry(config.steps, parts["after"])]
     history = [{"phase": "sft", **h} for h in summary.get("sft_history", [])]
     history += [{"phase": "grpo", **h} for h in grpo_history]
     with (out / "train_log.jsonl").open("w") as fh:
@@ -652,11 +665,5 @@ def train_lm(config: LMTrainConfig, progress: bool = True, registry: Registry | 
         start_point = summary.get("after_sft", summary.get("before"))  # validation at step 0, where GRPO began
         _plot(([{"step": 0, "validation/accuracy": start_point["accuracy"]}] if config.eval_steps and start_point
                else []) + grpo_history, out / "reward_curve.png")
-    grpo_seconds = time.perf_counter() - start
-    parts = {"rollout_problems": problems, "grpo_seconds": grpo_seconds, "final_model": str(final),
-             "train_seconds": summary.get("sft_seconds", 0.0) + grpo_seconds}
-    if eval_items:
-        parts["after"] = (evaluate_lm(model, tokenizer, registry, eval_items, config) if config.steps
-                          else summary["after_sft"])
     done("grpo" if config.steps else "final", **parts)
     return summary
