@@ -586,6 +586,8 @@ def export_(
     measured: bool = typer.Option(False, "--measured", help="Show each option's measured accuracy on similar "
                                   "questions (the registry's profile), as a router trained with `measured: true` "
                                   "reads its prompt."),
+    ranked: bool = typer.Option(False, "--ranked", help="Number the options by their measured accuracy on similar "
+                                "questions, best first, as a router trained with `ranked: true` reads its prompt."),
 ) -> None:
     """Export trajectories for TRL or verl: the router conversation from the cards, with the reward and its parts."""
     _threads()
@@ -598,7 +600,7 @@ def export_(
     try:
         count, bad = export_file(from_, tasks, out, fmt, reg, ExportOptions(
             max_turns=max_turns, cost_weight=cost_weight, format_weight=format_weight, tool_calls=tool_calls,
-            prompt=PromptOptions(measured=measured, **{k: v for k, v in (("card_chars", card_chars),
+            prompt=PromptOptions(measured=measured, ranked=ranked, **{k: v for k, v in (("card_chars", card_chars),
                                                                          ("observation_chars", observation_chars))
                                                        if v is not None})))
     except MaestroError as exc:

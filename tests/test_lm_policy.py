@@ -129,6 +129,38 @@ def test_a_measured_prompt_shows_each_experts_accuracy_on_similar_questions(tmp_
     assert make_policy(f"lm:transformers:{tmp_path}").prompt.measured
 
 
+def test_a_ranked_prompt_numbers_the_experts_by_their_accuracy_on_similar_questions(tmp_path):
+    """With `ranked`, option 1 is the pair the reach measured best on questions like this one (a barcode reader on a
+    barcode question), the numbers follow the figures down, a pair whose profile is hidden comes last, the number the
+    router writes calls that pair, and a router trained ranked reads its prompt ranked."""
+    real = Registry.load(Path(__file__).parents[1] / "configs" / "registry-nolm.yaml", cache=None)
+    image = str(Path(__file__).parent / "data" / "real" / "barcode" / "images" / "89920816164ecf76.webp")
+    question = "What is the value encoded in this barcode?"
+    view = EpisodeView(question, (image,), None, (), 2, 10.0)
+    space = ActionSpace.build(real, view)
+    ranked = PromptOptions(card_chars=60, ranked=True)
+    listed = option_pairs(real.pairs(), question, None, ranked, space.accuracy)
+    figures = [space.accuracy[p.id] for p in listed]
+    assert figures == sorted(figures, reverse=True) and listed[0].skill.name == "barcode-reading"
+    for salt in range(4):  # training's shuffle reorders only the pairs the figures do not tell apart
+        drawn = option_pairs(real.pairs(), question, None, PromptOptions(ranked=True, shuffle=salt), space.accuracy)
+        assert drawn[:2] == listed[:2] and {p.id for p in drawn} == {p.id for p in listed}
+    assert any(option_pairs(real.pairs(), question, None, PromptOptions(shuffle=salt), space.accuracy)[:2]
+               != listed[:2] for salt in range(4))
+    policy = LMPolicy(None, prompt=ranked)
+    first = next(x for x in policy.messages(view, space)[0]["content"].splitlines() if x.startswith("1. "))
+    assert first.startswith(f"1. {listed[0].skill.name} by {listed[0].model.name}: ")
+    assert parse_action("<search> 1 </search>", [p.id for p in listed]).pair == listed[0].id
+    hidden = real.without(unprofiled={listed[0].id})
+    demoted = option_pairs(hidden.pairs(), question, None, ranked, ActionSpace.build(hidden, view).accuracy)
+    assert demoted[-1].id == listed[0].id and demoted[0].id == listed[1].id
+    (tmp_path / "adapter_config.json").write_text("{}")
+    (tmp_path / "router.yaml").write_text("adapter: .\nmodel: null\nnumbered: true\n")
+    assert not make_policy(f"lm:transformers:{tmp_path}").prompt.ranked
+    (tmp_path / "router.yaml").write_text("adapter: .\nmodel: null\nnumbered: true\nranked: true\n")
+    assert make_policy(f"lm:transformers:{tmp_path}").prompt.ranked
+
+
 def test_option_numbers_carry_no_identity_in_training(registry):
     """Serving numbers the experts in the registry's order, leaving out skills that decline the question; training
     shuffles the numbers per question and salt, the same for every episode of a group, so a number says nothing about

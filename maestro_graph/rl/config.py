@@ -132,8 +132,11 @@ class LMTrainConfig:
     observation_chars: int = setting(300, "Each `<information>` turn is cut to this many characters.")
     measured: bool = setting(False, "Each option of the prompt also shows its pair's measured accuracy on similar "
                              "questions (the registry's reach); hidden per pair with profile_dropout in training.")
-    profile_dropout: float = setting(0.25, "With `measured`: each pair's figure is hidden with this probability per "
-                                     "rendering and GRPO group, so the router also meets experts never profiled.")
+    ranked: bool = setting(False, "Options numbered by their pair's measured accuracy on similar questions, best "
+                           "first (the registry's reach); a pair whose figure is hidden (profile_dropout) comes last.")
+    profile_dropout: float = setting(0.25, "With `measured` or `ranked`: each pair's figure is hidden with this "
+                                     "probability per rendering and GRPO group, so the router also meets experts "
+                                     "never profiled.")
     steps: int = setting(4, "GRPO steps; 0 skips GRPO, so OUT/final is the SFT warm start (how `lm:shipped` was "
                          "trained).")
     num_generations: int = setting(4, "G, the episodes per task whose rewards are normalised together.")
@@ -220,7 +223,7 @@ class LMTrainConfig:
         from ..policy.lm.prompt import PromptOptions
 
         return PromptOptions(card_chars=self.card_chars, observation_chars=self.observation_chars,
-                             measured=self.measured)
+                             measured=self.measured, ranked=self.ranked)
 
     @property
     def export_options(self) -> "ExportOptions":

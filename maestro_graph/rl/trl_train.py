@@ -160,7 +160,7 @@ def training_view(registry: Registry, config: LMTrainConfig, rng: np.random.Gene
     models -= {pair.split("@@")[0] for pair in keep}
     skills -= {pair.split("@@")[-1] for pair in keep}
     shown = registry.without(models=models, skills=skills)
-    hidden = sample_unprofiled(shown, rng, config.profile_dropout) if config.measured else set()
+    hidden = sample_unprofiled(shown, rng, config.profile_dropout) if config.measured or config.ranked else set()
     return TrainingView(shown.without(descriptions=sample_card_texts(shown, rng, config.paraphrase_prob),
                                       unprofiled=hidden),
                         replace(config.prompt, shuffle=salt))
@@ -527,7 +527,7 @@ def _save(model: Any, tokenizer: Any, config: LMTrainConfig, folder: Path) -> Pa
     settings = {"adapter": "." if config.lora_r else None, "model": config.model if config.lora_r else None,
                 "constrained": config.constrained, "card_chars": config.card_chars,
                 "observation_chars": config.observation_chars, "numbered": config.prompt.numbered,
-                "measured": config.measured,
+                "measured": config.measured, "ranked": config.ranked,
                 "max_new_tokens": config.max_new_tokens}
     (folder / ROUTER_FILE).write_text(yaml.safe_dump(settings, sort_keys=False))
     return folder

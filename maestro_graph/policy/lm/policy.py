@@ -63,6 +63,8 @@ class LMConfig(BaseModel):
                            "number (False: the pair-id prompt of routers trained before them)")
     measured: bool = Field(PromptOptions.measured, description="each option also shows its pair's measured accuracy "
                            "on similar questions (the registry's reach), as the router was trained to read")
+    ranked: bool = Field(PromptOptions.ranked, description="options numbered by their pair's measured accuracy on "
+                         "similar questions, best first (the registry's reach), as the router was trained to read")
     timeout_s: float = Field(60.0, gt=0)
     retries: int = Field(2, ge=0, description="openai: retries after a failed request, with exponential backoff")
     backoff_s: float = Field(1.0, ge=0)
@@ -99,7 +101,7 @@ class LMConfig(BaseModel):
     @property
     def prompt(self) -> PromptOptions:
         return PromptOptions(card_chars=self.card_chars, observation_chars=self.observation_chars,
-                             numbered=self.numbered, measured=self.measured)
+                             numbered=self.numbered, measured=self.measured, ranked=self.ranked)
 
 
 def action_text(action: Invoke | Answer, labels: dict[str, str]) -> str:
@@ -141,7 +143,8 @@ class LMPolicy:
 
     def distribution(self, view: EpisodeView, space: ActionSpace) -> Distribution:
         messages = self.messages(view, space)
-        listed = [p.id for p in option_pairs(self.listed(space), view.question, view.choices, self.prompt)]
+        listed = [p.id for p in option_pairs(self.listed(space), view.question, view.choices, self.prompt,
+                                                space.accuracy)]
         try:
             if self.constrained == "choice":
                 return self._choice(messages, view, space, listed)

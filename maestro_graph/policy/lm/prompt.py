@@ -56,6 +56,12 @@ class PromptOptions:
     registry's reach: `measured_accuracy`), where that was measured: the LM router reads what the neural policy
     reads, so an expert added and profiled after training is told apart by its figure, not only its card. False: the
     prompt of routers trained before it (a ROUTER_FILE without `measured`)."""
+    ranked: bool = False
+    """Options numbered by their pair's accuracy on the calibration questions most like this one (the registry's
+    reach, `measured_accuracy`), best first; pairs measured nothing about come after, in the order below: option 1 is
+    the expert the measurements favour, and the router reads the cards to tell when another one fits better. A
+    135M model picks far more reliably from a ranked list than from ten lines in an arbitrary order, which is what
+    tool retrieval does for LLM agents. False: the order below (a ROUTER_FILE without `ranked`)."""
     shuffle: int | None = None
     """Salt of a per-question shuffle of the option numbers (training: an expert's number then says nothing about
     it, only its text does); None numbers them in the registry's order (serving: one fixed order per registry)."""
@@ -82,16 +88,20 @@ def _fenced(text: str) -> str:
 
 
 def option_pairs(pairs: Sequence[Pair], question: str, choices: Sequence[str] | None,
-                 options: PromptOptions = PromptOptions()) -> list[Pair]:
+                 options: PromptOptions = PromptOptions(), accuracy: Mapping[str, float] | None = None) -> list[Pair]:
     """The experts the prompt lists, in the order of their numbers (option N is item N-1): the pairs whose skill does
     not decline the question from its text (`SkillSpec.declines`: the graph never offers them), in the given order,
     or shuffled by `options.shuffle` and the question (every episode of one question and salt reads the same numbers,
-    so a GRPO group's episodes are compared under one prompt). The list depends on the question alone, not on the
-    turn, so a number means the same expert all through an episode."""
+    so a GRPO group's episodes are compared under one prompt), then, with `options.ranked`, sorted by `accuracy`
+    (best first, stably; unmeasured pairs last). The list depends on the question alone, not on the turn, so a
+    number means the same expert all through an episode."""
     listed = [p for p in pairs if not p.skill.declines(question, choices)]
     if options.shuffle is not None:
         digest = hashlib.sha256(f"{options.shuffle}\n{question}".encode()).digest()
         random.Random(int.from_bytes(digest[:8], "big")).shuffle(listed)
+    if options.ranked:
+        measured = accuracy or {}
+        listed.sort(key=lambda p: -measured.get(p.id, -1.0))
     return listed
 
 
@@ -203,8 +213,9 @@ def conversation(
     accuracy: Mapping[str, float] | None = None,
 ) -> list[dict]:
     """System, user, then an assistant action and an information turn per step; `pairs` are listed as
-    `option_pairs` numbers them, with their `accuracy` on similar questions where `options.measured`."""
-    listed = option_pairs(pairs, question, choices, options)
+    `option_pairs` numbers them (ranked by their `accuracy` on similar questions where `options.ranked`), with that
+    accuracy shown where `options.measured`."""
+    listed = option_pairs(pairs, question, choices, options, accuracy)
     labels = option_labels([p.id for p in listed], options)
     messages = [
         {"role": "system", "content": system_prompt(listed, max_turns, options, accuracy)},
