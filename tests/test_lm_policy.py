@@ -98,16 +98,22 @@ def test_prompt_lists_numbered_experts_with_their_cards(registry):
     assert "Valid pairs: " + ", ".join(p.id for p in listed) in legacy and "Experts:" not in legacy
 
 
-def test_a_measured_prompt_shows_each_experts_accuracy_on_similar_questions(tmp_path):
-    """With `measured`, each option says how its pair did on the calibration questions most like this one (the
-    registry's reach, as the neural policy reads it): the LM router of the real profiled registry sees the barcode
-    readers' figures on a barcode question, nothing for a pair whose profile is hidden, and a router trained without
-    it reads the prompt it was trained on."""
+def _profiled_barcode_question() -> tuple[Registry, str, str, EpisodeView, ActionSpace]:
+    """The real profiled registry and a real barcode question's first decision (its reach figures included)."""
     real = Registry.load(Path(__file__).parents[1] / "configs" / "registry-nolm.yaml", cache=None)
     image = str(Path(__file__).parent / "data" / "real" / "barcode" / "images" / "89920816164ecf76.webp")
     question = "What is the value encoded in this barcode?"
     view = EpisodeView(question, (image,), None, (), 2, 10.0)
     space = ActionSpace.build(real, view)
+    return real, image, question, view, space
+
+
+def test_a_measured_prompt_shows_each_experts_accuracy_on_similar_questions(tmp_path):
+    """With `measured`, each option says how its pair did on the calibration questions most like this one (the
+    registry's reach, as the neural policy reads it): the LM router of the real profiled registry sees the barcode
+    readers' figures on a barcode question, nothing for a pair whose profile is hidden, and a router trained without
+    it reads the prompt it was trained on."""
+    real, image, question, view, space = _profiled_barcode_question()
     measured = PromptOptions(card_chars=60, measured=True)
     policy = LMPolicy(None, prompt=measured)
     lines = [x for x in policy.messages(view, space)[0]["content"].splitlines() if x[:1].isdigit()]
@@ -133,11 +139,7 @@ def test_a_ranked_prompt_numbers_the_experts_by_their_accuracy_on_similar_questi
     """With `ranked`, option 1 is the pair the reach measured best on questions like this one (a barcode reader on a
     barcode question), the numbers follow the figures down, a pair whose profile is hidden comes last, the number the
     router writes calls that pair, and a router trained ranked reads its prompt ranked."""
-    real = Registry.load(Path(__file__).parents[1] / "configs" / "registry-nolm.yaml", cache=None)
-    image = str(Path(__file__).parent / "data" / "real" / "barcode" / "images" / "89920816164ecf76.webp")
-    question = "What is the value encoded in this barcode?"
-    view = EpisodeView(question, (image,), None, (), 2, 10.0)
-    space = ActionSpace.build(real, view)
+    real, image, question, view, space = _profiled_barcode_question()
     ranked = PromptOptions(card_chars=60, ranked=True)
     listed = option_pairs(real.pairs(), question, None, ranked, space.accuracy)
     figures = [space.accuracy[p.id] for p in listed]
