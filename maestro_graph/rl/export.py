@@ -122,7 +122,7 @@ def _as_tool_calls(messages: list[dict], steps: list[Step]) -> list[dict]:
 
 def episode_messages(task: Task, episode: EpisodeResult, registry: Registry, options: ExportOptions) -> list[dict]:
     accuracy = (measured_accuracy(registry, task.question, task.images, task.options)
-                if options.prompt.measured or options.prompt.ranked else None)
+                if options.prompt.reads_reach else None)
     messages = conversation(task.question, task.choices, len(task.images), episode.steps, registry.pairs(),
                             options.max_turns, options.prompt, accuracy)
     gave_up = bool(episode.decisions) and episode.decisions[-1].kind == "answer" and not episode.decisions[-1].forced

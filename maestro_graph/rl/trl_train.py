@@ -160,7 +160,7 @@ def training_view(registry: Registry, config: LMTrainConfig, rng: np.random.Gene
     models -= {pair.split("@@")[0] for pair in keep}
     skills -= {pair.split("@@")[-1] for pair in keep}
     shown = registry.without(models=models, skills=skills)
-    hidden = sample_unprofiled(shown, rng, config.profile_dropout) if config.measured or config.ranked else set()
+    hidden = sample_unprofiled(shown, rng, config.profile_dropout) if config.prompt.reads_reach else set()
     return TrainingView(shown.without(descriptions=sample_card_texts(shown, rng, config.paraphrase_prob),
                                       unprofiled=hidden),
                         replace(config.prompt, shuffle=salt))

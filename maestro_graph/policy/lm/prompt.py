@@ -66,6 +66,12 @@ class PromptOptions:
     """Salt of a per-question shuffle of the option numbers (training: an expert's number then says nothing about
     it, only its text does); None numbers them in the registry's order (serving: one fixed order per registry)."""
 
+    @property
+    def reads_reach(self) -> bool:
+        """The prompt depends on the pairs' measured accuracy on similar questions (shown, or ranking the options),
+        so rendering it needs the registry's reach, and training hides some pairs' figures (profile_dropout)."""
+        return self.measured or self.ranked
+
     def __post_init__(self) -> None:
         if self.card_chars < 20 or self.observation_chars < 20:
             raise ValueError("card_chars and observation_chars must be at least 20 (they cut card texts and evidence)")
