@@ -7,12 +7,16 @@ fingerprints include the skill's code) go stale, and when an expert is added onl
 holding just those pairs is profiled, and its entries and reach are merged here: entries replace or join the base's,
 and the reach (registry.reach.Reach.merged) gets the part's outcomes in the base's rows when the part was measured on
 the same calibration files in the same order, else as rows of their own (each pair's estimates then use the items it
-was measured on).
+was measured on). The registry's pairs that neither file measured are recorded in the reach as measured on no item,
+so reading it warns of nothing while its estimates still say nothing while such a pair may be called; without
+`--part` the script only does that, carrying a profile over to a registry with more pairs (the packaged default
+registry is the training registry plus the chat model, which is never profiled: minutes per call on a CPU).
 
     .venv/bin/maestro registry profile --registry PART.yaml --tasks TRAIN.jsonl ... --out part.profile.json
     .venv/bin/python scripts/merge_profile.py --registry configs/registry-nolm.yaml --part part.profile.json \\
         --profile configs/registry-nolm.profile.json
-    cp configs/registry-nolm.profile.json maestro_graph/default_registry.profile.json   # as docs/training.md does
+    .venv/bin/python scripts/merge_profile.py --registry maestro_graph/default_registry.yaml \\
+        --profile configs/registry-nolm.profile.json --out maestro_graph/default_registry.profile.json
 """
 
 from __future__ import annotations
@@ -21,16 +25,20 @@ import argparse
 import json
 from pathlib import Path
 
+import numpy as np
+
 from maestro_graph.registry import Registry
 from maestro_graph.registry.profiles import ProfileFile, pair_fingerprints, registry_fingerprint
 from maestro_graph.registry.reach import Reach, reach_path
 
 
-def merge(registry: Registry, base_path: Path, part_path: Path) -> tuple[ProfileFile, Reach | None]:
-    """The base profile (and its reach, when both have one) with the part's pairs measured again or added."""
+def merge(registry: Registry, base_path: Path, part_path: Path | None) -> tuple[ProfileFile, Reach | None]:
+    """The base profile (and its reach, when both have one) with the part's pairs measured again or added, and the
+    registry's pairs neither measured recorded as unmeasured in the reach."""
     current = pair_fingerprints(registry.pair_cards())
     base = ProfileFile.model_validate(json.loads(base_path.read_text()))
-    part = ProfileFile.model_validate(json.loads(part_path.read_text()))
+    part = ProfileFile.model_validate(json.loads(part_path.read_text())) if part_path else base.model_copy(
+        update={"pairs": []})
     fresh = {e.pair: e for e in part.pairs}
     stale = [pair for pair, entry in fresh.items() if current.get(pair) != entry.fingerprint]
     if stale:
@@ -39,21 +47,27 @@ def merge(registry: Registry, base_path: Path, part_path: Path) -> tuple[Profile
                                                            if p not in {b.pair for b in base.pairs}]
     profile = base.model_copy(update={"pairs": entries, "registry": registry_fingerprint(current)})
     old = Reach.read(reach_path(base_path), {e.pair: e.fingerprint for e in base.pairs})
-    new = Reach.read(reach_path(part_path), {e.pair: e.fingerprint for e in part.pairs})
-    return profile, (old.merged(new) if old is not None and new is not None else None)
+    new = Reach.read(reach_path(part_path), {e.pair: e.fingerprint for e in part.pairs}) if part_path else None
+    reach = old.merged(new) if old is not None and new is not None else old if part_path is None else None
+    return profile, (reach.with_unmeasured(current) if reach is not None else None)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--registry", type=Path, required=True, help="the full registry's YAML")
-    parser.add_argument("--part", type=Path, required=True, help="the profile of the pairs measured again")
+    parser.add_argument("--part", type=Path, help="the profile of the pairs measured again (none: only record the "
+                        "registry's unmeasured pairs)")
     parser.add_argument("--profile", type=Path, required=True, help="the full registry's profile, updated in place")
+    parser.add_argument("--out", type=Path, help="write the merged profile (and its reach) here instead")
     args = parser.parse_args()
-    profile, reach = merge(Registry.load(args.registry, cache=None), args.profile, args.part)
-    profile.save(args.profile)
+    profile, reach = merge(Registry.load(args.registry, cache=None, profiled=False), args.profile, args.part)
+    out = args.out or args.profile
+    profile.save(out)
     if reach is not None:
-        reach.save(reach_path(args.profile))
-    print(f"{args.profile}: {len(profile.pairs)} pairs; reach {'updated' if reach is not None else 'none'}")
+        reach.save(reach_path(out))
+    unmeasured = [pair for j, pair in enumerate(reach.pairs) if np.isnan(reach.right[:, j]).all()] if reach else []
+    print(f"{out}: {len(profile.pairs)} pairs; reach {'written' if reach is not None else 'none'}"
+          + (f"; recorded as never measured: {unmeasured}" if unmeasured else ""))
 
 
 if __name__ == "__main__":

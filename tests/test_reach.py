@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -184,6 +185,31 @@ def test_an_expert_added_after_profiling_silences_the_reach_only_while_it_may_be
     out = run_episode(graph, ASKED, image, ["2", "3", "4"], context=MaestroContext(reach_floor=0.35))
     assert [s.pair for s in out.steps] == ["zbar-like@@barcode-reading"] and out.stop == StopReason.OUT_OF_REACH
     assert Registry.load(_registry_file(tmp_path, READERS)).without(models={"opencv-barcode"}).reach is not None
+
+
+def test_a_pair_the_profile_records_as_never_measured_loads_quietly_and_keeps_the_reach_silent(profiled, tmp_path):
+    """scripts/merge_profile.py without a part carries a profile over to a registry with one more reader (as the
+    packaged default registry gets the training registry's, plus its chat model): the file records that reader as
+    measured on no item, so loading warns of nothing, the measured readers' outcomes come back as they were (a
+    column-ordered array once came back scrambled), the reach says nothing while the new reader may be called and
+    the reader has no figure of its own."""
+    zbar = {**READERS[0], "name": "zbar-like", "description": "another reader"}
+    grown = _registry_file(tmp_path, [*READERS, zbar])
+    subprocess.run([sys.executable, str(Path(__file__).parents[1] / "scripts" / "merge_profile.py"), "--registry",
+                    str(grown), "--profile", str(profiled / "profile.json"), "--out", str(tmp_path / "profile.json")],
+                   check=True, capture_output=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        registry = Registry.load(grown)
+    before = Registry.load(profiled / "registry.yaml").reach
+    reach = registry.reach
+    assert list(reach.pairs) == [*before.pairs, "zbar-like@@barcode-reading"]
+    assert np.array_equal(reach.right[:, :-1], before.right) and np.isnan(reach.right[:, -1]).all()
+    image = [str(BARCODES / json.loads((BARCODES / "tasks.jsonl").read_text().splitlines()[1])["images"][0])]
+    measured = list(before.pairs)
+    assert reach.estimate(ASKED, image, None, measured) < 0.35
+    assert reach.estimate(ASKED, image, None, [*measured, "zbar-like@@barcode-reading"]) is None
+    assert set(reach.pair_accuracy(ASKED, image, None, registry.pair_ids())) == set(measured)
 
 
 def test_an_expert_profiled_on_its_own_items_joins_the_reach_and_is_judged_on_questions_like_each(profiled,

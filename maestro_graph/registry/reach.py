@@ -173,11 +173,23 @@ class Reach:
                 right[: len(self.features), j] = self.right[:, list(self.pairs).index(pair)]
         return Reach(features.astype(np.float32), right, pairs, self.k)
 
+    def with_unmeasured(self, pairs: dict[str, str]) -> "Reach":
+        """This reach with `pairs` (fingerprint by id) it never measured recorded as measured on no item (NaN
+        columns): a registry that ships a pair it did not profile (the packaged default's chat model) says so in its
+        file, so reading it warns of nothing, while the reach still says nothing while such a pair may be called
+        and ranks it as unmeasured."""
+        new = {pair: fp for pair, fp in pairs.items() if pair not in self.pairs}
+        right = np.hstack([self.right, np.full((len(self.features), len(new)), np.nan, np.float32)])
+        return Reach(self.features, right, {**self.pairs, **new}, self.k)
+
     def save(self, path: str | Path) -> None:
-        """Write the file `read` reads (float16 features: a few hundred kB for a few hundred items)."""
+        """Write the file `read` reads (float16 features: a few hundred kB for a few hundred items). The arrays are
+        made C-ordered first: safetensors writes an array's memory as it lies, so a column-ordered one (what
+        `np.hstack` of columns can give) would come back with its values scrambled."""
         header = {"format": REACH_FORMAT, "k": self.k, "pairs": self.pairs}
-        data = safetensors_bytes({"features": self.features.astype(np.float16),
-                                  "right": self.right.astype(np.float32)}, metadata={"maestro": json.dumps(header)})
+        data = safetensors_bytes({"features": np.ascontiguousarray(self.features, np.float16),
+                                  "right": np.ascontiguousarray(self.right, np.float32)},
+                                 metadata={"maestro": json.dumps(header)})
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_bytes(data)
 
