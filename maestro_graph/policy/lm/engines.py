@@ -97,13 +97,16 @@ class TransformersLM:
                    **kwargs)
 
     def loaded(self) -> tuple[Any, Any]:
-        """(model, tokenizer), loading them on first use (and merging the adapter, so decisions pay nothing for
-        it). One load per model and adapter per process, shared by every backend built from them: each worker of
-        `maestro eval --workers N` builds its own policy, and concurrent first imports of transformers and peft
-        race (an ImportError, then an adapter merged into a half-imported peft that answered nothing at all)."""
+        """(model, tokenizer), loading them on first use onto `default_device()` (and merging the adapter, so
+        decisions pay nothing for it). One load per model, adapter and device per process, shared by every backend
+        built from them: each worker of `maestro eval --workers N` builds its own policy, and concurrent first
+        imports of transformers and peft race (an ImportError, then an adapter merged into a half-imported peft that
+        answered nothing at all)."""
+        from ...backends.hf import default_device
+
         with self._lock:
             if self._model is None:
-                key = json.dumps([self._source, self._adapter], sort_keys=True)
+                key = json.dumps([self._source, self._adapter, default_device()], sort_keys=True)
                 with _LOADING:
                     if key not in _LOADED:
                         _LOADED[key] = self._load()
@@ -130,16 +133,17 @@ class TransformersLM:
         return hasattr(self.loaded()[1], "image_processor")
 
     def _inputs(self, messages: list[dict], images: Sequence[str]) -> dict[str, Any]:
-        """The model's inputs for the conversation with the generation prompt: token ids, and for a vision-language
-        model the question's images as its processor prepares them (pixel values, grids, token types)."""
-        _, processor = self.loaded()
+        """The model's inputs for the conversation with the generation prompt, on the model's device: token ids, and
+        for a vision-language model the question's images as its processor prepares them (pixel values, grids, token
+        types)."""
+        model, processor = self.loaded()
         if self.vision:
             from ...images.load import load_images
             from .prompt import with_images
 
             messages = with_images(messages, load_images(tuple(images)))
         return dict(processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                  return_tensors="pt", return_dict=True))
+                                                  return_tensors="pt", return_dict=True).to(model.device))
 
     def _prompt_ids(self, messages: list[dict]) -> Any:
         return self._inputs(messages, ())["input_ids"]
@@ -206,13 +210,14 @@ class TransformersLM:
         pieces = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in continuations]
         width = max(len(p) for p in pieces)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        batch = torch.tensor([p + [pad] * (width - len(p)) for p in pieces])
-        mask = torch.tensor([[1] * len(p) + [0] * (width - len(p)) for p in pieces])
+        device = model.device
+        batch = torch.tensor([p + [pad] * (width - len(p)) for p in pieces], device=device)
+        mask = torch.tensor([[1] * len(p) + [0] * (width - len(p)) for p in pieces], device=device)
         n = len(pieces)
         with self._lock, torch.inference_mode():
             head_logits, cache = self._head(model, tokenizer, messages, prompt)
             cache.batch_repeat_interleave(n)
-            full_mask = torch.cat([torch.ones(n, prompt.shape[1], dtype=torch.long), mask], dim=1)
+            full_mask = torch.cat([torch.ones(n, prompt.shape[1], dtype=torch.long, device=device), mask], dim=1)
             tail = model(input_ids=batch, cache=cache, attention_mask=full_mask).logits
         first = torch.log_softmax(head_logits[0, -1].float(), dim=-1)
         rest = torch.log_softmax(tail[:, :-1].float(), dim=-1)
@@ -220,7 +225,8 @@ class TransformersLM:
         for i, piece in enumerate(pieces):
             total = first[piece[0]]
             if len(piece) > 1:
-                total = total + rest[i, torch.arange(len(piece) - 1), torch.tensor(piece[1:])].sum()
+                steps = torch.arange(len(piece) - 1, device=device)
+                total = total + rest[i, steps, torch.tensor(piece[1:], device=device)].sum()
             scores.append(float(total))
         return scores
 
@@ -236,7 +242,7 @@ class TransformersLM:
         scores = []
         with self._lock, torch.inference_mode():
             for text in continuations:
-                piece = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]])
+                piece = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]], device=model.device)
                 extra = dict(inputs)
                 for key in ("mm_token_type_ids", "token_type_ids"):  # per-token fields: the continuation is text
                     if key in extra:
@@ -244,7 +250,7 @@ class TransformersLM:
                 ids = torch.cat([prompt, piece], dim=1)
                 logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), **extra).logits
                 logp = torch.log_softmax(logits[0, prompt.shape[1] - 1:-1].float(), dim=-1)
-                scores.append(float(logp[torch.arange(piece.shape[1]), piece[0]].sum()))
+                scores.append(float(logp[torch.arange(piece.shape[1], device=model.device), piece[0]].sum()))
         return scores
 
 

