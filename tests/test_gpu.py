@@ -96,36 +96,11 @@ def test_the_chat_expert_generates_on_the_gpu():
 def test_a_vision_language_router_scores_and_generates_with_the_image_on_the_gpu(tmp_path, monkeypatch):
     """A tiny LLaVA (random weights, SmolLM2's tokenizer): `_score_with_images` and free generation put the image's
     pixel values on the GPU with the tokens; the scores match the CPU's within bf16 rounding."""
-    from transformers import AutoTokenizer, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
-    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+    from tiny_vlm import build_tiny_llava
 
     from maestro_graph.policy.lm import TransformersLM
-    from maestro_graph.policy.lm.weights import cached_hf_folder
 
-    template = ("{%- for message in messages %}{{ '<|im_start|>' + message.role + '\\n' }}{%- if message.content is "
-                "string %}{{ message.content }}{%- else %}{%- for part in message.content %}{%- if part.type == "
-                "'image' %}{{ '<image>' }}{%- elif part.type == 'text' %}{{ part.text }}{%- endif %}{%- endfor %}"
-                "{%- endif %}{{ '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}"
-                "{{ '<|im_start|>assistant\\n' }}{%- endif %}")
-    tokenizer = AutoTokenizer.from_pretrained(cached_hf_folder())
-    tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
-    tokenizer.chat_template = template
-    processor = LlavaProcessor(image_processor=CLIPImageProcessorPil(size={"shortest_edge": 32},
-                                                                     crop_size={"height": 32, "width": 32}),
-                               tokenizer=tokenizer, patch_size=16, vision_feature_select_strategy="default",
-                               chat_template=template, num_additional_image_tokens=1)
-    config = LlavaConfig(
-        text_config={"model_type": "llama", "vocab_size": len(tokenizer), "hidden_size": 64, "intermediate_size": 128,
-                     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-                     "max_position_embeddings": 8192, "tie_word_embeddings": True},
-        vision_config={"model_type": "clip_vision_model", "hidden_size": 32, "intermediate_size": 64,
-                       "num_hidden_layers": 2, "num_attention_heads": 2, "image_size": 32, "patch_size": 16},
-        image_token_id=tokenizer.convert_tokens_to_ids("<image>"), vision_feature_select_strategy="default",
-        vision_feature_layer=-1, tie_word_embeddings=True)
-    torch.manual_seed(0)
-    LlavaForConditionalGeneration(config).save_pretrained(tmp_path)
-    processor.save_pretrained(tmp_path)
-
+    build_tiny_llava(tmp_path)
     messages = [{"role": "system", "content": "Route the question."}, {"role": "user", "content": "What is the total?"}]
     texts = ["<search> 1 </search>", "<search> 2 </search>", "<answer> 7 </answer>"]
     gpu = TransformersLM.from_source(model=str(tmp_path), max_new_tokens=8)
