@@ -361,10 +361,11 @@ def test_a_trained_folder_is_read_with_its_own_prompt_limits(tmp_path):
 
 @pytest.mark.slow
 def test_the_shipped_router_is_a_trained_adapter_that_decides_differently_from_its_base(registry, smollm2):
-    """`lm:shipped` is the documented CPU recipe's adapter (docs/lm-router.md) inside the package, read with the prompt limits it was trained
-    with; its choice distribution on a real question is not the base model's."""
+    """`lm:shipped` is the documented CPU recipe's adapter (docs/lm-router.md) inside the package, read with the
+    prompt it was trained with; its choice distribution on a real question is not the base model's."""
     shipped = make_policy("lm:shipped#choice")
     assert (shipped.prompt.card_chars, shipped.prompt.observation_chars) == (60, 160)
+    assert shipped.prompt.numbered and shipped.prompt.ranked  # the recipe's prompt: options ranked by the reach
     base = LMPolicy(smollm2, constrained="choice", prompt=shipped.prompt)
     view = EpisodeView(real_tasks("tables")[0].question, ("x.png",), None, (), 2, 10.0)
     space = ActionSpace.build(registry, view)
