@@ -46,9 +46,10 @@ def merge(registry: Registry, base_path: Path, part_path: Path | None) -> tuple[
     entries = [fresh.get(e.pair, e) for e in base.pairs] + [e for p, e in fresh.items()
                                                            if p not in {b.pair for b in base.pairs}]
     profile = base.model_copy(update={"pairs": entries, "registry": registry_fingerprint(current)})
-    old = Reach.read(reach_path(base_path), {e.pair: e.fingerprint for e in base.pairs})
-    new = Reach.read(reach_path(part_path), {e.pair: e.fingerprint for e in part.pairs}) if part_path else None
-    reach = old.merged(new) if old is not None and new is not None else old if part_path is None else None
+    reach = Reach.read(reach_path(base_path), {e.pair: e.fingerprint for e in base.pairs})
+    if part_path is not None:
+        new = Reach.read(reach_path(part_path), {e.pair: e.fingerprint for e in part.pairs})
+        reach = reach.merged(new) if reach is not None and new is not None else None
     return profile, (reach.with_unmeasured(current) if reach is not None else None)
 
 
