@@ -136,3 +136,19 @@ def test_numbers_in_a_config_file_are_numbers(tmp_path):
     with pytest.raises(ConfigError, match="steps='lots' is not an integer") as info:
         load_yaml(LMTrainConfig, config)
     assert info.value.file == str(config)
+
+
+def test_a_yes_no_setting_a_recipe_turns_on_can_be_turned_off_by_a_flag(tmp_path):
+    """`--no-use-cpu` trains the CPU recipe on a GPU: every yes/no field is a switch pair, and the flag wins over the
+    file either way; left out, the file's value stands."""
+    from maestro_graph.core.configs import typer_options
+
+    assert {"--use-cpu", "--no-use-cpu"} <= {o for p in _params("train-lm") for o in [*p.opts, *p.secondary_opts]}
+    seen: list[LMTrainConfig] = []
+    app_ = typer.Typer()
+    app_.command()(typer_options(LMTrainConfig)(lambda config: seen.append(config)))
+    recipe = str(RECIPES / "lm-router-sft.yaml")  # use_cpu: true, bf16: true
+    for flags, expected in ([], (True, True)), (["--no-use-cpu"], (False, True)), (["--no-bf16", "--use-cpu"], (True, False)):
+        result = CliRunner().invoke(app_, ["--config", recipe, "--tasks", "t.jsonl", "--sft-data", "s.jsonl", *flags])
+        assert result.exit_code == 0, result.output
+        assert (seen[-1].use_cpu, seen[-1].bf16) == expected, flags

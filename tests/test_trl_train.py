@@ -253,3 +253,13 @@ def test_gpu_config_code_path_runs_one_step_on_cpu_with_the_tiny_model(tmp_path)
     steps = [h for h in log if "rewards/format_errors/mean" in h]
     assert len(steps) == 1 and steps[0]["step"] == 1 and "completions/mean_length" in steps[0]
     assert (tmp_path / "run" / "final" / "config.json").is_file()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where there is no GPU")
+def test_a_gpu_run_without_a_gpu_is_refused_by_name_before_anything_loads(tmp_path):
+    from maestro_graph.rl.trl_train import train_lm
+
+    config = _tiny(tmp_path, TASKS, "run", use_cpu=False)
+    with pytest.raises(ConfigError, match="field 'use_cpu': use_cpu is false but there is no GPU") as info:
+        train_lm(config, progress=False)
+    assert info.value.field == "use_cpu" and not (tmp_path / "run" / "summary.json").exists()

