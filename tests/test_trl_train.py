@@ -209,6 +209,11 @@ def test_shrunken_cpu_recipe_learns_saves_an_adapter_evaluates_and_resumes(tmp_p
     validation = [(h["step"], h["validation/accuracy"]) for h in log if "validation/accuracy" in h]
     assert [step for step, _ in validation] == [1, 2] and validation[-1][1] == summary["after"]["accuracy"]
     assert (tmp_path / "run" / "reward_curve.png").is_file()
+    # several runs in one figure (scripts/plot_lm_runs.py): here the same run twice
+    plotted = subprocess.run([sys.executable, str(ROOT / "scripts" / "plot_lm_runs.py"), str(tmp_path / "run"),
+                              str(tmp_path / "run"), "--out", str(tmp_path / "runs.png")], capture_output=True, text=True)
+    assert plotted.returncode == 0, plotted.stderr
+    assert (tmp_path / "runs.png").stat().st_size > 10_000
     policy = make_policy(f"lm:transformers:{tmp_path / 'run' / 'final'}#choice")
     assert (policy.prompt.card_chars, policy.prompt.observation_chars) == (60, 160) and policy.prompt.numbered
     assert policy.backend._adapter == str(tmp_path / "run" / "final")
