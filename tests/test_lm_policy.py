@@ -265,7 +265,31 @@ def test_malformed_output_is_an_error_step_with_penalty_never_a_reroute(registry
     assert "is not closed" in episode.steps[2].error  # no stop_reason: the tag stays unclosed
     # the router never answered: the graph's answer is a marked guess among the question's options
     assert episode.stop_reason == "budget" and episode.answer_source == "guess"
-    assert format_errors(task, episode) == -4.0
+    assert format_errors(task, episode) == -3.0  # the graph answered without asking: no fourth output to charge
+
+
+def test_a_router_that_answers_after_its_last_turn_made_no_format_error(registry, endpoint):
+    """Only the graph overruling the router counts as the budget's error: a router that used both turns of a 2-turn
+    budget and then answered, or that the graph answered for without asking (one candidate left), made none (GRPO
+    charged every such episode and learned to call once at most); one that asked for a third call was overruled."""
+    from dataclasses import replace
+
+    from maestro_graph.types import Answer, Decision
+
+    task = real_tasks("tables")[0]
+    endpoint.script = [(200, _completion("<search> rapidocr@@table-qa </search>")),
+                       (200, _completion("<search> tesseract@@table-qa </search>"))]
+    policy = LMPolicy(OpenAILM(endpoint.url, "fake", retries=0), prompt=SHORT)
+    episode = run_episode(build_graph(registry, policy), task.question, task.images, task.choices,
+                          context=MaestroContext(max_turns=2))
+    assert [s.pair for s in episode.steps] == ["rapidocr@@table-qa", "tesseract@@table-qa"]
+    assert episode.stop_reason == "budget" and episode.decisions[-1].forced
+    assert format_errors(task, episode) == 0.0
+    calls = episode.decisions[:2]
+    answered = Decision.of(Answer("5"), turn=2, policy=policy.name, log_prob=-0.4, entropy=0.7)
+    overruled = Decision.of(Answer("5"), turn=2, policy=policy.name, log_prob=None, entropy=None)
+    assert format_errors(task, replace(episode, decisions=[*calls, answered])) == 0.0
+    assert format_errors(task, replace(episode, decisions=[*calls, overruled])) == -1.0
 
 
 def test_endpoint_failures_retry_with_backoff_then_become_an_observation(registry, endpoint):

@@ -36,9 +36,14 @@ def cost(task: Task, episode: EpisodeResult) -> float:
 
 def format_errors(task: Task, episode: EpisodeResult) -> float:
     """Minus the router's outputs that were no valid action (error steps of kind policy: malformed tags, unknown or
-    incompatible pairs), and minus one when the budget, not the router, ended the episode."""
+    incompatible pairs), and minus one when the budget, not the router, ended the episode: the turns were spent and
+    the router still asked for a call or wrote no action, so the graph answered for it (the decision it overruled
+    has no log-probability). An episode whose router used every turn and then answered is no error: charging it
+    would teach GRPO to call once at most, whatever the question needs."""
     invalid = sum(1 for s in episode.steps if s.error_kind == ErrorKind.POLICY)
-    return -float(invalid + (episode.stop == StopReason.BUDGET))
+    last = episode.decisions[-1] if episode.decisions else None
+    overruled = last is not None and last.log_prob is None and not last.forced
+    return -float(invalid + (episode.stop == StopReason.BUDGET and overruled))
 
 
 def turns(task: Task, episode: EpisodeResult) -> float:
