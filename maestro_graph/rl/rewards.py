@@ -5,8 +5,8 @@ compute an episode's reward through `Rewards`, and log each part by its name.
     reward = 1 * outcome + cost_weight * cost + format_weight * format [+ call_weight * turns]
 
 `outcome` is the answer score (0..1), `cost` minus the episode's expert cost, `format` minus the number of outputs
-that were no valid action (LM routers; 0 for the neural policy, whose actions are always valid, beyond running out
-of budget), `turns` minus the number of expert calls (a part only when its weight is set).
+that were no valid action (LM routers; 0 for the neural policy, whose actions are always valid), `turns` minus the
+number of expert calls (a part only when its weight is set).
 """
 
 from __future__ import annotations
