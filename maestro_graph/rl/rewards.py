@@ -39,7 +39,7 @@ def format_errors(task: Task, episode: EpisodeResult) -> float:
     incompatible pairs), and minus one when the budget, not the router, ended the episode: the turns were spent and
     the router still asked for a call or wrote no action, so the graph answered for it (the decision it overruled
     has no log-probability). An episode whose router used every turn and then answered is no error: charging it
-    would teach GRPO to call once at most, whatever the question needs."""
+    would reward calling once at most, whatever the question needs."""
     invalid = sum(1 for s in episode.steps if s.error_kind == ErrorKind.POLICY)
     last = episode.decisions[-1] if episode.decisions else None
     overruled = last is not None and last.log_prob is None and not last.forced
