@@ -134,26 +134,6 @@ def test_teacher_episodes_are_rendered_with_families_hidden_and_numbers_shuffled
     assert problems and f"calls {model}@@" in problems[0] and "which the registry lacks" in problems[0]
 
 
-def test_the_served_view_renders_the_first_copy_of_each_episode_as_the_router_will_read_it(tmp_path, registry):
-    """With `sft_served_view`, each episode's first rendering lists every pair of the registry with its own card text
-    (what serving shows); the others are still augmented."""
-    _export(tmp_path, 60, 160)
-    records = [json.loads(line) for line in (tmp_path / "pred.jsonl").read_text().splitlines()]
-    tasks = load_tasks(TASKS)[0]
-    config = LMTrainConfig(tasks=[str(TASKS)], sft_views=4, family_dropout=0.9, paraphrase_prob=1.0, card_chars=60,
-                           sft_served_view=True)
-    rendered, problems = sft_renderings(records, tasks, registry, config)
-    assert len(rendered) == 4 * len(records) and not problems
-    for i, record in enumerate(records):
-        task = next(t for t in tasks if t.id == record["id"])
-        served = conversation(task.question, task.choices, len(task.images), [], registry.pairs(), config.max_turns,
-                              config.prompt)[0]["content"]
-        first, *others = (copy["messages"][0]["content"] for copy in rendered[4 * i: 4 * i + 4])
-        unnumbered = lambda text: sorted(re.sub(r"^\d+\. ", "", line) for line in text.splitlines())
-        assert unnumbered(first) == unnumbered(served)  # the same lines, numbered otherwise
-        assert all(unnumbered(other) != unnumbered(served) for other in others)  # augmented
-
-
 def test_shipped_configs_load_and_extra_args_may_not_repeat_a_field():
     for path in (ROOT / "configs" / "recipes" / "lm-router-sft.yaml", ROOT / "configs" / "train-lm-gpu.yaml"):
         config = load_train_config(path, tasks=[str(TASKS)], sft_data=str(TASKS))  # arguments, not in the recipes

@@ -160,10 +160,6 @@ class LMTrainConfig:
         4, "Renderings of each teacher episode when sft_data is a prediction file (`maestro predict` on the training "
         "tasks), each with its own families hidden, card paraphrases and option numbering (an exported TRL file is "
         "taken as rendered).")
-    sft_served_view: bool = setting(
-        False, "The first rendering of each teacher episode is the prompt as served (every family, the cards' own "
-        "texts, every pair's figure; numbers shuffled) and only the others are augmented: imitation then also sees "
-        "the prompt the router will read, not only altered ones.")
     family_dropout: float = setting(
         0.3, "Probability of hiding each family (rl.augment.families) from an SFT rendering or a GRPO group; an "
         "imitated episode's own pairs stay.")

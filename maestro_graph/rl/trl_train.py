@@ -153,11 +153,9 @@ class TrainingView:
 
 
 def training_view(registry: Registry, config: LMTrainConfig, rng: np.random.Generator, salt: int,
-                  keep: Sequence[str] = (), served: bool = False) -> TrainingView:
+                  keep: Sequence[str] = ()) -> TrainingView:
     """One draw of the augmentations; the models and skills of the pairs `keep` (those an imitated episode called,
-    whose actions must stay on offer) are never hidden. `served`: none (the registry as served, numbers shuffled)."""
-    if served:
-        return TrainingView(registry, replace(config.prompt, shuffle=salt))
+    whose actions must stay on offer) are never hidden."""
     models, skills = sample_dropout(registry, rng, 0.0, config.family_dropout)
     models -= {pair.split("@@")[0] for pair in keep}
     skills -= {pair.split("@@")[-1] for pair in keep}
@@ -279,9 +277,8 @@ def sft_renderings(records: Sequence[dict], tasks: Sequence[Task], registry: Reg
                    config: LMTrainConfig) -> tuple[list[dict], list[str]]:
     """SFT records of `records`: an exported TRL record is taken as it is; a prediction record (a teacher's episode,
     `maestro predict` on the training `tasks`) is rendered `sft_views` times from `registry`, each rendering with its
-    own `training_view` (families hidden, cards paraphrased, numbers shuffled; the episode's own pairs kept; with
-    `sft_served_view` the first rendering as served), so imitation cannot tie the teacher's choice to a name or a
-    number. Returns the records and a message naming each
+    own `training_view` (families hidden, cards paraphrased, numbers shuffled; the episode's own pairs kept), so
+    imitation cannot tie the teacher's choice to a name or a number. Returns the records and a message naming each
     prediction record left out (unknown id, unreadable, or calling a pair `registry` lacks)."""
     by_id = {t.id: t for t in tasks}
     ids = set(registry.pair_ids())
@@ -306,8 +303,7 @@ def sft_renderings(records: Sequence[dict], tasks: Sequence[Task], registry: Reg
             problems.append(f"record {number} ({task.id}): calls {missing[0]}, which the registry lacks")
             continue
         for k in range(config.sft_views):
-            view = training_view(registry, config, rng, config.seed * 1_000_003 + k, keep=called,
-                                 served=config.sft_served_view and k == 0)
+            view = training_view(registry, config, rng, config.seed * 1_000_003 + k, keep=called)
             out.append(trl_record(task, episode, view.registry, replace(config.export_options, prompt=view.prompt)))
     return out, problems
 
