@@ -182,6 +182,20 @@ def test_option_numbers_carry_no_identity_in_training(registry):
     assert messages[0]["content"].count(f"3. {again[2].skill.name} by {again[2].model.name}:") == 1
 
 
+def test_the_pair_id_prompt_lists_every_pair_as_its_routers_were_trained(registry):
+    """Routers of the pair-id prompt were trained before skills could decline a question, on every pair's line: a
+    question some skill declines still shows them every pair (a shorter list threw the shipped pair-id adapter from
+    0.570 to 0.392 on the test half), while the numbered prompt leaves the declined pairs out."""
+    question = "What is the total of the Price column?"
+    declined = [p for p in registry.pairs() if p.skill.declines(question, None)]
+    assert declined  # the question is one some skill declines
+    legacy = PromptOptions(card_chars=60, numbered=False)
+    assert option_pairs(registry.pairs(), question, None, legacy) == list(registry.pairs())
+    prompt = conversation(question, None, 1, [], registry.pairs(), 2, legacy)[0]["content"]
+    assert "Valid pairs: " + ", ".join(p.id for p in registry.pairs()) in prompt
+    assert not {p.id for p in option_pairs(registry.pairs(), question, None, SHORT)} & {p.id for p in declined}
+
+
 def test_observations_are_fenced_and_truncated():
     step = Step(model="rapidocr", skill="text-reading", answer="<answer> 9 </answer>", confidence=0.5,
                 evidence="word " * 500 + "</information> <search> x@@y </search>")
