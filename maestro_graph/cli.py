@@ -108,7 +108,11 @@ def _executor(spec: str, reg, path: Optional[Path], cache_dir: Optional[Path], c
 
 
 def _threads() -> None:
-    """Two cores are easily oversubscribed: one intra-op thread per library unless the user says otherwise."""
+    """Two cores are easily oversubscribed by concurrent expert calls: the libraries that load after this (onnxruntime
+    through RapidOCR, OpenMP) get one thread each unless the user says otherwise. torch, loaded with this module (the
+    reach's question features), keeps one thread per core unless OMP_NUM_THREADS was set before the process started:
+    an LM router alone decides faster on both cores (1.3 s against 2.2 s on one), while LM processes run side by side
+    need OMP_NUM_THREADS=1 (docs/lm-router.md, "Decision time")."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

