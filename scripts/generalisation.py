@@ -23,6 +23,9 @@ part, so the router never reads a held-out card before it is evaluated:
         --train runs/val-real/train.jsonl --teacher runs/lm/neural-val-train.jsonl --tasks runs/real-dev/test.jsonl \
         --domains barcode --max-turns 2 --registry configs/registry-nolm.yaml --out runs/generalisation-lm
 
+With `--lm-rank-by-neural` the LM router ranks its options by a neural policy trained on the same held-out registry
+(`rank_by`), trained beside it with the GRPOConfig flags.
+
 Writes OUT/table.md, OUT/results.json and OUT/generalisation.png (accuracy before/after per experiment, the oracle's
 after as the ceiling). Every run is resumable (rerun the same command).
 """
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -48,6 +52,7 @@ from maestro_graph.core.configs import add_arguments, from_arguments  # noqa: E4
 from maestro_graph.core.tasks import Task, load_task_files  # noqa: E402
 from maestro_graph.episode.graph import MaestroContext  # noqa: E402
 from maestro_graph.policy.ensemble import ENSEMBLE_SEP  # noqa: E402
+from maestro_graph.policy.lm.policy import ROUTER_FILE  # noqa: E402
 from maestro_graph.registry import Registry  # noqa: E402
 from maestro_graph.registry.reach import REACH_FLOOR, reach_path  # noqa: E402
 from maestro_graph.rl.config import GRPOConfig  # noqa: E402
@@ -143,6 +148,18 @@ def _train_lm_router(exp: Experiment, before: Registry, args: argparse.Namespace
     return f"lm:transformers:{run / 'train' / 'final'}#choice"
 
 
+def _ranked_by(policy: str, ranker: str, run: Path) -> str:
+    """The trained LM router (`lm:transformers:FOLDER#choice`) with its options ranked by `ranker` (`neural:PATH`,
+    trained on the same held-out registry): a copy of its folder whose ROUTER_FILE adds `rank_by`."""
+    folder = Path(policy.removeprefix("lm:transformers:").partition("#")[0])
+    ranked = run / "final-ranked-by-neural"
+    if not (ranked / ROUTER_FILE).is_file():
+        shutil.copytree(folder, ranked, dirs_exist_ok=True)
+        settings = yaml.safe_load((folder / ROUTER_FILE).read_text())
+        (ranked / ROUTER_FILE).write_text(yaml.safe_dump({**settings, "rank_by": ranker}, sort_keys=False))
+    return f"lm:transformers:{ranked}#choice"
+
+
 def _accuracy(results: dict, policy: str) -> float:
     return results["policies"][policy]["accuracy"]
 
@@ -207,6 +224,10 @@ def main() -> None:
                         help="--router lm: prediction file on the --train items whose episodes SFT imitates")
     parser.add_argument("--lm-set", nargs="+", default=[], metavar="KEY=VALUE",
                         help="--router lm: override fields of --lm-config, e.g. sft_steps=100 steps=0")
+    parser.add_argument("--lm-rank-by-neural", action="store_true",
+                        help="--router lm: also train the neural policy on the held-out registry (the GRPOConfig "
+                             "flags) and rank the LM router's options by it (`rank_by`), so that no part of the "
+                             "router has seen the held-out part")
     add_arguments(parser, GRPOConfig, exclude=("seed",))
     args = parser.parse_args()
     if args.router == "lm" and args.teacher is None:
@@ -261,6 +282,9 @@ def main() -> None:
             run = args.out / exp.name / f"seed{seed}"
             if args.router == "lm":
                 policy = _train_lm_router(exp, before, args, seed, run)
+                if args.lm_rank_by_neural:
+                    ranker = train_resumable(before, kept, from_arguments(GRPOConfig, args, seed=seed), run / "ranker")
+                    policy = _ranked_by(policy, ranker, run)
             else:
                 policy = train_resumable(before, kept, from_arguments(GRPOConfig, args, seed=seed), run / "train")
                 members.append(policy.partition(":")[2])
