@@ -23,8 +23,8 @@ part, so the router never reads a held-out card before it is evaluated:
         --train runs/val-real/train.jsonl --teacher runs/lm/neural-val-train.jsonl --tasks runs/real-dev/test.jsonl \
         --domains barcode --max-turns 2 --registry configs/registry-nolm.yaml --out runs/generalisation-lm
 
-With `--lm-rank-by-neural` the LM router ranks its options by a neural policy trained on the same held-out registry
-(`rank_by`), trained beside it with the GRPOConfig flags.
+A recipe whose router ranks its options by a neural policy (`rank_by`) gets one trained on the same held-out
+registry with the GRPOConfig flags, so no part of the router has seen the held-out part.
 
 Writes OUT/table.md, OUT/results.json and OUT/generalisation.png (accuracy before/after per experiment, the oracle's
 after as the ceiling). Every run is resumable (rerun the same command).
@@ -127,8 +127,10 @@ def _profiled(exp: Experiment, train: list[Task], args: argparse.Namespace, fold
     return exp.after.with_profile(path)
 
 
-def _train_lm_router(exp: Experiment, before: Registry, args: argparse.Namespace, seed: int, run: Path) -> str:
-    """The LM recipe on the experiment's registry; returns the trained router's policy name. Its SFT data are the
+def _train_lm_router(exp: Experiment, before: Registry, args: argparse.Namespace, seed: int, run: Path
+                     ) -> tuple[str, bool]:
+    """The LM recipe on the experiment's registry; returns the trained router's policy name and whether the recipe
+    ranks its options by a neural policy (`rank_by`, which must then be trained here too). Its SFT data are the
     teacher's episodes on the kept items, which `maestro train-lm` renders from that registry's cards (each several
     times, with families hidden, cards paraphrased and the option numbers shuffled) and leaves out where they call a
     pair the registry lacks."""
@@ -145,7 +147,7 @@ def _train_lm_router(exp: Experiment, before: Registry, args: argparse.Namespace
                                registry=args.registry, cache_dir=args.cache_dir, sft_data=str(teacher),
                                **overrides)
     train_lm(config, registry=before)
-    return f"lm:transformers:{run / 'train' / 'final'}#choice"
+    return f"lm:transformers:{run / 'train' / 'final'}#choice", config.rank_by is not None
 
 
 def _ranked_by(policy: str, ranker: str, run: Path) -> str:
@@ -224,10 +226,6 @@ def main() -> None:
                         help="--router lm: prediction file on the --train items whose episodes SFT imitates")
     parser.add_argument("--lm-set", nargs="+", default=[], metavar="KEY=VALUE",
                         help="--router lm: override fields of --lm-config, e.g. sft_steps=100 steps=0")
-    parser.add_argument("--lm-rank-by-neural", action="store_true",
-                        help="--router lm: also train the neural policy on the held-out registry (the GRPOConfig "
-                             "flags) and rank the LM router's options by it (`rank_by`), so that no part of the "
-                             "router has seen the held-out part")
     add_arguments(parser, GRPOConfig, exclude=("seed",))
     args = parser.parse_args()
     if args.router == "lm" and args.teacher is None:
@@ -281,8 +279,8 @@ def main() -> None:
         for seed in args.seeds:
             run = args.out / exp.name / f"seed{seed}"
             if args.router == "lm":
-                policy = _train_lm_router(exp, before, args, seed, run)
-                if args.lm_rank_by_neural:
+                policy, ranked_by = _train_lm_router(exp, before, args, seed, run)
+                if ranked_by:  # the recipe's ranker is trained on the held-out registry too, never the shipped one
                     ranker = train_resumable(before, kept, from_arguments(GRPOConfig, args, seed=seed), run / "ranker")
                     policy = _ranked_by(policy, ranker, run)
             else:

@@ -140,6 +140,9 @@ def test_shipped_configs_load_and_extra_args_may_not_repeat_a_field():
         assert config.gradient_checkpointing == (path.name == "train-lm-gpu.yaml")
     with pytest.raises(ConfigError, match="extra_grpo_args.gradient_checkpointing"):
         LMTrainConfig(tasks=[str(TASKS)], extra_grpo_args={"gradient_checkpointing": True})
+    with pytest.raises(ConfigError, match="rank_by='neural' orders ranked options") as info:
+        LMTrainConfig(tasks=[str(TASKS)], rank_by="neural", ranked=False)
+    assert info.value.field == "rank_by"
 
 
 def _export(tmp_path: Path, card_chars: int, observation_chars: int) -> Path:
@@ -180,7 +183,7 @@ def _adapter(folder: Path) -> dict:
 def test_shrunken_cpu_recipe_learns_saves_an_adapter_evaluates_and_resumes(tmp_path):
     """configs/recipes/lm-router-sft.yaml end to end at a tiny size (plus two GRPO steps): a damaged trajectory line
     is named and skipped, SFT and GRPO change the adapter, and the saved router loads as a policy with the prompt
-    limits it was trained with.
+    limits it was trained with and the ranker it names (`rank_by`).
     The same run killed (SIGKILL) after its first SFT checkpoint and started again resumes there: the same
     second-step loss (same data order) and the same final adapter as the run never interrupted."""
     import os
@@ -196,7 +199,7 @@ def test_shrunken_cpu_recipe_learns_saves_an_adapter_evaluates_and_resumes(tmp_p
     from maestro_graph.rl.trl_train import train_lm
 
     sft_data = _export(tmp_path, 60, 160)
-    config = _tiny(tmp_path, sft_data, "run", eval_steps=1, steps=2)
+    config = _tiny(tmp_path, sft_data, "run", eval_steps=1, steps=2, rank_by="neural")
     summary = train_lm(config, progress=False)
     assert [p.split(":")[0] for p in summary["sft_lines_skipped"]] == ["line 3"]
     assert all(summary[k]["items"] == 2 for k in ("before", "after_sft", "after"))
@@ -216,6 +219,7 @@ def test_shrunken_cpu_recipe_learns_saves_an_adapter_evaluates_and_resumes(tmp_p
     assert (tmp_path / "runs.png").stat().st_size > 10_000
     policy = make_policy(f"lm:transformers:{tmp_path / 'run' / 'final'}#choice")
     assert (policy.prompt.card_chars, policy.prompt.observation_chars) == (60, 160) and policy.prompt.numbered
+    assert policy.ranker.name == "neural"
     assert policy.backend._adapter == str(tmp_path / "run" / "final")
 
     again = replace(config, out_dir=str(tmp_path / "again"), eval_tasks=None, eval_steps=0)  # evaluation changes no weight

@@ -134,6 +134,10 @@ class LMTrainConfig:
                              "questions (the registry's reach); hidden per pair with profile_dropout in training.")
     ranked: bool = setting(False, "Options numbered by their pair's measured accuracy on similar questions, best "
                            "first (the registry's reach); a pair whose figure is hidden (profile_dropout) comes last.")
+    rank_by: Optional[str] = setting(None, "With `ranked`: a neural policy (`neural`: the shipped checkpoint; "
+                                     "`neural:PATH.safetensors`) whose probability of opening with each pair ranks "
+                                     "the options where the router is served and evaluated (written to router.yaml); "
+                                     "training renders them ranked by the reach, as the teacher's episodes were run.")
     profile_dropout: float = setting(0.25, "With `measured` or `ranked`: each pair's figure is hidden with this "
                                      "probability per rendering and GRPO group, so the router also meets experts "
                                      "never profiled.")
@@ -205,6 +209,8 @@ class LMTrainConfig:
             (self.save_steps >= 1, "save_steps", "must be at least 1"),
             (self.eval_steps >= 0, "eval_steps", "must be at least 0 (0: no evaluation during GRPO)"),
             (self.eval_steps == 0 or self.eval_tasks is not None, "eval_steps", "needs eval_tasks"),
+            (self.rank_by is None or (self.ranked and not self.measured), "rank_by",
+             "orders ranked options (ranked: true) and shows no figures (measured: false)"),
         ]
         for ok, name, why in checks:
             if not ok:

@@ -41,6 +41,7 @@ from ..episode.graph import MaestroContext, build_graph
 from ..episode.runner import EpisodeResult, run_episode
 from ..errors import ConfigError, first_validation_problem
 from ..images.load import load_images
+from ..policy import make_policy
 from ..policy.lm.engines import TransformersLM
 from ..policy.lm.policy import ROUTER_FILE, LMPolicy
 from ..policy.lm.prompt import PromptOptions, conversation, with_images
@@ -481,7 +482,8 @@ def run_grpo(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[Tas
 def evaluate_lm(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[Task], config: LMTrainConfig) -> dict:
     """Greedy accuracy of the LM router (decoded as in training) through the graph, with its format-error rate."""
     policy = LMPolicy(TransformersLM(model, tokenizer, temperature=0.0, max_new_tokens=config.max_new_tokens),
-                      constrained=config.constrained, prompt=config.prompt, name="lm:eval")
+                      constrained=config.constrained, prompt=config.prompt, name="lm:eval",
+                      ranker=make_policy(config.rank_by) if config.rank_by else None)
     graph = build_graph(registry, policy)
     scores, errors, answered = [], 0, 0
     context = MaestroContext(max_turns=config.max_turns, max_cost=config.max_cost, reach_floor=0.0)
@@ -527,7 +529,7 @@ def _save(model: Any, tokenizer: Any, config: LMTrainConfig, folder: Path) -> Pa
     settings = {"adapter": "." if config.lora_r else None, "model": config.model if config.lora_r else None,
                 "constrained": config.constrained, "card_chars": config.card_chars,
                 "observation_chars": config.observation_chars, "numbered": config.prompt.numbered,
-                "measured": config.measured, "ranked": config.ranked,
+                "measured": config.measured, "ranked": config.ranked, "rank_by": config.rank_by,
                 "max_new_tokens": config.max_new_tokens}
     (folder / ROUTER_FILE).write_text(yaml.safe_dump(settings, sort_keys=False))
     return folder
