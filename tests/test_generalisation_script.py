@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 from conftest import REAL
 from servers import ROOT, server_env
 
@@ -61,7 +62,8 @@ def test_the_benchmark_writes_its_table(tmp_path):
 
 def test_the_lm_router_trains_without_the_held_out_cards_and_meets_them_after(tmp_path):
     """--router lm at toy size (one SFT step, no GRPO): the warm start imitates the teacher's episodes rendered from
-    the held-out registry, so no barcode card reaches the router before it is evaluated with the readers added."""
+    the held-out registry, so no barcode card reaches the router before it is evaluated with the readers added; the
+    neural policy that ranks its options (the recipe's `rank_by`) is trained on the held-out registry too."""
     for area in ("barcode", "vision"):
         shutil.copytree(REAL / area, tmp_path / area)
     registry = fault_registry(tmp_path, None)
@@ -81,13 +83,17 @@ def test_the_lm_router_trains_without_the_held_out_cards_and_meets_them_after(tm
                           "--max-turns", "1", "--registry", str(registry), "--cache-dir", str(tmp_path / "cache"),
                           "--lm-config", str(ROOT / "configs" / "recipes" / "lm-router-sft.yaml"), "--lm-set", "sft_steps=1",
                           "steps=0", "sft_min_score=0", "per_device_train_batch_size=2", "num_generations=2",
-                          "max_turns=1", f"eval_tasks={train}", "eval_limit=1"],
+                          "max_turns=1", f"eval_tasks={train}", "eval_limit=1",
+                          "--steps", "1", "--tasks-per-step", "1", "--group-size", "2"],
                          env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
     sft = [json.loads(line) for line in
            (out / "barcode" / "seed0" / "train" / "sft_data.jsonl").read_text().splitlines()]
     assert sft and not any("barcode" in m["content"] for r in sft for m in r["messages"])
     assert (out / "barcode" / "seed0" / "train" / "final" / "adapter_model.safetensors").is_file()
+    # the recipe ranks by a neural policy: one is trained on the held-out registry too, and the router ranks by it
+    ranked = yaml.safe_load((out / "barcode" / "seed0" / "final-ranked-by-neural" / "router.yaml").read_text())
+    assert ranked["rank_by"].startswith("neural:") and str(out / "barcode" / "seed0" / "ranker") in ranked["rank_by"]
     [row] = json.loads((out / "results.json").read_text())
     assert (row["router"], row["items"], row["before"]) == ("lm", 2, 0.0)
     assert row["oracle_after"] > 0

@@ -430,8 +430,9 @@ def test_the_shipped_router_is_a_trained_adapter_that_decides_differently_from_i
     prompt it was trained with; its choice distribution on a real question is not the base model's."""
     shipped = make_policy("lm:shipped#choice")
     assert (shipped.prompt.card_chars, shipped.prompt.observation_chars) == (60, 160)
-    assert shipped.prompt.numbered and shipped.prompt.ranked  # the recipe's prompt: options ranked by the reach
-    base = LMPolicy(smollm2, constrained="choice", prompt=shipped.prompt)
+    assert shipped.prompt.numbered and shipped.prompt.ranked  # the recipe's prompt: ranked options,
+    assert shipped.ranker.name == "neural"  # ranked by the shipped neural policy (rank_by)
+    base = LMPolicy(smollm2, constrained="choice", prompt=shipped.prompt, ranker=shipped.ranker)
     view = EpisodeView(real_tasks("tables")[0].question, ("x.png",), None, (), 2, 10.0)
     space = ActionSpace.build(registry, view)
     ours, theirs = shipped.distribution(view, space), base.distribution(view, space)

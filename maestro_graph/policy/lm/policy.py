@@ -4,7 +4,7 @@ every valid action with a local model (a real distribution, so the graph's greed
 endpoint to pick one; the `regex` constraint lets an endpoint write any request or answer but only valid pairs.
 
 Names (`make_policy`): `lm:shipped[#choice]` (the router trained by the CPU recipe of docs/lm-router.md, a LoRA adapter over the
-packaged SmolLM2 inside this package), `lm:transformers[:MODEL_DIR][#choice]` (a `maestro train-lm` folder: a whole
+packaged SmolLM2 inside this package, its options ranked by the shipped neural policy), `lm:transformers[:MODEL_DIR][#choice]` (a `maestro train-lm` folder: a whole
 model or a LoRA adapter, with its ROUTER_FILE), `lm:openai:BASE_URL|MODEL[#choice|#regex]`, or `lm:FILE.yaml`
 holding an `LMConfig`.
 """
