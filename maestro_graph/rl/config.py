@@ -189,6 +189,9 @@ class LMTrainConfig:
     extra_grpo_args: dict[str, Any] = setting({}, "More `trl.GRPOConfig` fields, passed through (YAML only).")
 
     def __post_init__(self) -> None:
+        from ..policy.lm.policy import rank_by_problem
+
+        ranking = rank_by_problem(self.rank_by, self.ranked, self.measured)
         checks = [
             (bool(self.tasks), "tasks", "needs at least one task file"),
             (self.num_generations >= 2, "num_generations", "must be at least 2: advantages are relative in a group"),
@@ -209,8 +212,7 @@ class LMTrainConfig:
             (self.save_steps >= 1, "save_steps", "must be at least 1"),
             (self.eval_steps >= 0, "eval_steps", "must be at least 0 (0: no evaluation during GRPO)"),
             (self.eval_steps == 0 or self.eval_tasks is not None, "eval_steps", "needs eval_tasks"),
-            (self.rank_by is None or (self.ranked and not self.measured), "rank_by",
-             "orders ranked options (ranked: true) and shows no figures (measured: false)"),
+            (ranking is None, "rank_by", ranking),
         ]
         for ok, name, why in checks:
             if not ok:

