@@ -19,12 +19,13 @@ LAYERS = [
     {"episode"},
     {"evaluation"},
     {"rl"},
-    {"serve", "reliability", "bench", "graphs", "cli"},
+    {"serve", "reliability", "bench", "agents", "cli"},
 ]
 """A unit is a top-level module, a folder, or (where a folder spans two layers) one module of it."""
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
-UNLAYERED = {"__init__", "skills", "examples", "checkpoints"}
-"""The package's own `__init__` and its data folders (skill code is a plug-in, loaded by path)."""
+UNLAYERED = {"__init__", "checkpoints"}
+"""The package's own `__init__` and its data folder (skill code, at the top-level `skills/`, is a plug-in loaded by
+path)."""
 SKILL_API = {"errors", "types", "scoring", "choices", "digests"}
 """The top-level modules: what skill code imports (beside the experts' result types), kept where they are so that
 skills, whose code is fingerprinted into every profile, never change when the package moves."""
@@ -79,8 +80,8 @@ def test_top_level_modules_are_the_skill_api_and_the_cli():
 
 def test_skills_import_only_the_skill_api_and_the_experts_result_types():
     allowed = {f"maestro_graph.{name}" for name in SKILL_API} | {"maestro_graph.experts", "maestro_graph.registry.vision"}
-    outside = sorted(f"{path.relative_to(PACKAGE)}: {node.module}"
-                     for path in (PACKAGE / "skills").rglob("*.py")
+    outside = sorted(f"{path.relative_to(PACKAGE.parent)}: {node.module}"
+                     for path in (PACKAGE.parent / "skills").rglob("*.py")
                      for node in ast.walk(ast.parse(path.read_text()))
                      if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("maestro_graph")
                      and not any(node.module == a or node.module.startswith(a + ".") for a in allowed))

@@ -109,7 +109,7 @@ def test_a_letter_answer_to_inline_options_scores_as_the_option():
 
 # -- the graph's answer node, with real experts ---------------------------------------------------------------------
 
-CIRCLES = str(Path(__file__).resolve().parents[1] / "maestro_graph" / "examples" / "circles.png")
+CIRCLES = str(Path(__file__).resolve().parents[1] / "examples" / "circles.png")
 NO_CODE = MaestroContext(policy="fixed:zxing@@barcode-reading")  # a real reader that finds nothing in the circles
 
 

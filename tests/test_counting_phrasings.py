@@ -14,7 +14,7 @@ from maestro_graph.episode.runner import run_episode
 from maestro_graph.policy import ActionSpace, EpisodeView, make_policy
 from maestro_graph.types import Invoke
 
-CIRCLES = str(Path(__file__).resolve().parents[1] / "maestro_graph" / "examples" / "circles.png")  # 7 circles
+CIRCLES = str(Path(__file__).resolve().parents[1] / "examples" / "circles.png")  # 7 circles
 STATEMENTS = ("Which statement is true? A. There are 3 circles; B. There are 7 circles; C. There are 9 circles; "
               "D. There are no circles")
 COUNTING = Invoke("opencv-vision", "counting")

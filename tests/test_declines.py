@@ -17,8 +17,8 @@ from maestro_graph.policy import ActionSpace, EpisodeView, make_policy
 from maestro_graph.registry import Registry, load_skill
 from maestro_graph.types import Invoke, StopReason
 
-SKILLS = Path(__file__).resolve().parents[1] / "maestro_graph" / "skills"
-CIRCLES = str(Path(__file__).resolve().parents[1] / "maestro_graph" / "examples" / "circles.png")
+SKILLS = Path(__file__).resolve().parents[1] / "skills"
+CIRCLES = str(Path(__file__).resolve().parents[1] / "examples" / "circles.png")
 CV_AND_MATH = """\
 skill_dirs: [{skills}]
 skills: [counting, arithmetic, shapes, calculator]

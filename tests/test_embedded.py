@@ -1,4 +1,4 @@
-"""Maestro embedded in a larger agent graph (`maestro_graph.graphs`, importable from the installed package): as a
+"""Maestro embedded in a larger agent graph (`maestro_graph.agents`, importable from the installed package): as a
 local subgraph node, as a RemoteGraph against `langgraph dev`, and as a LangChain tool run by a ToolNode; and a
 parent with its own context schema running Maestro both ways."""
 
@@ -16,7 +16,7 @@ from langgraph.prebuilt import ToolNode
 from servers import EXAMPLES, data_url, langgraph_dev
 from typing_extensions import TypedDict
 
-import maestro_graph.graphs as embedded
+import maestro_graph.agents as embedded
 from maestro_graph.core.question_text import EMPTY_QUESTION
 from maestro_graph.episode.graph import MaestroContext, build_graph
 from maestro_graph.images.sources import ImageSources

@@ -18,7 +18,7 @@ from maestro_graph.errors import ConfigError
 from maestro_graph.policy import make_policy
 from maestro_graph.registry import Registry
 
-SKILLS = Path(__file__).resolve().parents[1] / "maestro_graph" / "skills"
+SKILLS = Path(__file__).resolve().parents[1] / "skills"
 BARCODES = Path(__file__).parent / "data" / "real" / "barcode"
 
 

@@ -27,7 +27,7 @@ from maestro_graph.registry import Registry
 from maestro_graph.registry.reach import Reach, reach_path
 from maestro_graph.types import Answer, Invoke, StopReason
 
-SKILLS = Path(__file__).resolve().parents[1] / "maestro_graph" / "skills"
+SKILLS = Path(__file__).resolve().parents[1] / "skills"
 BARCODES = Path(__file__).parent / "data" / "real" / "barcode"
 ASKED = "How many circles around the code are there in the figure?"
 UNREACHED = [

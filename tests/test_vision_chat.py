@@ -28,7 +28,7 @@ from maestro_graph.types import ErrorKind, Invoke
 
 ROOT = Path(__file__).resolve().parents[1]
 NOLM = ROOT / "configs" / "registry-nolm.yaml"
-SKILLS = ROOT / "maestro_graph" / "skills"
+SKILLS = ROOT / "skills"
 VISION_SKILLS = ["chart-qa", "table-qa", "document-fields", "counting", "visual-math", "text-reading", "visual-qa"]
 PER_CALL, PER_1K = 0.5, 2.0
 

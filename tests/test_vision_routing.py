@@ -28,7 +28,7 @@ from maestro_graph.scoring import parse_number
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "tests" / "data" / "real"
 NOLM = ROOT / "configs" / "registry-nolm.yaml"
-SKILLS = ROOT / "maestro_graph" / "skills"
+SKILLS = ROOT / "skills"
 CARD = "vlm"
 RIGHT_ON = "chart"
 """The one domain whose questions the double answers right."""

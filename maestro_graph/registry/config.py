@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import (
@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from ..core.bundled import Bundled, bundled_dir
 from ..errors import ConfigError, first_validation_problem
 
 __all__ = [
@@ -46,7 +47,8 @@ __all__ = [
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
 PACKAGE_PREFIX = "package:"
-"""A path starting with this is relative to the installed `maestro_graph` package folder."""
+"""A path starting with this is one the package ships: `package:skills` and `package:examples` (and paths under
+them) are its bundled folders, anything else is relative to the installed `maestro_graph` package folder."""
 DEFAULT_REGISTRY = "default"
 """`extends: default` names the packaged default registry."""
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -262,6 +264,9 @@ def resolve_path(value: str, base_dir: Path) -> Path:
     """A path a registry file names: `package:REL` under the installed package, else relative to `base_dir` (the
     file's folder) unless absolute."""
     if value.startswith(PACKAGE_PREFIX):
+        first, _, rest = value.removeprefix(PACKAGE_PREFIX).partition("/")
+        if first in get_args(Bundled):
+            return bundled_dir(first) / rest
         return _PACKAGE_DIR / value.removeprefix(PACKAGE_PREFIX)
     return base_dir / value
 

@@ -30,6 +30,7 @@ from typing import Callable
 import yaml
 from PIL import Image
 
+from ..core.bundled import bundled_dir
 from ..core.question_text import MAX_QUESTION_CHARS
 from ..core.tasks import Task, load_tasks
 from ..episode.graph import MaestroContext, build_graph
@@ -50,7 +51,7 @@ FAST_MODELS = ("zxing", "opencv-barcode", "opencv-vision", "sympy")
 minutes; fault handling does not depend on which expert is behind the handle."""
 DEFAULT_TASKS = (ROOT / "tests" / "data" / "real" / "barcode" / "tasks.jsonl",
                  ROOT / "tests" / "data" / "real" / "vision" / "tasks.jsonl")
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"  # shipped in the package (a wheel has no repo root)
+EXAMPLES = bundled_dir("examples")  # shipped in the package (a wheel has no repo root)
 
 
 @dataclass(frozen=True)

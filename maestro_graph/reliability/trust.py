@@ -322,7 +322,7 @@ def pickled_cache(t: Target) -> TrustCase:
 
 
 def graph_local_files(t: Target) -> TrustCase:
-    """The Agent Server graph (as maestro_graph/graphs/maestro.py builds it, with an empty environment: no allowed directories)
+    """The Agent Server graph (as graphs/maestro.py builds it, with an empty environment: no allowed directories)
     refuses a local path and answers the same image sent as a data URL."""
     graph = build_graph(Registry.load(t.registry_file), image_sources=ImageSources.from_env({}))
     secret = t.folder / "secret.png"

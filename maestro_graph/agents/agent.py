@@ -1,4 +1,4 @@
-"""Maestro inside a larger agent: three ways to embed it (`maestro_graph.graphs.embedded` serves the agent as
+"""Maestro inside a larger agent: three ways to embed it (`graphs/agent.py` serves the agent as
 `maestro-agent`). Importing this module builds nothing.
 
 1. As a subgraph node. The agent's state shares Maestro's keys (`question`, `images`, `choices` in; `answer`,

@@ -1,6 +1,6 @@
-"""Maestro as a part of other graphs: the example agent that embeds it (as a subgraph, a RemoteGraph or a tool),
-and the graphs `langgraph.json` serves (`maestro_graph/graphs/maestro.py`, `embedded.py`). Importing this package
-builds nothing; importing `maestro_graph.graphs.maestro` or `.embedded` builds the served graph."""
+"""Maestro as a part of other agents: the example agent that embeds it (as a subgraph, a RemoteGraph or a tool),
+and the Maestro graph as the Agent Server serves it (`served_maestro`, which the top-level `graphs/` modules that
+`langgraph.json` names compile). Importing this package builds nothing."""
 
 from .agent import (AgentContext, AgentInput, AgentOutput, AgentState, AskMaestro, build_agent, maestro_tool,
                     remote_agent)
