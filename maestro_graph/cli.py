@@ -125,7 +125,9 @@ def ask(
     choice: list[str] = typer.Option([], "--choice", "-c", help="A multiple-choice option (repeat)."),
     policy: Optional[str] = typer.Option(None, "--policy", "-p",
                                          help="neural (default: the shipped checkpoint) | rules | random | "
-                                              "fixed:MODEL@@SKILL"),
+                                              "fixed:MODEL@@SKILL | lm:shipped#choice (the paper's LM router as "
+                                              "a composite: the neural policy chooses the expert, SmolLM2 decides "
+                                              "when to answer) | lm:... (docs/lm-router.md)"),
     registry: Optional[Path] = RegistryOpt,
     max_turns: int = MaxTurnsOpt,
     max_cost: float = MaxCostOpt,
@@ -590,21 +592,26 @@ def export_(
     measured: bool = typer.Option(False, "--measured", help="Show each option's measured accuracy on similar "
                                   "questions (the registry's profile), as a router trained with `measured: true` "
                                   "reads its prompt."),
-    ranked: bool = typer.Option(False, "--ranked", help="Number the options by their measured accuracy on similar "
-                                "questions, best first, as a router trained with `ranked: true` reads its prompt."),
+    order: str = typer.Option("registry", "--order", help="How the options are offered, as a router trained with "
+                              "this `order` reads its prompt: pair-ids, registry (numbered in the registry's order) "
+                              "or reach (numbered, best measured on similar questions first)."),
 ) -> None:
     """Export trajectories for TRL or verl: the router conversation from the cards, with the reward and its parts."""
     _threads()
     from .policy.lm import PromptOptions
+    from .policy.lm.policy import prompt_order
     from .rl.export import ExportOptions, export_file
 
     if fmt not in ("trl", "verl"):
         _fail(f"unknown format {fmt!r}; use trl or verl")
+    if order not in ("pair-ids", "registry", "reach"):
+        _fail(f"--order {order!r}: export offers pair-ids, registry or reach (a neural policy's order is rendered "
+              "where the router is served, not in exported trajectories)")
     reg = _registry(registry)
     try:
         count, bad = export_file(from_, tasks, out, fmt, reg, ExportOptions(
             max_turns=max_turns, cost_weight=cost_weight, format_weight=format_weight, tool_calls=tool_calls,
-            prompt=PromptOptions(measured=measured, ranked=ranked, **{k: v for k, v in (("card_chars", card_chars),
+            prompt=PromptOptions(order=prompt_order(order), measured=measured, **{k: v for k, v in (("card_chars", card_chars),
                                                                          ("observation_chars", observation_chars))
                                                        if v is not None})))
     except MaestroError as exc:

@@ -23,7 +23,7 @@ part, so the router never reads a held-out card before it is evaluated:
         --train runs/val-real/train.jsonl --teacher runs/lm/neural-val-train.jsonl --tasks runs/real-dev/test.jsonl \
         --domains barcode --max-turns 2 --registry configs/registry-nolm.yaml --out runs/generalisation-lm
 
-A recipe whose router ranks its options by a neural policy (`rank_by`) gets one trained on the same held-out
+A recipe whose router ranks its options by a neural policy (`order: neural`) gets one trained on the same held-out
 registry with the GRPOConfig flags, so no part of the router has seen the held-out part.
 
 Writes OUT/table.md, OUT/results.json and OUT/generalisation.png (accuracy before/after per experiment, the oracle's
@@ -130,7 +130,7 @@ def _profiled(exp: Experiment, train: list[Task], args: argparse.Namespace, fold
 def _train_lm_router(exp: Experiment, before: Registry, args: argparse.Namespace, seed: int, run: Path
                      ) -> tuple[str, bool]:
     """The LM recipe on the experiment's registry; returns the trained router's policy name and whether the recipe
-    ranks its options by a neural policy (`rank_by`, which must then be trained here too). Its SFT data are the
+    ranks its options by a neural policy (`order: neural`, which must then be trained here too). Its SFT data are the
     teacher's episodes on the kept items, which `maestro train-lm` renders from that registry's cards (each several
     times, with families hidden, cards paraphrased and the option numbers shuffled) and leaves out where they call a
     pair the registry lacks."""
@@ -147,18 +147,18 @@ def _train_lm_router(exp: Experiment, before: Registry, args: argparse.Namespace
                                registry=args.registry, cache_dir=args.cache_dir, sft_data=str(teacher),
                                **overrides)
     train_lm(config, registry=before)
-    return f"lm:transformers:{run / 'train' / 'final'}#choice", config.rank_by is not None
+    return f"lm:transformers:{run / 'train' / 'final'}#choice", config.order.startswith("neural")
 
 
 def _ranked_by(policy: str, ranker: str, run: Path) -> str:
     """The trained LM router (`lm:transformers:FOLDER#choice`) with its options ranked by `ranker` (`neural:PATH`,
-    trained on the same held-out registry): a copy of its folder whose ROUTER_FILE adds `rank_by`."""
+    trained on the same held-out registry): a copy of its folder whose ROUTER_FILE orders by it."""
     folder = Path(policy.removeprefix("lm:transformers:").partition("#")[0])
     ranked = run / "final-ranked-by-neural"
     if not (ranked / ROUTER_FILE).is_file():
         shutil.copytree(folder, ranked, dirs_exist_ok=True)
         settings = yaml.safe_load((folder / ROUTER_FILE).read_text())
-        (ranked / ROUTER_FILE).write_text(yaml.safe_dump({**settings, "rank_by": ranker}, sort_keys=False))
+        (ranked / ROUTER_FILE).write_text(yaml.safe_dump({**settings, "order": ranker}, sort_keys=False))
     return f"lm:transformers:{ranked}#choice"
 
 

@@ -63,7 +63,7 @@ def test_the_benchmark_writes_its_table(tmp_path):
 def test_the_lm_router_trains_without_the_held_out_cards_and_meets_them_after(tmp_path):
     """--router lm at toy size (one SFT step, no GRPO): the warm start imitates the teacher's episodes rendered from
     the held-out registry, so no barcode card reaches the router before it is evaluated with the readers added; the
-    neural policy that ranks its options (the recipe's `rank_by`) is trained on the held-out registry too."""
+    neural policy that ranks its options (the recipe's `order: neural`) is trained on the held-out registry too."""
     for area in ("barcode", "vision"):
         shutil.copytree(REAL / area, tmp_path / area)
     registry = fault_registry(tmp_path, None)
@@ -93,7 +93,7 @@ def test_the_lm_router_trains_without_the_held_out_cards_and_meets_them_after(tm
     assert (out / "barcode" / "seed0" / "train" / "final" / "adapter_model.safetensors").is_file()
     # the recipe ranks by a neural policy: one is trained on the held-out registry too, and the router ranks by it
     ranked = yaml.safe_load((out / "barcode" / "seed0" / "final-ranked-by-neural" / "router.yaml").read_text())
-    assert ranked["rank_by"].startswith("neural:") and str(out / "barcode" / "seed0" / "ranker") in ranked["rank_by"]
+    assert ranked["order"].startswith("neural:") and str(out / "barcode" / "seed0" / "ranker") in ranked["order"]
     [row] = json.loads((out / "results.json").read_text())
     assert (row["router"], row["items"], row["before"]) == ("lm", 2, 0.0)
     assert row["oracle_after"] > 0

@@ -94,7 +94,7 @@ def test_prompt_lists_numbered_experts_with_their_cards(registry):
     reduced = system_prompt(smaller.pairs(), 3, SHORT)
     assert "chart-qa" not in reduced and "zxing" not in reduced and "table-qa by rapidocr" in reduced
     # routers trained before numbered options read the pair-id prompt they were trained with
-    legacy = system_prompt(listed, 3, PromptOptions(card_chars=60, numbered=False))
+    legacy = system_prompt(listed, 3, PromptOptions(card_chars=60, order="pair-ids"))
     assert "Valid pairs: " + ", ".join(p.id for p in listed) in legacy and "Experts:" not in legacy
 
 
@@ -129,23 +129,23 @@ def test_a_measured_prompt_shows_each_experts_accuracy_on_similar_questions(tmp_
     assert "right on similar" not in next(x for x in shown.splitlines() if "barcode-reading by zxing" in x)
     assert "right on similar" in next(x for x in shown.splitlines() if "barcode-reading by opencv-barcode" in x)
     (tmp_path / "adapter_config.json").write_text("{}")
-    (tmp_path / "router.yaml").write_text("adapter: .\nmodel: null\nnumbered: true\n")
+    (tmp_path / "router.yaml").write_text("adapter: .\nmodel: null\norder: registry\n")
     assert not make_policy(f"lm:transformers:{tmp_path}").prompt.measured
-    (tmp_path / "router.yaml").write_text("adapter: .\nmodel: null\nnumbered: true\nmeasured: true\n")
+    (tmp_path / "router.yaml").write_text("adapter: .\nmodel: null\norder: registry\nmeasured: true\n")
     assert make_policy(f"lm:transformers:{tmp_path}").prompt.measured
 
 
 def test_a_ranked_prompt_numbers_the_experts_by_their_accuracy_on_similar_questions(tmp_path):
-    """With `ranked`, option 1 is the pair the reach measured best on questions like this one (a barcode reader on a
+    """With order `reach`, option 1 is the pair the reach measured best on questions like this one (a barcode reader on a
     barcode question), the numbers follow the figures down, a pair whose profile is hidden comes last, the number the
     router writes calls that pair, and a router trained ranked reads its prompt ranked."""
     real, image, question, view, space = _profiled_barcode_question()
-    ranked = PromptOptions(card_chars=60, ranked=True)
+    ranked = PromptOptions(card_chars=60, order="ranked")
     listed = option_pairs(real.pairs(), question, None, ranked, space.accuracy)
     figures = [space.accuracy[p.id] for p in listed]
     assert figures == sorted(figures, reverse=True) and listed[0].skill.name == "barcode-reading"
     for salt in range(4):  # training's shuffle reorders only the pairs the figures do not tell apart
-        drawn = option_pairs(real.pairs(), question, None, PromptOptions(ranked=True, shuffle=salt), space.accuracy)
+        drawn = option_pairs(real.pairs(), question, None, PromptOptions(order="ranked", shuffle=salt), space.accuracy)
         assert drawn[:2] == listed[:2] and {p.id for p in drawn} == {p.id for p in listed}
     assert any(option_pairs(real.pairs(), question, None, PromptOptions(shuffle=salt), space.accuracy)[:2]
                != listed[:2] for salt in range(4))
@@ -157,18 +157,22 @@ def test_a_ranked_prompt_numbers_the_experts_by_their_accuracy_on_similar_questi
     demoted = option_pairs(hidden.pairs(), question, None, ranked, ActionSpace.build(hidden, view).accuracy)
     assert demoted[-1].id == listed[0].id and demoted[0].id == listed[1].id
     (tmp_path / "adapter_config.json").write_text("{}")
-    (tmp_path / "router.yaml").write_text("adapter: .\nmodel: null\nnumbered: true\n")
+    (tmp_path / "router.yaml").write_text("adapter: .\nmodel: null\norder: registry\n")
     assert not make_policy(f"lm:transformers:{tmp_path}").prompt.ranked
+    (tmp_path / "router.yaml").write_text("adapter: .\nmodel: null\norder: reach\n")
+    assert make_policy(f"lm:transformers:{tmp_path}").prompt.ranked
+    # a router.yaml written before `order` says it in three flags, read as the order they mean
     (tmp_path / "router.yaml").write_text("adapter: .\nmodel: null\nnumbered: true\nranked: true\n")
     assert make_policy(f"lm:transformers:{tmp_path}").prompt.ranked
 
 
 def test_a_router_ranked_by_a_policy_numbers_the_experts_by_its_opening_choice(tmp_path):
-    """With `rank_by`, option 1 is the pair the ranking policy opens with (here one that is not the reach's best), the
-    ranking taken at the question's first decision stays all through its episode, and router.yaml names the ranker:
-    the shipped neural policy for `neural`; anything else, or a prompt that is not ranked, is refused by field."""
+    """With order `neural` (a composite: the neural policy ranks, the LM decides), option 1 is the pair the ranking
+    policy opens with (here one that is not the reach's best), the ranking taken at the question's first decision
+    stays all through its episode, and router.yaml's `order` names the ranker: the shipped neural policy for
+    `neural`; an order that is none of them, or measured figures beside a neural order, are refused by field."""
     real, image, question, view, space = _profiled_barcode_question()
-    ranked = PromptOptions(card_chars=60, ranked=True)
+    ranked = PromptOptions(card_chars=60, order="ranked")
 
     def first_option(policy: LMPolicy, at: EpisodeView) -> str:
         return next(x for x in policy.messages(at, space)[0]["content"].splitlines() if x.startswith("1. "))
@@ -180,11 +184,15 @@ def test_a_router_ranked_by_a_policy_numbers_the_experts_by_its_opening_choice(t
     later = EpisodeView(question, (image,), None, (called,), 2, 10.0)  # the fixed policy would now answer
     assert first_option(policy, later).startswith("1. text-reading by rapidocr: ")
     (tmp_path / "adapter_config.json").write_text("{}")
-    router = "adapter: .\nmodel: null\nnumbered: true\nranked: true\n"
-    (tmp_path / "router.yaml").write_text(router + "rank_by: neural\n")
+    router = "adapter: .\nmodel: null\n"
+    (tmp_path / "router.yaml").write_text(router + "order: neural\n")
     assert make_policy(f"lm:transformers:{tmp_path}").ranker.name == "neural"
-    for bad, fragment in (("rank_by: rules\n", "rank_by names a neural policy"),
-                          ("rank_by: neural\nmeasured: true\n", "shows no figures")):
+    assert make_policy(f"lm:transformers:{tmp_path}").prompt.ranked
+    (tmp_path / "router.yaml").write_text(router + "order: reach\n")
+    assert make_policy(f"lm:transformers:{tmp_path}").ranker is None
+    for bad, fragment in (("order: rules\n", "order 'rules' .* must be one of pair-ids, registry, reach, neural"),
+                          ("order: neural\nmeasured: true\n", "shows no measured figures"),
+                          ("order: neural\nranked: true\n", "`order` replaces")):
         (tmp_path / "router.yaml").write_text(router + bad)
         with pytest.raises(ConfigError, match=fragment):
             make_policy(f"lm:transformers:{tmp_path}")
@@ -216,7 +224,7 @@ def test_the_pair_id_prompt_lists_every_pair_as_its_routers_were_trained(registr
     question = "What is the total of the Price column?"
     declined = [p for p in registry.pairs() if p.skill.declines(question, None)]
     assert declined  # the question is one some skill declines
-    legacy = PromptOptions(card_chars=60, numbered=False)
+    legacy = PromptOptions(card_chars=60, order="pair-ids")
     assert option_pairs(registry.pairs(), question, None, legacy) == list(registry.pairs())
     prompt = conversation(question, None, 1, [], registry.pairs(), 2, legacy)[0]["content"]
     assert "Valid pairs: " + ", ".join(p.id for p in registry.pairs()) in prompt
@@ -416,7 +424,7 @@ def test_a_trained_folder_is_read_with_its_own_prompt_limits(tmp_path):
     assert policy.constrained == "choice" and (policy.prompt.card_chars, policy.prompt.observation_chars) == (70, 150)
     assert not policy.prompt.numbered  # a router.yaml from before numbered options: the pair-id prompt
     with (tmp_path / "router.yaml").open("a") as fh:
-        fh.write("numbered: true\n")
+        fh.write("order: registry\n")
     assert make_policy(f"lm:transformers:{tmp_path}").prompt.numbered
     assert policy.backend._adapter == str(tmp_path)
     (tmp_path / "adapter_config.json").unlink()
@@ -431,7 +439,7 @@ def test_the_shipped_router_is_a_trained_adapter_that_decides_differently_from_i
     shipped = make_policy("lm:shipped#choice")
     assert (shipped.prompt.card_chars, shipped.prompt.observation_chars) == (60, 160)
     assert shipped.prompt.numbered and shipped.prompt.ranked  # the recipe's prompt: ranked options,
-    assert shipped.ranker.name == "neural"  # ranked by the shipped neural policy (rank_by)
+    assert shipped.ranker.name == "neural"  # ranked by the shipped neural policy (order: neural, a composite)
     base = LMPolicy(smollm2, constrained="choice", prompt=shipped.prompt, ranker=shipped.ranker)
     view = EpisodeView(real_tasks("tables")[0].question, ("x.png",), None, (), 2, 10.0)
     space = ActionSpace.build(registry, view)

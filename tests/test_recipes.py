@@ -80,8 +80,8 @@ def test_lm_recipe_takes_its_task_files_as_arguments(tmp_path):
     assert not {"tasks", "eval_tasks", "sft_data"} & set(recipe)  # no path a clone lacks
     assert all(not str(v).startswith("runs/") for k, v in recipe.items() if k != "out_dir")
     config = load_yaml(LMTrainConfig, RECIPES / "lm-router-sft.yaml", tasks=["t.jsonl"], sft_data="s.jsonl")
-    assert (config.steps, config.sft_steps, config.lora_r, config.constrained, config.ranked, config.rank_by) == (
-        0, 40, 8, "choice", True, "neural")
+    assert (config.steps, config.sft_steps, config.lora_r, config.constrained, config.order) == (
+        0, 40, 8, "choice", "neural")
     # every field is an option of `maestro train-lm` but the YAML-only mapping; a missing task file is named
     assert _options("train-lm") >= {f.name for f in dataclasses.fields(LMTrainConfig)} - {"extra_grpo_args"}
     missing = _invoke("train-lm", "--config", str(RECIPES / "lm-router-sft.yaml"))

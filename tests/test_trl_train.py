@@ -140,9 +140,9 @@ def test_shipped_configs_load_and_extra_args_may_not_repeat_a_field():
         assert config.gradient_checkpointing == (path.name == "train-lm-gpu.yaml")
     with pytest.raises(ConfigError, match="extra_grpo_args.gradient_checkpointing"):
         LMTrainConfig(tasks=[str(TASKS)], extra_grpo_args={"gradient_checkpointing": True})
-    with pytest.raises(ConfigError, match="rank_by='neural' orders ranked options") as info:
-        LMTrainConfig(tasks=[str(TASKS)], rank_by="neural", ranked=False)
-    assert info.value.field == "rank_by"
+    with pytest.raises(ConfigError, match="order='neural' ranks by a neural policy and shows no measured") as info:
+        LMTrainConfig(tasks=[str(TASKS)], order="neural", measured=True)
+    assert info.value.field == "order"
 
 
 def _export(tmp_path: Path, card_chars: int, observation_chars: int) -> Path:
@@ -183,7 +183,7 @@ def _adapter(folder: Path) -> dict:
 def test_shrunken_cpu_recipe_learns_saves_an_adapter_evaluates_and_resumes(tmp_path):
     """configs/recipes/lm-router-sft.yaml end to end at a tiny size (plus two GRPO steps): a damaged trajectory line
     is named and skipped, SFT and GRPO change the adapter, and the saved router loads as a policy with the prompt
-    limits it was trained with and the ranker it names (`rank_by`).
+    limits it was trained with and the ranker its `order` names.
     The same run killed (SIGKILL) after its first SFT checkpoint and started again resumes there: the same
     second-step loss (same data order) and the same final adapter as the run never interrupted."""
     import os
@@ -199,7 +199,7 @@ def test_shrunken_cpu_recipe_learns_saves_an_adapter_evaluates_and_resumes(tmp_p
     from maestro_graph.rl.trl_train import train_lm
 
     sft_data = _export(tmp_path, 60, 160)
-    config = _tiny(tmp_path, sft_data, "run", eval_steps=1, steps=2, rank_by="neural")
+    config = _tiny(tmp_path, sft_data, "run", eval_steps=1, steps=2, order="neural")
     summary = train_lm(config, progress=False)
     assert [p.split(":")[0] for p in summary["sft_lines_skipped"]] == ["line 3"]
     assert all(summary[k]["items"] == 2 for k in ("before", "after_sft", "after"))

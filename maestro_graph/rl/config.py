@@ -130,15 +130,15 @@ class LMTrainConfig:
     max_new_tokens: int = setting(32, "Most tokens the router writes per turn.")
     card_chars: int = setting(120, "Card texts in the prompt are cut to this many characters.")
     observation_chars: int = setting(300, "Each `<information>` turn is cut to this many characters.")
+    order: str = setting("registry", "How the experts are offered (LMConfig.order, written to router.yaml): "
+                         "`pair-ids`, `registry` (numbered in the registry's order), `reach` (numbered, best measured "
+                         "on similar questions first; a pair whose figure is hidden by profile_dropout comes last), "
+                         "`neural` or `neural:PATH.safetensors` (numbered in the order of that neural policy's "
+                         "opening choice where the router is served and evaluated; training renders them ranked by "
+                         "the reach, as the teacher's episodes were run).")
     measured: bool = setting(False, "Each option of the prompt also shows its pair's measured accuracy on similar "
                              "questions (the registry's reach); hidden per pair with profile_dropout in training.")
-    ranked: bool = setting(False, "Options numbered by their pair's measured accuracy on similar questions, best "
-                           "first (the registry's reach); a pair whose figure is hidden (profile_dropout) comes last.")
-    rank_by: Optional[str] = setting(None, "With `ranked`: a neural policy (`neural`: the shipped checkpoint; "
-                                     "`neural:PATH.safetensors`) whose probability of opening with each pair ranks "
-                                     "the options where the router is served and evaluated (written to router.yaml); "
-                                     "training renders them ranked by the reach, as the teacher's episodes were run.")
-    profile_dropout: float = setting(0.25, "With `measured` or `ranked`: each pair's figure is hidden with this "
+    profile_dropout: float = setting(0.25, "With `measured` or a ranked `order`: each pair's figure is hidden with this "
                                      "probability per rendering and GRPO group, so the router also meets experts "
                                      "never profiled.")
     steps: int = setting(4, "GRPO steps; 0 skips GRPO, so OUT/final is the SFT warm start (how `lm:shipped` was "
@@ -189,9 +189,9 @@ class LMTrainConfig:
     extra_grpo_args: dict[str, Any] = setting({}, "More `trl.GRPOConfig` fields, passed through (YAML only).")
 
     def __post_init__(self) -> None:
-        from ..policy.lm.policy import rank_by_problem
+        from ..policy.lm.policy import order_problem
 
-        ranking = rank_by_problem(self.rank_by, self.ranked, self.measured)
+        ordering = order_problem(self.order, self.measured)
         checks = [
             (bool(self.tasks), "tasks", "needs at least one task file"),
             (self.num_generations >= 2, "num_generations", "must be at least 2: advantages are relative in a group"),
@@ -212,7 +212,7 @@ class LMTrainConfig:
             (self.save_steps >= 1, "save_steps", "must be at least 1"),
             (self.eval_steps >= 0, "eval_steps", "must be at least 0 (0: no evaluation during GRPO)"),
             (self.eval_steps == 0 or self.eval_tasks is not None, "eval_steps", "needs eval_tasks"),
-            (ranking is None, "rank_by", ranking),
+            (ordering is None, "order", ordering),
         ]
         for ok, name, why in checks:
             if not ok:
@@ -228,10 +228,11 @@ class LMTrainConfig:
 
     @property
     def prompt(self) -> "PromptOptions":
+        from ..policy.lm.policy import prompt_order
         from ..policy.lm.prompt import PromptOptions
 
         return PromptOptions(card_chars=self.card_chars, observation_chars=self.observation_chars,
-                             measured=self.measured, ranked=self.ranked)
+                             order=prompt_order(self.order), measured=self.measured)
 
     @property
     def export_options(self) -> "ExportOptions":

@@ -482,7 +482,7 @@ def evaluate_lm(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[
     """Greedy accuracy of the LM router (decoded as in training) through the graph, with its format-error rate."""
     policy = LMPolicy(TransformersLM(model, tokenizer, temperature=0.0, max_new_tokens=config.max_new_tokens),
                       constrained=config.constrained, prompt=config.prompt, name="lm:eval",
-                      ranker=make_ranker(config.rank_by))
+                      ranker=make_ranker(config.order))
     graph = build_graph(registry, policy)
     scores, errors, answered = [], 0, 0
     context = MaestroContext(max_turns=config.max_turns, max_cost=config.max_cost, reach_floor=0.0)
@@ -527,8 +527,8 @@ def _save(model: Any, tokenizer: Any, config: LMTrainConfig, folder: Path) -> Pa
     tokenizer.save_pretrained(folder)
     settings = {"adapter": "." if config.lora_r else None, "model": config.model if config.lora_r else None,
                 "constrained": config.constrained, "card_chars": config.card_chars,
-                "observation_chars": config.observation_chars, "numbered": config.prompt.numbered,
-                "measured": config.measured, "ranked": config.ranked, "rank_by": config.rank_by,
+                "observation_chars": config.observation_chars,
+                "order": config.order, "measured": config.measured,
                 "max_new_tokens": config.max_new_tokens}
     (folder / ROUTER_FILE).write_text(yaml.safe_dump(settings, sort_keys=False))
     return folder

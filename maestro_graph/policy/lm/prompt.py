@@ -19,6 +19,7 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from ...registry.pair import Pair
 from ...scoring import choice_label
@@ -47,24 +48,30 @@ class PromptOptions:
     """Characters of each card description shown (cut at a word boundary)."""
     observation_chars: int = 600
     """Characters of each observation's evidence shown in `<information>`."""
-    numbered: bool = True
-    """Experts listed as numbered options and called by number; False: the prompt of routers trained before
-    numbered options (skills, models and valid pairs listed apart, pairs called by id), which a router reads as it
-    was trained (a ROUTER_FILE without `numbered` is such a router's)."""
+    order: Literal["pair-ids", "registry", "ranked"] = "registry"
+    """How the experts are offered. `registry`: numbered options in the registry's order, called by number.
+    `ranked`: numbered options sorted by a score per pair, best first (`option_pairs`: the reach's measured accuracy
+    on similar questions, or an LM router's `order` ranker's opening probabilities), so option 1 is the expert the
+    scores favour and the router reads the cards to tell when another fits better; a 135M model picks far more
+    reliably from a ranked list than from ten lines in an arbitrary order. `pair-ids`: the prompt of routers trained
+    before numbered options (skills, models and valid pairs listed apart, pairs called by id), which such a router
+    reads as it was trained."""
     measured: bool = False
     """Each numbered option also says how its pair did on the calibration questions most like this one (the
     registry's reach: `measured_accuracy`), where that was measured: the LM router reads what the neural policy
-    reads, so an expert added and profiled after training is told apart by its figure, not only its card. False: the
-    prompt of routers trained before it (a ROUTER_FILE without `measured`)."""
-    ranked: bool = False
-    """Options numbered by their pair's accuracy on the calibration questions most like this one (the registry's
-    reach, `measured_accuracy`), best first; pairs measured nothing about come after, in the order below: option 1 is
-    the expert the measurements favour, and the router reads the cards to tell when another one fits better. A
-    135M model picks far more reliably from a ranked list than from ten lines in an arbitrary order, which is what
-    tool retrieval does for LLM agents. False: the order below (a ROUTER_FILE without `ranked`)."""
+    reads, so an expert added and profiled after training is told apart by its figure, not only its card."""
     shuffle: int | None = None
     """Salt of a per-question shuffle of the option numbers (training: an expert's number then says nothing about
     it, only its text does); None numbers them in the registry's order (serving: one fixed order per registry)."""
+
+    @property
+    def numbered(self) -> bool:
+        """Experts are numbered options, called by number (every order but `pair-ids`)."""
+        return self.order != "pair-ids"
+
+    @property
+    def ranked(self) -> bool:
+        return self.order == "ranked"
 
     @property
     def reads_reach(self) -> bool:
@@ -75,6 +82,8 @@ class PromptOptions:
     def __post_init__(self) -> None:
         if self.card_chars < 20 or self.observation_chars < 20:
             raise ValueError("card_chars and observation_chars must be at least 20 (they cut card texts and evidence)")
+        if self.measured and not self.numbered:
+            raise ValueError("measured figures are shown on numbered options, not with order `pair-ids`")
 
 
 _FENCE = re.compile(r"</?\s*(search|answer|information)\s*>", re.IGNORECASE)
@@ -99,8 +108,8 @@ def option_pairs(pairs: Sequence[Pair], question: str, choices: Sequence[str] | 
     not decline the question from its text (`SkillSpec.declines`: the graph never offers them), in the given order,
     or shuffled by `options.shuffle` and the question (every episode of one question and salt reads the same numbers,
     so a GRPO group's episodes are compared under one prompt), then, with `options.ranked`, sorted by `accuracy`
-    (best first, stably; unmeasured pairs last). The list depends on the question alone, not on the turn, so a
-    number means the same expert all through an episode. The pair-id prompt (`numbered` False) lists every pair, as
+    (best first, stably; unscored pairs last). The list depends on the question alone, not on the turn, so a
+    number means the same expert all through an episode. The pair-id prompt (order `pair-ids`) lists every pair, as
     routers reading it were trained before skills could decline a question (shown a shorter list, such a router
     chose otherwise: 0.392 macro on the test half against 0.570 when it was shipped); the graph still never runs a
     declined pair, since only valid actions are scored."""
@@ -121,7 +130,7 @@ def option_labels(listed: Sequence[str], options: PromptOptions = PromptOptions(
 
 
 def _pairs_prompt(pairs: Sequence[Pair], max_turns: int, options: PromptOptions) -> str:
-    """The prompt without numbered options (`PromptOptions.numbered` False)."""
+    """The prompt without numbered options (order `pair-ids`)."""
     skills = {p.skill.name: p.skill for p in pairs}
     models = {p.model.name: p.model for p in pairs}
     lines = [
