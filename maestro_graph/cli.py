@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import time
-from enum import IntEnum
+from enum import IntFlag
 from pathlib import Path
 from typing import Optional
 
@@ -197,20 +197,38 @@ def ask(
                   f"   [dim]({result.stop_reason}, {result.latency_s:.1f}s, cost {result.cost:.3f})[/dim]")
 
 
-class PredictExit(IntEnum):
+class PredictExit(IntFlag):
     """`maestro predict`'s exit status, so that a script can tell a clean run from one to look into
-    (docs/evaluation.md). The two kinds of trouble add up: 3 is failed episodes and skipped lines."""
+    (docs/evaluation.md). The kinds of trouble add up: 3 is failed episodes and skipped lines, 5 failed episodes on
+    a run that lost capacity. `maestro eval` exits with LOST_CAPACITY alone (its failures are measurements)."""
 
     ALL_RAN = 0
     FAILED = 1
     """some episodes failed (crashed, or their input was unreadable); they are in the prediction file, marked"""
     SKIPPED = 2
     """task-file lines were skipped as bad input; 2 is also every usage error, which stops the run before it starts"""
-    FAILED_AND_SKIPPED = 3
+    LOST_CAPACITY = 4
+    """the run ran on less than it asked for: workers died or never started, or steps failed on their node (its
+    disk, memory or files); every item may still have been answered, by the workers that remained"""
 
     @classmethod
-    def of(cls, failed: int, skipped: int) -> "PredictExit":
-        return cls(cls.FAILED * (failed > 0) + cls.SKIPPED * (skipped > 0))
+    def of(cls, failed: int, skipped: int, lost: int = 0) -> "PredictExit":
+        return cls(cls.FAILED * (failed > 0) | cls.SKIPPED * (skipped > 0) | cls.LOST_CAPACITY * (lost > 0))
+
+
+def _report_losses(lost: list, node_failures: int, cache_errors: int) -> int:
+    """Print what a batch run lost (workers by name, steps failed on their node) and the cache errors it ran
+    through; returns how many losses there were (cache errors are not: the steps ran uncached)."""
+    for worker in lost:
+        err.print(f"[red]lost worker[/red] {escape(str(worker))}")
+    if lost:
+        err.print(f"[red]{len(lost)} workers lost[/red]: the items ran on the remaining workers")
+    if node_failures:
+        err.print(f"[red]{node_failures} steps failed on their node[/red] (error kind `node` in the records)")
+    if cache_errors:
+        err.print(f"[yellow]{cache_errors} expert-cache reads or writes failed[/yellow]; those calls and steps ran "
+                  "uncached")
+    return len(lost) + node_failures
 
 
 @app.command()
@@ -235,11 +253,12 @@ def predict(
 ) -> None:
     """Run POLICY over every item of a task file and write the prediction file; prints accuracy per source.
 
-    Exit status:
+    Exit status (the codes add up):
     0 every item ran;
     1 some episodes failed (recorded in OUT with `failed: true`);
     2 some task-file lines were skipped as bad input, or a usage error stopped the run;
-    3 both 1 and 2."""
+    4 the run lost capacity: workers died or never started, or steps failed on their node (each named on stderr
+    and in the metrics file)."""
     _threads()
     from .episode.graph import MaestroContext
     from .episode.runner import predict as run_predict
@@ -267,8 +286,9 @@ def predict(
     if reg.cache is not None:
         stats = reg.cache.stats
         console.print(f"expert cache {reg.cache.location}: {stats.hits} hits, {stats.misses} misses "
-                      f"({stats.hit_rate:.0%} hit rate), {stats.corrupt} corrupt")
-    raise typer.Exit(PredictExit.of(summary.failed, len(summary.skipped)))
+                      f"({stats.hit_rate:.0%} hit rate), {stats.corrupt} corrupt, {stats.errors} errors")
+    losses = _report_losses(summary.lost, summary.node_failures, summary.cache_errors)
+    raise typer.Exit(PredictExit.of(summary.failed, len(summary.skipped), losses))
 
 
 @app.command("eval")
@@ -336,6 +356,10 @@ def eval_(
         console.print(f"{no_pair['items']} items no pair answers (the oracle's misses)")
     if run.skipped:
         console.print(f"[yellow]{len(run.skipped)} items skipped[/yellow] (listed in results.json)")
+    losses = _report_losses([w for r in run.results for w in r.lost], sum(r.node_failures for r in run.results),
+                            sum(r.cache_errors for r in run.results))
+    if losses:
+        raise typer.Exit(PredictExit.LOST_CAPACITY)
 
 
 @app.command()

@@ -1,26 +1,39 @@
-"""A Ray cluster whose nodes share no disk: the worker node cannot see the task folder, so the images travel with
-the work; a cluster smaller than `--workers` starts with what it has; a worker's warning reaches the driver's
-terminal. Also: the deployment files a user applies (Dockerfile, KubeRay manifests, the job's runtime env) parse and
-run the command this page documents."""
+"""A Ray cluster whose nodes share no disk: the worker node cannot see the folder that holds the tasks, the registry
+file and its skill folders, and cannot write the cache folder the driver names, so the images and the registry
+travel with the work and the cache only helps; a cluster smaller than `--workers` starts with what it has; a
+worker's warning reaches the driver's terminal; a node lost mid-run is named and its items finish elsewhere. Also:
+the deployment files a user applies (Dockerfile, KubeRay manifests, the job's runtime env) validate against the
+KubeRay CRD schemas and run the command this page documents."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 from PIL import Image
-from services import ray_env, ray_two_nodes
-from test_scale import BARCODE_TASKS, _barcode_registry, _records
+from services import ray_env, ray_node, ray_two_nodes
+from test_scale import BARCODE_TASKS, _records
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 MAESTRO = Path(sys.executable).parent / "maestro"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """(address, driver-only folder, read-only folder): a head without CPUs and a worker node of 2 CPUs started in a
+    folder of its own, to which the driver-only folder is an empty tmpfs and the read-only folder is read-only."""
+    hidden, read_only = tmp_path_factory.mktemp("driver-only"), tmp_path_factory.mktemp("read-only-there")
+    with ray_two_nodes(hidden=hidden, workdir=tmp_path_factory.mktemp("worker-node"), read_only=read_only) as address:
+        yield address, hidden, read_only
 
 
 def _task_folder(folder: Path) -> Path:
@@ -38,18 +51,35 @@ def _task_folder(folder: Path) -> Path:
     return folder / "tasks.jsonl"
 
 
-@pytest.mark.slow  # one two-node cluster start (about 10 s) and two predict runs
-def test_predict_on_nodes_that_share_no_disk_writes_the_thread_records_and_shows_worker_warnings(tmp_path):
-    tasks = _task_folder(tmp_path / "tasks")
-    registry = _barcode_registry(tmp_path)
-    elsewhere = tmp_path / "worker-node"
-    elsewhere.mkdir()
+def _own_registry(folder: Path, **expert_options) -> Path:
+    """Two barcode readers on copies of the two barcode skills in `folder` (not the package's): the registry file
+    and the skill folders exist on the driver's disk only. With options, the first reader is a slow one."""
+    for skill in ("barcode-reading", "barcode"):
+        shutil.copytree(ROOT / "maestro_graph" / "skills" / skill, folder / "skills" / skill)
+    first = ({"type": "python", "entry": "fakes:SlowBarcodeExpert", "options": expert_options} if expert_options else
+             {"type": "python", "entry": "maestro_graph.experts.zxing_barcode:ZXingBarcodeExpert"})
+    path = folder / "registry.yaml"
+    path.write_text(yaml.safe_dump({"skill_dirs": ["skills"], "models": [
+        {"name": "zxing", "description": "zxing-cpp barcode reader.", "capabilities": ["barcode"], "backend": first,
+         "cost": {"per_call": 0.01}},
+        {"name": "opencv-barcode", "description": "OpenCV barcode and QR reader.", "capabilities": ["barcode"],
+         "backend": {"type": "python", "entry": "maestro_graph.experts.opencv_barcode:OpenCVBarcodeExpert"},
+         "cost": {"per_call": 0.01}}]}))
+    return path
+
+
+@pytest.mark.slow  # one two-node cluster start (about 10 s, shared by the module) and two predict runs
+def test_predict_on_a_node_without_the_driver_s_files_writes_the_uncached_thread_records(cluster, tmp_path):
+    address, hidden, read_only = cluster
+    folder = hidden / "own-files"
+    tasks = _task_folder(folder)  # the tasks, the registry and its skills: on the driver's disk only
+    registry = _own_registry(folder)
 
     def predict(out: str, *extra: str) -> subprocess.Popen:
         # from the task folder, as a user runs it; three workers on a cluster with two CPUs
         return subprocess.Popen([str(MAESTRO), "predict", "-t", tasks.name, "-o",
                                  str(tmp_path / out / "predictions" / "rules.jsonl"), "-p", "rules", "--workers", "3",
-                                 "--registry", str(registry), "--no-cache", *extra],
+                                 "--registry", str(registry), *extra],
                                 cwd=tasks.parent, env={**os.environ, **ray_env()}, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
 
@@ -58,27 +88,76 @@ def test_predict_on_nodes_that_share_no_disk_writes_the_thread_records_and_shows
         assert proc.returncode == 0, output[-3000:]
         return output
 
-    threads = predict("threads")  # while the cluster starts
-    with ray_two_nodes(hidden=tasks.parent, workdir=elsewhere) as address:
-        finish(threads)
-        output = finish(predict("ray", "--executor", f"ray:{address}"))
+    finish(predict("threads", "--no-cache"))
+    # a cache folder the driver can write and the worker node cannot: the workers run every step uncached
+    output = finish(predict("ray", "--executor", f"ray:{address}", "--cache-dir", str(read_only / "cache")))
     records = _records(tmp_path / "ray")["rules"]
     assert len(records) == 5 and all(r["error"] is None and not r["failed"] for r in records), records
+    assert all(r["answer"] is not None for r in records[:4]), records
     assert _records(tmp_path / "threads") == _records(tmp_path / "ray")
     shown = [line for line in output.splitlines() if "has 2 frames; only the first is read" in line]
     assert shown and all("_RayWorker" in line for line in shown), output[-3000:]  # from a worker, named as such
+    told = [line for line in output.splitlines() if "cannot write an entry" in line]
+    assert told and all("Read-only file system" in line and "_RayWorker" in line for line in told), output[-3000:]
+    assert len(told) <= 2  # once per worker process, not once per call
     threads_counts, ray_counts = _counters(tmp_path / "threads"), _counters(tmp_path / "ray")
     calls = {k: v for k, v in threads_counts.items() if k.startswith("maestro_expert_calls_total")}
     assert calls and calls == {k: v for k, v in ray_counts.items() if k.startswith("maestro_expert_calls_total")}
+    assert ray_counts["maestro_cache_errors_total"] > 0 and "maestro_batch_workers_lost_total" not in str(ray_counts)
     by_worker = {k: v for k, v in ray_counts.items() if k.startswith("maestro_batch_items_total{worker=")}
     assert sum(by_worker.values()) == 5 and 1 <= len(by_worker) <= 2  # the two workers the cluster could place
 
 
+@pytest.mark.slow  # a third node (about 5 s to join), twelve one-second items on four workers, then two
+def test_a_node_lost_mid_run_is_named_and_its_items_finish_on_the_other_workers(cluster, tmp_path):
+    address, _, _ = cluster
+    registry = _own_registry(tmp_path, delay_s=1.0)
+    out = tmp_path / "predictions.jsonl"
+    with ray_node(address, num_cpus=2) as doomed:
+        proc = subprocess.Popen([str(MAESTRO), "predict", "-t", str(BARCODE_TASKS), "-o", str(out), "-p",
+                                 "fixed:zxing@@barcode-reading", "--workers", "4", "--no-cache", "--registry",
+                                 str(registry), "--executor", f"ray:{address}"], env={**os.environ, **ray_env()},
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 120
+        while not (out.is_file() and out.read_text().count("\n") >= 4):  # every worker is inside an item by now
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-3000:]
+            time.sleep(0.1)
+        workers = _actor_pids(doomed.pid)
+        os.killpg(doomed.pid, signal.SIGKILL)
+        output = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 4, output[-3000:]  # PredictExit.LOST_CAPACITY: every item ran, on fewer workers
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["id"] for r in records) == sorted(json.loads(t)["id"] for t in BARCODE_TASKS.read_text().splitlines())
+    assert all(r["error"] is None and r["steps"][0]["error"] is None for r in records)
+    named = {line.split()[2] for line in output.splitlines() if line.startswith("lost worker ")}
+    assert workers and {int(name.rsplit(":", 1)[1]) for name in named} == workers, (workers, output[-3000:])
+    counters = _counters_file(out.with_name("predictions.metrics.prom"))
+    lost = {k.split('worker="')[1].split('"')[0] for k in counters if k.startswith("maestro_batch_workers_lost_total")}
+    assert lost == named
+
+
+def _actor_pids(session: int) -> set[int]:
+    """The Maestro workers among a node's processes (its `ray start` session)."""
+    pids = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            title = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[3]) == session and b"_RayWorker" in title:
+            pids.add(int(stat.parent.name))
+    return pids
+
+
 def _counters(run: Path) -> dict[str, float]:
     """The counters of a predict run's metrics file (Prometheus text format), by name and labels."""
-    text = (run / "predictions" / "rules.metrics.prom").read_text()
-    return {name: float(value) for line in text.splitlines() if line.split("{")[0].endswith("_total")
-            for name, value in [line.rsplit(" ", 1)]}
+    return _counters_file(run / "predictions" / "rules.metrics.prom")
+
+
+def _counters_file(path: Path) -> dict[str, float]:
+    return {name: float(value) for line in path.read_text().splitlines() if not line.startswith("#")
+            for name, value in [line.rsplit(" ", 1)] if name.split("{")[0].endswith("_total")}
 
 
 def test_deploy_files_parse_and_run_the_documented_command():
