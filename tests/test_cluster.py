@@ -160,7 +160,54 @@ def _counters_file(path: Path) -> dict[str, float]:
             for name, value in [line.rsplit(" ", 1)] if name.split("{")[0].endswith("_total")}
 
 
-def test_deploy_files_parse_and_run_the_documented_command():
+KUBERAY_VERSION = "v1.7.0"
+"""The operator whose CRD schemas tests/data/kuberay holds (tests/data/kuberay/SOURCE.md) and docs/scale.md names."""
+SCHEMAS = ROOT / "tests" / "data" / "kuberay"
+WORKER_GB = 1.7
+"""The largest RSS of one Maestro worker measured after 24 items (docs/scale.md, CPU-bound experts)."""
+IMAGE_UID = 1000
+
+
+def _strict(schema):
+    """The schema as `kubectl apply --validate=strict` reads it: a field it does not declare is an error (the API
+    server would drop it silently), except under `x-kubernetes-preserve-unknown-fields`."""
+    if isinstance(schema, list):
+        return [_strict(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    schema = {k: _strict(v) for k, v in schema.items()}
+    if "properties" in schema and "additionalProperties" not in schema \
+            and not schema.get("x-kubernetes-preserve-unknown-fields"):
+        schema["additionalProperties"] = False
+    return schema
+
+
+def _problems(doc: dict) -> list[str]:
+    import jsonschema
+
+    schema = _strict(json.loads((SCHEMAS / f"ray.io_{doc['kind'].lower()}s.v1.schema.json").read_text()))
+    return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
+            for e in jsonschema.Draft7Validator(schema).iter_errors(doc)]
+
+
+def _gib(quantity: str) -> float:
+    units = {"Gi": 2**30, "Mi": 2**20, "G": 1e9, "M": 1e6}
+    unit = next((u for u in units if quantity.endswith(u)), "")
+    return float(quantity.removesuffix(unit)) * units.get(unit, 1) / 1e9
+
+
+def test_the_schema_check_catches_what_the_api_server_would_refuse_or_drop():
+    cluster = yaml.safe_load((DEPLOY / "kuberay-raycluster.yaml").read_text())
+    assert _problems(cluster) == []
+    cluster["spec"]["autoscalerOptions"]["evn"] = [{"name": "RAY_AUTH_TOKEN", "value": "x"}]  # a typo: dropped
+    cluster["spec"]["authOptions"]["mode"] = "tokens"
+    cluster["spec"]["workerGroupSpecs"][0]["replicas"] = "1"
+    problems = " | ".join(_problems(cluster))
+    assert "'evn' was unexpected" in problems and "'tokens' is not one of" in problems, problems
+    assert "'1' is not of type 'integer'" in problems, problems
+
+
+def test_deploy_files_validate_against_the_kuberay_schemas_and_agree_with_the_image():
     text = (DEPLOY / "Dockerfile").read_text().replace("\\\n", " ")
     instructions = [line.split(maxsplit=1) for line in text.splitlines() if line.strip() and not line.startswith("#")]
     assert instructions[0][0] == "FROM" and any('".[ray,redis]"' in rest for op, rest in instructions if op == "RUN")
@@ -169,6 +216,10 @@ def test_deploy_files_parse_and_run_the_documented_command():
         if op == "COPY":  # from the repository root, and not left out of the build context
             for source in rest.split()[:-1]:
                 assert (ROOT / source).exists() and (f"!{source}" in kept or f"!{source}/**" in kept), source
+    (ray_pin,) = [word for op, rest in instructions if op == "RUN" for word in rest.split() if "ray[default]==" in word]
+    ray_version = ray_pin.strip('"').split("==")[1]
+    user = [rest for op, rest in instructions if op == "USER"][-1]
+    assert any(op == "RUN" and f"--uid {IMAGE_UID} {user}" in rest for op, rest in instructions)
     runtime_env = yaml.safe_load((DEPLOY / "runtime_env.yaml").read_text())
     assert set(runtime_env) <= {"working_dir", "env_vars", "excludes"}
     assert all(isinstance(v, str) for v in runtime_env["env_vars"].values())
@@ -176,19 +227,36 @@ def test_deploy_files_parse_and_run_the_documented_command():
     manifests = {doc["kind"]: doc for path in sorted(DEPLOY.glob("kuberay-*.yaml"))
                  for doc in yaml.safe_load_all(path.read_text())}
     assert {"RayJob", "RayCluster"} <= set(manifests)
+    assert f"KubeRay {KUBERAY_VERSION}" in (ROOT / "docs" / "scale.md").read_text()
     for kind in ("RayJob", "RayCluster"):
         doc = manifests[kind]
-        assert doc["apiVersion"] == "ray.io/v1" and doc["metadata"]["name"]
+        assert _problems(doc) == [], kind
         cluster = doc["spec"]["rayClusterSpec"] if kind == "RayJob" else doc["spec"]
+        assert cluster["rayVersion"] == ray_version  # one Ray in the image and the manifests
+        # the operator hands the secret's token to head, workers, autoscaler (and a RayJob's submitter); a token
+        # written into a container by hand would be a second copy that can disagree
+        assert cluster["authOptions"] == {"mode": "token", "secretName": "maestro-ray-token"}
         groups = cluster["workerGroupSpecs"]
         assert cluster.get("enableInTreeAutoscaling") is True  # workers grow as the executor asks for them
         assert all(g["minReplicas"] <= g["replicas"] <= g["maxReplicas"] for g in groups)
-        for pod in [cluster["headGroupSpec"]["template"], *(g["template"] for g in groups)]:
+        pods = [cluster["headGroupSpec"]["template"], *(g["template"] for g in groups)]
+        if kind == "RayJob":
+            pods.append(doc["spec"]["submitterPodTemplate"])
+        for pod in pods:
             container = pod["spec"]["containers"][0]
             assert container["image"].startswith("maestro-graph")  # the image deploy/Dockerfile builds
-            env = {e["name"] for e in container.get("env", [])}
-            assert "RAY_AUTH_TOKEN" in env
+            assert not {e["name"] for e in container.get("env", [])} & {"RAY_AUTH_TOKEN", "RAY_AUTH_MODE"}
+        for pod in pods[:1 + len(groups)]:  # Ray's nodes: the temporary folder is the node's own and writable
+            spec, container = pod["spec"], pod["spec"]["containers"][0]
+            node_local = {v["name"] for v in spec["volumes"] if "emptyDir" in v}
+            assert any(m["mountPath"] == "/tmp" and m["name"] in node_local for m in container["volumeMounts"])
+            assert spec["securityContext"]["fsGroup"] == IMAGE_UID
+        for group in groups:
+            workers = int(group["rayStartParams"]["num-cpus"])
+            memory = group["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
+            assert _gib(memory) >= 1.25 * workers * WORKER_GB, (memory, workers)  # measured, with headroom
     entrypoint = manifests["RayJob"]["spec"]["entrypoint"].split()
     assert entrypoint[:2] == ["maestro", "predict"] and "--executor" in entrypoint
     assert entrypoint[entrypoint.index("--executor") + 1] == "ray:auto"
+    assert "--cache-dir" not in entrypoint  # the default is each node's own folder (a path only the head has is not)
     assert yaml.safe_load(manifests["RayJob"]["spec"]["runtimeEnvYAML"]) == runtime_env  # one runtime env
