@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -134,6 +135,42 @@ def test_a_node_lost_mid_run_is_named_and_its_items_finish_on_the_other_workers(
     counters = _counters_file(out.with_name("predictions.metrics.prom"))
     lost = {k.split('worker="')[1].split('"')[0] for k in counters if k.startswith("maestro_batch_workers_lost_total")}
     assert lost == named
+
+
+def test_a_registry_bundle_unpacked_on_another_disk_is_the_same_registry(tmp_path):
+    from maestro_graph.batch.executors import RegistrySource
+    from maestro_graph.batch.measure import measure_pairs
+    from maestro_graph.core.tasks import load_tasks
+    from maestro_graph.registry import Registry
+    from maestro_graph.registry.config import default_config_path
+
+    driver = tmp_path / "driver"
+    (driver / "base").mkdir(parents=True)
+    _own_registry(driver / "base")  # the base registry, with its own skill folders
+    own = driver / "own.yaml"  # extends it and names a profile of its own, beside it
+    own.write_text(yaml.safe_dump({"extends": "base/registry.yaml", "profile": "own.profile.json"}))
+    measured = Registry.load(own, profiled=False)
+    measure_pairs(measured, load_tasks(BARCODE_TASKS)[0][:2], workers=1, progress=False).write_profile(
+        measured, "two barcode items", driver / "own.profile.json")
+    source = RegistrySource(own)
+    bundle = source.bundle()
+    assert {"registry.yaml", "registry.profile.json", "registry.profile.reach.safetensors",
+            "skills/0/barcode/SKILL.md"} <= set(bundle.files)
+    assert source.bundle().digest == bundle.digest  # content-addressed: the same files, the same digest
+    packaged = RegistrySource(default_config_path()).bundle()  # the package's skills and profile: named, not sent
+    assert set(packaged.files) == {"registry.yaml"}
+    assert yaml.safe_load(packaged.files["registry.yaml"])["profile"] == "package:default_registry.profile.json"
+    hashes = {name: skill.code_hash for name, skill in measured.skills.items()}
+    shutil.rmtree(driver)  # the worker's node has none of the driver's files
+    assert not RegistrySource(None).on_node(None).config  # the packaged registry is every node's own
+
+    shipped = source.on_node(bundle).load()
+    again = source.on_node(bundle)  # a second worker of the node reads the copy the first unpacked
+    assert again.config == source.on_node(bundle).config and again.config.is_relative_to(tempfile.gettempdir())
+    assert shipped.pair_ids() == measured.pair_ids() and len(shipped.pair_ids()) == 2
+    assert {name: skill.code_hash for name, skill in shipped.skills.items()} == hashes  # cached steps still fit
+    assert sorted(shipped.profiles) == sorted(measured.pair_ids()) and shipped.reach is not None
+    assert shipped.reach.pairs == {p: e.fingerprint for p, e in shipped.profiles.items()}
 
 
 def _actor_pids(session: int) -> set[int]:
