@@ -273,8 +273,12 @@ def predict(
         except MaestroError as exc:
             _fail(str(exc))
     runner = _executor(executor, reg, registry, cache_dir, cache_url, workers, cache_ttl_s)
-    summary = run_predict(reg, tasks, out, policy=policy, limit=limit, workers=workers, resume=resume, executor=runner,
-                          context=MaestroContext(max_turns=max_turns, max_cost=max_cost, reach_floor=reach_floor))
+    try:
+        summary = run_predict(reg, tasks, out, policy=policy, limit=limit, workers=workers, resume=resume,
+                              executor=runner,
+                              context=MaestroContext(max_turns=max_turns, max_cost=max_cost, reach_floor=reach_floor))
+    except MaestroError as exc:  # the cluster gave out mid-run: what finished is in OUT
+        _fail(f"{exc}; the predictions that finished are in {out}: rerun with --resume to run the rest")
     for problem in summary.skipped:
         err.print(f"[yellow]skipped[/yellow] {problem.file}:{problem.line} ({problem.id}): {problem.error}")
     table = Table("source", "items", "accuracy", title=f"{policy} on {tasks.name}")
@@ -334,7 +338,7 @@ def eval_(
         run = evaluate(reg, tasks, policy, train_tasks=train_tasks, workers=workers, limit=limit, executor=runner,
                        context=MaestroContext(max_turns=max_turns, max_cost=max_cost, reach_floor=reach_floor),
                        predictions_dir=out / "predictions")
-    except ValueError as exc:
+    except (ValueError, MaestroError) as exc:
         _fail(str(exc))
     except KeyboardInterrupt:
         err.print(f"[yellow]interrupted:[/yellow] the episodes that finished are in {out / 'predictions'}; "
