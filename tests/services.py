@@ -122,7 +122,8 @@ def ray_two_nodes(hidden: Path, workdir: Path, worker_cpus: int = 2, read_only: 
     _need_ray()
     wrap = ["unshare", "--mount", "--propagation", "private", *([] if os.geteuid() == 0 else ["--map-root-user"])]
     ro = read_only or hidden  # without one, the hidden folder is remounted read-only under its tmpfs: harmless
-    script = 'mount -t tmpfs hidden "$1" && mount --bind "$2" "$2" && mount -o remount,bind,ro "$2" && shift 2 && exec "$@"'
+    script = ('mount -t tmpfs hidden "$1" && mount --bind "$2" "$2" && mount -o remount,bind,ro "$2" && shift 2 '
+              '&& exec "$@"')
     probe = subprocess.run([*wrap, "sh", "-c", script, "sh", str(hidden), str(ro), "true"], capture_output=True,
                            text=True, check=False)
     if probe.returncode != 0:

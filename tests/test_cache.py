@@ -317,7 +317,8 @@ def test_a_cache_folder_that_cannot_be_written_or_read_changes_no_answer(tmp_pat
     assert len(told) == 1 and "NotADirectoryError" in told[0].getMessage()  # once, for every read and write
     assert "expert-cache reads or writes failed" in " ".join(output.split())
     counters = (tmp_path / "unwritable" / "predictions" / "rules.metrics.prom").read_text()
-    (errors,) = [float(line.split()[1]) for line in counters.splitlines() if line.startswith("maestro_cache_errors_total ")]
+    (errors,) = [float(line.split()[1]) for line in counters.splitlines()
+                 if line.startswith("maestro_cache_errors_total ")]
     assert errors > 0
 
     predict("filled", "--cache-dir", str(tmp_path / "cache"))  # entries that then cannot be read nor replaced

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -33,8 +34,18 @@ def cluster(tmp_path_factory):
     """(address, driver-only folder, read-only folder): a head without CPUs and a worker node of 2 CPUs started in a
     folder of its own, to which the driver-only folder is an empty tmpfs and the read-only folder is read-only."""
     hidden, read_only = tmp_path_factory.mktemp("driver-only"), tmp_path_factory.mktemp("read-only-there")
-    with ray_two_nodes(hidden=hidden, workdir=tmp_path_factory.mktemp("worker-node"), read_only=read_only) as address:
-        yield address, hidden, read_only
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in _NODE_HEALTH.items():
+            env.setenv(name, value)
+        with ray_two_nodes(hidden=hidden, workdir=tmp_path_factory.mktemp("worker-node"),
+                           read_only=read_only) as address:
+            yield address, hidden, read_only
+
+
+_NODE_HEALTH = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "2000",
+                "RAY_health_check_failure_threshold": "3"}
+"""The head notices a lost node within about 3-6 s instead of Ray's 15-30 s (Ray's own settings, read from the
+environment by the processes it starts)."""
 
 
 def _task_folder(folder: Path) -> Path:
@@ -125,16 +136,22 @@ def test_a_node_lost_mid_run_is_named_and_its_items_finish_on_the_other_workers(
             time.sleep(0.1)
         workers = _actor_pids(doomed.pid)
         os.killpg(doomed.pid, signal.SIGKILL)
+        killed = time.monotonic()
         output = proc.communicate(timeout=300)[0]
+    print(f"{len(workers)} workers lost with their node; the run ended {time.monotonic() - killed:.1f} s later")
     assert proc.returncode == 4, output[-3000:]  # PredictExit.LOST_CAPACITY: every item ran, on fewer workers
     records = [json.loads(line) for line in out.read_text().splitlines()]
-    assert sorted(r["id"] for r in records) == sorted(json.loads(t)["id"] for t in BARCODE_TASKS.read_text().splitlines())
+    every = [json.loads(line)["id"] for line in BARCODE_TASKS.read_text().splitlines()]
+    assert sorted(r["id"] for r in records) == sorted(every)  # each item once
     assert all(r["error"] is None and r["steps"][0]["error"] is None for r in records)
-    named = {line.split()[2] for line in output.splitlines() if line.startswith("lost worker ")}
+    named = set(re.findall(r"^lost worker (\S+:\d+) \(died", output, re.M))
     assert workers and {int(name.rsplit(":", 1)[1]) for name in named} == workers, (workers, output[-3000:])
+    # replacements asked for before the head knew the node was gone may have been placed there and died unstarted
+    assert int(re.search(r"^(\d+) workers lost", output, re.M).group(1)) >= len(workers), output[-3000:]
     counters = _counters_file(out.with_name("predictions.metrics.prom"))
-    lost = {k.split('worker="')[1].split('"')[0] for k in counters if k.startswith("maestro_batch_workers_lost_total")}
-    assert lost == named
+    died = {key.split('worker="')[1].split('"')[0] for key in counters
+            if key.startswith('maestro_batch_workers_lost_total{stage="run"')}
+    assert died == named
 
 
 def test_a_registry_bundle_unpacked_on_another_disk_is_the_same_registry(tmp_path):
