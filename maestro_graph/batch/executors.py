@@ -237,7 +237,6 @@ class RayExecutor:
         """Object references of the images sent lately, by content digest: an image several items share (a GRPO
         group, a pair measurement) goes to the object store once."""
         self._waited_s = 0.0
-        self._source = source
 
     @property
     def started(self) -> int:
@@ -293,13 +292,25 @@ class RayExecutor:
                     self.done_by_worker[self._names[actor]] += 1
                     yield result
             if self.stats is not None:
-                for counts in self.ray.get([actor.take_stats.remote() for actor in self._idle]):
-                    for name, value in counts.items():
-                        setattr(self.stats, name, getattr(self.stats, name) + value)
+                self._add_stats()
         finally:  # an actor runs its calls in order, so one still busy (an interrupted map) can take the next map's
             self._idle.extend(actor for actor, _, _ in running.values())
             forgotten = [actor.forget_images.remote() for actor in self._idle]  # after the calls already queued
             self.ray.wait(forgotten, num_returns=len(forgotten), timeout=_FORGET_TIMEOUT_S)
+
+    def _add_stats(self) -> None:
+        """The workers' cache counts added to `stats`; a worker that died since its last item is lost here."""
+        calls = {actor.take_stats.remote(): actor for actor in self._idle}
+        for ref, actor in calls.items():
+            try:
+                counts = self.ray.get(ref)
+            except self.ray.exceptions.RayActorError as exc:
+                self._idle.remove(actor)
+                self._lose(self._names[actor], "run", exc)
+                self._replace()
+                continue
+            for name, value in counts.items():
+                setattr(self.stats, name, getattr(self.stats, name) + value)
 
     def _lose(self, name: str, stage: str, exc: BaseException | str) -> None:
         reason = exc if isinstance(exc, str) else (str(exc).strip().splitlines() or [exc.__class__.__name__])[0]
