@@ -167,9 +167,11 @@ class ExpertCache:
             told, self._failure_told = self._failure_told, True
         if told:
             return
+        # the same words on every worker that meets the same failure (no entry's path), so Ray's log deduplication
+        # shows a cluster's workers' warnings as one line with a count
         log.warning("expert cache %s: cannot %s an entry (%s: %s); expert calls and steps run uncached while it "
                     "fails (counted as cache errors, maestro_cache_errors_total)", self.location, doing,
-                    exc.__class__.__name__, exc)
+                    exc.__class__.__name__, exc.strerror or exc)
 
     def get(self, key: str) -> tuple[bool, Any]:
         try:
