@@ -190,6 +190,19 @@ def test_a_registry_bundle_unpacked_on_another_disk_is_the_same_registry(tmp_pat
     assert shipped.reach.pairs == {p: e.fingerprint for p, e in shipped.profiles.items()}
 
 
+def test_a_node_folder_others_can_write_is_refused(tmp_path, monkeypatch):
+    """Skill code is unpacked there and run: a folder another user could write (or made first) is not used."""
+    from maestro_graph.batch.executors import node_folder
+    from maestro_graph.errors import ConfigError
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    folder = node_folder()
+    assert folder.parent == tmp_path and folder.stat().st_mode & 0o777 == 0o700
+    folder.chmod(0o777)
+    with pytest.raises(ConfigError, match=r"only it can write .*mode drwxrwxrwx"):
+        node_folder()
+
+
 def _actor_pids(session: int) -> set[int]:
     """The Maestro workers among a node's processes (its `ray start` session)."""
     pids = set()

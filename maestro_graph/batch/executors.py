@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 import socket
+import stat
 import tempfile
 import threading
 from collections import Counter, OrderedDict, deque
@@ -142,8 +143,17 @@ class RegistrySource:
 
 def node_folder() -> Path:
     """This node's own folder for what workers keep on it (unpacked registries, a relative cache folder): under the
-    node's temporary directory (TMPDIR), per user, so nothing depends on the driver's paths."""
-    return Path(tempfile.gettempdir()) / f"maestro-{os.getuid()}"
+    node's temporary directory (TMPDIR), per user, so nothing depends on the driver's paths. The skill code unpacked
+    there is run, so the folder must be this user's and writable by no one else (a folder another user made first
+    at that predictable path is refused, naming it)."""
+    folder = Path(tempfile.gettempdir()) / f"maestro-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    info = folder.lstat()
+    if stat.S_ISLNK(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+        raise ConfigError(f"{folder} is not a folder of this user's that only it can write (owner uid "
+                          f"{info.st_uid}, mode {stat.filemode(info.st_mode)}); remove it, or point TMPDIR elsewhere",
+                          field="TMPDIR")
+    return folder
 
 
 class ThreadExecutor:
