@@ -50,8 +50,8 @@ class RegistryBundle:
         skill_dirs = []
         for index, folder in enumerate(config.skill_paths()):
             packaged = _packaged(folder)
-            if packaged is not None or not folder.is_dir():  # a missing folder: the worker says so as the driver did
-                skill_dirs.append(packaged or str(folder))
+            if packaged is not None:
+                skill_dirs.append(packaged)
                 continue
             skill_dirs.append(f"skills/{index}")
             for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
