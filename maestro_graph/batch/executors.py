@@ -26,7 +26,7 @@ from collections import Counter, OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterator, Literal, Protocol, Sequence, runtime_checkable
 
 from ..cache.backends import DEFAULT_TTL_S
 from ..cache.store import CacheStats, open_cache
@@ -78,7 +78,7 @@ class LostWorker:
 
     name: str
     """`node IP:pid`, or `worker N` for one that died before it could say where it ran."""
-    stage: str
+    stage: Literal["run", "start"]
     reason: str
 
     def __str__(self) -> str:
@@ -322,7 +322,7 @@ class RayExecutor:
             for name, value in counts.items():
                 setattr(self.stats, name, getattr(self.stats, name) + value)
 
-    def _lose(self, name: str, stage: str, exc: BaseException | str) -> None:
+    def _lose(self, name: str, stage: Literal["run", "start"], exc: BaseException | str) -> None:
         reason = exc if isinstance(exc, str) else (str(exc).strip().splitlines() or [exc.__class__.__name__])[0]
         self.lost.append(LostWorker(name, stage, reason[:300]))
         log.warning("Ray worker %s", self.lost[-1])
