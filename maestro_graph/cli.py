@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import time
-from enum import IntEnum
+from enum import IntFlag
 from pathlib import Path
 from typing import Optional
 
@@ -199,20 +199,38 @@ def ask(
                   f"   [dim]({result.stop_reason}, {result.latency_s:.1f}s, cost {result.cost:.3f})[/dim]")
 
 
-class PredictExit(IntEnum):
+class PredictExit(IntFlag):
     """`maestro predict`'s exit status, so that a script can tell a clean run from one to look into
-    (docs/evaluation.md). The two kinds of trouble add up: 3 is failed episodes and skipped lines."""
+    (docs/evaluation.md). The kinds of trouble add up: 3 is failed episodes and skipped lines, 5 failed episodes on
+    a run that lost capacity. `maestro eval` exits with LOST_CAPACITY alone (its failures are measurements)."""
 
     ALL_RAN = 0
     FAILED = 1
     """some episodes failed (crashed, or their input was unreadable); they are in the prediction file, marked"""
     SKIPPED = 2
     """task-file lines were skipped as bad input; 2 is also every usage error, which stops the run before it starts"""
-    FAILED_AND_SKIPPED = 3
+    LOST_CAPACITY = 4
+    """the run ran on less than it asked for: workers died or never started, or steps failed on their node (its
+    disk, memory or files); every item may still have been answered, by the workers that remained"""
 
     @classmethod
-    def of(cls, failed: int, skipped: int) -> "PredictExit":
-        return cls(cls.FAILED * (failed > 0) + cls.SKIPPED * (skipped > 0))
+    def of(cls, failed: int, skipped: int, lost: int = 0) -> "PredictExit":
+        return cls(cls.FAILED * (failed > 0) | cls.SKIPPED * (skipped > 0) | cls.LOST_CAPACITY * (lost > 0))
+
+
+def _report_losses(lost: list, node_failures: int, cache_errors: int) -> int:
+    """Print what a batch run lost (workers by name, steps failed on their node) and the cache errors it ran
+    through; returns how many losses there were (cache errors are not: the steps ran uncached)."""
+    for worker in lost:
+        err.print(f"[red]lost worker[/red] {escape(str(worker))}")
+    if lost:
+        err.print(f"[red]{len(lost)} workers lost[/red]: the items ran on the remaining workers")
+    if node_failures:
+        err.print(f"[red]{node_failures} steps failed on their node[/red] (error kind `node` in the records)")
+    if cache_errors:
+        err.print(f"[yellow]{cache_errors} expert-cache reads or writes failed[/yellow]; those calls and steps ran "
+                  "uncached")
+    return len(lost) + node_failures
 
 
 @app.command()
@@ -237,11 +255,12 @@ def predict(
 ) -> None:
     """Run POLICY over every item of a task file and write the prediction file; prints accuracy per source.
 
-    Exit status:
+    Exit status (the codes add up):
     0 every item ran;
     1 some episodes failed (recorded in OUT with `failed: true`);
     2 some task-file lines were skipped as bad input, or a usage error stopped the run;
-    3 both 1 and 2."""
+    4 the run lost capacity: workers died or never started, or steps failed on their node (each named on stderr
+    and in the metrics file)."""
     _threads()
     from .episode.graph import MaestroContext
     from .episode.runner import predict as run_predict
@@ -256,8 +275,12 @@ def predict(
         except MaestroError as exc:
             _fail(str(exc))
     runner = _executor(executor, reg, registry, cache_dir, cache_url, workers, cache_ttl_s)
-    summary = run_predict(reg, tasks, out, policy=policy, limit=limit, workers=workers, resume=resume, executor=runner,
-                          context=MaestroContext(max_turns=max_turns, max_cost=max_cost, reach_floor=reach_floor))
+    try:
+        summary = run_predict(reg, tasks, out, policy=policy, limit=limit, workers=workers, resume=resume,
+                              executor=runner,
+                              context=MaestroContext(max_turns=max_turns, max_cost=max_cost, reach_floor=reach_floor))
+    except MaestroError as exc:  # the cluster gave out mid-run: what finished is in OUT
+        _fail(f"{exc}; the predictions that finished are in {out}: rerun with --resume to run the rest")
     for problem in summary.skipped:
         err.print(f"[yellow]skipped[/yellow] {problem.file}:{problem.line} ({problem.id}): {problem.error}")
     table = Table("source", "items", "accuracy", title=f"{policy} on {tasks.name}")
@@ -269,8 +292,9 @@ def predict(
     if reg.cache is not None:
         stats = reg.cache.stats
         console.print(f"expert cache {reg.cache.location}: {stats.hits} hits, {stats.misses} misses "
-                      f"({stats.hit_rate:.0%} hit rate), {stats.corrupt} corrupt")
-    raise typer.Exit(PredictExit.of(summary.failed, len(summary.skipped)))
+                      f"({stats.hit_rate:.0%} hit rate), {stats.corrupt} corrupt, {stats.errors} errors")
+    losses = _report_losses(summary.lost, summary.node_failures, summary.cache_errors)
+    raise typer.Exit(PredictExit.of(summary.failed, len(summary.skipped), losses))
 
 
 @app.command("eval")
@@ -316,7 +340,7 @@ def eval_(
         run = evaluate(reg, tasks, policy, train_tasks=train_tasks, workers=workers, limit=limit, executor=runner,
                        context=MaestroContext(max_turns=max_turns, max_cost=max_cost, reach_floor=reach_floor),
                        predictions_dir=out / "predictions")
-    except ValueError as exc:
+    except (ValueError, MaestroError) as exc:
         _fail(str(exc))
     except KeyboardInterrupt:
         err.print(f"[yellow]interrupted:[/yellow] the episodes that finished are in {out / 'predictions'}; "
@@ -338,6 +362,10 @@ def eval_(
         console.print(f"{no_pair['items']} items no pair answers (the oracle's misses)")
     if run.skipped:
         console.print(f"[yellow]{len(run.skipped)} items skipped[/yellow] (listed in results.json)")
+    losses = _report_losses([w for r in run.results for w in r.lost], sum(r.node_failures for r in run.results),
+                            sum(r.cache_errors for r in run.results))
+    if losses:
+        raise typer.Exit(PredictExit.LOST_CAPACITY)
 
 
 @app.command()

@@ -38,12 +38,15 @@ def stop_text(stop: StopReason, detail: str | None = None) -> str:
 
 class ErrorKind(StrEnum):
     """Whose fault a failed step was: the policy's (an invalid action, a malformed LM output), the expert's, the
-    request's input, or the skill code's. Set where the error is raised, never parsed from its message."""
+    request's input, the skill code's, or the node's it ran on (its disk, memory or files: an OSError or MemoryError
+    outside the expert's call), which a batch run reports as lost capacity. Set where the error is raised, never
+    parsed from its message."""
 
     POLICY = "policy"
     EXPERT = "expert"
     INPUT = "input"
     SKILL = "skill"
+    NODE = "node"
 
 
 def pair_id(model: str, skill: str) -> str:

@@ -58,3 +58,17 @@ class DyingOnceBarcodeExpert:
         from maestro_graph.experts.zxing_barcode import ZXingBarcodeExpert
 
         return ZXingBarcodeExpert().decode(image)
+
+
+class SlowBarcodeExpert:
+    """zxing-cpp's barcode reader taking `delay_s` a call, like a reader behind a busy server: long enough that a
+    test can take a node away while its workers are inside an item."""
+
+    def __init__(self, delay_s: float = 1.0):
+        self.delay_s = delay_s
+
+    def decode(self, image):
+        from maestro_graph.experts.zxing_barcode import ZXingBarcodeExpert
+
+        time.sleep(self.delay_s)
+        return ZXingBarcodeExpert().decode(image)

@@ -57,7 +57,8 @@ def ray_env() -> dict[str, str]:
     token = os.environ.get("MAESTRO_TEST_RAY_TOKEN") or secrets.token_hex(16)
     os.environ["MAESTRO_TEST_RAY_TOKEN"] = token
     return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "RAY_USAGE_STATS_ENABLED": "0",
-            "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).parent)}
+            "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))}
 
 
 def _need_ray() -> None:
@@ -75,9 +76,10 @@ class _RayNode:
 
 
 @contextlib.contextmanager
-def _ray_nodes(*nodes: _RayNode) -> Iterator[None]:
+def _ray_nodes(*nodes: _RayNode) -> Iterator[list[subprocess.Popen]]:
     """`ray start --block` nodes started at once (a worker node waits for its head by itself), each in its own
-    temporary directory; stopped and removed afterwards."""
+    temporary directory and process group (so a test can kill a node: `os.killpg(proc.pid, SIGKILL)`); yields their
+    processes; stopped and removed afterwards."""
     started: list[tuple[subprocess.Popen, str, Path]] = []
     try:
         for node in nodes:
@@ -91,7 +93,7 @@ def _ray_nodes(*nodes: _RayNode) -> Iterator[None]:
                     start_new_session=True), temp, log))
         for proc, _, log in started:
             _wait(lambda log=log: "Ray runtime started" in log.read_text(), "ray start", proc, log)
-        yield
+        yield [proc for proc, _, _ in started]
     finally:
         for proc, temp, _ in reversed(started):
             _stop(proc, grace_s=2.0)  # a throw-away cluster: no state worth a clean shutdown
@@ -112,21 +114,33 @@ def ray_cluster(num_cpus: int = 2) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def ray_two_nodes(hidden: Path, workdir: Path, worker_cpus: int = 2) -> Iterator[str]:
+def ray_two_nodes(hidden: Path, workdir: Path, worker_cpus: int = 2, read_only: Path | None = None) -> Iterator[str]:
     """A head node without CPUs, so every actor runs on the second node: that one starts in `workdir` and cannot
     see `hidden` (in its own mount namespace an empty tmpfs covers the folder, as if it were on another machine's
-    disk). Yields the head's address; skips where mount namespaces are not allowed."""
+    disk), and sees `read_only` (when given) as a read-only folder. Yields the head's address; skips where mount
+    namespaces are not allowed."""
     _need_ray()
     wrap = ["unshare", "--mount", "--propagation", "private", *([] if os.geteuid() == 0 else ["--map-root-user"])]
-    probe = subprocess.run([*wrap, "mount", "-t", "tmpfs", "hidden", str(hidden)], capture_output=True, text=True,
-                           check=False)
+    ro = read_only or hidden  # without one, the hidden folder is remounted read-only under its tmpfs: harmless
+    script = ('mount -t tmpfs hidden "$1" && mount --bind "$2" "$2" && mount -o remount,bind,ro "$2" && shift 2 '
+              '&& exec "$@"')
+    probe = subprocess.run([*wrap, "sh", "-c", script, "sh", str(hidden), str(ro), "true"], capture_output=True,
+                           text=True, check=False)
     if probe.returncode != 0:
         pytest.skip(f"cannot hide a folder from a second Ray node here (unshare/mount: {probe.stderr.strip()})")
     port = free_port()
-    hide = [*wrap, "sh", "-c", 'mount -t tmpfs hidden "$0" && exec "$@"', str(hidden)]
+    hide = [*wrap, "sh", "-c", script, "sh", str(hidden), str(ro)]
     with _ray_nodes(_head(port, 0), _RayNode([f"--address=127.0.0.1:{port}", f"--num-cpus={worker_cpus}"], hide,
                                              workdir)):
         yield f"127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def ray_node(address: str, num_cpus: int) -> Iterator[subprocess.Popen]:
+    """One more node of `num_cpus` CPUs joining the cluster at `address`; yields its `ray start` process, whose
+    process group is the node (raylet, workers): `os.killpg(proc.pid, signal.SIGKILL)` takes the node away."""
+    with _ray_nodes(_RayNode([f"--address={address}", f"--num-cpus={num_cpus}"])) as (proc,):
+        yield proc
 
 
 @contextlib.contextmanager

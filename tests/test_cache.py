@@ -291,3 +291,41 @@ def test_a_step_that_met_a_passing_failure_is_not_cached(tmp_path):
     refused = registry.run(Invoke("rapidocr", "valuer"), question="2+2", images=[])
     assert refused.answer is None and refused.calls[-1]["failure"] == ExpertFailure.BREAKER_OPEN  # in the trace
     assert not run("2+2").cached and run("2+2").answer == "4"
+
+
+def test_a_cache_folder_that_cannot_be_written_or_read_changes_no_answer(tmp_path, caplog):
+    from test_scale import BARCODE_TASKS, _barcode_registry, _records
+    from typer.testing import CliRunner
+
+    from maestro_graph.cli import app
+
+    registry = _barcode_registry(tmp_path)
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")  # no folder can be made under a file, whoever runs the test (root included)
+
+    def predict(name: str, *cache: str) -> str:
+        result = CliRunner().invoke(app, ["predict", "-t", str(BARCODE_TASKS), "--limit", "3", "-p", "rules",
+                                          "--workers", "1", "--registry", str(registry), "-o",
+                                          str(tmp_path / name / "predictions" / "rules.jsonl"), *cache])
+        assert result.exit_code == 0, result.output  # a cache that fails is no failed item
+        return result.output
+
+    predict("uncached", "--no-cache")
+    with caplog.at_level("WARNING", logger="maestro.cache"):
+        output = predict("unwritable", "--cache-dir", str(blocked / "cache"))
+    told = [r for r in caplog.records if r.name == "maestro.cache"]
+    assert len(told) == 1 and "NotADirectoryError" in told[0].getMessage()  # once, for every read and write
+    assert "expert-cache reads or writes failed" in " ".join(output.split())
+    counters = (tmp_path / "unwritable" / "predictions" / "rules.metrics.prom").read_text()
+    (errors,) = [float(line.split()[1]) for line in counters.splitlines()
+                 if line.startswith("maestro_cache_errors_total ")]
+    assert errors > 0
+
+    predict("filled", "--cache-dir", str(tmp_path / "cache"))  # entries that then cannot be read nor replaced
+    entries = list((tmp_path / "cache").glob("*/*.json"))
+    assert entries
+    for entry in entries:
+        entry.unlink()
+        entry.mkdir()
+    predict("unreadable", "--cache-dir", str(tmp_path / "cache"))
+    assert _records(tmp_path / "uncached") == _records(tmp_path / "unwritable") == _records(tmp_path / "unreadable")

@@ -184,3 +184,31 @@ def test_a_skill_no_model_here_can_run_is_listed_with_the_reason_and_the_install
     shown = json.loads(invoke("registry", "show", "--json", "--registry", str(path)).output)
     assert shown["models"][0]["install"] == card["install"] and not shown["models"][0]["available"]
     assert shown["pairs"] == [] and invoke("registry", "show", "--registry", str(path)).exit_code == 0
+
+
+def test_a_step_that_fails_on_its_node_is_lost_capacity(tmp_path, monkeypatch):
+    """A skill that writes a scratch file on a full disk (/dev/full answers every write with ENOSPC): the step's
+    error is the node's, and predict says so with status 4 (PredictExit.LOST_CAPACITY), not 0."""
+    from test_cache import _tier1_skill
+
+    _tier1_skill(tmp_path, "ocr", "scratch-reader", "Reads text from a scratch copy of the image.", """\
+        import os
+
+        def run(ctx):
+            with open(os.environ["MAESTRO_TEST_SCRATCH"], "wb") as fh:
+                fh.write(b"a scratch copy")
+        """)
+    monkeypatch.setenv("MAESTRO_TEST_SCRATCH", "/dev/full")
+    registry = tmp_path / "registry.yaml"
+    registry.write_text(json.dumps({"skill_dirs": ["skills"], "models": [
+        {"name": "rapidocr", "description": "PP-OCR", "capabilities": ["ocr"],
+         "backend": {"type": "python", "entry": "maestro_graph.experts.rapid_ocr:RapidOCRExpert"}}]}))
+    tasks = _task_file(tmp_path, [GOOD_ITEM], bad_line=False)
+    out = tmp_path / "pred.jsonl"
+    result = invoke("predict", "--tasks", str(tasks), "--out", str(out), "--registry", str(registry), "--policy",
+                    "fixed:rapidocr@@scratch-reader", "--no-cache")
+    assert result.exit_code == 4, result.output
+    (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert record["steps"][0]["error_kind"] == "node" and "No space left on device" in record["steps"][0]["error"]
+    assert "1 steps failed on their node" in " ".join(result.output.split())
+    assert 'maestro_node_step_failures_total{model="rapidocr"} 1.0' in out.with_name("pred.metrics.prom").read_text()

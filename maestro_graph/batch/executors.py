@@ -3,12 +3,13 @@ interface, `map_unordered(job, items)`, that yields `(index, result)` as each it
 measurements and GRPO rollouts are jobs; the callers write each result as it arrives, so a run's records are the
 same whichever executor ran them (docs/scale.md: existing engines, never a home-made scheduler).
 
-A Ray worker is an actor holding its own registry, built from the same `RegistrySource` as the driver's (the same
-config file, cache directory and Redis URL), with experts loaded lazily on first use and each card's concurrency
-limit applying within the actor. An item's image files travel with it through the object store (CarriesImages), so
-a node needs the package and the registry config, not the task folder. Workers join as the cluster places them
-(none is refused for want of CPUs), and their warnings reach the driver's terminal. A worker that dies is restarted
-by Ray and its item run again; the driver receives each item's result once, so nothing is written twice.
+A Ray worker is an actor holding its own registry, built from the driver's `RegistrySource` and the driver's
+registry files, which travel with the job (`bundle.RegistryBundle`), as an item's image files travel with the item
+(CarriesImages): a node needs the package and nothing else. Experts load lazily on first use and each card's
+concurrency limit applies within the actor. Workers join as the cluster places them (none is refused for want of
+CPUs), and their warnings reach the driver's terminal. A worker that dies (its process, or its node) is lost: its
+item goes to another worker, a replacement is asked for, and the loss is named in `lost`, so a run can say it ran on
+less than it asked for; the driver receives each item's result once, so nothing is written twice.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ import logging
 import os
 import shutil
 import socket
+import stat
 import tempfile
 import threading
 from collections import Counter, OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterator, Literal, Protocol, Sequence, runtime_checkable
 
 from ..cache.backends import DEFAULT_TTL_S
 from ..cache.store import CacheStats, open_cache
@@ -33,8 +35,10 @@ from ..digests import file_digest
 from ..errors import ConfigError, ServiceUnavailable, import_extra
 from ..images.load import MAX_FILE_BYTES, read_regular_file
 from ..registry import Registry
+from .bundle import RegistryBundle
 
-__all__ = ["Job", "Executor", "CarriesImages", "RegistrySource", "ThreadExecutor", "RayExecutor", "open_executor"]
+__all__ = ["Job", "Executor", "CarriesImages", "LostWorker", "RegistrySource", "ThreadExecutor", "RayExecutor",
+           "open_executor", "node_folder"]
 
 log = logging.getLogger("maestro.batch")
 
@@ -48,8 +52,12 @@ _WORKER_ENV = ("OMP_NUM_THREADS", "HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM", "P
 from (a `python` card's entry)."""
 _PROBE_TIMEOUT_S = 5.0
 """How long a cluster address may take to accept a connection before it counts as unreachable."""
-_RESTARTS = 3
-"""How often Ray restarts a dead worker and re-runs its item before the run fails."""
+_RETRIES = 3
+"""How often an item whose worker died is run again (on another worker) before the run fails: an item that kills
+every worker it runs on is not passed around forever."""
+_REPLACEMENTS = 3
+"""Replacements asked for per worker of `--workers`, over a run: a lost worker's place is taken by a new actor
+wherever the cluster has room (its node, if the process died; a new node, on an autoscaling cluster)."""
 _PLACEMENT_WAIT_S = 30.0
 """How long a map waits for its first worker before it says why on the driver (and goes on waiting)."""
 _SHIPPED_IMAGES = 256
@@ -63,23 +71,41 @@ _JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 """Set by Ray in the environment of a driver that `ray job submit` started: the job's config, runtime env included."""
 
 
+@dataclass(frozen=True)
+class LostWorker:
+    """A worker a run asked for and lost: it died while running items (`stage` "run") or could not start
+    (`stage` "start": its registry could not be built, or its process died first)."""
+
+    name: str
+    """`node IP:pid`, or `worker N` for one that died before it could say where it ran."""
+    stage: Literal["run", "start"]
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.name} ({'died' if self.stage == 'run' else 'did not start'}: {self.reason})"
+
+
 class Executor(Protocol):
     """Runs `job(registry, item)` for every item; yields (index in `items`, result) in completion order."""
 
     done_by_worker: Counter[str]
     """Items finished per worker (a thread's name, a Ray worker's `node IP:pid`), over every map so far."""
+    lost: list[LostWorker]
+    """Workers that died or never started, over every map so far (threads are never lost)."""
 
     def map_unordered(self, job: Job, items: Sequence[Any]) -> Iterator[tuple[int, Any]]: ...
 
 
 @dataclass(frozen=True)
 class RegistrySource:
-    """How to build the registry: what a remote worker needs to hold one like the driver's. Paths are made absolute
-    here, since a worker need not share the driver's working directory."""
+    """How to build the registry: what a remote worker needs to hold one like the driver's. The config path is made
+    absolute here (the driver reads it to ship it); the cache folder is kept as given, since it is each node's own
+    (`on_node`)."""
 
     config: Path | None = None
     cache_dir: Path | None = None
-    """No cache when None (`--no-cache`)."""
+    """No cache when None (`--no-cache`). Relative (the default `.maestro-cache`): under the driver's working
+    directory on the driver, under `node_folder()` on a Ray worker; absolute: that folder on every node."""
     cache_url: str | None = None
     """A shared Redis cache, with `cache_dir` as its local fallback."""
     profiled: bool = True
@@ -88,10 +114,10 @@ class RegistrySource:
     """Seconds a Redis cache entry lives after it is written (0: until Redis evicts it)."""
 
     def __post_init__(self) -> None:
-        for name in ("config", "cache_dir"):
-            value = getattr(self, name)
-            if value is not None:
-                object.__setattr__(self, name, Path(value).resolve())
+        if self.config is not None:
+            object.__setattr__(self, "config", Path(self.config).resolve())
+        if self.cache_dir is not None:
+            object.__setattr__(self, "cache_dir", Path(self.cache_dir))
         if self.cache_url is not None and self.cache_dir is None:
             raise ConfigError("a cache URL needs a cache directory for its local fallback", field="cache_url")
 
@@ -99,6 +125,35 @@ class RegistrySource:
         cache = (open_cache(self.cache_dir, self.cache_url, ttl_s=self.cache_ttl_s)
                  if self.cache_dir is not None else None)
         return Registry.load(self.config, cache=cache, profiled=self.profiled)
+
+    def bundle(self) -> RegistryBundle | None:
+        """The driver's registry files for the workers; None for the packaged registry, which every node has."""
+        return RegistryBundle.of(self.config, profiled=self.profiled) if self.config is not None else None
+
+    def on_node(self, bundle: RegistryBundle | None) -> "RegistrySource":
+        """This source as a worker on its own node builds it: the shipped registry unpacked under `node_folder()`,
+        and a relative cache folder there too, so no node needs the driver's disk layout."""
+        root = node_folder()
+        config = bundle.unpack(root / "registries") if bundle is not None else None
+        cache_dir = self.cache_dir
+        if cache_dir is not None and not cache_dir.is_absolute():
+            cache_dir = root / cache_dir
+        return replace(self, config=config, cache_dir=cache_dir)
+
+
+def node_folder() -> Path:
+    """This node's own folder for what workers keep on it (unpacked registries, a relative cache folder): under the
+    node's temporary directory (TMPDIR), per user, so nothing depends on the driver's paths. The skill code unpacked
+    there is run, so the folder must be this user's and writable by no one else (a folder another user made first
+    at that predictable path is refused, naming it)."""
+    folder = Path(tempfile.gettempdir()) / f"maestro-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    info = folder.lstat()
+    if stat.S_ISLNK(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+        raise ConfigError(f"{folder} is not a folder of this user's that only it can write (owner uid "
+                          f"{info.st_uid}, mode {stat.filemode(info.st_mode)}); remove it, or point TMPDIR elsewhere",
+                          field="TMPDIR")
+    return folder
 
 
 class ThreadExecutor:
@@ -108,6 +163,7 @@ class ThreadExecutor:
         self.registry = registry
         self.workers = workers
         self.done_by_worker: Counter[str] = Counter()
+        self.lost: list[LostWorker] = []
 
     def map_unordered(self, job: Job, items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
         def run(item: Any) -> tuple[str, Any]:
@@ -150,17 +206,19 @@ class RayExecutor:
 
     Elastic: every actor is requested at once, and each takes items from the moment the cluster has placed it and
     built its registry, so a cluster smaller than `workers` starts with what it has and grows as nodes join (an
-    autoscaler, KubeRay's included, sees the pending actors as demand). Work travels with its data: each image file
-    goes to the object store once per content digest and the worker reads a local copy, so a node needs the package
-    and nothing else. Workers' output (warnings: Redis lost, an expert failing) is streamed to the driver's
-    terminal, prefixed with the worker. Cache statistics of the workers are added to `stats` (the driver's registry
-    cache) after each map, so reports count the cluster's hits and misses; `done_by_worker` counts the items each
-    worker ran."""
+    autoscaler, KubeRay's included, sees the pending actors as demand). Work travels with its data: the registry's
+    files go to the object store once per job and each image file once per content digest, and the worker reads
+    local copies, so a node needs the package and nothing else. Workers' output (warnings: Redis lost, an expert
+    failing) is streamed to the driver's terminal, prefixed with the worker. Cache statistics of the workers are
+    added to `stats` (the driver's registry cache) after each map, so reports count the cluster's hits, misses and
+    errors; `done_by_worker` counts the items each worker ran, `lost` names the workers that died or never
+    started."""
 
     def __init__(self, source: RegistrySource, *, workers: int, address: str | None = None,
                  stats: CacheStats | None = None):
         if address not in (None, "auto"):
             _probe(address)  # before importing Ray, which reads its settings (authentication) on import
+        bundle = source.bundle()  # before starting anything: a registry too large to ship is a usage error
         self.ray = import_extra("ray", "ray", "--executor ray")
         self.stats = stats
         self.workers = workers
@@ -171,40 +229,56 @@ class RayExecutor:
                               configure_logging=False)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise ServiceUnavailable("Ray cluster", address or "local", str(exc).splitlines()[0]) from None
-        worker = self.ray.remote(num_cpus=1, max_restarts=_RESTARTS, max_task_retries=_RESTARTS)(_RayWorker)
-        self._starting = {actor.ready.remote(): actor for actor in (worker.remote(source) for _ in range(workers))}
-        """Actors not yet placed or still building their registries, by their `ready` call."""
+        # no restarts by Ray: a restarted actor waits for room on the cluster, and its item with it, even when
+        # other workers are free; the driver moves the item and asks for a replacement instead
+        self._actor = self.ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(_RayWorker)
+        self._args = (source, self.ray.put(bundle))  # the object store holds the registry once for every worker
+        self._starting: dict[Any, tuple[Any, int]] = {}
+        """Actors not yet placed or still building their registries, with their number, by their `ready` call."""
+        self._asked = 0
+        for _ in range(workers):
+            self._start_one()
         self._idle: list[Any] = []
         self._names: dict[Any, str] = {}
         self.done_by_worker: Counter[str] = Counter()
         """Items finished per worker (`node IP:pid`), over every map of this executor."""
+        self.lost: list[LostWorker] = []
         self._shipped: LRU[str, Any] = LRU(_SHIPPED_IMAGES)
         """Object references of the images sent lately, by content digest: an image several items share (a GRPO
         group, a pair measurement) goes to the object store once."""
         self._waited_s = 0.0
-        self._source = source
-        self._start_failure = ""
-        """Why the last worker that could not start did not."""
 
     @property
     def started(self) -> int:
-        """Workers placed and ready."""
+        """Workers placed and ready, lost ones included."""
         return len(self._names)
+
+    def _start_one(self) -> None:
+        self._asked += 1
+        actor = self._actor.remote(*self._args)
+        self._starting[actor.ready.remote()] = (actor, self._asked)
+
+    def _replace(self) -> None:
+        """A new actor in a lost one's place, while the run has replacements left."""
+        if self._asked < self.workers * (1 + _REPLACEMENTS):
+            self._start_one()
 
     def map_unordered(self, job: Job, items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
         job_ref = [self.ray.put(job)]  # in a list: Ray passes the reference, and the worker fetches it once
         queue = deque(enumerate(items))
-        running: dict[Any, Any] = {}
+        running: dict[Any, tuple[Any, int, Any]] = {}
+        """(actor, index, item) by the reference of its `run` call."""
+        attempts: Counter[int] = Counter()
         try:
             while queue or running:
                 while queue and self._idle:
                     actor = self._idle.pop()
                     index, item = queue.popleft()
-                    running[actor.run.remote(job_ref, index, *self._ship(item))] = actor
+                    running[actor.run.remote(job_ref, index, *self._ship(item))] = (actor, index, item)
                 if not running and not self._starting:
-                    raise ConfigError(f"no Ray worker could start ({self._start_failure}); every node needs the "
-                                      "package, and the registry config and skill folders at the paths the driver "
-                                      f"uses ({self._source.config or 'the packaged registry'})", field="executor")
+                    raise ConfigError(f"no Ray worker is left to run the {len(queue)} items still to do; lost: "
+                                      f"{'; '.join(map(str, self.lost[-3:])) or 'none'} (every node needs the "
+                                      "package, and its extras for the registry's experts)", field="executor")
                 done, _ = self.ray.wait([*running, *self._starting], num_returns=1,
                                         timeout=None if running else _PLACEMENT_WAIT_S)
                 if not done:
@@ -212,19 +286,46 @@ class RayExecutor:
                 elif done[0] in self._starting:
                     self._join(done[0])
                 else:
-                    actor = running.pop(done[0])
+                    actor, index, item = running.pop(done[0])
+                    try:
+                        result = self.ray.get(done[0])
+                    except self.ray.exceptions.RayActorError as exc:
+                        self._lose(self._names[actor], "run", exc)
+                        self._replace()
+                        attempts[index] += 1
+                        if attempts[index] > _RETRIES:
+                            raise ConfigError(f"item {index} was running on {attempts[index]} workers that died "
+                                              f"(last: {self.lost[-1]}); it was not run again", field="executor")
+                        queue.appendleft((index, item))
+                        continue
                     self._idle.append(actor)
-                    result = self.ray.get(done[0])
                     self.done_by_worker[self._names[actor]] += 1
                     yield result
             if self.stats is not None:
-                for counts in self.ray.get([actor.take_stats.remote() for actor in self._idle]):
-                    for name, value in counts.items():
-                        setattr(self.stats, name, getattr(self.stats, name) + value)
+                self._add_stats()
         finally:  # an actor runs its calls in order, so one still busy (an interrupted map) can take the next map's
-            self._idle.extend(running.values())
+            self._idle.extend(actor for actor, _, _ in running.values())
             forgotten = [actor.forget_images.remote() for actor in self._idle]  # after the calls already queued
             self.ray.wait(forgotten, num_returns=len(forgotten), timeout=_FORGET_TIMEOUT_S)
+
+    def _add_stats(self) -> None:
+        """The workers' cache counts added to `stats`; a worker that died since its last item is lost here."""
+        calls = {actor.take_stats.remote(): actor for actor in self._idle}
+        for ref, actor in calls.items():
+            try:
+                counts = self.ray.get(ref)
+            except self.ray.exceptions.RayActorError as exc:
+                self._idle.remove(actor)
+                self._lose(self._names[actor], "run", exc)
+                self._replace()
+                continue
+            for name, value in counts.items():
+                setattr(self.stats, name, getattr(self.stats, name) + value)
+
+    def _lose(self, name: str, stage: Literal["run", "start"], exc: BaseException | str) -> None:
+        reason = exc if isinstance(exc, str) else (str(exc).strip().splitlines() or [exc.__class__.__name__])[0]
+        self.lost.append(LostWorker(name, stage, reason[:300]))
+        log.warning("Ray worker %s", self.lost[-1])
 
     def _ship(self, item: Any) -> tuple[Any, dict[str, tuple[str, Any]]]:
         """The item and its image files as (content digest, object reference) by path; files the driver cannot
@@ -245,16 +346,22 @@ class RayExecutor:
         return item, files
 
     def _join(self, ready_ref: Any) -> None:
-        """A started actor takes items from now on; one that could not start is left out with a warning."""
-        actor = self._starting.pop(ready_ref)
+        """A started actor takes items from now on; one that could not build its registry, or died first, is lost
+        (and replaced)."""
+        actor, number = self._starting.pop(ready_ref)
         try:
-            self._names[actor] = self.ray.get(ready_ref)
+            name, failure = self.ray.get(ready_ref)
         except self.ray.exceptions.RayError as exc:
-            self._start_failure = str(exc).strip().splitlines()[-1]
-            log.warning("a Ray worker could not start and is left out: %s", self._start_failure)
+            self._lose(f"worker {number}", "start", exc)
+            self._replace()
+            return
+        self._names[actor] = name
+        if failure is not None:  # the same everywhere (a missing extra) or on this node only: either way, named
+            self._lose(name, "start", failure)
+            self.ray.kill(actor)
             return
         self._idle.append(actor)
-        log.info("Ray worker %s started (%d of %d)", self._names[actor], self.started, self.workers)
+        log.info("Ray worker %s started (%d of %d)", name, self.started, self.workers)
 
     def _report_waiting(self) -> None:
         self._waited_s += _PLACEMENT_WAIT_S
@@ -265,9 +372,9 @@ class RayExecutor:
 
     def close(self) -> None:
         """Stop every worker, started or not."""
-        for actor in [*self._idle, *self._starting.values()]:
+        for actor in [*self._idle, *(actor for actor, _ in self._starting.values())]:
             self.ray.kill(actor)
-        self._idle, self._starting, self._names = [], {}, {}
+        self._idle, self._starting = [], {}
 
 
 def _worker_env() -> dict[str, str]:
@@ -327,17 +434,22 @@ class _LocalImages:
 class _RayWorker:
     """The actor behind RayExecutor (made remote there, so importing this module needs no Ray)."""
 
-    def __init__(self, source: RegistrySource):
-        self.registry = source.load()
+    def __init__(self, source: RegistrySource, bundle: RegistryBundle | None):
+        self.failure: str | None = None
+        try:
+            self.registry = source.on_node(bundle).load()
+        except Exception as exc:  # the actor's boundary: the driver names this worker and why, and goes on without it
+            self.failure = f"{exc.__class__.__name__}: {exc}"
         self._job: tuple[str, Job] | None = None
         self._reported = {f.name: 0 for f in fields(CacheStats) if not f.name.startswith("_")}
         self._images = _LocalImages()
 
-    def ready(self) -> str:
-        """The worker's name on the driver (`node IP:pid`), once its registry is built."""
+    def ready(self) -> tuple[str, str | None]:
+        """The worker's name on the driver (`node IP:pid`) once its registry is built, and why it could not build
+        one (None: it did)."""
         import ray
 
-        return f"{ray.util.get_node_ip_address()}:{os.getpid()}"
+        return f"{ray.util.get_node_ip_address()}:{os.getpid()}", self.failure
 
     def run(self, job_ref: list, index: int, item: Any, files: dict[str, tuple[str, Any]]) -> tuple[int, Any]:
         import ray

@@ -7,6 +7,11 @@ model and card version, skill and a hash of its folder's files, the request and 
 successes are stored; a card with `cacheable: false` is never cached. Entries are written atomically (temp
 file + rename); an unreadable entry is reported as corrupt, removed and recomputed, never silently used.
 
+A cache can only help: a store that cannot be read or written (a read-only or full disk, a folder another user
+owns, a lost Redis whose local fallback fails too) is a miss, never a failed call or step. The process warns once
+(logger `maestro.cache`) and counts every such failure in `CacheStats.errors`, which batch runs write to their
+metrics file (`maestro_cache_errors_total`).
+
 Entries are JSON, never pickles (docs/security.md): a planted file in the cache folder must not run
 code. Values other than JSON's own (tuples, dicts with any keys, numeric numpy arrays and scalars, the result
 types of the built-in experts, the step record) carry an explicit type tag, and a tag is resolved only through the
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import threading
 import warnings
@@ -37,6 +43,8 @@ from ..types import ErrorKind, Step
 from .backends import DEFAULT_TTL_S, CacheBackend, DirectoryBackend, RedisBackend
 
 __all__ = ["ExpertCache", "CacheStats", "CACHEABLE_TYPES", "open_cache"]
+
+log = logging.getLogger("maestro.cache")
 
 CACHEABLE_TYPES: tuple[type, ...] = (TextBox, ChatReply, Barcode, Color, Circle, CirclePair, Polygon, Crossing,
                                      Grid, Step, ErrorKind, ExpertFailure)
@@ -117,6 +125,9 @@ class CacheStats:
     misses: int = 0
     corrupt: int = 0
     uncacheable: int = 0
+    errors: int = 0
+    """Reads, writes and removals the store failed (OSError: the disk, the folder's rights, the fallback of a lost
+    Redis); each was a miss or an entry not stored."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def count(self, what: str) -> None:
@@ -136,6 +147,8 @@ class ExpertCache:
     def __init__(self, root: str | Path | CacheBackend):
         self.backend: CacheBackend = DirectoryBackend(root) if isinstance(root, (str, os.PathLike)) else root
         self.stats = CacheStats()
+        self._failure_told = False
+        self._lock = threading.Lock()
 
     @property
     def root(self) -> Path:
@@ -147,8 +160,25 @@ class ExpertCache:
     def location(self) -> str:
         return self.backend.location
 
+    def _failed(self, doing: str, exc: OSError) -> None:
+        """A store failure: counted, and told once per process (a read-only folder fails every call alike)."""
+        self.stats.count("errors")
+        with self._lock:
+            told, self._failure_told = self._failure_told, True
+        if told:
+            return
+        # the same words on every worker that meets the same failure (no entry's path), so Ray's log deduplication
+        # shows a cluster's workers' warnings as one line with a count
+        log.warning("expert cache %s: cannot %s an entry (%s: %s); expert calls and steps run uncached while it "
+                    "fails (counted as cache errors, maestro_cache_errors_total)", self.location, doing,
+                    exc.__class__.__name__, exc.strerror or exc)
+
     def get(self, key: str) -> tuple[bool, Any]:
-        data = self.backend.read(key)
+        try:
+            data = self.backend.read(key)
+        except OSError as exc:
+            self._failed("read", exc)
+            data = None
         if data is None:
             self.stats.count("misses")
             return False, None
@@ -162,7 +192,10 @@ class ExpertCache:
             self.stats.count("misses")
             warnings.warn(f"expert cache entry {key} in {self.location} is corrupt ({exc.__class__.__name__}); "
                           "recomputing", stacklevel=2)
-            self.backend.delete(key)
+            try:
+                self.backend.delete(key)
+            except OSError as exc:  # left in place: the next read finds it corrupt again
+                self._failed("remove", exc)
             return False, None
         self.stats.count("hits")
         return True, value
@@ -174,7 +207,10 @@ class ExpertCache:
         except (Uncacheable, RecursionError):
             self.stats.count("uncacheable")
             return
-        self.backend.write(key, payload.encode("utf-8"))
+        try:
+            self.backend.write(key, payload.encode("utf-8"))
+        except OSError as exc:
+            self._failed("write", exc)
 
     def clear(self) -> int:
         """Remove every entry, old pickled ones included; returns how many there were."""

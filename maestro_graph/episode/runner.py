@@ -13,7 +13,7 @@ from typing import Any, Iterator, Literal
 
 from tqdm import tqdm
 
-from ..batch.executors import Executor, ThreadExecutor
+from ..batch.executors import Executor, LostWorker, ThreadExecutor
 from ..batch.metrics import BatchMetrics
 from ..core.configs import MAX_COST, MAX_TURNS
 from ..core.jsonl import read_jsonl
@@ -170,6 +170,12 @@ class PredictSummary:
     skipped: list[TaskProblem] = field(default_factory=list)
     metrics_file: Path | None = None
     """The run's counters in the Prometheus text format (batch.metrics), next to the predictions."""
+    lost: list[LostWorker] = field(default_factory=list)
+    """Workers the executor lost during this run (died, or never started)."""
+    node_failures: int = 0
+    """Steps that failed on their node (ErrorKind.NODE): the node's disk, memory or files, not the item."""
+    cache_errors: int = 0
+    """Expert-cache reads and writes that failed during this run (run uncached instead), workers' included."""
     by_source: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
 
     def accuracy(self) -> dict[str, float]:
@@ -283,6 +289,8 @@ def predict(
     tasks = [t for t in tasks if t.id not in done]
     executor = executor or ThreadExecutor(registry, workers)
     metrics = BatchMetrics()
+    lost_before = len(executor.lost)
+    errors_before = registry.cache.stats.errors if registry.cache is not None else 0
     bar = tqdm(total=len(tasks), desc=f"predict {policy}", unit="item", disable=not progress)
     with out_path.open("a", encoding="utf-8") as out:
         for task, result in run_tasks(registry, tasks, policy, context=context, executor=executor, ordered=False):
@@ -303,7 +311,10 @@ def predict(
             bar.update()
     bar.close()
     summary.metrics_file = out_path.with_name(f"{out_path.stem}.metrics.prom")
-    metrics.write(summary.metrics_file, executor.done_by_worker)
+    summary.lost = executor.lost[lost_before:]
+    summary.node_failures = metrics.node_failures
+    summary.cache_errors = (registry.cache.stats.errors if registry.cache is not None else 0) - errors_before
+    metrics.write(summary.metrics_file, executor.done_by_worker, summary.lost, summary.cache_errors)
     return summary
 
 

@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 from tqdm import tqdm
 
-from ..batch.executors import Executor
+from ..batch.executors import Executor, LostWorker
 from ..batch.measure import measure_pairs
 from ..batch.metrics import BatchMetrics
 from ..core.answer_form import expected_form
@@ -25,6 +25,7 @@ from ..policy import TRAINED_POLICIES
 from ..policy.base import Policy
 from ..registry import Registry
 from ..registry.outcomes import PairOutcomes
+from ..types import ErrorKind
 
 __all__ = ["PolicyResult", "EvalRun", "evaluate", "file_stem", "run_policy"]
 
@@ -38,6 +39,12 @@ class PolicyResult:
     cache_hits: int = 0
     cache_misses: int = 0
     wall_s: float = 0.0
+    lost: list[LostWorker] = field(default_factory=list)
+    """Workers the executor lost while this policy ran (died, or never started)."""
+    node_failures: int = 0
+    """Steps that failed on their node (ErrorKind.NODE)."""
+    cache_errors: int = 0
+    """Expert-cache reads and writes that failed while this policy ran."""
 
     def metrics(self) -> dict:
         by_source: dict[str, list[float]] = defaultdict(list)
@@ -158,7 +165,8 @@ def run_policy(registry: Registry, tasks: list[Task], policy: str | Policy, *, c
     name = policy if isinstance(policy, str) else policy.name
     result = PolicyResult(name)
     stats = registry.cache.stats if registry.cache else None
-    hits0, misses0 = (stats.hits, stats.misses) if stats else (0, 0)
+    hits0, misses0, errors0 = (stats.hits, stats.misses, stats.errors) if stats else (0, 0, 0)
+    lost_before = len(executor.lost) if executor is not None else 0
     start = time.perf_counter()
     sink, metrics = None, BatchMetrics()
     done_before = Counter(executor.done_by_worker if executor is not None else {})
@@ -170,6 +178,7 @@ def run_policy(registry: Registry, tasks: list[Task], policy: str | Policy, *, c
         for task, episode in run_tasks(registry, tasks, policy, context=context, outcomes=outcomes, workers=workers,
                                        executor=executor, ordered=False):
             result.records.append(_record(task, episode))
+            result.node_failures += sum(step.error_kind == ErrorKind.NODE for step in episode.steps)
             if sink is not None:  # the records and the counters written beside them
                 sink.write(json.dumps(result.records[-1], ensure_ascii=False) + "\n")
                 sink.flush()
@@ -179,11 +188,14 @@ def run_policy(registry: Registry, tasks: list[Task], policy: str | Policy, *, c
             bar.update()
     finally:
         bar.close()
+        result.lost = executor.lost[lost_before:] if executor is not None else []
+        result.cache_errors = stats.errors - errors0 if stats else 0
         if sink is not None:
             sink.close()
             done = Counter(executor.done_by_worker if executor is not None else {})
             done.subtract(done_before)
-            metrics.write(predictions_dir / f"{file_stem(name)}.metrics.prom", +done)
+            metrics.write(predictions_dir / f"{file_stem(name)}.metrics.prom", +done, result.lost,
+                          result.cache_errors)
     result.wall_s = time.perf_counter() - start
     order = {task.id: i for i, task in enumerate(tasks)}
     result.records.sort(key=lambda r: order[r["id"]])

@@ -260,6 +260,9 @@ class Registry:
                 f"skill {action.skill!r} did not finish within {self.config.skill_timeout_s:g}s (skill_timeout_s)",
                 ErrorKind.SKILL,
             )
+        except (OSError, MemoryError) as exc:  # the node's disk, memory or files, not the skill's logic
+            step.error, step.error_kind = (f"skill {action.skill!r} failed on this node: {exc.__class__.__name__}: "
+                                           f"{exc}", ErrorKind.NODE)
         except Exception as exc:  # skill code is a plug-in: contain it and record the crash (an episode boundary)
             step.error, step.error_kind = f"skill {action.skill!r} crashed: {exc.__class__.__name__}: {exc}", ErrorKind.SKILL
         step.cost = ledger.cost
