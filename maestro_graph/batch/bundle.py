@@ -17,9 +17,11 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import get_args
 
 import yaml
 
+from ..core.bundled import Bundled, bundled_dir
 from ..errors import ConfigError
 from ..registry.config import PACKAGE_PREFIX, load_config, resolve_path
 from ..registry.reach import reach_path
@@ -95,8 +97,15 @@ class RegistryBundle:
 
 
 def _packaged(path: Path) -> str | None:
-    """`package:REL` for a path inside the installed package, which every node has; else None."""
+    """`package:REL` for a path inside the installed package or one of the folders it ships (the packaged skills),
+    which every node has; else None."""
+    resolved = path.resolve()
+    for name in get_args(Bundled):
+        folder = bundled_dir(name).resolve()
+        if resolved.is_relative_to(folder):
+            rel = resolved.relative_to(folder)
+            return PACKAGE_PREFIX + (name if rel == Path(".") else f"{name}/{rel.as_posix()}")
     try:
-        return PACKAGE_PREFIX + path.resolve().relative_to(_PACKAGE).as_posix()
+        return PACKAGE_PREFIX + resolved.relative_to(_PACKAGE).as_posix()
     except ValueError:
         return None
