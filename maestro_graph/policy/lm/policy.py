@@ -59,10 +59,10 @@ def rank_by_problem(rank_by: str | None, ranked: bool, measured: bool) -> str | 
 
 
 def make_ranker(rank_by: str | None) -> Policy | None:
-    """The policy a `rank_by` names, or None."""
-    from .. import make_policy  # the policy package imports this module
+    """The policy a `rank_by` names (a neural one, rank_by_problem), or None."""
+    from ..shipped import load_neural
 
-    return make_policy(rank_by) if rank_by else None
+    return load_neural(rank_by) if rank_by else None
 
 
 class LMConfig(BaseModel):
