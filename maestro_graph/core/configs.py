@@ -129,8 +129,9 @@ def build(cls: type[C], values: Mapping[str, Any], *, source: str | None = None)
     renamed = getattr(cls, "RENAMED", {})
     old = sorted(set(values) & set(renamed))
     if old:
-        raise ConfigError(f"{old[0]!r} is now spelled {renamed[old[0]]!r}: rename the key (its meaning is "
-                          "unchanged)", file=source, field=old[0])
+        new = renamed[old[0]]
+        raise ConfigError(f"{old[0]!r} is now spelled {new!r} (the flag --{new.replace('_', '-')}): rename it, its "
+                          "meaning is unchanged", file=source, field=old[0])
     unknown = sorted(set(values) - set(fields))
     if unknown:
         raise ConfigError(f"unknown keys {unknown}; valid: {sorted(fields)}", file=source)
