@@ -22,7 +22,7 @@ from .cache.backends import DEFAULT_TTL_S
 from .core.configs import MAX_COST, MAX_TURNS, Budget, typer_option, typer_options
 from .errors import MaestroError, missing_extra
 from .registry.reach import REACH_FLOOR
-from .rl.config import GRPOConfig, LMTrainConfig
+from .rl.config import LMTrainConfig, NeuralGRPOConfig
 from .serve.settings import ServeSettings, startup_problem
 
 app = typer.Typer(
@@ -369,9 +369,9 @@ def eval_(
 
 
 @app.command()
-@typer_options(GRPOConfig, flags={"registry": ("--registry", "-r")})
+@typer_options(NeuralGRPOConfig, flags={"registry": ("--registry", "-r")})
 def train(
-    config: GRPOConfig,
+    config: NeuralGRPOConfig,
     tasks: list[Path] = typer.Option(..., "--tasks", "-t", exists=True, dir_okay=False, help="Training task file (repeat)."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for checkpoints, train_log.jsonl and curves.png."),
     eval_tasks: list[Path] = typer.Option([], exists=True, dir_okay=False,
@@ -386,13 +386,14 @@ def train(
                                 "Ray actors)."),
 ) -> None:
     """Train the neural policy with GRPO on task files (outcome reward only); OUT/policy.safetensors is the result.
-    Every GRPOConfig field is an option (or a key of --config FILE.yaml); the defaults, and
+    Every NeuralGRPOConfig field is an option (or a key of --config FILE.yaml), those TRL's GRPOConfig also has under
+    TRL's names (--num-generations, --learning-rate, --epsilon, --num-iterations, --save-steps); the defaults, and
     configs/recipes/neural-grpo.yaml, are the shipped checkpoint's recipe."""
     _threads()
     import torch
 
     from .core.tasks import load_task_files
-    from .rl.grpo import GRPOTrainer
+    from .rl.grpo import NeuralGRPOTrainer
 
     torch.set_num_threads(1)
     registry = Path(config.registry) if config.registry else None
@@ -402,7 +403,7 @@ def train(
     for problem in problems + eval_problems:
         err.print(f"[yellow]skipped[/yellow] {problem.file}:{problem.line}: {problem.error}")
     try:
-        trainer = GRPOTrainer(reg, items, config, out, eval_tasks=held_out,
+        trainer = NeuralGRPOTrainer(reg, items, config, out, eval_tasks=held_out,
                               executor=_executor(executor, reg, registry, cache_dir, cache_url, workers, cache_ttl_s))
         if resume and trainer.resume():
             console.print(f"resuming from {trainer.checkpoint_path} at step {trainer.step}")

@@ -11,14 +11,19 @@ import re
 import unicodedata
 from collections.abc import Sequence
 
-__all__ = ["score", "parse_number", "normalize_text", "choice_label", "label_index", "letters_only", "option_labels", "DEFAULT_TOLERANCE"]
+__all__ = ["score", "parse_number", "normalize_text", "choice_label", "label_index", "letters_only", "option_labels",
+           "is_yes_no", "yes_no", "yes_no_in", "DEFAULT_TOLERANCE"]
 
 DEFAULT_TOLERANCE = 0.0
 _NUMBER_RE = re.compile(r"[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _FRACTION_RE = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)\s*/\s*(\d+(?:\.\d+)?)\s*$")
 _LATEX_FRAC_RE = re.compile(r"\\d?frac\{([^{}]+)\}\{([^{}]+)\}")
+_YES_NO_WORDS = {"yes": "yes", "true": "yes", "no": "no", "false": "no"}
+"""The words a yes/no answer is written with, and the reading of each."""
 _YES = {"yes", "true", "y", "correct"}
 _NO = {"no", "false", "n", "incorrect"}
+"""What scoring also takes for yes and no in a prediction's first word ("y", "correct", ...)."""
+_YES_NO_IN_RE = re.compile(r"\b(yes|no|true|false)\b", re.IGNORECASE)
 
 
 def normalize_text(text: str) -> str:
@@ -94,10 +99,26 @@ def label_index(label: str) -> int | None:
     return index - 1
 
 
-def _yesno(text: str) -> str | None:
+def yes_no(text: str) -> str | None:
+    """"yes" or "no" as a prediction's first word says it (also true/false, y/n, correct/incorrect), else None:
+    how scoring reads a yes/no answer."""
     words = normalize_text(text).split()
     first = words[0] if words else ""
     return "yes" if first in _YES else "no" if first in _NO else None
+
+
+def is_yes_no(text: str | None) -> bool:
+    """Whether an answer is a yes/no (or true/false) answer: one or two words, the first of them yes, no, true or
+    false."""
+    words = normalize_text(text or "").split()
+    return bool(words) and len(words) <= 2 and words[0] in _YES_NO_WORDS
+
+
+def yes_no_in(text: str) -> str | None:
+    """"yes" or "no" by the first yes, no, true or false written anywhere in a text (a model's reply: "The answer
+    is: True."), else None."""
+    found = _YES_NO_IN_RE.search(text)
+    return None if found is None else _YES_NO_WORDS[found.group(1).lower()]
 
 
 def _pair(text: str) -> tuple[float, ...] | None:
@@ -139,7 +160,7 @@ def score(prediction: str | None, answer: str, answer_type: str, *, tolerance: f
             return float(normalize_text(pred) == normalize_text(answer))
         return float(_numbers_close(p, g, tolerance or DEFAULT_TOLERANCE))
     if answer_type == "yesno":
-        return float(_yesno(pred) is not None and _yesno(pred) == _yesno(answer))
+        return float(yes_no(pred) is not None and yes_no(pred) == yes_no(answer))
     if answer_type == "pair":
         p, g = _pair(pred), _pair(answer)
         return float(p is not None and p == g)

@@ -22,7 +22,7 @@ from maestro_graph.cache.store import ExpertCache  # noqa: E402
 from maestro_graph.core.configs import add_arguments, from_arguments  # noqa: E402
 from maestro_graph.core.tasks import load_task_files  # noqa: E402
 from maestro_graph.registry import Registry  # noqa: E402
-from maestro_graph.rl.config import GRPOConfig  # noqa: E402
+from maestro_graph.rl.config import NeuralGRPOConfig  # noqa: E402
 from maestro_graph.rl.experiments import evaluate_into, train_resumable  # noqa: E402
 
 
@@ -33,7 +33,7 @@ def main() -> None:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--weights", type=float, nargs="+", default=[0.0, 0.05, 0.2])
     parser.add_argument("--cache-dir", default=".maestro-cache")
-    add_arguments(parser, GRPOConfig, exclude=("cost_weight",))  # the training settings, from the one config
+    add_arguments(parser, NeuralGRPOConfig, exclude=("cost_weight",))  # the training settings, from the one config
     args = parser.parse_args()
     torch.set_num_threads(1)
     registry = Registry.load(args.registry, cache=ExpertCache(args.cache_dir))
@@ -41,7 +41,8 @@ def main() -> None:
     policies = []
     for weight in args.weights:
         run_dir = args.out / f"cost_{weight:g}"
-        policies.append(train_resumable(registry, train, from_arguments(GRPOConfig, args, cost_weight=weight), run_dir))
+        config = from_arguments(NeuralGRPOConfig, args, cost_weight=weight)
+        policies.append(train_resumable(registry, train, config, run_dir))
     fixed = [f"fixed:{pair}" for pair in registry.pair_ids()]
     results = evaluate_into(args.out / "eval", registry, [args.tasks], [*policies, *fixed, "oracle"])
     _plot(results["policies"], args.weights, args.out / "pareto.png")

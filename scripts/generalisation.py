@@ -24,7 +24,7 @@ part, so the router never reads a held-out card before it is evaluated:
         --domains barcode --max-turns 2 --registry configs/registry-nolm.yaml --out runs/generalisation-lm
 
 A recipe whose router ranks its options by a neural policy (`order: neural`) gets one trained on the same held-out
-registry with the GRPOConfig flags, so no part of the router has seen the held-out part.
+registry with the NeuralGRPOConfig flags, so no part of the router has seen the held-out part.
 
 Writes OUT/table.md, OUT/results.json and OUT/generalisation.png (accuracy before/after per experiment, the oracle's
 after as the ceiling). Every run is resumable (rerun the same command).
@@ -55,7 +55,7 @@ from maestro_graph.policy.ensemble import ENSEMBLE_SEP  # noqa: E402
 from maestro_graph.policy.lm.policy import ROUTER_FILE  # noqa: E402
 from maestro_graph.registry import Registry  # noqa: E402
 from maestro_graph.registry.reach import REACH_FLOOR, reach_path  # noqa: E402
-from maestro_graph.rl.config import GRPOConfig  # noqa: E402
+from maestro_graph.rl.config import NeuralGRPOConfig  # noqa: E402
 from maestro_graph.rl.experiments import evaluate_into, train_resumable  # noqa: E402
 from maestro_graph.rl.trl_train import load_train_config, train_lm  # noqa: E402
 
@@ -217,7 +217,7 @@ def main() -> None:
                         help="also evaluate the seeds' neural checkpoints deciding together (the mean of their "
                              "distributions, `neural:A+B+...`) as one more row per experiment, seed 'ensemble'")
     parser.add_argument("--router", choices=("neural", "lm"), default="neural",
-                        help="the policy trained on the held-out registry: the neural policy (GRPOConfig flags "
+                        help="the policy trained on the held-out registry: the neural policy (NeuralGRPOConfig flags "
                              "below) or the LM router (--lm-config)")
     parser.add_argument("--lm-config", type=Path, default=Path("configs/recipes/lm-router-sft.yaml"),
                         help="--router lm: the `maestro train-lm` recipe (its tasks, registry and out_dir are the "
@@ -226,7 +226,7 @@ def main() -> None:
                         help="--router lm: prediction file on the --train items whose episodes SFT imitates")
     parser.add_argument("--lm-set", nargs="+", default=[], metavar="KEY=VALUE",
                         help="--router lm: override fields of --lm-config, e.g. sft_steps=100 steps=0")
-    add_arguments(parser, GRPOConfig, exclude=("seed",))
+    add_arguments(parser, NeuralGRPOConfig, exclude=("seed",))
     args = parser.parse_args()
     if args.router == "lm" and args.teacher is None:
         parser.error("--router lm needs --teacher (the episodes its SFT warm start imitates)")
@@ -237,7 +237,7 @@ def main() -> None:
     train, _ = load_task_files([args.train])
     test, _ = load_task_files([args.tasks])
     rows = []
-    # --max-turns (a GRPOConfig flag) is also the evaluated episodes' budget; the LM recipe trains with 2
+    # --max-turns (a NeuralGRPOConfig flag) is also the evaluated episodes' budget; the LM recipe trains with 2
     context = MaestroContext(**({"max_turns": args.max_turns} if args.max_turns else {}), reach_floor=args.reach_floor)
     for exp in experiments(args.experiments, full, zbar):
         def select(t: Task, exp: Experiment = exp) -> bool:
@@ -281,10 +281,11 @@ def main() -> None:
             if args.router == "lm":
                 policy, ranked_by = _train_lm_router(exp, before, args, seed, run)
                 if ranked_by:  # the recipe's ranker is trained on the held-out registry too, never the shipped one
-                    ranker = train_resumable(before, kept, from_arguments(GRPOConfig, args, seed=seed), run / "ranker")
+                    ranker = train_resumable(before, kept, from_arguments(NeuralGRPOConfig, args, seed=seed),
+                                             run / "ranker")
                     policy = _ranked_by(policy, ranker, run)
             else:
-                policy = train_resumable(before, kept, from_arguments(GRPOConfig, args, seed=seed), run / "train")
+                policy = train_resumable(before, kept, from_arguments(NeuralGRPOConfig, args, seed=seed), run / "train")
                 members.append(policy.partition(":")[2])
             rows.append(evaluated(seed, policy, run))
         if args.ensemble and len(members) > 1:  # the seeds' checkpoints deciding together (policy/ensemble.py)

@@ -1,10 +1,12 @@
-"""The answer-form features the neural policy uses to choose among candidates."""
+"""The answer forms of the skill API (what form a question asks for, which forms a candidate has) and the yes/no
+readings they rest on; the features the neural policy uses to choose among candidates."""
 
 from __future__ import annotations
 
 import pytest
 
-from maestro_graph.core.answer_form import FORM_DIM, candidate_form, expected_form
+from maestro_graph.answer_forms import FORM_DIM, candidate_form, expected_form
+from maestro_graph.scoring import is_yes_no, yes_no, yes_no_in
 
 
 @pytest.mark.parametrize("question, choices, form", [
@@ -32,3 +34,22 @@ def test_candidate_form_knows_options_by_letter_or_text():
     assert candidate_form("4 cm", "choice", choices)[2:5] == [1.0, 1.0, 0.0]
     assert candidate_form("7 cm", "choice", choices)[2:5] == [0.0, 0.0, 1.0]
     assert candidate_form("ACME LTD", "text", None)[3:5] == [0.0, 0.0]  # free text: neither has nor contradicts
+
+
+@pytest.mark.parametrize("text, scored, plain, found", [
+    ("Yes", "yes", True, "yes"),
+    ("true.", "yes", True, "yes"),
+    ("No it is not", "no", False, "no"),
+    ("correct", "yes", False, None),
+    ("n", "no", False, None),
+    ("The answer is: False.", None, False, "no"),
+    ("Nothing here", None, False, None),
+    ("", None, False, None),
+])
+def test_yes_no_is_read_in_one_place_three_ways(text, scored, plain, found):
+    """scoring reads a prediction's first word (lenient: y/n, correct/incorrect too); an answer *is* a yes/no one
+    when it is one or two words opening with yes, no, true or false (the answer forms and the policy's features);
+    a model's reply is read by the first such word anywhere in it (the vision-chat procedure)."""
+    assert (yes_no(text), is_yes_no(text), yes_no_in(text)) == (scored, plain, found)
+    if text:
+        assert candidate_form(text, "yesno", None)[0] == float(plain)

@@ -1,15 +1,17 @@
 """The layering of docs/ARCHITECTURE.md, checked on every import of the package (lazy ones inside functions
-included): no module imports from a layer above its own, the layers' units import one another without cycles, the
-top level holds only the skill API and the CLI, and skills import only the skill API."""
+included): no module imports from a layer above its own, neither the layers' units nor the modules inside them
+import one another in a cycle, the top level holds only the skill API and the CLI, and skills import only the skill
+API."""
 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "maestro_graph"
 LAYERS = [
-    {"errors", "types", "scoring", "choices", "digests", "core", "images.load"},
+    {"errors", "types", "scoring", "choices", "answer_forms", "digests", "core", "images.load"},
     {"backends", "features", "images.sources"},
     {"experts"},
     {"cache"},
@@ -26,7 +28,7 @@ LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
 UNLAYERED = {"__init__", "checkpoints"}
 """The package's own `__init__` and its data folder (skill code, at the top-level `skills/`, is a plug-in loaded by
 path)."""
-SKILL_API = {"errors", "types", "scoring", "choices", "digests"}
+SKILL_API = {"errors", "types", "scoring", "choices", "answer_forms", "digests"}
 """The top-level modules: what skill code imports (beside the experts' result types), kept where they are so that
 skills, whose code is fingerprinted into every profile, never change when the package moves."""
 
@@ -39,11 +41,14 @@ def _unit(parts: list[str] | tuple[str, ...]) -> str:
     return parts[0]
 
 
-def _imports() -> set[tuple[str, str, str]]:
-    """(importing unit, imported unit, file) for every import inside the package."""
-    edges = set()
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(PACKAGE).with_suffix("").parts
+@functools.lru_cache(maxsize=None)
+def _imported_paths(root: Path, name: str) -> tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]:
+    """(importing module's path parts, imported name's path parts) for every import of package `name` under `root`
+    (lazy ones inside functions and those only for type checking included): `from .. import x` names module x; a
+    class adds a segment no module has. Data folders (UNLAYERED) are left out."""
+    found = []
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root).with_suffix("").parts
         if parts[0] in UNLAYERED:
             continue
         package = parts[:-1]
@@ -51,19 +56,63 @@ def _imports() -> set[tuple[str, str, str]]:
             if isinstance(node, ast.ImportFrom) and node.level:
                 base = list(package)[: len(package) - node.level + 1]
                 target = [*base, *(node.module.split(".") if node.module else [])]
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("maestro_graph"):
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == name:
                 target = node.module.split(".")[1:]
             elif isinstance(node, ast.Import):
-                target = next((a.name.split(".")[1:] for a in node.names if a.name.startswith("maestro_graph.")), [])
+                target = next((a.name.split(".")[1:] for a in node.names if a.name.startswith(name + ".")), [])
             else:
                 continue
-            # each imported name, as a module path: `from .. import x` names module x; a class adds a segment no
-            # unit has
             for full in ([[*target, a.name] for a in node.names] if isinstance(node, ast.ImportFrom) else [target]):
-                here, there = _unit(parts), _unit(full) if full else ""
-                if there and there != here and there not in UNLAYERED:
-                    edges.add((here, there, str(path.relative_to(PACKAGE))))
+                if full:
+                    found.append((parts, tuple(full)))
+    return tuple(found)
+
+
+def _imports() -> set[tuple[str, str, str]]:
+    """(importing unit, imported unit, file) for every import inside the package."""
+    edges = set()
+    for parts, full in _imported_paths(PACKAGE, "maestro_graph"):
+        here, there = _unit(parts), _unit(full)
+        if there != here and there not in UNLAYERED:
+            edges.add((here, there, "/".join(parts) + ".py"))
     return edges
+
+
+def module_imports(root: Path, name: str) -> dict[str, set[str]]:
+    """Module -> the modules of package `name` (under `root`) it imports; a package is its `__init__`, named by the
+    package's dotted path."""
+    modules = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__").removesuffix("__init__")
+               for p in root.rglob("*.py")}
+
+    def module(parts: tuple[str, ...]) -> str | None:
+        return next((".".join(parts[:n]) for n in range(len(parts), -1, -1) if ".".join(parts[:n]) in modules), None)
+
+    graph: dict[str, set[str]] = {}
+    for parts, full in _imported_paths(root, name):
+        here, there = module(parts), module(full)
+        if here is not None and there is not None and there != here:
+            graph.setdefault(here, set()).add(there)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[str]:
+    """Each import cycle found by a depth-first walk, as `a -> b -> a`."""
+    state: dict[str, int] = {}
+    found = []
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                found.append(" -> ".join(trail[trail.index(nxt):] + [nxt]) if nxt in trail else f"{node} -> {nxt}")
+            elif nxt not in state:
+                visit(nxt, [*trail, nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return found
 
 
 def test_every_module_has_a_layer():
@@ -98,22 +147,33 @@ def test_no_import_cycles_between_units():
     graph: dict[str, set[str]] = {}
     for a, b, _ in _imports():
         graph.setdefault(a, set()).add(b)
-    state: dict[str, int] = {}
-    cycles = []
+    assert cycles(graph) == []
 
-    def visit(node: str, trail: list[str]) -> None:
-        state[node] = 1
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == 1:
-                cycles.append(" -> ".join(trail[trail.index(nxt):] + [nxt]) if nxt in trail else f"{node} -> {nxt}")
-            elif nxt not in state:
-                visit(nxt, [*trail, nxt])
-        state[node] = 2
 
-    for node in sorted(graph):
-        if node not in state:
-            visit(node, [node])
-    assert cycles == []
+def test_no_import_cycles_between_modules():
+    """Inside a folder too: no module imports, even lazily or for type checking, a module that imports it back."""
+    assert cycles(module_imports(PACKAGE, "maestro_graph")) == []
+
+
+def _package(folder: Path, back_edge: bool) -> Path:
+    """A package `pkg` whose module `a` imports `inner` lazily inside a function, whose `__init__` imports `inner.b`;
+    with `back_edge`, `inner.b` imports `a` back, only for type checking."""
+    package = folder / "pkg"
+    (package / "inner").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "inner" / "__init__.py").write_text("from .b import B\n")
+    (package / "a.py").write_text("def f():\n    from .inner import B\n    return B\n")
+    back = "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from pkg.a import f\n\n" if back_edge else ""
+    (package / "inner" / "b.py").write_text(back + "class B: ...\n")
+    return package
+
+
+def test_the_module_cycle_check_finds_a_cycle(tmp_path):
+    """The test of the test: a cycle through a lazy import, a package's `__init__` and an import for type checking
+    only is caught; the same package without the back edge is not."""
+    assert cycles(module_imports(_package(tmp_path / "cyclic", True), "pkg")) == ["a -> inner -> inner.b -> a"]
+    acyclic = module_imports(_package(tmp_path / "acyclic", False), "pkg")
+    assert acyclic == {"a": {"inner"}, "inner": {"inner.b"}} and cycles(acyclic) == []
 
 
 def test_importing_the_policies_loads_no_expert():

@@ -22,7 +22,7 @@ from maestro_graph.policy.neural import (
     write_tensor_file,
 )
 from maestro_graph.reliability.trust import PlantedPickle
-from maestro_graph.rl.grpo import GRPOConfig, GRPOTrainer
+from maestro_graph.rl.grpo import NeuralGRPOConfig, NeuralGRPOTrainer
 from maestro_graph.types import Step
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,7 +129,7 @@ def test_round_trip_gives_the_same_weights_distributions_and_header(tmp_path, re
 def test_the_trainer_resumes_from_data_only(tmp_path, registry):
     """The resume state is safetensors too: a planted pickle under its name is refused unrun."""
     tasks = [Task(id="c1", question="How many circles?", images=[CIRCLES], answer="7", answer_type="number")]
-    trainer = GRPOTrainer(registry, tasks, GRPOConfig(steps=1), tmp_path / "run")
+    trainer = NeuralGRPOTrainer(registry, tasks, NeuralGRPOConfig(steps=1), tmp_path / "run")
     marker = tmp_path / "pwned"
     _plant(trainer.checkpoint_path, marker, "pickle")
     with pytest.raises(ConfigError, match="not a safetensors checkpoint"):

@@ -8,7 +8,7 @@ import pytest
 
 from maestro_graph.errors import ConfigError
 from maestro_graph.rl.augment import families, sample_dropout
-from maestro_graph.rl.config import GRPOConfig
+from maestro_graph.rl.config import NeuralGRPOConfig
 
 
 def test_the_barcode_readers_and_their_skill_are_one_family_and_each_family_is_listed_once(registry):
@@ -48,7 +48,7 @@ def test_no_family_dropout_keeps_the_random_stream_of_earlier_runs(registry):
 
 
 def test_family_dropout_is_checked():
-    assert GRPOConfig().family_dropout == 0.0
+    assert NeuralGRPOConfig().family_dropout == 0.0
     with pytest.raises(ConfigError) as caught:
-        GRPOConfig(family_dropout=1.0)
+        NeuralGRPOConfig(family_dropout=1.0)
     assert caught.value.field == "family_dropout"

@@ -21,12 +21,13 @@ from maestro_graph.policy.neural import (
     NeuralConfig,
     NeuralPolicy,
     read_checkpoint_header,
+    read_tensor_file,
     write_tensor_file,
 )
 from maestro_graph.registry import Registry
 from maestro_graph.registry.profiles import ProfileFile, profile_entry
 from maestro_graph.rl.augment import sample_unprofiled
-from maestro_graph.rl.grpo import GRPOConfig, GRPOTrainer, group_advantages
+from maestro_graph.rl.grpo import NeuralGRPOConfig, NeuralGRPOTrainer, group_advantages
 from maestro_graph.types import Answer, Step
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,7 +149,7 @@ def test_profile_dropout_hides_some_profiles_per_group_and_none_without_a_profil
     unprofiled = registry.without(unprofiled=set(registry.profiles))
     assert sample_unprofiled(unprofiled, np.random.default_rng(0), 0.5) == set()
     with pytest.raises(ConfigError, match="profile_dropout"):
-        GRPOConfig(profile_dropout=1.5)
+        NeuralGRPOConfig(profile_dropout=1.5)
 
 
 def test_checkpoint_round_trip_and_clear_errors(tmp_path):
@@ -206,9 +207,9 @@ def test_grpo_changes_weights_and_resume_is_exact(tmp_path):
     tasks, _ = load_tasks(_tiny_tasks(tmp_path))
     cache = ExpertCache(tmp_path / "cache")
     registry = Registry.load(cache=cache).without(models={"smollm2"})  # keep the test fast: no LM
-    config = GRPOConfig(steps=2, tasks_per_step=3, group_size=4, checkpoint_every=1, seed=3)
+    config = NeuralGRPOConfig(steps=2, tasks_per_step=3, num_generations=4, save_steps=1, seed=3)
 
-    straight = GRPOTrainer(registry, tasks, config, tmp_path / "a")
+    straight = NeuralGRPOTrainer(registry, tasks, config, tmp_path / "a")
     before = {k: v.clone() for k, v in straight.policy.net.state_dict().items()}
     straight.train(progress=False)
     after = straight.policy.net.state_dict()
@@ -218,14 +219,20 @@ def test_grpo_changes_weights_and_resume_is_exact(tmp_path):
     # every task is drawn each step here: those whose last group gave no signal are now drawn less often
     assert int((straight.weights == config.revisit_weight).sum()) == straight.history[-1]["skipped_groups"]
 
-    first = GRPOTrainer(registry, tasks, GRPOConfig(**{**config.__dict__, "steps": 1}), tmp_path / "b")
+    first = NeuralGRPOTrainer(registry, tasks, NeuralGRPOConfig(**{**config.__dict__, "steps": 1}), tmp_path / "b")
     first.train(progress=False)
-    other = GRPOTrainer(registry, tasks, GRPOConfig(**{**config.__dict__, "lr": 0.1}), tmp_path / "b")
+    # a resume state written before the settings took TRL's names (group_size, lr, ...) resumes under the new ones
+    header, tensors = read_tensor_file(first.checkpoint_path)
+    earlier = {new: old for old, new in NeuralGRPOConfig.RENAMED.items()}
+    header["trainer"]["config"] = {earlier.get(k, k): v for k, v in header["trainer"]["config"].items()}
+    write_tensor_file(first.checkpoint_path, tensors, header)
+    other = NeuralGRPOTrainer(registry, tasks, NeuralGRPOConfig(**{**config.__dict__, "learning_rate": 0.1}),
+                              tmp_path / "b")
     with pytest.raises(ConfigError, match="another config"):
         other.resume()  # a different learning rate: refuse to mix runs
     with pytest.raises(ConfigError, match="trained on 3 tasks"):
-        GRPOTrainer(registry, tasks[:2], config, tmp_path / "b").resume()  # other task files: refuse as well
-    resumed = GRPOTrainer(registry, tasks, config, tmp_path / "b")
+        NeuralGRPOTrainer(registry, tasks[:2], config, tmp_path / "b").resume()  # other task files: refuse as well
+    resumed = NeuralGRPOTrainer(registry, tasks, config, tmp_path / "b")
     assert resumed.resume() and resumed.step == 1
     resumed.train(progress=False)
     for key, value in straight.policy.net.state_dict().items():
@@ -248,10 +255,10 @@ def test_validation_keeps_the_best_checkpoint_and_does_not_change_training(tmp_p
                                 "answer": "Wikipedia", "answer_type": "text"}) + "\n")
     val, _ = load_tasks(held)
     registry = Registry.load(cache=ExpertCache(tmp_path / "cache")).without(models={"smollm2"})
-    config = GRPOConfig(steps=3, tasks_per_step=3, group_size=4, checkpoint_every=1, seed=5, cost_weight=0.1)
-    plain = GRPOTrainer(registry, tasks, config, tmp_path / "plain")
+    config = NeuralGRPOConfig(steps=3, tasks_per_step=3, num_generations=4, save_steps=1, seed=5, cost_weight=0.1)
+    plain = NeuralGRPOTrainer(registry, tasks, config, tmp_path / "plain")
     plain.train(progress=False)
-    validated = GRPOTrainer(registry, tasks, config, tmp_path / "val", eval_tasks=val)
+    validated = NeuralGRPOTrainer(registry, tasks, config, tmp_path / "val", eval_tasks=val)
     validated.train(progress=False)
     for key, value in plain.policy.net.state_dict().items():  # validating draws nothing from the training's randomness
         assert torch.equal(value, validated.policy.net.state_dict()[key]), key
@@ -265,7 +272,7 @@ def test_validation_keeps_the_best_checkpoint_and_does_not_change_training(tmp_p
     assert validated.best == {"step": best, "score": scores[best]}
     kept = read_checkpoint_header(validated.best_path)["extra"]["validation"]
     assert kept["step"] == best and NeuralPolicy.load(validated.best_path)
-    resumed = GRPOTrainer(registry, tasks, GRPOConfig(**{**config.__dict__, "steps": 4}), tmp_path / "val",
+    resumed = NeuralGRPOTrainer(registry, tasks, NeuralGRPOConfig(**{**config.__dict__, "steps": 4}), tmp_path / "val",
                           eval_tasks=val)
     assert resumed.resume() and resumed.best == validated.best  # the best so far survives a restart
     copy = tmp_path / "copy"
@@ -274,7 +281,7 @@ def test_validation_keeps_the_best_checkpoint_and_does_not_change_training(tmp_p
     (copy / "val.jsonl").write_text(json.dumps({"id": "x", "question": tasks[0].question, "images": ["circles.png"],
                                                 "answer": "7", "answer_type": "number"}) + "\n")
     with pytest.raises(ConfigError, match="1 validation items are also training items"):
-        GRPOTrainer(registry, tasks, config, tmp_path / "leak", eval_tasks=load_tasks(copy / "val.jsonl")[0])
+        NeuralGRPOTrainer(registry, tasks, config, tmp_path / "leak", eval_tasks=load_tasks(copy / "val.jsonl")[0])
 
 
 def test_std_floor_keeps_cost_from_dominating_groups_that_are_all_right():
@@ -286,7 +293,7 @@ def test_std_floor_keeps_cost_from_dominating_groups_that_are_all_right():
     mixed = np.array([1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0])
     assert np.allclose(group_advantages(mixed, 0.5), group_advantages(mixed))
     with pytest.raises(ConfigError, match="advantage_std_floor"):
-        GRPOConfig(advantage_std_floor=-1)
+        NeuralGRPOConfig(advantage_std_floor=-1)
 
 
 def test_image_rewritten_in_place_is_described_again(tmp_path):

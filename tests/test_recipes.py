@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from maestro_graph.cli import app
 from maestro_graph.core.configs import Budget, build, load_yaml
 from maestro_graph.errors import ConfigError
-from maestro_graph.rl.config import GRPOConfig, LMTrainConfig
+from maestro_graph.rl.config import LMTrainConfig, NeuralGRPOConfig
 from maestro_graph.serve import ServeSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +40,7 @@ def _options(command: str) -> set[str]:
 def test_grpo_defaults_are_the_shipped_recipe():
     recipe = yaml.safe_load((RECIPES / "neural-grpo.yaml").read_text())
     assert (ROOT / recipe["registry"]).is_file()
-    defaults = GRPOConfig()
+    defaults = NeuralGRPOConfig()
     assert {k: getattr(defaults, k) for k in recipe if k != "registry"} == {k: v for k, v in recipe.items()
                                                                             if k != "registry"}
     assert (defaults.steps, defaults.cost_weight, defaults.advantage_std_floor) == (120, 0.1, 0.5)
@@ -57,12 +57,28 @@ def test_train_runs_the_recipe_and_a_flag_wins_over_it(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)  # the recipe's paths are relative to the working folder (the repository root)
     result = _invoke("train", "--config", str(RECIPES / "neural-grpo.yaml"), "--tasks",
                      str(REAL / "barcode" / "tasks.jsonl"), "--out", str(tmp_path / "run"), "--steps", "1",
-                     "--tasks-per-step", "1", "--group-size", "2", "--checkpoint-every", "1")
+                     "--tasks-per-step", "1", "--num-generations", "2", "--save-steps", "1")
     assert result.exit_code == 0, result.output
     header, _ = read_tensor_file(tmp_path / "run" / "checkpoint.safetensors")
     config = header["trainer"]["config"]
     assert config["registry"] == "configs/registry-nolm.yaml" and config["steps"] == 1
-    assert (config["cost_weight"], config["advantage_std_floor"], config["group_size"]) == (0.1, 0.5, 2)
+    assert (config["cost_weight"], config["advantage_std_floor"], config["num_generations"]) == (0.1, 0.5, 2)
+
+
+def test_the_earlier_spellings_of_trl_named_settings_are_refused_with_the_new_name(tmp_path):
+    """`group_size` and the rest are TRL's `num_generations` etc. now: a recipe or a flag under the old name stops
+    before anything runs, naming the new one, rather than training with the default."""
+    recipe = tmp_path / "old.yaml"
+    recipe.write_text("steps: 1\ngroup_size: 4\n")
+    with pytest.raises(ConfigError, match="'group_size' is now spelled 'num_generations'") as caught:
+        load_yaml(NeuralGRPOConfig, recipe)
+    assert caught.value.file == str(recipe) and caught.value.field == "group_size"
+    for old, new in NeuralGRPOConfig.RENAMED.items():
+        result = _invoke("train", "--tasks", str(REAL / "barcode" / "tasks.jsonl"), "--out", str(tmp_path / "run"),
+                         f"--{old.replace('_', '-')}", "2")
+        assert result.exit_code == 2 and f"now spelled '{new}'" in " ".join(result.output.split()), result.output
+        assert hasattr(NeuralGRPOConfig(), new)
+    assert not (tmp_path / "run").exists()
 
 
 def test_research_switches_keep_their_options_but_leave_the_help_to_what_users_set():
@@ -71,8 +87,9 @@ def test_research_switches_keep_their_options_but_leave_the_help_to_what_users_s
     listed = " ".join(shown.split())
     assert "Research switches" in listed and all(flag in listed for flag in research)
     assert not [line for line in shown.splitlines() if any(line.strip().startswith(flag) for flag in research)]
-    assert not {p.name for p in _params("train") if p.hidden} ^ {f[2:].replace("-", "_") for f in research}
-    assert dataclasses.asdict(build(GRPOConfig, {"family_dropout": 0.2}))["family_dropout"] == 0.2
+    hidden = {p.name for p in _params("train") if p.hidden and not p.name.startswith("renamed_")}
+    assert not hidden ^ {f[2:].replace("-", "_") for f in research}
+    assert dataclasses.asdict(build(NeuralGRPOConfig, {"family_dropout": 0.2}))["family_dropout"] == 0.2
 
 
 def test_lm_recipe_takes_its_task_files_as_arguments(tmp_path):

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from maestro_graph.batch.executors import RayExecutor, RegistrySource
 from maestro_graph.cli import app
 from maestro_graph.core.tasks import load_tasks
-from maestro_graph.rl.grpo import GRPOConfig, GRPOTrainer
+from maestro_graph.rl.grpo import NeuralGRPOConfig, NeuralGRPOTrainer
 from maestro_graph.serve.loopback import free_port
 
 BARCODE_TASKS = ROOT / "tests" / "data" / "real" / "barcode" / "tasks.jsonl"
@@ -145,11 +145,11 @@ def test_grpo_rollouts_on_two_ray_workers_match_the_local_trainer(cluster, tmp_p
     import ray
     source = RegistrySource(_barcode_registry(tmp_path), tmp_path / "cache")
     tasks, _ = load_tasks(BARCODE_TASKS)
-    config = GRPOConfig(steps=2, tasks_per_step=4, group_size=3, registry_dropout=0.3, seed=7, hidden=32)
-    local = GRPOTrainer(source.load(), tasks, config, tmp_path / "local")
+    config = NeuralGRPOConfig(steps=2, tasks_per_step=4, num_generations=3, registry_dropout=0.3, seed=7, hidden=32)
+    local = NeuralGRPOTrainer(source.load(), tasks, config, tmp_path / "local")
     try:
         executor = RayExecutor(source, workers=2, address=cluster)
-        remote = GRPOTrainer(source.load(), tasks, config, tmp_path / "ray", executor=executor)
+        remote = NeuralGRPOTrainer(source.load(), tasks, config, tmp_path / "ray", executor=executor)
         walls = {}
         for name, trainer in (("local", local), ("ray", remote)):
             start = time.perf_counter()
@@ -157,7 +157,7 @@ def test_grpo_rollouts_on_two_ray_workers_match_the_local_trainer(cluster, tmp_p
             walls[name] = (time.perf_counter() - start, [s["group_rewards"] for s in stats])
     finally:
         ray.shutdown()
-    print(f"GRPO {config.steps} steps x {config.tasks_per_step} groups x {config.group_size}: local "
+    print(f"GRPO {config.steps} steps x {config.tasks_per_step} groups x {config.num_generations}: local "
           f"{walls['local'][0]:.1f} s, 2 Ray workers {walls['ray'][0]:.1f} s")
     assert walls["ray"][1] == walls["local"][1]  # the same rewards, group by group, step by step
     assert any(len(set(g)) > 1 for step in walls["local"][1] for g in step)  # some group carried a signal

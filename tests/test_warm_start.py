@@ -17,7 +17,7 @@ from maestro_graph.core.tasks import load_tasks
 from maestro_graph.policy.base import ActionSpace
 from maestro_graph.policy.neural import NeuralConfig, NeuralPolicy
 from maestro_graph.registry import Registry
-from maestro_graph.rl.grpo import GRPOConfig, GRPOTrainer
+from maestro_graph.rl.grpo import NeuralGRPOConfig, NeuralGRPOTrainer
 from maestro_graph.rl.warm_start import valued_tree, warm_start
 from maestro_graph.types import Answer, Invoke
 
@@ -50,7 +50,7 @@ def setting(tmp_path_factory):
 @pytest.mark.slow
 def test_action_values_come_from_the_measured_steps(setting):
     _, tasks, registry, measured = setting
-    config = GRPOConfig(cost_weight=0.1)
+    config = NeuralGRPOConfig(cost_weight=0.1)
     tree = valued_tree(tasks[1], measured[1], registry, config)
     assert not tree.first.view.steps
     assert set(tree.first.values) == set(tree.after) == {Invoke(*p.split("@@")) for p in registry.pair_ids()}
@@ -75,7 +75,7 @@ def test_action_values_come_from_the_measured_steps(setting):
 @pytest.mark.slow
 def test_warm_start_raises_the_expected_value_and_learns_where_to_stop(setting):
     _, tasks, registry, measured = setting
-    config = GRPOConfig(warm_start_steps=40, tasks_per_step=4, cost_weight=0.1, call_weight=0.05, registry_dropout=0.0,
+    config = NeuralGRPOConfig(warm_start_steps=40, tasks_per_step=4, cost_weight=0.1, call_weight=0.05, registry_dropout=0.0,
                         paraphrase_prob=0.0, seed=1, stop_without_answer=True)
     policy = NeuralPolicy(NeuralConfig(seed=1, stop_without_answer=True))
     read = valued_tree(tasks[1], measured[1], registry, config).after[Invoke("zxing", "barcode-reading")]
@@ -99,15 +99,15 @@ def test_warm_start_raises_the_expected_value_and_learns_where_to_stop(setting):
 @pytest.mark.slow
 def test_the_trainer_warm_starts_once_then_runs_grpo(setting, tmp_path):
     folder, tasks, registry, _ = setting
-    config = GRPOConfig(warm_start_steps=3, steps=1, tasks_per_step=2, group_size=2, checkpoint_every=1, seed=2)
-    trainer = GRPOTrainer(registry, tasks, config, tmp_path / "run")
+    config = NeuralGRPOConfig(warm_start_steps=3, steps=1, tasks_per_step=2, num_generations=2, save_steps=1, seed=2)
+    trainer = NeuralGRPOTrainer(registry, tasks, config, tmp_path / "run")
     initial = {k: v.clone() for k, v in trainer.policy.net.state_dict().items()}
     trainer.train(progress=False)
     log = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
     assert [r["warm_step"] for r in log if r.get("phase") == "warm-start"] == [1, 2, 3]
     assert [r["step"] for r in log if "reward" in r] == [1]
     assert any(not torch.equal(initial[k], v) for k, v in trainer.policy.net.state_dict().items())
-    longer = GRPOTrainer(registry, tasks, GRPOConfig(**{**config.__dict__, "steps": 2}), tmp_path / "run")
+    longer = NeuralGRPOTrainer(registry, tasks, NeuralGRPOConfig(**{**config.__dict__, "steps": 2}), tmp_path / "run")
     assert longer.resume() and longer.warm_started and longer.step == 1
     longer.train(progress=False)
     log = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]

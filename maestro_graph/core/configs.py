@@ -4,7 +4,7 @@
 `__post_init__`, or the model's validators); nothing re-declares it.
 
     @dataclass
-    class GRPOConfig:
+    class NeuralGRPOConfig:
         steps: int = setting(120, "Optimiser steps.")
 
 Precedence when a run is configured: the dataclass default < a YAML file (`--config`) < a flag given on the
@@ -117,14 +117,21 @@ def _default(f: dataclasses.Field) -> Any:
 
 
 def build(cls: type[C], values: Mapping[str, Any], *, source: str | None = None) -> C:
-    """The config from a mapping of its fields; an unknown key is a ConfigError listing the valid ones, and a bad
-    value is the config's own ConfigError (a pydantic model's first validation problem), naming the file when there
+    """The config from a mapping of its fields; an unknown key is a ConfigError listing the valid ones, a key the
+    config renamed (its `RENAMED` mapping, old name to new) one naming the new spelling, and a bad value is the
+    config's own ConfigError (a pydantic model's first validation problem), naming the file when there
     is one."""
     from pydantic import BaseModel, ValidationError
 
     from ..errors import first_validation_problem
 
     fields = {f.name: f for f in _fields(cls)}
+    renamed = getattr(cls, "RENAMED", {})
+    old = sorted(set(values) & set(renamed))
+    if old:
+        new = renamed[old[0]]
+        raise ConfigError(f"{old[0]!r} is now spelled {new!r} (the flag --{new.replace('_', '-')}): rename it, its "
+                          "meaning is unchanged", file=source, field=old[0])
     unknown = sorted(set(values) - set(fields))
     if unknown:
         raise ConfigError(f"unknown keys {unknown}; valid: {sorted(fields)}", file=source)
@@ -238,6 +245,11 @@ def typer_options(cls: type, *, param: str = "config", exclude: tuple[str, ...] 
                                  hidden=f.research,
                                  help=f"{f.help} (default: {f.default}{'; repeat for each' if f.many else ''})"))
             for f in config_fields]
+        renamed = {f"renamed_{name}": name for name in getattr(cls, "RENAMED", {})}
+        # an earlier spelling stays a (hidden) option so that it is refused by build() with its new name
+        old_options = [inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
+                                         default=typer.Option(None, f"--{name.replace('_', '-')}", hidden=True))
+                       for key, name in renamed.items()]
         research = [f"--{f.name.replace('_', '-')}" for f in config_fields if f.research]
         config_file = inspect.Parameter(
             "config_file", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[Path],
@@ -250,6 +262,7 @@ def typer_options(cls: type, *, param: str = "config", exclude: tuple[str, ...] 
         @functools.wraps(func)
         def command(**kwargs: Any) -> Any:
             given = {f.name: kwargs.pop(f.name) for f in config_fields}
+            given.update({name: kwargs.pop(key) for key, name in renamed.items()})
             file = kwargs.pop("config_file")
             try:
                 raw = _read_yaml(cls, file) if file else {}
@@ -263,7 +276,7 @@ def typer_options(cls: type, *, param: str = "config", exclude: tuple[str, ...] 
                 raise typer.Exit(2) from None
             return func(**kwargs, **{param: config})
 
-        command.__signature__ = signature.replace(parameters=[*kept, *options, config_file])  # type: ignore[attr-defined]
+        command.__signature__ = signature.replace(parameters=[*kept, *options, *old_options, config_file])  # type: ignore[attr-defined]
         return command
 
     return decorate

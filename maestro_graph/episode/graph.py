@@ -20,8 +20,8 @@ from langgraph.types import Checkpointer, Command, Overwrite
 from pydantic import Field, TypeAdapter, ValidationError
 from typing_extensions import TypedDict  # pydantic builds JSON schemas from it on Python < 3.12 (Studio's forms)
 
+from ..answer_forms import asks_yes_no, expected_form, has_form
 from ..choices import YES_NO_GUESS, guess_option, inline_choices
-from ..core.answer_form import asks_yes_no, expected_form, has_form
 from ..core.cancellation import current_cancel, raise_if_cancelled, run_abandonable
 from ..core.configs import MAX_COST, MAX_TURNS, Budget  # noqa: F401  (MAX_*: the bounds, importable from here too)
 from ..core.question_text import clean_question, question_problem

@@ -14,10 +14,10 @@ from typing import Callable
 import numpy as np
 from tqdm import tqdm
 
+from ..answer_forms import expected_form
 from ..batch.executors import Executor, LostWorker
 from ..batch.measure import measure_pairs
 from ..batch.metrics import BatchMetrics
-from ..core.answer_form import expected_form
 from ..core.tasks import Task, TaskProblem, load_task_files
 from ..episode.graph import MaestroContext
 from ..episode.runner import EpisodeResult, run_tasks

@@ -14,16 +14,22 @@ most `OPEN_CACHE` in an open one, least recently used first out, so no stream of
 
 from __future__ import annotations
 
+import difflib
 import os
 import threading
 from collections import OrderedDict
-from typing import Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from ..errors import ConfigError
 from .base import Policy
+from .shipped import load_neural
+from .simple import FixedPolicy, RandomPolicy, RulesPolicy
+
+if TYPE_CHECKING:
+    from ..registry.outcomes import PairOutcomes
 
 __all__ = ["DEFAULT_POLICY", "PolicyCatalog", "PolicyNotOffered", "SERVED_POLICIES", "OPEN_CACHE", "POLICIES_ENV",
-           "POLICY_ENV"]
+           "POLICY_ENV", "POLICY_NAMES", "TRAINED_POLICIES", "make_policy"]
 
 DEFAULT_POLICY = "neural"
 """The one default of every door (`maestro ask`, `predict`, `serve`, the graph, Studio): the shipped checkpoint,
@@ -37,6 +43,43 @@ POLICIES_ENV = "MAESTRO_POLICIES"
 """Environment variable of the Agent Server graphs: comma-separated offered names, each `NAME` or `NAME=SPEC`."""
 POLICY_ENV = "MAESTRO_POLICY"
 """Environment variable of the Agent Server graphs: the default policy (must be offered)."""
+
+TRAINED_POLICIES = ("best-single", "knn", "classifier")
+POLICY_NAMES = ("neural", "neural:CHECKPOINT", "neural:CHECKPOINT+CHECKPOINT...", "rules", "random",
+                "fixed:MODEL@@SKILL", *TRAINED_POLICIES, "oracle", "lm:shipped", "lm:transformers",
+                "lm:openai:BASE_URL|MODEL", "lm:FILE.yaml")
+
+
+def make_policy(name: str, *, outcomes: "PairOutcomes | None" = None) -> Policy:
+    """A policy by name. Trained routers need the pair outcomes of a training file; `oracle` is refused here
+    because it needs a per-task judge (see OraclePolicy)."""
+    if name == "neural" or name.startswith("neural:"):
+        return load_neural(name)
+    if name == "rules":
+        return RulesPolicy()
+    if name == "random":
+        return RandomPolicy()
+    if name.startswith("fixed:"):
+        try:
+            return FixedPolicy(name.removeprefix("fixed:"))
+        except ValueError as exc:
+            raise ConfigError(f"{exc}; write fixed:MODEL@@SKILL, e.g. fixed:rapidocr@@chart-qa", field="policy") from exc
+    if name in TRAINED_POLICIES:
+        if outcomes is None:
+            raise ConfigError(f"policy {name!r} is trained on a task file: pass --train-tasks FILE", field="policy")
+        from .routers import BestSinglePolicy, ClassifierPolicy, KnnPolicy
+
+        return {"best-single": BestSinglePolicy, "knn": KnnPolicy, "classifier": ClassifierPolicy}[name](outcomes)
+    if name.startswith("lm:"):  # the LM router (policy/lm): its own name grammar, see make_lm_policy
+        from .lm import make_lm_policy
+
+        return make_lm_policy(name)
+    if name == "oracle":
+        raise ConfigError("the oracle policy needs the answer key: use it with `maestro predict` or `maestro eval`",
+                          field="policy")
+    close = difflib.get_close_matches(name, ["neural", "rules", "random", "oracle", "fixed:", "lm:", *TRAINED_POLICIES], n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise ConfigError(f"unknown policy {name!r}; valid: {', '.join(POLICY_NAMES)}.{hint}", field="policy")
 
 
 class PolicyNotOffered(ConfigError):
@@ -109,8 +152,6 @@ class PolicyCatalog:
 
     def get(self, name: str | None = None) -> Policy:
         """The policy of a name (None: the default), built on first use and kept."""
-        from . import make_policy
-
         name = self.default if name is None else name
         self.check(name)
         with self._lock:

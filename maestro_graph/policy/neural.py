@@ -20,7 +20,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save as safetensors_bytes
 from torch import nn
 
-from ..core.answer_form import CONTRADICTS_FORM, FORM_DIM, HAS_FORM, candidate_form, expected_form
+from ..answer_forms import CONTRADICTS_FORM, FORM_DIM, HAS_FORM, candidate_form, expected_form
 from ..errors import ConfigError
 from ..features.embeddings import EMBED_DIM, embed
 from ..features.state import QUESTION_DIM, question_features

@@ -1,4 +1,6 @@
-"""How many calls a card's endpoints take at once: counted in this process, or across a whole Ray cluster.
+"""How many calls a card's endpoints take at once: counted in this process, or across a whole Ray cluster; and how
+large a result any expert may return (`MAX_RESULT_ITEMS`, `MAX_RESULT_CHARS`, which the handles enforce and the fault
+injector exceeds).
 
 A card's `concurrency` protects the expert behind it. In one process a lock and a count per endpoint keep it
 (`ProcessSlots`). On a Ray cluster every worker holds its own registry, so counts kept per process would let N
@@ -34,12 +36,17 @@ from typing import Any, Protocol
 
 from ..core.cancellation import POLL_S, raise_if_cancelled
 
-__all__ = ["Lease", "Slots", "ProcessSlots", "ClusterSlots", "on_ray", "ACTOR_NAMESPACE", "LEASE_GRACE_S"]
+__all__ = ["Lease", "Slots", "ProcessSlots", "ClusterSlots", "on_ray", "ACTOR_NAMESPACE", "LEASE_GRACE_S",
+           "MAX_RESULT_ITEMS", "MAX_RESULT_CHARS"]
 
 ACTOR_NAMESPACE = "maestro"
 """The Ray namespace of the limiters, the same for every job, so two runs on one cluster share a card's limit."""
 LEASE_GRACE_S = 30.0
 """Added to twice the card's timeout to make a lease's lifetime."""
+MAX_RESULT_ITEMS = 100_000
+"""An expert result (list) with more items than this is refused as oversized."""
+MAX_RESULT_CHARS = 1_000_000
+"""An expert result (text, or a chat reply's text) longer than this is refused as oversized."""
 _RPC_TIMEOUT_S = 10.0
 """How long an answer from the limiter may take beyond the wait asked of it before it counts as unreachable."""
 _RETRY_CLUSTER_S = 30.0

@@ -4,20 +4,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any, Mapping, Protocol
 
 from PIL import Image
 
 from ..errors import ExpertUnavailable, InputError, SkillError
 from ..images.load import load_images
 from ..types import Turn
-from .handles import BoundExpert, Ledger
+from .handles import BoundExpert, ExpertHandle, Ledger
 from .skills import SkillSpec
 
-if TYPE_CHECKING:
-    from .registry import Registry
+__all__ = ["Experts", "SkillContext"]
 
-__all__ = ["SkillContext"]
+
+class Experts(Protocol):
+    """What a skill's context asks of the registry (registry.Registry is one): the skills by name, and a model for a
+    capability or for a tier-2 skill. Named here so that the context, which the registry builds, does not depend on
+    the registry."""
+
+    @property
+    def skills(self) -> Mapping[str, SkillSpec]: ...
+
+    def model_with(self, capability: str) -> ExpertHandle | None: ...
+
+    def model_for(self, skill: SkillSpec) -> ExpertHandle | None: ...
 
 
 @dataclass
@@ -25,7 +35,7 @@ class SkillContext:
     """Per-call context. Skill code reads `question`, `input`, `images`, `choices`, `history`, `instructions`, calls
     `model.<method>(...)`, `expert(capability)` and `use(tier2_skill, ...)`."""
 
-    registry: "Registry"
+    registry: Experts
     skill: SkillSpec
     model: BoundExpert
     question: str

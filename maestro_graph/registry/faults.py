@@ -18,6 +18,7 @@ from collections import Counter
 from typing import Any
 
 from ..experts.protocols import ChatReply
+from .card_limits import MAX_RESULT_CHARS, MAX_RESULT_ITEMS
 from .config import Faults
 
 __all__ = ["FaultyExpert", "InjectedFault", "GARBAGE", "FAULT_KINDS", "oversized"]
@@ -76,8 +77,6 @@ class FaultyExpert:
             return target
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            from .handles import MAX_RESULT_CHARS, MAX_RESULT_ITEMS
-
             kind = self._draw()
             if self._faults.latency_s:
                 time.sleep(self._faults.latency_s)

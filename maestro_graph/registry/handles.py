@@ -40,17 +40,11 @@ from ..core.cancellation import wait_result
 from ..digests import Uncacheable, cache_key
 from ..errors import Cancelled, ConfigError, ExpertError, ExpertFailure, ExpertTimeout, ExpertUnavailable
 from ..experts.protocols import ChatReply
-from .card_limits import LEASE_GRACE_S, ClusterSlots, ProcessSlots, Slots
+from .card_limits import LEASE_GRACE_S, MAX_RESULT_CHARS, MAX_RESULT_ITEMS, ClusterSlots, ProcessSlots, Slots
 from .config import CircuitBreaker, ModelCard, OpenAIBackend, PythonBackend, TransformersBackend
 from .faults import FaultyExpert, InjectedFault
 
-__all__ = ["ExpertHandle", "BoundExpert", "Breaker", "Breakers", "CallRecord", "Ledger", "MAX_RESULT_ITEMS",
-           "MAX_RESULT_CHARS"]
-
-MAX_RESULT_ITEMS = 100_000
-"""An expert result (list) with more items than this is refused as oversized."""
-MAX_RESULT_CHARS = 1_000_000
-"""An expert result (text, or a chat reply's text) longer than this is refused as oversized."""
+__all__ = ["ExpertHandle", "BoundExpert", "Breaker", "Breakers", "CallRecord", "Ledger"]
 
 def _import_entry(entry: str) -> type:
     module_name, _, attr = entry.partition(":")

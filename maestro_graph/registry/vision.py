@@ -10,7 +10,7 @@ What goes out: the SKILL.md body as the system message, the conversation so far 
 with the images as `image_url` parts (PNG data URLs, downscaled to the card's `max_input_side`; JPEG when the PNG is
 above the card's `max_image_bytes`; refused with `ImageTooLarge` when even that is) and the question, its options
 labelled A, B, C... and what form the reply must take. What comes back is parsed into the answer form the question
-asks for (answer_form.expected_form): the option for options, Yes/No, a number without its units, else a short text.
+asks for (answer_forms.expected_form): the option for options, Yes/No, a number without its units, else a short text.
 Cost, timeout, concurrency, retries and the breaker are the card's, through the expert handle like every call.
 """
 
@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Sequence
 
 from PIL import Image
 
+from ..answer_forms import Form, expected_form
 from ..choices import question_stem
-from ..core.answer_form import Form, expected_form
 from ..digests import cache_key
 from ..errors import ExpertRejected
 from ..images.load import fitted_data_url
-from ..scoring import letters_only, normalize_text, option_labels, parse_number
+from ..scoring import letters_only, normalize_text, option_labels, parse_number, yes_no_in
 from ..types import SkillResult
 from .config import ModelCard
 from .skills import SkillSpec
@@ -63,7 +63,6 @@ FORM_INSTRUCTIONS: dict[Form, str] = {
 _ANSWER_IS_RE = re.compile(r"\b(?:final answer|answer)\s*(?:is|:)\s*(.+)", re.I | re.S)
 _NUMBER = r"[-+−]?\d+(?:[.,]\d+)*"
 _PAIR_RE = re.compile(rf"^\(?\s*({_NUMBER})\s*,\s*({_NUMBER})\s*\)?$")
-_YES_NO_RE = re.compile(r"\b(yes|no|true|false)\b", re.I)
 
 
 class ImageTooLarge(ExpertRejected):
@@ -158,8 +157,8 @@ def parse_reply(reply: str, question: str, choices: Sequence[str] | None) -> str
     if form == "choice":
         return _option(reply, stated, choices or [])
     if form == "yesno":
-        found = _YES_NO_RE.search(stated) or _YES_NO_RE.search(reply)
-        return None if found is None else ("Yes" if found.group(1).lower() in ("yes", "true") else "No")
+        found = yes_no_in(stated) or yes_no_in(reply)
+        return None if found is None else found.capitalize()
     cleaned = stated.strip().rstrip(".").strip("*`\"' ")
     if form == "number":
         pair = _PAIR_RE.match(cleaned)

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from ..registry import Registry
-from .config import GRPOConfig
 
-__all__ = ["RegistryView", "families", "paraphrase", "sample_card_texts", "sample_dropout", "sample_unprofiled",
-           "sample_view"]
+__all__ = ["Augmentations", "RegistryView", "families", "paraphrase", "sample_card_texts", "sample_dropout",
+           "sample_unprofiled", "sample_view"]
 
 _PREFIXES = ("", "This expert: ", "Capability card. ", "Use it when needed: ", "Description: ")
 
@@ -100,7 +100,17 @@ class RegistryView:
             descriptions=self.descriptions, unprofiled=self.unprofiled)
 
 
-def sample_view(registry: Registry, rng: np.random.Generator, config: GRPOConfig) -> RegistryView:
+class Augmentations(Protocol):
+    """The augmentation settings a training config carries (rl.config.NeuralGRPOConfig's): what `sample_view`
+    reads, named here so that the augmentations depend on no config module."""
+
+    registry_dropout: float
+    family_dropout: float
+    paraphrase_prob: float
+    profile_dropout: float
+
+
+def sample_view(registry: Registry, rng: np.random.Generator, config: Augmentations) -> RegistryView:
     """One draw of every training augmentation, in a fixed order on `rng`, so both trainers sample alike."""
     drop_models, drop_skills = sample_dropout(registry, rng, config.registry_dropout, config.family_dropout)
     dropped = registry.without(models=drop_models, skills=drop_skills)

@@ -1,12 +1,14 @@
 """The training settings, apart from the trainers (TRL's config-dataclass style) and light to import, so `maestro
 train --help` and `maestro train-lm --help` build their options from these fields without loading torch or TRL:
-`GRPOConfig` for the neural policy, `LMTrainConfig` for the LM router."""
+`NeuralGRPOConfig` for the neural policy, `LMTrainConfig` for the LM router. A setting both share with TRL's
+`GRPOConfig` is spelled as TRL spells it (`num_generations`, `learning_rate`, `epsilon`, `num_iterations`,
+`entropy_coef`, `beta`, `save_steps`), so a reader of either recipe reads the other."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Optional
 
 from ..core.configs import DEFAULT_MAX_COST, DEFAULT_MAX_TURNS, setting
 from ..errors import ConfigError
@@ -15,25 +17,36 @@ if TYPE_CHECKING:
     from ..policy.lm.prompt import PromptOptions
     from .export import ExportOptions
 
-__all__ = ["GRPOConfig", "LMTrainConfig"]
+__all__ = ["LMTrainConfig", "NeuralGRPOConfig"]
 
 
 @dataclass
-class GRPOConfig:
-    """Settings of one training run. The defaults are the recipe of the shipped checkpoint
+class NeuralGRPOConfig:
+    """Settings of one run of the neural policy's own GRPO trainer (rl.grpo.NeuralGRPOTrainer; TRL's `GRPOConfig`
+    configures the LM router's). The defaults are the recipe of the shipped checkpoint
     (configs/recipes/neural-grpo.yaml, which also names its registry): minutes on 2 CPU cores with a warm cache."""
+
+    RENAMED: ClassVar[Mapping[str, str]] = {"group_size": "num_generations", "lr": "learning_rate", "clip": "epsilon",
+                                            "inner_epochs": "num_iterations", "checkpoint_every": "save_steps"}
+    """Earlier spellings of settings now spelled as TRL spells them: a recipe or a flag that uses one is refused
+    with the new name (core.configs.build), never read as the default; a resume state written under one is read
+    under the new name (its run goes on)."""
 
     registry: Optional[str] = setting(
         None, "Registry config YAML the policy is trained on, relative to the working folder (default: the packaged "
         "one). Read by `maestro train`, which hands the trainer the loaded registry; kept here so that a recipe "
         "names its registry and a checkpoint records it.")
-    steps: int = setting(120, "Optimiser steps; each samples tasks_per_step tasks and group_size episodes per task.")
+    steps: int = setting(120, "Optimiser steps; each samples tasks_per_step tasks and num_generations episodes per "
+                         "task.")
     tasks_per_step: int = setting(16, "Tasks sampled per step.")
-    group_size: int = setting(8, "G, the episodes sampled per task; their rewards are normalised within the group.")
-    lr: float = setting(3e-3, "Adam learning rate.")
-    clip: float = setting(0.2, "PPO-style ratio clip epsilon.")
+    num_generations: int = setting(8, "G, the episodes sampled per task; their rewards are normalised within the "
+                                   "group.")
+    learning_rate: float = setting(3e-3, "Adam learning rate.")
+    epsilon: float = setting(0.2, "Clip of the probability ratio: an update moves an action's probability at most "
+                             "this far (relatively) from the one it was sampled with.")
     entropy_coef: float = setting(0.01, "Weight of the entropy bonus.")
-    inner_epochs: int = setting(2, "Gradient passes over each step's rollouts (the clip matters from the second on).")
+    num_iterations: int = setting(2, "Gradient passes over each step's rollouts (the clip matters from the second "
+                                  "on).")
     cost_weight: float = setting(0.1, "Reward = answer score - cost_weight * episode cost (0: cost is ignored).")
     call_weight: float = setting(
         0.0, "Reward also minus call_weight per expert call: a price per turn beyond its cost (a skill that "
@@ -70,7 +83,7 @@ class GRPOConfig:
         False, "Let the policy stop after a call although no step has answered (the graph then guesses among "
         "options, or answers nothing), instead of calling on until the budget ends (NeuralConfig).", research=True)
     seed: int = setting(0, "Seed of every random choice of the run (a resumed run repeats them).")
-    checkpoint_every: int = setting(10, "Steps between checkpoints (and validations, with eval tasks).")
+    save_steps: int = setting(10, "Steps between checkpoints (and validations, with eval tasks).")
     ema_decay: float = setting(
         0.98, "policy.safetensors holds an exponential moving average of the weights over the steps (0: the last "
         "step's weights): steadier than any one step's, whose noisy updates rest on a few informative groups.")
@@ -79,10 +92,14 @@ class GRPOConfig:
         checks = [
             (self.steps >= 1, "steps", "must be at least 1"),
             (self.warm_start_steps >= 0, "warm_start_steps", "must be >= 0 (0: no warm start)"),
-            (self.group_size >= 2, "group_size", "must be at least 2: advantages are relative within a group"),
+            (self.num_generations >= 2, "num_generations",
+             "must be at least 2: advantages are relative within a group"),
             (self.tasks_per_step >= 1, "tasks_per_step", "must be at least 1"),
-            (0 < self.clip < 1, "clip", "must be in (0, 1), typically 0.2"),
-            (self.lr > 0, "lr", "must be positive"),
+            (0 < self.epsilon < 1, "epsilon", "must be in (0, 1), typically 0.2"),
+            (self.learning_rate > 0, "learning_rate", "must be positive"),
+            (self.num_iterations >= 1, "num_iterations", "must be at least 1"),
+            (self.entropy_coef >= 0, "entropy_coef", "must be >= 0 (0: no entropy bonus)"),
+            (self.save_steps >= 1, "save_steps", "must be at least 1"),
             (self.cost_weight >= 0, "cost_weight", "must be >= 0 (0 ignores cost)"),
             (self.call_weight >= 0, "call_weight", "must be >= 0 (0: calls are priced by their cost only)"),
             (self.advantage_std_floor >= 0, "advantage_std_floor", "must be >= 0 (0: divide by the group's std)"),
@@ -217,14 +234,27 @@ class LMTrainConfig:
         for ok, name, why in checks:
             if not ok:
                 raise ConfigError(f"{name}={getattr(self, name)!r} {why}", field=name)
-        if not self.extra_grpo_args:
-            return
-        from .trl_train import _grpo_fields  # TRL's argument names live with the trainer, loaded only when needed
-
-        clash = sorted(set(_grpo_fields(self, Path(self.out_dir), None)) & set(self.extra_grpo_args))
+        clash = sorted(set(self.trl_grpo_args(Path(self.out_dir), None)) & set(self.extra_grpo_args))
         if clash:
             raise ConfigError(f"{clash[0]!r} is set from this config's own fields; set it there, not in "
                               "extra_grpo_args", field=f"extra_grpo_args.{clash[0]}")
+
+    def trl_args(self, out: Path, steps: int, progress: bool = True) -> dict[str, Any]:
+        """The arguments of TRL's trainers (`SFTConfig`, `GRPOConfig`) that a phase of `steps` steps takes from
+        this config."""
+        return {"output_dir": str(out), "max_steps": steps, "disable_tqdm": not progress,
+                "per_device_train_batch_size": self.per_device_train_batch_size,
+                "gradient_accumulation_steps": self.gradient_accumulation_steps, "learning_rate": self.learning_rate,
+                "use_cpu": self.use_cpu, "bf16": self.bf16, "gradient_checkpointing": self.gradient_checkpointing,
+                "report_to": "none", "logging_steps": 1, "save_strategy": "steps", "save_steps": self.save_steps,
+                "save_total_limit": 1, "seed": self.seed, "dataloader_num_workers": 0}
+
+    def trl_grpo_args(self, out: Path, reward_weights: list[float] | None, progress: bool = True) -> dict[str, Any]:
+        """The `trl.GRPOConfig` fields this config sets itself (`extra_grpo_args` may not repeat them)."""
+        return {**self.trl_args(out, self.steps, progress), "num_generations": self.num_generations,
+                "max_completion_length": self.max_new_tokens * (2 * self.max_turns + 1) + 64,
+                "temperature": self.temperature, "beta": self.beta, "reward_weights": reward_weights,
+                "use_vllm": self.use_vllm, **({"vllm_mode": self.vllm_mode} if self.use_vllm else {})}
 
     @property
     def prompt(self) -> "PromptOptions":

@@ -12,15 +12,15 @@ from ..episode.graph import MaestroContext
 from ..evaluation.evaluate import evaluate
 from ..evaluation.report import write_report
 from ..registry import Registry
-from .config import GRPOConfig
-from .grpo import GRPOTrainer
+from .config import NeuralGRPOConfig
+from .grpo import NeuralGRPOTrainer
 
 __all__ = ["evaluate_into", "train_resumable"]
 
 
-def train_resumable(registry: Registry, tasks: list[Task], config: GRPOConfig, out_dir: Path) -> str:
+def train_resumable(registry: Registry, tasks: list[Task], config: NeuralGRPOConfig, out_dir: Path) -> str:
     """Train (or continue training) under `out_dir`; returns the trained policy's name, `neural:PATH`."""
-    trainer = GRPOTrainer(registry, tasks, config, out_dir)
+    trainer = NeuralGRPOTrainer(registry, tasks, config, out_dir)
     trainer.resume()
     trainer.train()
     return f"neural:{trainer.policy_path}"

@@ -1,7 +1,9 @@
-"""GRPO for the neural policy: groups of episodes sampled through the graph, rewards normalised within each group,
-a clipped policy-gradient objective with an entropy bonus. The config is a dataclass apart from the trainer, as in
-TRL. Rollouts run through the graph, which records each decision with its log-probability under the acting policy
-(types.Decision); the trainer reads those records and re-scores only the recorded actions under the new weights."""
+"""GRPO for the neural policy (`NeuralGRPOTrainer`; TRL's `GRPOTrainer` trains the LM router, rl.trl_train): groups
+of episodes sampled through the graph, rewards normalised within each group, a clipped policy-gradient objective with
+an entropy bonus (`policy_loss`). The config is a dataclass apart from the trainer, as in TRL, and spells the
+settings it shares with TRL's as TRL does. Rollouts run through the graph, which records each decision with its
+log-probability under the acting policy (types.Decision); the trainer reads those records and re-scores only the
+recorded actions under the new weights."""
 
 from __future__ import annotations
 
@@ -26,18 +28,19 @@ from ..policy.neural import NeuralConfig, NeuralPolicy, read_tensor_file, write_
 from ..registry import Registry
 from ..types import Action
 from .augment import RegistryView, sample_view
-from .config import GRPOConfig
+from .config import NeuralGRPOConfig
 from .rewards import Rewards, outcome
 from .warm_start import warm_start
 
-__all__ = ["GRPOConfig", "GRPOTrainer", "Sample", "group_advantages", "TRAINER_FORMAT"]
+__all__ = ["Group", "NeuralGRPOConfig", "NeuralGRPOTrainer", "Sample", "clipped_objective", "group_advantages",
+           "policy_loss", "TRAINER_FORMAT"]
 
 TRAINER_FORMAT = "maestro-grpo-state-1"
 """The resume state: safetensors holding the weights (`net.*`), their average (`average.*`) and Adam's moments
 (`optim.INDEX.*`), with the rest as JSON in the header, so resuming never unpickles."""
 
 
-_EXTENDABLE = {"steps", "checkpoint_every"}
+_EXTENDABLE = {"steps", "save_steps"}
 """Settings a resumed run may change (training longer does not change what was done so far)."""
 
 
@@ -96,7 +99,9 @@ class _RolloutJob:
 
 
 @dataclass
-class _Group:
+class Group:
+    """One group's recorded decisions with the registry its episodes saw (their action sets are rebuilt from it)."""
+
     registry: Registry
     samples: list[Sample] = field(default_factory=list)
 
@@ -113,6 +118,21 @@ def _samples(episode: EpisodeResult, task: Task, context: MaestroContext, advant
 def group_advantages(rewards: np.ndarray, std_floor: float = 0.0) -> np.ndarray:
     """GRPO's advantages: rewards centred on the group's mean, divided by its std (or `std_floor` if larger)."""
     return (rewards - rewards.mean()) / (max(rewards.std(), std_floor) + 1e-6)
+
+
+def clipped_objective(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
+                      epsilon: float) -> torch.Tensor:
+    """PPO's clipped surrogate per decision, min(r A, clip(r, 1-epsilon, 1+epsilon) A) with r the ratio of the new
+    probability to the sampling one: once r has moved epsilon past 1 in the advantage's direction the term is flat,
+    so an update cannot push an action's probability further from the one it was sampled with."""
+    ratio = torch.exp(log_probs - old_log_probs)
+    return torch.min(ratio * advantages, torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * advantages)
+
+
+def policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
+                entropies: torch.Tensor, *, epsilon: float, entropy_coef: float) -> torch.Tensor:
+    """The loss the optimiser minimises: minus the mean clipped objective and entropy bonus over the decisions."""
+    return -(clipped_objective(log_probs, old_log_probs, advantages, epsilon) + entropy_coef * entropies).mean()
 
 
 def _index(actions: tuple, action: Action) -> int:
@@ -142,10 +162,10 @@ def _read_state(path: Path) -> tuple[dict, dict[str, dict[str, torch.Tensor]]]:
     return {**state, "policy": header.get("policy")}, parts
 
 
-class GRPOTrainer:
+class NeuralGRPOTrainer:
     """Trains a NeuralPolicy on task files; writes checkpoints, a JSONL log and PNG curves under `out_dir`."""
 
-    def __init__(self, registry: Registry, tasks: list[Task], config: GRPOConfig, out_dir: str | Path,
+    def __init__(self, registry: Registry, tasks: list[Task], config: NeuralGRPOConfig, out_dir: str | Path,
                  policy: NeuralPolicy | None = None, eval_tasks: list[Task] | None = None,
                  executor: Executor | None = None):
         if not tasks:
@@ -172,7 +192,7 @@ class GRPOTrainer:
         self.out.mkdir(parents=True, exist_ok=True)
         self.policy = policy or NeuralPolicy(NeuralConfig(hidden=config.hidden, seed=config.seed,
                                                          stop_without_answer=config.stop_without_answer))
-        self.optim = torch.optim.Adam(self.policy.net.parameters(), lr=config.lr)
+        self.optim = torch.optim.Adam(self.policy.net.parameters(), lr=config.learning_rate)
         self.step = 0
         self.warm_started = False
         """Whether the warm start (config.warm_start_steps) is done; it runs whole before GRPO's first step."""
@@ -231,8 +251,9 @@ class GRPOTrainer:
             return False
         state, parts = _read_state(path)
         mine = {k: v for k, v in asdict(self.config).items() if k not in _EXTENDABLE}
-        # a setting added since the state was written had its default then
-        theirs = {k: v for k, v in {**asdict(GRPOConfig()), **state["config"]}.items() if k not in _EXTENDABLE}
+        # a setting added since the state was written had its default then; one renamed since keeps its value
+        written = {NeuralGRPOConfig.RENAMED.get(k, k): v for k, v in state["config"].items()}
+        theirs = {k: v for k, v in {**asdict(NeuralGRPOConfig()), **written}.items() if k not in _EXTENDABLE}
         if mine != theirs:
             differ = sorted(k for k in mine if mine[k] != theirs.get(k))
             raise ConfigError(f"the checkpoint was trained with another config ({differ}); use a new --out or the "
@@ -248,7 +269,7 @@ class GRPOTrainer:
         for key, tensor in parts["optim"].items():
             index, _, name = key.partition(".")
             moments.setdefault(int(index), {})[name] = tensor
-        self.optim = torch.optim.Adam(self.policy.net.parameters(), lr=self.config.lr)
+        self.optim = torch.optim.Adam(self.policy.net.parameters(), lr=self.config.learning_rate)
         self.optim.load_state_dict({"state": moments, "param_groups": state["param_groups"]})
         self.step = state["step"]
         self.history = state["history"]
@@ -281,7 +302,7 @@ class GRPOTrainer:
         return figures
 
     # -- one step ----------------------------------------------------------------------------------------------------
-    def _rollouts(self) -> tuple[list[_Group], dict]:
+    def _rollouts(self) -> tuple[list[Group], dict]:
         """Sample the step's groups on the executor (each group one job, the learner staying here). Every random
         choice derives from (seed, step) and is drawn here before any episode runs, and each episode has its own
         seed, so a resumed run, or one on Ray workers, samples the same groups."""
@@ -292,7 +313,7 @@ class GRPOTrainer:
         plans = []
         for task_index in picks:  # every draw first, in the order a serial run makes them
             view = sample_view(self.registry, rng, cfg)
-            seeds = [int(rng.integers(2**31)) + g for g in range(cfg.group_size)]
+            seeds = [int(rng.integers(2**31)) + g for g in range(cfg.num_generations)]
             plans.append(_GroupPlan(self.tasks[int(task_index)], view, seeds))
         sampled = dict(self.executor.map_unordered(_RolloutJob(self.policy, self.context), plans))
         groups, rewards_all, scores_all, calls, costs, group_rewards = [], [], [], [], [], []
@@ -312,7 +333,7 @@ class GRPOTrainer:
                 skipped += 1
                 continue
             advantages = group_advantages(rewards, cfg.advantage_std_floor)
-            group = _Group(plans[g_index].view.apply(self.registry))  # the registry the episodes saw
+            group = Group(plans[g_index].view.apply(self.registry))  # the registry the episodes saw
             for episode, adv in zip(episodes, advantages):
                 group.samples += _samples(episode, task, self.context, float(adv), g_index)
             groups.append(group)
@@ -321,37 +342,45 @@ class GRPOTrainer:
                  "groups": len(picks), "group_rewards": group_rewards}
         return groups, stats
 
-    def _score(self, group: _Group, sample: Sample) -> tuple[torch.Tensor, torch.Tensor]:
+    def _score(self, group: Group, sample: Sample) -> tuple[torch.Tensor, torch.Tensor]:
         scored = self.policy.score(sample.view, ActionSpace.build(group.registry, sample.view))
         probs = scored.probs
         log_prob = torch.log(probs[_index(scored.actions, sample.action)])
         entropy = -(probs * torch.log(probs)).sum()
         return log_prob, entropy
 
+    def update(self, groups: list[Group]) -> list[float]:
+        """The optimiser's part of a step: `num_iterations` passes of `policy_loss` over the groups' recorded
+        decisions, each re-scored under the current weights; returns the entropy of each scored distribution."""
+        cfg = self.config
+        decisions = [(g, d) for g in groups for d in g.samples]
+        entropies: list[float] = []
+        for _ in range(cfg.num_iterations if decisions else 0):
+            self.optim.zero_grad()
+            scored = [self._score(group, d) for group, d in decisions]
+            log_probs = torch.stack([log_prob for log_prob, _ in scored])
+            entropy = torch.stack([e for _, e in scored])
+            old = torch.tensor([d.old_log_prob for _, d in decisions], dtype=log_probs.dtype)
+            advantages = torch.tensor([d.advantage for _, d in decisions], dtype=log_probs.dtype)
+            policy_loss(log_probs, old, advantages, entropy, epsilon=cfg.epsilon,
+                        entropy_coef=cfg.entropy_coef).backward()
+            torch.nn.utils.clip_grad_norm_(self.policy.net.parameters(), 1.0)
+            self.optim.step()
+            entropies += entropy.detach().tolist()
+        return entropies
+
     def train_step(self) -> dict:
         cfg = self.config
         start = time.perf_counter()
         groups, stats = self._rollouts()
-        decisions = [(g, d) for g in groups for d in g.samples]
-        entropies = []
-        for _ in range(cfg.inner_epochs if decisions else 0):
-            self.optim.zero_grad()
-            losses = []
-            for group, d in decisions:
-                log_prob, entropy = self._score(group, d)
-                ratio = torch.exp(log_prob - d.old_log_prob)
-                surrogate = torch.min(ratio * d.advantage, torch.clamp(ratio, 1 - cfg.clip, 1 + cfg.clip) * d.advantage)
-                losses.append(-surrogate - cfg.entropy_coef * entropy)
-                entropies.append(float(entropy.detach()))
-            torch.stack(losses).mean().backward()
-            torch.nn.utils.clip_grad_norm_(self.policy.net.parameters(), 1.0)
-            self.optim.step()
+        decisions = sum(len(g.samples) for g in groups)
+        entropies = self.update(groups)
         with torch.no_grad():
             for key, value in self.policy.net.state_dict().items():
                 self.average[key].mul_(cfg.ema_decay).add_(value, alpha=1 - cfg.ema_decay)
         self.step += 1
         stats.update(step=self.step, entropy=float(np.mean(entropies)) if entropies else 0.0,
-                     decisions=len(decisions), seconds=time.perf_counter() - start)
+                     decisions=decisions, seconds=time.perf_counter() - start)
         self.history.append(stats)
         with (self.out / "train_log.jsonl").open("a") as fh:
             fh.write(json.dumps(stats) + "\n")
@@ -380,7 +409,7 @@ class GRPOTrainer:
             bar.set_postfix(reward=f"{stats['reward']:.3f}", acc=f"{stats['accuracy']:.3f}",
                             calls=f"{stats['calls']:.2f}", ent=f"{stats['entropy']:.2f}")
             bar.update()
-            if self.step % self.config.checkpoint_every == 0 or self.step == self.config.steps:
+            if self.step % self.config.save_steps == 0 or self.step == self.config.steps:
                 if self.eval_tasks:
                     self.validate()
                 self.save()

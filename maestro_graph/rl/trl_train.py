@@ -379,15 +379,6 @@ class VisionSFTCollator:
         return batch
 
 
-def _common_args(config: LMTrainConfig, out: Path, steps: int, progress: bool = True) -> dict[str, Any]:
-    return {"output_dir": str(out), "max_steps": steps, "disable_tqdm": not progress,
-            "per_device_train_batch_size": config.per_device_train_batch_size,
-            "gradient_accumulation_steps": config.gradient_accumulation_steps, "learning_rate": config.learning_rate,
-            "use_cpu": config.use_cpu, "bf16": config.bf16, "gradient_checkpointing": config.gradient_checkpointing,
-            "report_to": "none", "logging_steps": 1, "save_strategy": "steps", "save_steps": config.save_steps,
-            "save_total_limit": 1, "seed": config.seed, "dataloader_num_workers": 0}
-
-
 def _last_checkpoint(folder: Path) -> str | None:
     """The newest complete `checkpoint-N` folder a phase left (transformers' resume point), or None. A checkpoint
     is complete once its `trainer_state.json` is written, the last of its files: a run killed while saving leaves an
@@ -395,15 +386,6 @@ def _last_checkpoint(folder: Path) -> str | None:
     done = [p for p in folder.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()
             and (p / "trainer_state.json").is_file()]
     return str(max(done, key=lambda p: int(p.name.split("-")[-1]))) if done else None
-
-
-def _grpo_fields(config: LMTrainConfig, out: Path, reward_weights: list[float] | None,
-                 progress: bool = True) -> dict[str, Any]:
-    """The `GRPOConfig` fields this config sets itself (`extra_grpo_args` may not repeat them)."""
-    return {**_common_args(config, out, config.steps, progress), "num_generations": config.num_generations,
-            "max_completion_length": config.max_new_tokens * (2 * config.max_turns + 1) + 64,
-            "temperature": config.temperature, "beta": config.beta, "reward_weights": reward_weights,
-            "use_vllm": config.use_vllm, **({"vllm_mode": config.vllm_mode} if config.use_vllm else {})}
 
 
 def run_sft(model: Any, tokenizer: Any, records: Sequence[dict], config: LMTrainConfig, out: Path,
@@ -416,8 +398,7 @@ def run_sft(model: Any, tokenizer: Any, records: Sequence[dict], config: LMTrain
     if not examples:
         raise ConfigError(f"no exported episode reaches score {config.sft_min_score} within max_length="
                           f"{config.max_length} tokens: nothing to warm-start on", field="sft_data")
-    args = {**_common_args(config, out, steps, progress), "learning_rate": config.sft_learning_rate
-            or config.learning_rate}
+    args = {**config.trl_args(out, steps, progress), "learning_rate": config.sft_learning_rate or config.learning_rate}
     vision = {"remove_unused_columns": False, "dataset_kwargs": {"skip_prepare_dataset": True}}
     trainer = SFTTrainer(model=model, args=SFTConfig(**args, max_length=config.max_length,
                                                      **(vision if sees_images(tokenizer) else {})),
@@ -468,7 +449,7 @@ def run_grpo(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[Tas
     dataset, by_prompt = grpo_dataset([t for t in tasks if t.answer is not None], registry, config,
                                       images=sees_images(tokenizer))
     rewards = config.export_options.rewards.with_metrics()
-    args = GRPOConfig(**_grpo_fields(config, out, list(rewards.weights), progress), **config.extra_grpo_args)
+    args = GRPOConfig(**config.trl_grpo_args(out, list(rewards.weights), progress), **config.extra_grpo_args)
     rollout = GraphRollout(registry, by_prompt, config)
     trainer = GRPOTrainer(model=model, reward_funcs=rewards.trl_funcs(), args=args, train_dataset=dataset,
                           processing_class=tokenizer, rollout_func=rollout)

@@ -34,7 +34,7 @@ from ..policy.neural import NeuralPolicy
 from ..registry import Registry
 from ..types import Action, Answer, Invoke, Step, split_pair
 from .augment import sample_view
-from .config import GRPOConfig
+from .config import NeuralGRPOConfig
 
 __all__ = ["TEMPERATURE", "ValuedDecision", "ValuedTree", "valued_tree", "warm_start"]
 
@@ -72,7 +72,7 @@ class ValuedTree:
     """What each call is charged in the reward: cost_weight x its cost + call_weight."""
 
 
-def valued_tree(task: Task, steps: dict[str, Step], registry: Registry, config: GRPOConfig) -> ValuedTree:
+def valued_tree(task: Task, steps: dict[str, Step], registry: Registry, config: NeuralGRPOConfig) -> ValuedTree:
     """The item's first two decisions with every leaf valued (see the module docstring)."""
     available = [p for p in registry.pair_ids() if p in steps]
     calls = {p: Invoke(*split_pair(p)) for p in available}
@@ -134,14 +134,14 @@ def _tree_loss(policy: NeuralPolicy, tree: ValuedTree) -> tuple[torch.Tensor, fl
     return loss, value, stop
 
 
-def warm_start(policy: NeuralPolicy, registry: Registry, tasks: list[Task], config: GRPOConfig,
+def warm_start(policy: NeuralPolicy, registry: Registry, tasks: list[Task], config: NeuralGRPOConfig,
                executor: Executor, progress: bool = True, log=None) -> list[dict]:
     """`config.warm_start_steps` Adam steps, each over `tasks_per_step` items drawn from (seed, step), with a
     dropout registry and card paraphrases drawn per item as GRPO draws them per group. Returns one record per step
     (the loss, the policy's mean expected value over the items' trees before the step, its probability of stopping
     after the first call); `log(record)` sees each."""
     measured = measure_steps(registry, tasks, progress=progress, executor=executor)
-    optim = torch.optim.Adam(policy.net.parameters(), lr=config.lr)
+    optim = torch.optim.Adam(policy.net.parameters(), lr=config.learning_rate)
     history = []
     bar = tqdm(range(config.warm_start_steps), desc="warm start", unit="step", disable=not progress)
     for step in bar:

@@ -340,8 +340,8 @@ class EpisodeService:
         if episode.lease is not None and episode.lease.lost:  # another replica may be running the thread now
             raise self._store_lost(episode, "the connection holding the thread's lease in the checkpoint database "
                                    "was lost, so the episode stopped at its last step")
-        self.metrics.observe_outcome(outcome, ran)
-        log.info("episode %s: %s in %.2f s", outcome_label(outcome), outcome.result.stop_reason,
+        self.metrics.observe_outcome(outcome.result, ran)
+        log.info("episode %s: %s in %.2f s", outcome_label(outcome.result), outcome.result.stop_reason,
                  outcome.result.latency_s)
         return outcome
 

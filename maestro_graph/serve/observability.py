@@ -32,8 +32,8 @@ from ..batch.metrics import EpisodeCounters
 from ..types import StopReason
 
 if TYPE_CHECKING:
+    from ..episode.runner import EpisodeResult
     from ..registry import Registry
-    from .episodes import EpisodeOutcome
 
 __all__ = ["EpisodeMetrics", "JsonLogFormatter", "REQUEST_ID_HEADER", "RequestIdMiddleware", "configure_logging",
            "log_config", "outcome_label", "request_id", "thread_id"]
@@ -133,13 +133,13 @@ def configure_logging(level: str, fmt: Literal["json", "text"]) -> None:
     logging.captureWarnings(True)
 
 
-def outcome_label(outcome: "EpisodeOutcome") -> str:
+def outcome_label(result: "EpisodeResult") -> str:
     """How an episode ended, as the `outcome` label: answered, no_answer, input_error or cancelled."""
-    if outcome.result.stop == StopReason.CANCELLED:
+    if result.stop == StopReason.CANCELLED:
         return "cancelled"
-    if outcome.result.stop == StopReason.INPUT_ERROR:
+    if result.stop == StopReason.INPUT_ERROR:
         return "input_error"
-    return "answered" if outcome.result.answer is not None else "no_answer"
+    return "answered" if result.answer is not None else "no_answer"
 
 
 class EpisodeMetrics:
@@ -162,11 +162,11 @@ class EpisodeMetrics:
         if event.get("event") == "decision" and isinstance(event.get("latency_s"), (int, float)):
             self.decision_seconds.observe(event["latency_s"])
 
-    def observe_outcome(self, outcome: "EpisodeOutcome", raw_steps: Iterable[dict[str, Any]]) -> None:
+    def observe_outcome(self, result: "EpisodeResult", raw_steps: Iterable[dict[str, Any]]) -> None:
         """Count the episode and the calls of the steps it ran now (replayed or restored steps were counted by the
         request that ran them)."""
-        self.counters.episodes.labels(outcome_label(outcome)).inc()
-        self.episode_seconds.observe(outcome.result.latency_s)
+        self.counters.episodes.labels(outcome_label(result)).inc()
+        self.episode_seconds.observe(result.latency_s)
         self.counters.count_steps(raw_steps)
 
     def observe_failure(self) -> None:

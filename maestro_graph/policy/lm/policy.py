@@ -76,9 +76,9 @@ def prompt_order(order: str) -> Literal["pair-ids", "registry", "ranked"]:
 
 def make_ranker(order: str) -> Policy | None:
     """The policy that ranks the options of an `order` naming one (`neural`, `neural:PATH`), else None."""
-    from .. import make_policy  # the policy package imports this module
+    from ..shipped import load_neural
 
-    return make_policy(order) if _by_policy(order) else None
+    return load_neural(order) if _by_policy(order) else None
 
 
 class LMConfig(BaseModel):

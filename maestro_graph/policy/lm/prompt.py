@@ -110,9 +110,9 @@ def option_pairs(pairs: Sequence[Pair], question: str, choices: Sequence[str] | 
     so a GRPO group's episodes are compared under one prompt), then, with `options.ranked`, sorted by `accuracy`
     (best first, stably; unscored pairs last). The list depends on the question alone, not on the turn, so a
     number means the same expert all through an episode. The pair-id prompt (order `pair-ids`) lists every pair, as
-    routers reading it were trained before skills could decline a question (shown a shorter list, such a router
-    chose otherwise: 0.392 macro on the test half against 0.570 when it was shipped); the graph still never runs a
-    declined pair, since only valid actions are scored."""
+    routers reading it were trained before skills could decline a question and choose otherwise when shown a
+    shorter list (docs/results.md, "The LM router"); the graph still never runs a declined pair, since only valid
+    actions are scored."""
     listed = [p for p in pairs if not (options.numbered and p.skill.declines(question, choices))]
     if options.shuffle is not None:
         digest = hashlib.sha256(f"{options.shuffle}\n{question}".encode()).digest()

@@ -1,4 +1,5 @@
-"""What form of answer a question asks for (an option, yes/no, a number), and whether a candidate answer has it.
+"""What form of answer a question asks for (an option, yes/no, a number), and whether a candidate answer has it: part
+of the skill API, so a skill reads a question's form as the graph and the policies do.
 
 Experts answer in their own habits: a table reader returns a number even when the question asks "yes or no". A
 policy choosing among candidates needs to see that mismatch; the question's wording and options are all it uses
@@ -11,10 +12,11 @@ import math
 import re
 from typing import Callable, Literal
 
-from ..choices import names_option
-from ..scoring import normalize_text, parse_number
+from .choices import names_option
+from .scoring import is_yes_no, normalize_text, parse_number
 
-__all__ = ["CONTRADICTS_FORM", "FORM_DIM", "HAS_FORM", "Form", "candidate_form", "asks_yes_no", "expected_form", "has_form", "is_yes_no"]
+__all__ = ["CONTRADICTS_FORM", "FORM_DIM", "HAS_FORM", "Form", "candidate_form", "asks_yes_no", "expected_form",
+           "has_form"]
 
 Form = Literal["choice", "yesno", "number", "text"]
 
@@ -25,7 +27,6 @@ HAS_FORM, CONTRADICTS_FORM = 3, 4
 _YES_NO_RE = re.compile(r"\b(yes or no|yes/no|true or false|true/false)\b", re.IGNORECASE)
 _POLAR_RE = re.compile(r"^\W*(is|are|was|were|do|does|did|can|could|will|would|has|have|had|should)\b", re.IGNORECASE)
 _HOW_MANY_RE = re.compile(r"\bhow (many|much)\b", re.IGNORECASE)
-_YES_NO_WORDS = {"yes", "no", "true", "false"}
 
 
 def expected_form(question: str, choices: list[str] | tuple[str, ...] | None) -> Form:
@@ -44,13 +45,6 @@ def asks_yes_no(question: str) -> bool:
     """Whether the question itself says to answer yes or no ("Please answer Yes or No", "true or false"), not only
     opens like a yes/no question (which "Is it odd or even?" does too)."""
     return bool(_YES_NO_RE.search(question))
-
-
-def is_yes_no(text: str | None) -> bool:
-    """Whether an answer is a yes/no (or true/false) answer: one or two words, the first of them yes, no, true or
-    false."""
-    words = normalize_text(text or "").split()
-    return bool(words) and len(words) <= 2 and words[0] in _YES_NO_WORDS
 
 
 def _is_short_number(text: str) -> bool:
