@@ -371,6 +371,12 @@ def calibrate(
         table.add_row(name, str(len(judged.right)), f"{sum(judged.right) / max(1, len(judged.right)):.3f}",
                       "-" if ece is None else f"{ece:.3f}")
     console.print(table)
+    if held_out:  # the reliability diagram of the other episodes, as a table
+        bins = Table("confidence", "answers", "mean confidence", "accuracy", title="reliability on --check")
+        for b in held_out.reliability(model):
+            bins.add_row(f"{b.low:.1f}-{b.high:.1f}", str(b.count), *(("-", "-") if not b.count else
+                                                                      (f"{b.confidence:.3f}", f"{b.accuracy:.3f}")))
+        console.print(bins)
 
 
 @app.command()

@@ -25,8 +25,9 @@ __all__ = ["CONFIDENCE_FORMAT", "ECE_BINS", "ConfidenceModel", "ReliabilityBin",
 CONFIDENCE_FORMAT = "maestro-confidence-1"
 ECE_BINS = 10
 """Equal-width confidence bins of the expected calibration error and the reliability diagram."""
-_L2 = 1e-2
-"""Ridge penalty of the fit (per item): keeps weights finite where a feature separates the fitting items."""
+_L2 = 1.0
+"""Ridge penalty of the fit (a Gaussian prior on the weights, whatever the number of items): keeps weights finite
+where a feature separates the fitting items, and weighs little against a few hundred of them."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class ConfidenceModel:
         x = np.array([[1.0, *(float(row.get(n, 0.0)) for n in names)] for row in rows])
         y = np.asarray(right, dtype=float)
         w = np.zeros(x.shape[1])
-        penalty = _L2 * len(y) * np.diag([0.0, *([1.0] * len(names))])
+        penalty = _L2 * np.diag([0.0, *([1.0] * len(names))])
         for _ in range(steps):
             p = 1.0 / (1.0 + np.exp(-np.clip(x @ w, -40, 40)))
             gradient = x.T @ (p - y) + penalty @ w

@@ -371,10 +371,10 @@ def build_graph(
             judged = judge(state, final, source)
             floor = MaestroContext.of(runtime.context).min_confidence
             if final is not None and judged["confidence"] < floor:  # withheld: the caller escalates
-                stop = StopReason.LOW_CONFIDENCE
-                reason = stop_text(stop, f"the answer's confidence {judged['confidence']:.2f} is below "
-                                         f"min_confidence {floor:g}")
-                final, source = None, None
+                withheld = _stop(StopReason.LOW_CONFIDENCE, f"the answer's confidence {judged['confidence']:.2f} "
+                                                            f"is below min_confidence {floor:g}")
+                stop, reason, final, source = withheld["stop"], withheld["stop_reason"], None, None
+                judged.update(stop_detail=withheld["stop_detail"])
         runtime.stream_writer({"event": "answer", "answer": final, "answer_source": source,
                                "confidence": judged["confidence"], "stop": stop, "stop_reason": reason})
         record = EpisodeRecord(question=state.get("question") or "", choices=state.get("choices"), answer=final,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.calibration import ConfidenceModel, expected_calibration_error
+from ..core.calibration import ConfidenceModel, ReliabilityBin, expected_calibration_error, reliability_bins
 from ..core.jsonl import read_jsonl
 from ..errors import ConfigError
 
@@ -23,6 +23,10 @@ class Judged:
     def ece(self, model: ConfidenceModel) -> float | None:
         """The expected calibration error (10 bins) of `model`'s confidences on these answers."""
         return expected_calibration_error([model.probability(b) for b in self.basis], self.right)
+
+    def reliability(self, model: ConfidenceModel) -> list[ReliabilityBin]:
+        """The reliability diagram's bins of `model`'s confidences on these answers."""
+        return reliability_bins([model.probability(b) for b in self.basis], self.right)
 
 
 def judged_answers(files: list[Path]) -> Judged:
