@@ -329,14 +329,14 @@ def eval_(
     results = write_report(run, out)
     no_pair = results["no_pair_items"]
     table = Table("policy", "macro acc", "accuracy", "mean cost", "calls/ep",
-                  *(["calls/ep, no pair right"] if no_pair else []), "no answer", "p50 s", "cache hits", "wall s",
-                  title=f"evaluation -> {out}/report.md")
+                  *(["calls/ep, no pair right"] if no_pair else []), "no answer", "ECE", "p50 s", "cache hits",
+                  "wall s", title=f"evaluation -> {out}/report.md")
     for name, m in results["policies"].items():
         table.add_row(name, f"{m['macro_accuracy']:.3f}", f"{m['accuracy']:.3f}", f"{m['mean_cost']:.2f}",
                       f"{m['calls_per_episode']:.2f}",
                       *([f"{no_pair['calls_per_episode'][name]:.2f}"] if no_pair else []),
                       f"{m['no_answer']} ({m['no_answer_closed']} with choices or yes/no)",
-                      f"{m['latency_p50_s']:.2f}", str(m["cache_hits"]), f"{m['wall_s']:.0f}")
+                      "-" if m["ece"] is None else f"{m['ece']:.3f}", f"{m['latency_p50_s']:.2f}", str(m["cache_hits"]), f"{m['wall_s']:.0f}")
     console.print(table)
     if no_pair:
         console.print(f"{no_pair['items']} items no pair answers (the oracle's misses)")
