@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Annotated
 
 import pytest
-from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.message import add_messages
@@ -168,6 +168,10 @@ def test_a_guess_reaches_the_agent_and_the_tool_marked_and_with_its_confidence(r
     assert withheld["answer"] is None and withheld["confidence"] == out["confidence"]
     assert withheld["stop_reason"] == (f"low confidence: the answer's confidence {out['confidence']:.2f} is below "
                                        "min_confidence 0.99")
+    image = {"type": "image_url", "image_url": {"url": data_url(EXAMPLES / "circles.png")}}
+    chat = maestro.invoke({"messages": [HumanMessage(content=[{"type": "text", "text": GUESS}, image])]},
+                          context=MaestroContext(min_confidence=0.99))  # a chat run: the reply says so
+    assert chat["messages"][-1].content == f"I could not find out ({withheld['stop_reason']})"
 
     sources = ImageSources(allowed_dirs=(EXAMPLES,))
     builder = StateGraph(MessagesState)

@@ -172,8 +172,8 @@ def test_a_guess_is_marked_with_its_source_and_confidence_on_the_openai_and_lang
     trace = reply.model_extra["maestro"]
     assert reply.choices[0].message.content == "no" and trace["answer_source"] == "guess"
     assert 0 < trace["confidence"] < 1 and trace["steps"][0]["answer"] == "7"
-    done = [c.model_extra["maestro"] for c in client.chat.completions.create(
-        model="maestro", stream=True, messages=_user(GUESS, circles)) if c.model_extra.get("maestro", {}).get("event") == "done"]
+    chunks = client.chat.completions.create(model="maestro", stream=True, messages=_user(GUESS, circles))
+    done = [c.model_extra["maestro"] for c in chunks if c.model_extra.get("maestro", {}).get("event") == "done"]
     assert done[0]["answer_source"] == "guess" and done[0]["confidence"] == trace["confidence"]
     counted = client.chat.completions.create(model="maestro", messages=_user("How many circles are there?", circles))
     assert counted.model_extra["maestro"]["answer_source"] == "policy"

@@ -31,8 +31,8 @@ from ..images.sources import ImageRefused, ImageSources
 from ..policy import DEFAULT_POLICY, ActionSpace, EpisodeView, Policy, PolicyCatalog, best_candidate
 from ..registry import Registry
 from ..registry.reach import REACH_FLOOR
-from .confidence import confidence_features, shipped_confidence
 from ..types import Answer, Decision, ErrorKind, InvalidAction, Invoke, Step, StopReason, Turn, stop_text
+from .confidence import confidence_features, shipped_confidence
 
 __all__ = [
     "CONTEXT_KEY", "EpisodeRecord", "MaestroContext", "MaestroInput", "MaestroOutput", "MaestroState", "build_graph",
@@ -363,6 +363,7 @@ def build_graph(
         stop = StopReason(state.get("stop") or StopReason.POLICY)
         reason = state.get("stop_reason") or stop_text(stop)
         judged: dict = {"confidence": None, "confidence_basis": None}
+        withheld: dict = {}
         if stop == StopReason.INPUT_ERROR:
             runtime.stream_writer({"event": "error", "kind": "input", "message": state.get("stop_detail") or ""})
             final, source = state.get("answer"), None  # the input must be fixed: a guess would hide that
@@ -374,13 +375,13 @@ def build_graph(
                 withheld = _stop(StopReason.LOW_CONFIDENCE, f"the answer's confidence {judged['confidence']:.2f} "
                                                             f"is below min_confidence {floor:g}")
                 stop, reason, final, source = withheld["stop"], withheld["stop_reason"], None, None
-                judged.update(stop_detail=withheld["stop_detail"])
         runtime.stream_writer({"event": "answer", "answer": final, "answer_source": source,
                                "confidence": judged["confidence"], "stop": stop, "stop_reason": reason})
         record = EpisodeRecord(question=state.get("question") or "", choices=state.get("choices"), answer=final,
                                answer_source=source, confidence=judged["confidence"], stop_reason=reason,
                                steps=list(state.get("steps") or []))
-        update: dict = {"answer": final, "answer_source": source, **judged, "stop": stop, "stop_reason": reason,
+        update: dict = {"answer": final, "answer_source": source, **judged, **withheld, "stop": stop,
+                        "stop_reason": reason,
                         "episodes": [record],
                         "choices": None, "history": []}  # both belong to this question only
         if state.get("messages"):
