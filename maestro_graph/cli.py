@@ -132,6 +132,9 @@ def ask(
     max_turns: int = MaxTurnsOpt,
     max_cost: float = MaxCostOpt,
     reach_floor: float = ReachFloorOpt,
+    min_confidence: float = typer.Option(
+        0.0, min=0, max=1, help="Withhold an answer less sure than this (its confidence: the probability that it is "
+        "right): no answer, exit 1, \"I could not find out\"; 0: every answer is given."),
     as_json: bool = typer.Option(False, "--json", help="Print the answer and trace as JSON."),
     checkpoint_db: Optional[Path] = typer.Option(None, help="SQLite file to checkpoint the episode in."),
     thread: Optional[str] = typer.Option(None, help="Thread id for the checkpoint (with --checkpoint-db)."),
@@ -139,6 +142,7 @@ def ask(
     """Answer QUESTION about the images and print the answer with a table of the steps taken."""
     _threads()
     from .core.question_text import clean_question, question_problem
+    from .episode.confidence import answer_note
     from .episode.graph import MaestroContext, build_graph, checkpoint_serde
     from .episode.runner import run_episode
     from .images.load import load_image
@@ -161,7 +165,8 @@ def ask(
         pol = make_policy(policy)
     except MaestroError as exc:
         _fail(str(exc))
-    context = MaestroContext(max_turns=max_turns, max_cost=max_cost, reach_floor=reach_floor)
+    context = MaestroContext(max_turns=max_turns, max_cost=max_cost, reach_floor=reach_floor,
+                             min_confidence=min_confidence)
     images = [str(p.resolve()) for p in image]
     config = {}
     if checkpoint_db:
@@ -177,8 +182,8 @@ def ask(
     with _progress("answering (the first question loads the experts, about 10 s)"):
         result = run_episode(graph, question, images, list(choice) or None, context=context, config=config)
     if as_json:
-        print(json.dumps({"answer": result.answer, "answer_source": result.answer_source, "policy": policy,
-                          "stop_reason": result.stop_reason,
+        print(json.dumps({"answer": result.answer, "answer_source": result.answer_source,
+                          "confidence": result.confidence, "policy": policy, "stop_reason": result.stop_reason,
                           "steps": [s.model_dump() for s in result.steps],
                           "cost": result.cost, "latency_s": result.latency_s}, ensure_ascii=False, indent=2))
         if result.answer is None:
@@ -188,14 +193,15 @@ def ask(
     for i, step in enumerate(result.steps, start=1):
         table.add_row(str(i), step.model, step.skill, str(step.answer), f"{step.latency_s:.2f}", f"{step.cost:.3f}",
                       (step.error or "")[:80])
+    table.add_section()
+    note = answer_note(result.answer_source, result.confidence, asked=bool(result.steps))
+    table.add_row("", "", "answer", str(result.answer), "", "", note)
     console.print(table)
     if result.answer is None:
-        _fail(f"no answer ({result.stop_reason})", code=1)
-    nobody = "no expert was asked" if not result.steps else \
-        "no expert answered in the form the question asks for"
-    marked = {"guess": f"   [yellow](a guess: {nobody})[/yellow]",
-              "candidate": "   [yellow](an expert's answer the policy did not give)[/yellow]"}
-    console.print(f"[bold]answer:[/bold] {result.answer}{marked.get(result.answer_source or '', '')}"
+        said = "I could not find out" if result.confidence is not None else "no answer"
+        _fail(f"{said} ({result.stop_reason})", code=1)
+    color = "yellow" if result.answer_source in ("guess", "candidate") else "dim"
+    console.print(f"[bold]answer:[/bold] {escape(result.answer)}   [{color}]({escape(note)})[/{color}]"
                   f"   [dim]({result.stop_reason}, {result.latency_s:.1f}s, cost {result.cost:.3f})[/dim]")
 
 
@@ -349,14 +355,14 @@ def eval_(
     results = write_report(run, out)
     no_pair = results["no_pair_items"]
     table = Table("policy", "macro acc", "accuracy", "mean cost", "calls/ep",
-                  *(["calls/ep, no pair right"] if no_pair else []), "no answer", "p50 s", "cache hits", "wall s",
-                  title=f"evaluation -> {out}/report.md")
+                  *(["calls/ep, no pair right"] if no_pair else []), "no answer", "ECE", "p50 s", "cache hits",
+                  "wall s", title=f"evaluation -> {out}/report.md")
     for name, m in results["policies"].items():
         table.add_row(name, f"{m['macro_accuracy']:.3f}", f"{m['accuracy']:.3f}", f"{m['mean_cost']:.2f}",
                       f"{m['calls_per_episode']:.2f}",
                       *([f"{no_pair['calls_per_episode'][name]:.2f}"] if no_pair else []),
                       f"{m['no_answer']} ({m['no_answer_closed']} with choices or yes/no)",
-                      f"{m['latency_p50_s']:.2f}", str(m["cache_hits"]), f"{m['wall_s']:.0f}")
+                      "-" if m["ece"] is None else f"{m['ece']:.3f}", f"{m['latency_p50_s']:.2f}", str(m["cache_hits"]), f"{m['wall_s']:.0f}")
     console.print(table)
     if no_pair:
         console.print(f"{no_pair['items']} items no pair answers (the oracle's misses)")
@@ -366,6 +372,41 @@ def eval_(
                             sum(r.cache_errors for r in run.results))
     if losses:
         raise typer.Exit(PredictExit.LOST_CAPACITY)
+
+
+@app.command()
+def calibrate(
+    predictions: list[Path] = typer.Option(..., "--predictions", exists=True, dir_okay=False,
+                                           help="Prediction file of scored episodes to fit on (`maestro eval`'s "
+                                           "OUT/predictions/POLICY.jsonl; repeat)."),
+    out: Path = typer.Option(..., "--out", "-o", help="The confidence model to write (JSON)."),
+    check: list[Path] = typer.Option([], "--check", exists=True, dir_okay=False,
+                                     help="Prediction file of other episodes: the fitted model's expected "
+                                     "calibration error on them (repeat)."),
+) -> None:
+    """Fit the confidence model (the probability that an answer is right) on the recorded evidence of scored
+    episodes; a graph built with it (`build_graph(..., confidence=ConfidenceModel.read(OUT))`, or the package's
+    checkpoints/confidence.json) answers with calibrated confidences. Fit on items other than those you report."""
+    from .evaluation.calibration import fit_confidence, judged_answers
+
+    try:
+        model, fitted = fit_confidence(predictions)
+        held_out = judged_answers(check) if check else None
+    except MaestroError as exc:
+        _fail(str(exc))
+    model.save(out)
+    table = Table("episodes", "answers", "accuracy", "ECE (10 bins)", title=f"confidence model -> {out}")
+    for name, judged in (("fitted on", fitted), *((("checked on", held_out),) if held_out else ())):
+        ece = judged.ece(model)
+        table.add_row(name, str(len(judged.right)), f"{sum(judged.right) / max(1, len(judged.right)):.3f}",
+                      "-" if ece is None else f"{ece:.3f}")
+    console.print(table)
+    if held_out:  # the reliability diagram of the other episodes, as a table
+        bins = Table("confidence", "answers", "mean confidence", "accuracy", title="reliability on --check")
+        for b in held_out.reliability(model):
+            bins.add_row(f"{b.low:.1f}-{b.high:.1f}", str(b.count), *(("-", "-") if not b.count else
+                                                                      (f"{b.confidence:.3f}", f"{b.accuracy:.3f}")))
+        console.print(bins)
 
 
 @app.command()

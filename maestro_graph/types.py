@@ -25,6 +25,7 @@ class StopReason(StrEnum):
     POLICY = "policy"
     BUDGET = "budget"
     OUT_OF_REACH = "out of reach"
+    LOW_CONFIDENCE = "low confidence"
     INPUT_ERROR = "input error"
     CANCELLED = "cancelled"
     ERROR = "error"

@@ -44,10 +44,16 @@ def test_ask_says_when_the_answer_is_a_guess():
     question = "Is the number of circles seven? Please answer yes or no."
     result = invoke("ask", question, "--image", CIRCLES, "--policy", "fixed:opencv-vision@@counting")
     assert result.exit_code == 0, result.output
-    assert "answer: no" in result.output and "a guess" in result.output
     data = json.loads(invoke("ask", question, "--image", CIRCLES, "--policy", "fixed:opencv-vision@@counting",
                              "--json").output)
-    assert data["answer_source"] == "guess" and data["steps"][0]["answer"] == "7"
+    assert data["answer_source"] == "guess" and data["steps"][0]["answer"] == "7" and 0 < data["confidence"] < 1
+    note = f"guess: no expert answered in the form the question asks for; confidence {data['confidence']:.2f}"
+    assert f"answer: no   ({note})" in result.output  # the answer line, and the table's answer row
+    assert [line for line in result.output.splitlines() if "│ answer" in line and note in line]
+    withheld = invoke("ask", question, "--image", CIRCLES, "--policy", "fixed:opencv-vision@@counting",
+                      "--min-confidence", "0.99")
+    assert withheld.exit_code == 1
+    assert "I could not find out (low confidence: the answer's confidence" in withheld.output
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Annotated
 
 import pytest
-from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.message import add_messages
@@ -34,7 +34,8 @@ def test_agent_passes_state_into_maestro_and_reads_its_answer(registry):
     assert out["question"] == "What text does the QR code encode?"  # written by the agent's own `plan` node
     assert out["answer"] == "Wikipedia"  # written by the Maestro subgraph
     assert out["steps"][0]["model"] == "zxing"
-    assert out["report"].startswith("Answer: Wikipedia (via zxing@@barcode-reading")  # the agent's `report` node
+    assert out["report"].startswith("Answer: Wikipedia (via zxing@@barcode-reading; confidence 0.")  # agent's node
+    assert out["answer_source"] == "policy" and 0 < out["confidence"] < 1  # Maestro's, in AgentOutput
 
 
 @dataclass
@@ -83,7 +84,7 @@ def test_any_parent_context_runs_maestro_as_a_subgraph_and_as_a_tool(registry):
     call = AIMessage(content="", tool_calls=[{"name": "ask_maestro", "id": "c1",
                                               "args": {"question": "What does the QR code say?", "images": [QR]}}])
     reply = tools.compile().invoke({"messages": [call]}, context=ForeignContext())["messages"][-1]
-    assert reply.content == "Wikipedia"
+    assert reply.content.startswith("Wikipedia (confidence 0.")
 
 
 def test_agent_without_images_skips_maestro(registry):
@@ -108,7 +109,7 @@ def test_maestro_as_a_tool_with_a_typed_schema(registry):
         {"name": "ask_maestro", "id": "call-2", "args": {"question": "What does the QR code say?"}},
     ])
     replies = builder.compile().invoke({"messages": [agent_turn]})["messages"][1:]
-    assert isinstance(replies[0], ToolMessage) and replies[0].content == "Wikipedia"
+    assert isinstance(replies[0], ToolMessage) and replies[0].content.startswith("Wikipedia (confidence 0.")
     assert replies[1].status == "error" and "images" in replies[1].content  # the schema refuses a bad call
 
 
@@ -126,7 +127,7 @@ def test_the_tool_reads_no_file_the_operator_did_not_allow(registry, tmp_path):
     for reply in replies[:3]:
         assert reply.status == "error" and "local file paths are not accepted" in reply.content
         assert "Wikipedia" not in reply.content
-    assert replies[3].status == "success" and replies[3].content == "Wikipedia"
+    assert replies[3].status == "success" and replies[3].content.startswith("Wikipedia (")
 
 
 def test_a_blank_question_or_a_bad_context_is_refused_by_the_graph_and_the_tool(registry):
@@ -146,6 +147,45 @@ def test_a_blank_question_or_a_bad_context_is_refused_by_the_graph_and_the_tool(
     call = {"name": "ask_maestro", "id": "call-1", "args": {"question": "", "images": [QR_URL]}}
     (reply,) = builder.compile().invoke({"messages": [AIMessage(content="", tool_calls=[call])]})["messages"][1:]
     assert reply.status == "error" and reply.content == f"Maestro refused the request: {EMPTY_QUESTION}"
+
+
+CIRCLES = str(EXAMPLES / "circles.png")
+GUESS = "Is the number of circles seven? Please answer yes or no."
+"""Counting answers 7, no yes/no: the graph's answer is its marked prior guess."""
+GUESS_NOTE = "guess: no expert answered in the form the question asks for; confidence"
+
+
+def test_a_guess_reaches_the_agent_and_the_tool_marked_and_with_its_confidence(registry):
+    """Issue 48, item 5: the agent's output and the tool's reply tell "the image says no" from "nobody could
+    read it"; below `min_confidence` the graph withholds the answer (a parent can escalate) and the tool raises."""
+    maestro = build_graph(registry, make_policy("fixed:opencv-vision@@counting"))
+    out = embedded.build_agent(maestro).invoke({"question": GUESS, "images": [CIRCLES]})
+    assert out["answer"] == "no" and out["answer_source"] == "guess" and 0 < out["confidence"] < 1
+    assert f"{GUESS_NOTE} {out['confidence']:.2f}" in out["report"]
+    withheld = embedded.build_agent(maestro).invoke(
+        {"question": GUESS, "images": [CIRCLES]},
+        context=embedded.AgentContext(maestro=MaestroContext(min_confidence=0.99)))
+    assert withheld["answer"] is None and withheld["confidence"] == out["confidence"]
+    assert withheld["stop_reason"] == (f"low confidence: the answer's confidence {out['confidence']:.2f} is below "
+                                       "min_confidence 0.99")
+    image = {"type": "image_url", "image_url": {"url": data_url(EXAMPLES / "circles.png")}}
+    chat = maestro.invoke({"messages": [HumanMessage(content=[{"type": "text", "text": GUESS}, image])]},
+                          context=MaestroContext(min_confidence=0.99))  # a chat run: the reply says so
+    assert chat["messages"][-1].content == f"I could not find out ({withheld['stop_reason']})"
+
+    sources = ImageSources(allowed_dirs=(EXAMPLES,))
+    builder = StateGraph(MessagesState)
+    builder.add_node("tools", ToolNode([embedded.maestro_tool(maestro, image_sources=sources)]))
+    builder.add_edge(START, "tools")
+    call = {"name": "ask_maestro", "id": "call-1", "args": {"question": GUESS, "images": [CIRCLES]}}
+    (reply,) = builder.compile().invoke({"messages": [AIMessage(content="", tool_calls=[call])]})["messages"][1:]
+    assert reply.status == "success" and reply.content == f"no ({GUESS_NOTE} {out['confidence']:.2f})"
+    strict = StateGraph(MessagesState)
+    strict.add_node("tools", ToolNode([embedded.maestro_tool(maestro, min_confidence=0.99, image_sources=sources)]))
+    strict.add_edge(START, "tools")
+    (refused,) = strict.compile().invoke({"messages": [AIMessage(content="", tool_calls=[call])]})["messages"][1:]
+    assert refused.status == "error" and refused.content.startswith("Maestro could not find out (low confidence")
+    assert "no (" not in refused.content
 
 
 @pytest.fixture(scope="module")
@@ -172,3 +212,7 @@ def test_agent_server_serves_the_embedded_graph(agent_server):
     scoped = client.runs.wait(None, "maestro-agent", input={"request": REQUEST, "images": [QR_URL]},
                               context={"show_trace": False, "maestro": {"policy": "rules", "max_turns": 2}})
     assert scoped["answer"] == "Wikipedia" and "trace hidden" in scoped["report"]
+    assert scoped["answer_source"] == "policy" and 0 < scoped["confidence"] < 1
+    guessed = client.runs.wait(None, "maestro-agent", context={"maestro": {"policy": "rules"}},
+                               input={"question": GUESS, "images": [data_url(EXAMPLES / "circles.png")]})
+    assert guessed["answer"] == "no" and guessed["answer_source"] == "guess" and GUESS_NOTE in guessed["report"]

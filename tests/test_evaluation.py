@@ -75,6 +75,19 @@ def test_eval_writes_report_for_every_policy(files):
     report = (out / "report.md").read_text()
     assert "| oracle |" in report and "## Accuracy per source" in report
     assert (out / "accuracy_by_source.png").is_file() and (out / "accuracy_vs_cost.png").is_file()
+    # how sure the answers were: every answer's confidence, the ECE over 10 bins and the reliability diagram
+    rules = data["policies"]["rules"]
+    records = [json.loads(line) for line in (out / "predictions" / "rules.jsonl").read_text().splitlines()]
+    answered = [r for r in records if r["answer"] is not None]
+    assert answered and all(0 < r["confidence"] < 1 and r["confidence_basis"] for r in answered)
+    assert rules["confidence_items"] == len(answered) and len(rules["reliability"]) == 10
+    bins: dict[int, list[dict]] = {}
+    for r in answered:
+        bins.setdefault(min(int(r["confidence"] * 10), 9), []).append(r)
+    gaps = [abs(sum(r["confidence"] - r["score"] for r in rows)) for rows in bins.values()]
+    assert rules["ece"] == pytest.approx(sum(gaps) / len(answered))
+    assert "## How sure the answers were (expected calibration error, 10 bins)" in report
+    assert f"| rules | {len(answered)} | {rules['ece']:.3f} |" in report and (out / "reliability.png").is_file()
     assert (out / "routing_knn.png").is_file() and not (out / "routing_fixed_opencv-vision__counting.png").exists()
     counters = (out / "predictions" / "oracle.metrics.prom").read_text()  # as `maestro predict` writes them
     episodes = sum(float(line.split()[-1]) for line in counters.splitlines() if line.startswith("maestro_episodes_total"))

@@ -158,6 +158,34 @@ def test_logs_are_json_lines_with_the_request_id(client):
     assert all("thread_id" in line for line in lines)
 
 
+GUESS = "Is the number of circles seven? Please answer yes or no."
+"""The keyword rules count circles (7), no yes/no: the answer is the graph's marked prior guess."""
+
+
+def test_a_guess_is_marked_with_its_source_and_confidence_on_the_openai_and_langserve_doors(client, base_url):
+    """Issue 48, item 5: a calling agent tells "the image says no" from "nobody could read it": the `maestro` field
+    (plain and at the end of a stream) and LangServe's output carry who gave the answer and how sure it is."""
+    from langserve import RemoteRunnable
+
+    circles = data_url(EXAMPLES / "circles.png")
+    reply = client.chat.completions.create(model="maestro", messages=_user(GUESS, circles))
+    trace = reply.model_extra["maestro"]
+    assert reply.choices[0].message.content == "no" and trace["answer_source"] == "guess"
+    assert 0 < trace["confidence"] < 1 and trace["steps"][0]["answer"] == "7"
+    chunks = client.chat.completions.create(model="maestro", stream=True, messages=_user(GUESS, circles))
+    done = [c.model_extra["maestro"] for c in chunks if c.model_extra.get("maestro", {}).get("event") == "done"]
+    assert done[0]["answer_source"] == "guess" and done[0]["confidence"] == trace["confidence"]
+    counted = client.chat.completions.create(model="maestro", messages=_user("How many circles are there?", circles))
+    assert counted.model_extra["maestro"]["answer_source"] == "policy"
+    assert counted.model_extra["maestro"]["confidence"] > trace["confidence"]  # a count the expert read is surer
+
+    remote = RemoteRunnable(f"{base_url}/maestro/", headers={"Authorization": f"Bearer {KEY}"})
+    out = remote.invoke({"question": GUESS, "images": [circles]})
+    assert out["answer"] == "no" and out["answer_source"] == "guess" and out["confidence"] == trace["confidence"]
+    schema = httpx.get(f"{base_url}/maestro/output_schema", headers={"Authorization": f"Bearer {KEY}"}).json()
+    assert {"answer_source", "confidence"} <= set(schema["properties"])
+
+
 def test_allow_listed_remote_image_is_fetched(client, image_host):
     reply = client.chat.completions.create(model="maestro", messages=_user(QR_QUESTION, f"http://{image_host}/qrcode.png"))
     assert reply.choices[0].message.content == "Wikipedia"

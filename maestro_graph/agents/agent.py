@@ -26,7 +26,8 @@ from pydantic import BaseModel, Field
 from typing_extensions import TypedDict  # JSON schemas for Studio on Python < 3.12
 
 from ..core.configs import DEFAULT_MAX_TURNS
-from ..episode.graph import MaestroContext
+from ..episode.confidence import answer_note
+from ..episode.graph import AnswerSource, MaestroContext
 from ..images.sources import ImageRefused, ImageSources
 from ..types import StopReason
 
@@ -53,6 +54,11 @@ class AgentOutput(TypedDict, total=False):
     """The agent's own output, written after Maestro has answered (or been skipped)."""
     question: str
     answer: str | None
+    answer_source: AnswerSource | None
+    """Who gave the answer: Maestro's policy, an expert's candidate the graph chose, or the graph's marked guess
+    (no expert answered): an agent can tell "the chart says no" from "nobody could read the chart"."""
+    confidence: float | None
+    """The probability that the answer is right (calibrated: docs/evaluation.md, "How sure an answer is")."""
     steps: Annotated[list[dict], operator.add]
     stop_reason: str
 
@@ -96,7 +102,9 @@ def report(state: AgentState, runtime: Runtime[AgentContext]) -> dict[str, Any]:
     else:
         used = "trace hidden"
     head = f"Answer: {answer}" if answer is not None else "Maestro found no answer"
-    return {"report": f"{head} ({used}; cost {cost:.2f}; stop: {state.get('stop_reason', '')})."}
+    note = answer_note(state.get("answer_source"), state.get("confidence"), asked=bool(state.get("steps")))
+    return {"report": f"{head} ({'; '.join(filter(None, (used, note)))}; cost {cost:.2f}; "
+                      f"stop: {state.get('stop_reason', '')})."}
 
 
 def build_agent(maestro: Any, *, checkpointer: Any = None) -> Any:
@@ -126,11 +134,15 @@ class AskMaestro(BaseModel):
     choices: list[str] | None = Field(None, description="the options of a multiple-choice question, if any")
 
 
-def maestro_tool(maestro: Any, *, max_turns: int = DEFAULT_MAX_TURNS, image_sources: ImageSources | None = None) -> StructuredTool:
+def maestro_tool(maestro: Any, *, max_turns: int = DEFAULT_MAX_TURNS, min_confidence: float = 0.0,
+                 image_sources: ImageSources | None = None) -> StructuredTool:
     """Maestro as a tool: it answers a question about images by orchestrating expert models. The arguments come
     from a model, so they are untrusted: images pass `image_sources` (default: the operator's environment,
     `MAESTRO_IMAGE_DIRS`/`MAESTRO_IMAGE_HOSTS`, data URLs only when unset), and a refusal or a run without an
-    answer comes back as the tool's error message, so the calling model learns why."""
+    answer comes back as the tool's error message, so the calling model learns why. The reply says how the answer
+    came about and how sure it is ("no (guess: no expert answered in the form the question asks for; confidence
+    0.52)"); an answer less sure than `min_confidence` is an error ("Maestro could not find out"), so the calling
+    agent escalates instead of trusting it."""
     sources = image_sources or ImageSources.from_env()
 
     def ask_maestro(question: str, images: list[str], choices: list[str] | None = None) -> str:
@@ -139,15 +151,19 @@ def maestro_tool(maestro: Any, *, max_turns: int = DEFAULT_MAX_TURNS, image_sour
         except ImageRefused as exc:
             raise ToolException(str(exc)) from exc
         out = maestro.invoke({"question": question, "images": resolved, "choices": choices},
-                             context=MaestroContext(max_turns=max_turns))
+                             context=MaestroContext(max_turns=max_turns, min_confidence=min_confidence))
         if out.get("stop") == StopReason.INPUT_ERROR:  # the graph's intake refused the arguments: say which
             raise ToolException(f"Maestro refused the request: {out.get('stop_detail')}")
+        if out.get("stop") == StopReason.LOW_CONFIDENCE:
+            raise ToolException(f"Maestro could not find out ({out.get('stop_reason')})")
         if out.get("answer") is None:
             raise ToolException(f"Maestro found no answer (stop: {out.get('stop_reason')})")
-        return out["answer"]
+        note = answer_note(out.get("answer_source"), out.get("confidence"), asked=bool(out.get("steps")))
+        return f"{out['answer']} ({note})" if note else out["answer"]
 
     return StructuredTool.from_function(
         ask_maestro, name="ask_maestro", args_schema=AskMaestro, handle_tool_error=True,
         description="Answer a question about one or more images (counting, reading text, charts, tables, "
-        "barcodes, geometry) by orchestrating local expert models. Returns a short answer.",
+        "barcodes, geometry) by orchestrating local expert models. Returns a short answer, then in brackets "
+        "whether it is a guess and the probability that it is right.",
     )

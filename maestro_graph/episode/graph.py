@@ -22,6 +22,7 @@ from typing_extensions import TypedDict  # pydantic builds JSON schemas from it 
 
 from ..answer_forms import asks_yes_no, expected_form, has_form
 from ..choices import YES_NO_GUESS, guess_option, inline_choices
+from ..core.calibration import ConfidenceModel
 from ..core.cancellation import current_cancel, raise_if_cancelled, run_abandonable
 from ..core.configs import MAX_COST, MAX_TURNS, Budget  # noqa: F401  (MAX_*: the bounds, importable from here too)
 from ..core.question_text import clean_question, question_problem
@@ -31,6 +32,7 @@ from ..policy import DEFAULT_POLICY, ActionSpace, EpisodeView, Policy, PolicyCat
 from ..registry import Registry
 from ..registry.reach import REACH_FLOOR
 from ..types import Answer, Decision, ErrorKind, InvalidAction, Invoke, Step, StopReason, Turn, stop_text
+from .confidence import confidence_features, shipped_confidence
 
 __all__ = [
     "CONTEXT_KEY", "EpisodeRecord", "MaestroContext", "MaestroInput", "MaestroOutput", "MaestroState", "build_graph",
@@ -64,6 +66,10 @@ class MaestroContext(Budget):
     to the question) is below this, the episode ends without a further call, with what the answer node can give (the
     best candidate so far, else a marked guess for choice and yes/no questions). 0 turns it off; a registry without
     a reach, and a question unlike every calibration question, are never stopped."""
+    min_confidence: Annotated[float, Field(ge=0, le=1)] = 0.0
+    """An answer less sure than this (its `confidence`: the probability that it is right) is withheld: the episode
+    ends without an answer, stopped for low confidence ("I could not find out"), so a parent graph or a calling
+    agent can escalate instead of trusting a guess. 0: every answer is given."""
 
     @classmethod
     def of(cls, context: object) -> "MaestroContext":
@@ -121,6 +127,7 @@ class EpisodeRecord(TypedDict):
     choices: list[str] | None
     answer: str | None
     answer_source: AnswerSource | None
+    confidence: float | None
     stop_reason: str
     steps: list[dict]
 
@@ -132,6 +139,12 @@ class MaestroOutput(TypedDict, total=False):
     answer: str | None
     answer_source: AnswerSource | None
     """Who gave the answer (`AnswerSource`); None when there is none."""
+    confidence: float | None
+    """The probability that the answer is right (the graph's `ConfidenceModel` over `confidence_basis`); for an
+    answer withheld below the run's `min_confidence`, the withheld answer's; None when there was no answer."""
+    confidence_basis: dict[str, float] | None
+    """What `confidence` was computed from (`episode.confidence.confidence_features`), recorded so a model can be
+    fitted on scored episodes without re-running them."""
     steps: Annotated[list[dict], operator.add]
     decisions: Annotated[list[dict], operator.add]
     """Every router decision of the current episode (types.Decision): the action and its log-probability."""
@@ -192,6 +205,7 @@ def build_graph(
     policies: PolicyCatalog | None = None,
     image_sources: ImageSources | None = None,
     checkpointer: Checkpointer = None,
+    confidence: ConfidenceModel | None = None,
     name: str = "maestro",
 ) -> CompiledStateGraph:
     """Compile the Maestro graph. `policy` is the default (else the catalog's default, else `DEFAULT_POLICY`, the
@@ -200,9 +214,11 @@ def build_graph(
     that reads the images (intake, the router, each skill node) resolves them under that policy (verified data URLs)
     whatever wrote them, since a client's `Command` can write the state and jump past intake; a refusal ends the run
     with an input error that reads the same for a missing file and a forbidden one. The run context is read with
-    `MaestroContext.of`, so the graph also runs as a subgraph under any parent's context."""
+    `MaestroContext.of`, so the graph also runs as a subgraph under any parent's context. `confidence` turns an
+    answer's evidence into the probability that it is right (default: the package's, `shipped_confidence`)."""
     policies = policies or PolicyCatalog.open(DEFAULT_POLICY)
     default_policy = policy or policies.get()
+    calibrated = confidence or shipped_confidence()
     skill_nodes = [s.name for s in registry.tier1]
     clash = {INTAKE, ROUTER, ANSWER} & set(skill_nodes)
     if clash:
@@ -231,7 +247,7 @@ def build_graph(
             question, images = state.get("question") or "", kept
         question = clean_question(question)
         update: dict = {"question": question, "steps": Overwrite([]), "decisions": Overwrite([]),
-                        "answer": None, "answer_source": None,
+                        "answer": None, "answer_source": None, "confidence": None, "confidence_basis": None,
                         "stop": None, "stop_reason": None, "pending": None, "history": []}
         try:
             update["history"] = _history(state)
@@ -346,21 +362,45 @@ def build_graph(
         not just a missing answer), the answer event, and the episode appended to the thread's `episodes`."""
         stop = StopReason(state.get("stop") or StopReason.POLICY)
         reason = state.get("stop_reason") or stop_text(stop)
+        judged: dict = {"confidence": None, "confidence_basis": None}
+        withheld: dict = {}
         if stop == StopReason.INPUT_ERROR:
             runtime.stream_writer({"event": "error", "kind": "input", "message": state.get("stop_detail") or ""})
             final, source = state.get("answer"), None  # the input must be fixed: a guess would hide that
         else:
             final, source = final_answer(state)
-        runtime.stream_writer({"event": "answer", "answer": final, "answer_source": source, "stop": stop,
-                               "stop_reason": reason})
+            judged = judge(state, final, source)
+            floor = MaestroContext.of(runtime.context).min_confidence
+            if final is not None and judged["confidence"] < floor:  # withheld: the caller escalates
+                withheld = _stop(StopReason.LOW_CONFIDENCE, f"the answer's confidence {judged['confidence']:.2f} "
+                                                            f"is below min_confidence {floor:g}")
+                stop, reason, final, source = withheld["stop"], withheld["stop_reason"], None, None
+        runtime.stream_writer({"event": "answer", "answer": final, "answer_source": source,
+                               "confidence": judged["confidence"], "stop": stop, "stop_reason": reason})
         record = EpisodeRecord(question=state.get("question") or "", choices=state.get("choices"), answer=final,
-                               answer_source=source, stop_reason=reason, steps=list(state.get("steps") or []))
-        update: dict = {"answer": final, "answer_source": source, "stop": stop, "stop_reason": reason,
+                               answer_source=source, confidence=judged["confidence"], stop_reason=reason,
+                               steps=list(state.get("steps") or []))
+        update: dict = {"answer": final, "answer_source": source, **judged, **withheld, "stop": stop,
+                        "stop_reason": reason,
                         "episodes": [record],
                         "choices": None, "history": []}  # both belong to this question only
         if state.get("messages"):
-            update["messages"] = [AIMessage(content=final if final is not None else f"(no answer: {reason})")]
+            said = final if final is not None else (
+                f"I could not find out ({reason})" if stop == StopReason.LOW_CONFIDENCE else f"(no answer: {reason})")
+            update["messages"] = [AIMessage(content=said)]
         return update
+
+    def judge(state: MaestroState, final: str | None, source: AnswerSource | None) -> dict:
+        """The answer's confidence and what it was computed from; nothing for no answer."""
+        if final is None:
+            return {"confidence": None, "confidence_basis": None}
+        try:
+            images = images_of(state)
+        except ImageRefused:  # judged without them: their descriptors are then missing from the features
+            images = []
+        basis = confidence_features(registry, state.get("question") or "", images, state.get("choices"),
+                                    _steps(dict(state)), final, source)
+        return {"confidence": round(calibrated.probability(basis), 4), "confidence_basis": basis}
 
     builder = StateGraph(
         MaestroState, context_schema=MaestroContext, input_schema=MaestroInput, output_schema=MaestroOutput

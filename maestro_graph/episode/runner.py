@@ -49,6 +49,12 @@ class EpisodeResult:
     """Who gave the answer ("policy", "candidate" or a marked "guess"); None without one."""
     stop_detail: str | None = None
     """An input error's reason."""
+    confidence: float | None = None
+    """The probability that the answer is right (for an answer withheld below `min_confidence`, the withheld
+    one's); None without an answer."""
+    confidence_basis: dict[str, float] | None = None
+    """The evidence `confidence` was computed from (episode.confidence.confidence_features): what `maestro
+    calibrate` fits a confidence model on."""
 
     def __post_init__(self) -> None:
         self.stop = StopReason(self.stop)
@@ -80,6 +86,8 @@ class EpisodeResult:
             "id": task_id,
             "answer": self.answer,
             "answer_source": self.answer_source,
+            "confidence": self.confidence,
+            "confidence_basis": self.confidence_basis,
             "steps": [{**s.model_dump(mode="json", exclude={"calls"}), "cost": round(s.cost, 6),
                        "latency_s": round(s.latency_s, 4)} for s in self.steps],
             "decisions": [d.model_dump(mode="json") for d in self.decisions],
@@ -99,7 +107,8 @@ class EpisodeResult:
                    stop=StopReason(record["stop"]), stop_detail=record.get("stop_detail"),
                    latency_s=record.get("latency_s", 0.0), error=record.get("error"),
                    decisions=[Decision.model_validate(d) for d in record.get("decisions", [])],
-                   answer_source=record.get("answer_source"))
+                   answer_source=record.get("answer_source"), confidence=record.get("confidence"),
+                   confidence_basis=record.get("confidence_basis"))
 
 
 ThreadMode = Literal["new", "resume", "replay"]
@@ -154,6 +163,8 @@ def run_episode(
         latency_s=time.perf_counter() - start,
         decisions=[Decision.model_validate(d) for d in out.get("decisions", [])],
         answer_source=out.get("answer_source"),
+        confidence=out.get("confidence"),
+        confidence_basis=out.get("confidence_basis"),
     )
 
 

@@ -18,6 +18,7 @@ from ..answer_forms import expected_form
 from ..batch.executors import Executor, LostWorker
 from ..batch.measure import measure_pairs
 from ..batch.metrics import BatchMetrics
+from ..core.calibration import expected_calibration_error, reliability_bins
 from ..core.tasks import Task, TaskProblem, load_task_files
 from ..episode.graph import MaestroContext
 from ..episode.runner import EpisodeResult, run_tasks
@@ -62,6 +63,8 @@ class PolicyResult:
         decisions = [d["latency_s"] for r in self.records for d in r.get("decisions", [])
                      if d.get("latency_s") is not None] or [0.0]
         source_acc = {s: float(np.mean(v)) for s, v in sorted(by_source.items())}
+        judged = [r for r in self.records if r["answer"] is not None and r.get("confidence") is not None]
+        confidence, right = [r["confidence"] for r in judged], [r["score"] for r in judged]
         return {
             "items": len(self.records),
             "accuracy": float(np.mean([r["score"] for r in self.records])) if self.records else 0.0,
@@ -79,6 +82,10 @@ class PolicyResult:
             "no_answer": sum(1 for r in self.records if r["answer"] is None),
             "closed_items": sum(1 for r in self.records if r.get("closed_form")),
             "no_answer_closed": sum(1 for r in self.records if r.get("closed_form") and r["answer"] is None),
+            "ece": expected_calibration_error(confidence, right),
+            "reliability": [b.__dict__ for b in reliability_bins(confidence, right)],
+            "confidence_items": len(judged),
+            "answer_sources": dict(Counter(r.get("answer_source") or "none" for r in self.records)),
             "cache_hits": self.cache_hits,
             "cache_misses": self.cache_misses,
             "wall_s": self.wall_s,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.calibration import ECE_BINS
 from ..core.plots import pyplot
 from .evaluate import EvalRun, file_stem
 
@@ -57,6 +58,7 @@ def write_report(run: EvalRun, out_dir: Path) -> dict:
         _table(["policy", "calls/ep"], [[p, f"{c:.2f}"] for p, c in no_pair["calls_per_episode"].items()]), ""]
     per_source = _table(["source", *metrics], [[s, *(f"{m['accuracy_by_source'].get(s, float('nan')):.3f}"
                                                      for m in metrics.values())] for s in sources])
+    calibration = _calibration(metrics)
     domains = sorted({d for m in metrics.values() for d in m["accuracy_by_domain"]})
     per_domain = _table(["domain", *metrics], [[d, *(f"{m['accuracy_by_domain'].get(d, float('nan')):.3f}"
                                                      for m in metrics.values())] for d in domains])
@@ -66,13 +68,40 @@ def write_report(run: EvalRun, out_dir: Path) -> dict:
         f"Best single pair (chosen on the training file): {run.best_single_pair}" if run.best_single_pair else "",
         f"Items skipped (bad lines or missing images): {len(run.skipped)}", "",
         "## Policies (macro accuracy = mean over sources)", "", main, "", *stop_early,
-        "## Accuracy per source", "", per_source, "", "## Accuracy per domain", "", per_domain, "",
+        *calibration, "## Accuracy per source", "", per_source, "", "## Accuracy per domain", "", per_domain, "",
         *(["## Plots", "", *[f"![{p.stem}]({p.name})" for p in plots], ""] if plots else []),
     ]
     if training:
         text += ["## Every pair on the training items (train_outcomes.json)", "", training, ""]
     (out_dir / "report.md").write_text("\n".join(text))
     return results
+
+
+def _calibration(metrics: dict) -> list[str]:
+    """The report's section on how sure the answers were: each policy's expected calibration error and its
+    reliability diagram as a table (the plot is `reliability.png`)."""
+    summary = _table(
+        ["policy", "answers with a confidence", "ECE (10 bins)", "mean confidence", "accuracy of those answers"],
+        [[p, str(m["confidence_items"]), "-" if m["ece"] is None else f"{m['ece']:.3f}",
+          _mean(m, "confidence"), _mean(m, "accuracy")] for p, m in metrics.items()])
+    bins = next(iter(metrics.values()))["reliability"] if metrics else []
+    diagram = _table(
+        ["confidence", *(f"{p}: accuracy (answers)" for p in metrics)],
+        [[f"{b['low']:.1f}-{b['high']:.1f}", *(_cell(m["reliability"][i]) for m in metrics.values())]
+         for i, b in enumerate(bins)])
+    return [f"## How sure the answers were (expected calibration error, {ECE_BINS} bins)", "",
+            "Each answer's `confidence` is the probability that it is right; in a calibrated policy the answers of "
+            "each confidence bin are right that often (`reliability.png`).", "", summary, "", diagram, ""]
+
+
+def _mean(m: dict, key: str) -> str:
+    bins = [b for b in m["reliability"] if b["count"]]
+    total = sum(b["count"] for b in bins)
+    return f"{sum(b['count'] * b[key] for b in bins) / total:.3f}" if total else "-"
+
+
+def _cell(b: dict) -> str:
+    return f"{b['accuracy']:.2f} ({b['count']})" if b["count"] else "-"
 
 
 def _plots(metrics: dict, sources: list[str], out_dir: Path) -> list[Path]:
@@ -107,6 +136,26 @@ def _plots(metrics: dict, sources: list[str], out_dir: Path) -> list[Path]:
     ax.set_title("accuracy against cost")
     fig.tight_layout()
     paths.append(out_dir / "accuracy_vs_cost.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(5, 4.5))
+    ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1, label="calibrated")
+    for policy in policies:
+        m = metrics[policy]
+        filled = [b for b in m["reliability"] if b["count"]]
+        if not filled:
+            continue
+        ece = "" if m["ece"] is None else f" (ECE {m['ece']:.3f})"
+        ax.plot([b["confidence"] for b in filled], [b["accuracy"] for b in filled], marker="o", label=policy + ece)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("confidence (mean in each of 10 bins)")
+    ax.set_ylabel("share of those answers that were right")
+    ax.set_title("reliability diagram")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    paths.append(out_dir / "reliability.png")
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
 

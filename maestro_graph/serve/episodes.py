@@ -163,6 +163,8 @@ class EpisodeOutcome:
         return {
             "thread_id": self.thread_id,
             "stop_reason": self.result.stop_reason,
+            "answer_source": self.result.answer_source,
+            "confidence": self.result.confidence,
             "steps": [s.model_dump(mode="json", exclude={"calls"}) for s in self.result.steps],
             "cost": round(self.result.cost, 6),
             "latency_s": round(self.result.latency_s, 4),
@@ -388,7 +390,7 @@ class EpisodeService:
             answer=values.get("answer"), steps=[Step.model_validate(s) for s in values.get("steps", [])],
             stop=StopReason(values.get("stop") or StopReason.POLICY) if finished else StopReason.CANCELLED,
             stop_detail=values.get("stop_detail") if finished else None, latency_s=time.perf_counter() - start,
-            answer_source=values.get("answer_source"))
+            answer_source=values.get("answer_source"), confidence=values.get("confidence"))
         return EpisodeOutcome(result, episode.thread_id, episode.mode, usage=usage_of(values.get("steps", [])))
 
     async def complete(self, episode: Episode, emit: Emit = lambda _: None) -> EpisodeOutcome:

@@ -35,6 +35,7 @@ from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..core.question_text import clean_question, question_problem
+from ..episode.graph import AnswerSource
 from .episodes import Episode, EpisodeOutcome, EpisodeService
 from .image_errors import resolve_images
 from .protocol import ApiError, Choices, parse_json
@@ -92,6 +93,10 @@ class MaestroRequest(BaseModel):
 
 class MaestroResponse(BaseModel):
     answer: str | None
+    answer_source: AnswerSource | None = None
+    """Who gave the answer: the policy, the graph choosing an expert's candidate, or the graph's marked guess."""
+    confidence: float | None = None
+    """The probability that the answer is right."""
     stop_reason: str
     steps: list[dict[str, Any]] = Field(default_factory=list)
     thread_id: str | None = None
@@ -152,7 +157,8 @@ def maestro_runnable(service: EpisodeService) -> Runnable:
             episode = await _prepare(service, req)
         async for item in await service.open_stream(episode):
             if isinstance(item, EpisodeOutcome):
-                yield AddableDict(answer=item.result.answer, stop_reason=item.result.stop_reason,
+                yield AddableDict(answer=item.result.answer, answer_source=item.result.answer_source,
+                                  confidence=item.result.confidence, stop_reason=item.result.stop_reason,
                                   thread_id=item.thread_id)
             elif item.get("event") == "step":
                 yield AddableDict(steps=[{k: v for k, v in item.items() if k != "event"}])

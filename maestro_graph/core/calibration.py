@@ -1,0 +1,135 @@
+"""How sure an answer is: a logistic model from what an episode knows when it answers (its evidence, named features)
+to the probability that the answer is right, fitted on episodes whose answers were scored; and the measures of how
+well such probabilities are calibrated (expected calibration error, the reliability diagram's bins).
+
+The model is data: a JSON file of named weights (`ConfidenceModel.save` / `read`), never a pickle, so it ships with
+the package and a reader can see what each feature weighs. Features a model does not name are ignored and a feature
+it names that an episode lacks counts as 0, so the feature set can grow without breaking shipped files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ..errors import ConfigError
+
+__all__ = ["CONFIDENCE_FORMAT", "ECE_BINS", "ConfidenceModel", "ReliabilityBin", "expected_calibration_error",
+           "reliability_bins"]
+
+CONFIDENCE_FORMAT = "maestro-confidence-1"
+ECE_BINS = 10
+"""Equal-width confidence bins of the expected calibration error and the reliability diagram."""
+_L2 = 1.0
+"""Ridge penalty of the fit (a Gaussian prior on the weights, whatever the number of items): keeps weights finite
+where a feature separates the fitting items, and weighs little against a few hundred of them."""
+
+
+@dataclass(frozen=True)
+class ConfidenceModel:
+    """P(right) = sigmoid(bias + sum of weight * feature) over named features."""
+
+    weights: dict[str, float]
+    bias: float
+    fitted_on: str = ""
+    """What the model was fitted on (files, items), for the reader of the file."""
+    items: int = 0
+
+    def probability(self, features: Mapping[str, float]) -> float:
+        z = self.bias + sum(w * float(features.get(name, 0.0)) for name, w in self.weights.items())
+        return 1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, z))))
+
+    @classmethod
+    def fit(cls, rows: Sequence[Mapping[str, float]], right: Sequence[float], *, fitted_on: str = "",
+            steps: int = 200) -> "ConfidenceModel":
+        """The ridge-penalised maximum-likelihood fit (Newton steps) of `right` (1 right, 0 wrong, or a partial
+        score) on the features of `rows`; every feature any row names is a weight."""
+        if len(rows) != len(right) or not rows:
+            raise ValueError(f"{len(rows)} feature rows and {len(right)} labels: need as many, and at least one")
+        names = sorted({name for row in rows for name in row})
+        x = np.array([[1.0, *(float(row.get(n, 0.0)) for n in names)] for row in rows])
+        y = np.asarray(right, dtype=float)
+        w = np.zeros(x.shape[1])
+        penalty = _L2 * np.diag([0.0, *([1.0] * len(names))])
+        for _ in range(steps):
+            p = 1.0 / (1.0 + np.exp(-np.clip(x @ w, -40, 40)))
+            gradient = x.T @ (p - y) + penalty @ w
+            hessian = (x * (p * (1 - p))[:, None]).T @ x + penalty + 1e-9 * np.eye(len(w))
+            step = np.linalg.solve(hessian, gradient)
+            w -= step
+            if np.abs(step).max() < 1e-8:
+                break
+        return cls({n: float(v) for n, v in zip(names, w[1:])}, float(w[0]), fitted_on, len(y))
+
+    def save(self, path: str | Path) -> None:
+        body = {"format": CONFIDENCE_FORMAT, "fitted_on": self.fitted_on, "items": self.items,
+                "bias": round(self.bias, 6), "weights": {n: round(v, 6) for n, v in sorted(self.weights.items())}}
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(body, indent=2) + "\n")
+
+    @classmethod
+    def read(cls, path: str | Path) -> "ConfidenceModel":
+        """The model in a file `save` wrote; a ConfigError naming the file and the field otherwise."""
+        path = Path(path)
+        try:
+            body = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"not a confidence model ({exc})", file=str(path)) from exc
+        if not isinstance(body, dict) or body.get("format") != CONFIDENCE_FORMAT:
+            raise ConfigError(f"not a {CONFIDENCE_FORMAT} file", file=str(path), field="format")
+        weights, bias = body.get("weights"), body.get("bias")
+        if not isinstance(weights, dict) or not all(_is_number(v) for v in weights.values()):
+            raise ConfigError("needs `weights`: a number by feature name", file=str(path), field="weights")
+        if not _is_number(bias):
+            raise ConfigError(f"needs a number, got {bias!r}", file=str(path), field="bias")
+        return cls({str(n): float(v) for n, v in weights.items()}, float(bias), str(body.get("fitted_on", "")),
+                   int(body.get("items", 0) or 0))
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass(frozen=True)
+class ReliabilityBin:
+    """One bin of a reliability diagram: the answers whose confidence fell in [low, high)."""
+
+    low: float
+    high: float
+    count: int = 0
+    confidence: float | None = None
+    """Mean confidence of its answers (None: no answer fell in it)."""
+    accuracy: float | None = None
+    """Share of its answers that were right (None: no answer fell in it)."""
+
+
+def reliability_bins(confidence: Sequence[float], right: Sequence[float], bins: int = ECE_BINS
+                     ) -> list[ReliabilityBin]:
+    """Answers grouped into `bins` equal-width confidence bins (the last one closed at 1)."""
+    conf = np.asarray(confidence, dtype=float)
+    hit = np.asarray(right, dtype=float)
+    index = np.minimum((conf * bins).astype(int), bins - 1)
+    out = []
+    for b in range(bins):
+        inside = index == b
+        count = int(inside.sum())
+        out.append(ReliabilityBin(b / bins, (b + 1) / bins, count,
+                                  float(conf[inside].mean()) if count else None,
+                                  float(hit[inside].mean()) if count else None))
+    return out
+
+
+def expected_calibration_error(confidence: Sequence[float], right: Sequence[float], bins: int = ECE_BINS
+                               ) -> float | None:
+    """The count-weighted mean, over equal-width confidence bins, of |accuracy - mean confidence|; None without
+    answers."""
+    found = reliability_bins(confidence, right, bins)
+    total = sum(b.count for b in found)
+    if not total:
+        return None
+    return float(sum(b.count * abs(b.accuracy - b.confidence) for b in found if b.count) / total)

@@ -1,0 +1,94 @@
+"""How sure an answer is (issue 48): the confidence model (fitted, saved as data, read back or refused), the
+expected calibration error, and `maestro calibrate` on prediction records. The doors that carry `answer_source` and
+`confidence` are tested with their own clients (test_serve, test_embedded, test_cli, test_evaluation)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from maestro_graph.cli import app
+from maestro_graph.core.calibration import ConfidenceModel, expected_calibration_error, reliability_bins
+from maestro_graph.episode.confidence import shipped_confidence
+from maestro_graph.errors import ConfigError
+
+
+def _sample(n: int, seed: int) -> tuple[list[dict], list[float]]:
+    """Answers whose chance of being right is sigmoid(-1 + 3 * support_accuracy - guess)."""
+    rng = np.random.default_rng(seed)
+    rows = [{"support_accuracy": float(a), "source_guess": float(g)}
+            for a, g in zip(rng.uniform(0, 1, n), rng.random(n) < 0.3)]
+    p = [1 / (1 + np.exp(1 - 3 * r["support_accuracy"] + r["source_guess"])) for r in rows]
+    return rows, [float(x) for x in rng.random(n) < p]
+
+
+def test_the_expected_calibration_error_weighs_each_bins_gap_by_its_answers():
+    confidence, right = [0.15, 0.15, 0.95, 0.95], [0, 1, 1, 1]
+    assert expected_calibration_error(confidence, right) == pytest.approx((2 * 0.35 + 2 * 0.05) / 4)
+    bins = reliability_bins(confidence, right)
+    assert len(bins) == 10 and bins[1].count == 2 and bins[1].accuracy == 0.5 and bins[5].count == 0
+    assert reliability_bins([1.0], [1])[9].count == 1  # a confidence of 1 is in the last bin
+    assert expected_calibration_error([], []) is None
+
+
+def test_a_fitted_model_is_calibrated_on_other_answers_and_survives_a_round_trip(tmp_path):
+    model = ConfidenceModel.fit(*_sample(3000, seed=0), fitted_on="synthetic")
+    assert model.weights["support_accuracy"] == pytest.approx(3, abs=0.4)
+    assert model.weights["source_guess"] == pytest.approx(-1, abs=0.3)
+    rows, right = _sample(3000, seed=1)
+    assert expected_calibration_error([model.probability(r) for r in rows], right) < 0.03
+    constant = expected_calibration_error([float(np.mean(right))] * len(right), right)
+    assert constant < 0.01  # a constant at the base rate is calibrated too: the fit must also separate answers
+    assert np.std([model.probability(r) for r in rows]) > 0.15
+    model.save(tmp_path / "confidence.json")
+    assert ConfidenceModel.read(tmp_path / "confidence.json").probability(rows[0]) == pytest.approx(
+        model.probability(rows[0]), abs=1e-5)
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ("not json", None), (json.dumps({"format": "other"}), "format"),
+    (json.dumps({"format": "maestro-confidence-1", "bias": 0, "weights": {"reach": "high"}}), "weights"),
+    (json.dumps({"format": "maestro-confidence-1", "bias": None, "weights": {}}), "bias"),
+])
+def test_a_broken_model_file_is_refused_naming_the_file_and_field(tmp_path, body, field):
+    path = tmp_path / "confidence.json"
+    path.write_text(body)
+    with pytest.raises(ConfigError) as refused:
+        ConfidenceModel.read(path)
+    assert str(path) in str(refused.value) and (field is None or f"field {field!r}" in str(refused.value))
+
+
+def test_the_shipped_model_says_an_experts_measured_answer_is_surer_than_a_guess():
+    model = shipped_confidence()
+    read = {"support_accuracy": 2.0, "support": 1.0, "skill_confidence": 0.9, "calls": 1.0, "reach": 1.0,
+            "form_number": 1.0}
+    guess = {"source_guess": 1.0, "form_yesno": 1.0, "chance": 0.5, "guess_chance": 0.5, "calls": 1.0,
+             "against": 1.0}
+    assert model.probability(read) > model.probability(guess) and model.items > 100
+
+
+def _records(path, rows, right, *, basis=True):
+    path.write_text("".join(json.dumps({"id": f"t{i}", "answer": "x", "score": y,
+                                        **({"confidence_basis": r} if basis else {})}) + "\n"
+                            for i, (r, y) in enumerate(zip(rows, right))))
+
+
+def test_calibrate_fits_on_scored_records_and_checks_on_others(tmp_path):
+    _records(tmp_path / "fit.jsonl", *_sample(2000, seed=2))
+    _records(tmp_path / "check.jsonl", *_sample(2000, seed=3))
+    result = CliRunner().invoke(app, ["calibrate", "--predictions", str(tmp_path / "fit.jsonl"), "--check",
+                                      str(tmp_path / "check.jsonl"), "--out", str(tmp_path / "model.json")])
+    assert result.exit_code == 0, result.output
+    model = ConfidenceModel.read(tmp_path / "model.json")
+    assert model.items == 2000 and model.fitted_on == str(tmp_path / "fit.jsonl")
+    checked = next(line for line in result.output.splitlines() if "checked on" in line)
+    assert float(checked.split("│")[-2]) < 0.04  # the ECE column, on the other answers
+
+    _records(tmp_path / "old.jsonl", *_sample(3, seed=4), basis=False)
+    refused = CliRunner().invoke(app, ["calibrate", "--predictions", str(tmp_path / "old.jsonl"), "--out",
+                                       str(tmp_path / "never.json")])
+    assert refused.exit_code == 2 and not (tmp_path / "never.json").exists()
+    assert f"file {tmp_path / 'old.jsonl'}, field 'confidence_basis': line 1 (t0)" in " ".join(refused.output.split())
