@@ -282,3 +282,22 @@ def test_a_skill_md_alias_bomb_is_refused_at_once_with_a_short_message(tmp_path)
     (skill / "SKILL.md").write_text("---\nname: bomb\ndescription: " + "x" * MAX_FRONT_MATTER + "\n---\n")
     with pytest.raises(SkillError, match="above the cap of 16,384"):
         load_skill(skill)
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/maestro/invoke", "/maestro/batch", "/maestro/stream",
+                                  "/maestro/stream_log", "/maestro/stream_events"])
+def test_an_integer_of_4301_digits_anywhere_in_a_body_is_a_400_naming_it(server, path):
+    """Issue 46, item 5: Python converts at most 4,300 digits to an int; a longer one in a body was a bare
+    ValueError, so a 500 with two tracebacks, on every route."""
+    huge = "9" * 4301
+    question = json.dumps(QR_Q)
+    bodies = {"/v1/chat/completions": f'{{"model": "maestro", "max_turns": {huge}, "messages": [{{"role": "user", '
+                                      f'"content": {question}}}]}}',
+              "/maestro/batch": f'{{"inputs": [{{"question": {question}, "images": [], "max_turns": {huge}}}]}}'}
+    body = bodies.get(path, f'{{"input": {{"question": {question}, "images": [], "extra": [[{huge}]]}}}}')
+    reply = httpx.post(f"{server}{path}", content=body.encode(), headers={"Content-Type": "application/json"},
+                       timeout=30)
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert error["code"] == "integer_too_long" and "an integer of 4,301 digits" in error["message"]
+    assert httpx.get(f"{server}/healthz").json()["status"] == "ok"
