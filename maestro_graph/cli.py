@@ -75,7 +75,8 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[red]error:[/red] {escape(message)}")  # a message's own brackets (`.[ray]`) are text, not markup
+    # a message's own brackets (`.[ray]`) are text, not markup; one line, whatever the width (the terminal wraps it)
+    err.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -552,10 +553,12 @@ def reliability(
     """Run the expert-fault, bad-input and trust-boundary suites; write a table of faults survived, inputs
     rejected, attacks held, episodes completed and lost.
 
-    Exits 1 when anything was lost, an input was not handled as expected or an attack was not held. A check that
-    cannot run here (LangServe's, without the `langserve` extra) is reported as skipped, with the reason, and does
-    not fail the run."""
+    Needs the `serve` extra (the trust suite attacks a real server). Exits 1 when anything was lost, an input was
+    not handled as expected or an attack was not held. A check that cannot run here (LangServe's, without the
+    `langserve` extra) is reported as skipped, with the reason, and does not fail the run."""
     _threads()
+    if (module := missing_package("fastapi", "uvicorn")) is not None:  # the trust suite attacks a real server
+        _fail(missing_extra("serve", "`maestro reliability`", module))
     from .policy import make_policy
     from .reliability.suite import run_reliability
 
@@ -564,8 +567,8 @@ def reliability(
     except MaestroError as exc:
         _fail(str(exc))
     results = run_reliability(out, episodes=episodes, policy=policy, workers=workers, task_files=list(tasks) or None,
-                              seed=seed, progress=lambda m: err.print(f"[dim]{m}[/dim]"))
-    console.print((out / "reliability.md").read_text())
+                              seed=seed, progress=lambda m: err.print(f"[dim]{escape(m)}[/dim]"))
+    console.print((out / "reliability.md").read_text(), markup=False, soft_wrap=True)  # `[langserve]` is text
     if not results["passed"]:
         raise typer.Exit(1)
 
