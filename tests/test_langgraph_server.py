@@ -221,8 +221,8 @@ def test_the_server_log_has_no_unregistered_type_warning(server_url, server_fold
         client = get_client(url=server_url)
         thread = (await client.threads.create())["thread_id"]
         for images in (["/etc/passwd"], [data_url(ROOT / "examples/qrcode.png")]):  # an input error, then a step
-            await client.runs.wait(thread, "maestro", input={"question": "What does the QR code say?", "images": images},
-                                   context={"policy": "rules"})
+            await client.runs.wait(thread, "maestro", context={"policy": "rules"},
+                                   input={"question": "What does the QR code say?", "images": images})
         return (await client.threads.get_state(thread))["values"]
 
     values = asyncio.run(go())
@@ -230,3 +230,16 @@ def test_the_server_log_has_no_unregistered_type_warning(server_url, server_fold
     assert values["answer"] == "Wikipedia" and values["stop"] == "policy"
     log = (server_folder / "server.log").read_text()
     assert "Deserializing unregistered type" not in log and "maestro_graph.types" not in log
+
+
+def test_an_integer_of_4301_digits_in_a_run_is_refused_without_a_server_error(server_url):
+    """Issue 46, item 5 on the Agent Server: its JSON reader (orjson) refuses an integer it cannot hold, so the run
+    is refused with a client error, not a 500, and the server keeps answering."""
+    import httpx
+
+    body = f'{{"assistant_id": "maestro", "input": {{"question": "q", "images": []}}, "context": {{"max_turns": ' \
+           f'{"9" * 4301}}}}}'
+    reply = httpx.post(f"{server_url}/runs/wait", content=body.encode(), timeout=60,
+                       headers={"Content-Type": "application/json"})
+    assert 400 <= reply.status_code < 500, (reply.status_code, reply.text[:300])
+    assert httpx.get(f"{server_url}/ok", timeout=30).status_code == 200
