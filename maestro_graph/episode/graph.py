@@ -137,8 +137,9 @@ class MaestroOutput(TypedDict, total=False):
     decisions: Annotated[list[dict], appended]
     """Every router decision of the current episode (types.Decision): the action and its log-probability."""
     stop: StopReason | None
-    """Why the episode ended (typed); `stop_detail` holds an input error's reason, `stop_reason` the text clients
-    see (`policy`, `budget`, `input error: <reason>`...)."""
+    """Why the episode ended (typed; stored as the StopReason's string, so a checkpoint holds plain values only);
+    `stop_detail` holds an input error's reason, `stop_reason` the text clients see (`policy`, `budget`,
+    `input error: <reason>`...)."""
     stop_detail: str | None
     stop_reason: str | None
     episodes: Annotated[list[EpisodeRecord], operator.add]
@@ -398,9 +399,9 @@ msgpack allow-list, reads a thread without warnings); LangGraph's message types 
 
 def checkpoint_serde() -> JsonPlusSerializer:
     """The serializer of Maestro's checkpointers (`maestro serve --checkpoint-db`, `maestro ask --checkpoint-db`):
-    LangGraph's, with Maestro's older types registered on its msgpack allow-list. The default serializer loads any type
-    and warns on stderr, once per type, that unregistered ones will be blocked in a future version; this one loads
-    these and LangGraph's safe types, and hands back the raw value of anything else instead of importing it."""
+    LangGraph's, with Maestro's older types registered on its msgpack allow-list. The default serializer loads any
+    type and warns on stderr, once per type, that unregistered ones will be blocked in a future version; this one
+    loads these and LangGraph's safe types, and hands back the raw value of anything else instead of importing it."""
     return JsonPlusSerializer(allowed_msgpack_modules=CHECKPOINT_TYPES)
 
 
