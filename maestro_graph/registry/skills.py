@@ -85,8 +85,9 @@ def _shown(value: object) -> str:
 
 def _read_front(text: str, skill_md: Path) -> Any:
     """A front matter's YAML, read as data only by the one reader of operator YAML (`core.operator_yaml`: the safe
-    loader, no aliases, nesting capped): a SkillError naming the file otherwise."""
-    return parse_yaml(text, file=str(skill_md), error=SkillError)
+    loader, nesting capped, and no aliases: a front matter has no use for them): a SkillError naming the file
+    otherwise."""
+    return parse_yaml(text, file=str(skill_md), error=SkillError, aliases=False)
 
 
 def _read_skill_md(skill_md: Path) -> str:
