@@ -1,10 +1,14 @@
 """The package layout pyproject.toml cannot say alone: the repository's top-level `skills/` (Agent Skills folders)
 and `examples/` (images) are data the package ships, mapped into it as `maestro_graph.skills` and
 `maestro_graph.examples`, so a wheel carries them and an editable install finds them where they are
-(`maestro_graph.core.bundled` reads both through the import system). Everything else is in pyproject.toml."""
+(`maestro_graph.core.bundled` reads both through the import system). Every folder is listed as a package, data
+folders included, so setuptools has no importable folder left out to warn about; which files a data folder ships
+is pyproject.toml's `package-data`."""
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 
 BUNDLED = {"maestro_graph.skills": "skills", "maestro_graph.examples": "examples"}
 
-setup(packages=[*find_packages(include=["maestro_graph", "maestro_graph.*"]), *BUNDLED], package_dir=BUNDLED)
+setup(packages=[*find_namespace_packages(include=["maestro_graph", "maestro_graph.*"]), *BUNDLED,
+                *(f"{name}.{sub}" for name, folder in BUNDLED.items() for sub in find_namespace_packages(where=folder))],
+      package_dir=BUNDLED)

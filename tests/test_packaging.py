@@ -74,8 +74,9 @@ def _link_distributions(names: set[str], site: Path) -> None:
 @pytest.fixture(scope="module")
 def fresh_venv(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(work / "dist")], check=True, capture_output=True, timeout=300)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-v",
+                            "-w", str(work / "dist")], check=True, capture_output=True, text=True, timeout=300)
+    (work / "build.log").write_text(built.stdout + built.stderr)  # what setuptools said (the backend's warnings)
     wheel = next((work / "dist").glob("maestro_graph-*.whl"))
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
@@ -121,6 +122,20 @@ def test_the_installed_wheel_answers_from_outside_the_repo(fresh_venv, tmp_path)
     assert listed.returncode == 0 and '"table-qa"' in listed.stdout
 
 
+def test_the_wheel_builds_without_setuptools_warnings(fresh_venv):
+    """Issue 46, item 14: scripts/setup.sh printed 9 setuptools warnings that `maestro_graph.skills.*` packages are
+    "absent from the `packages` configuration" (data folders that look importable); package discovery includes
+    them, and the wheel holds every skill's SKILL.md and code."""
+    log = (fresh_venv.parent / "build.log").read_text()
+    assert "Building wheel for maestro-graph" in log  # the verbose log, with the backend's output
+    assert "absent from the `packages` configuration" not in log and "BuildBackendWarning" not in log
+    wheel = next((fresh_venv.parent / "dist").glob("maestro_graph-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    for skill in (ROOT / "maestro_graph" / "skills").iterdir():
+        if (skill / "SKILL.md").is_file():
+            assert f"maestro_graph/skills/{skill.name}/SKILL.md" in names
+
+
 def test_a_plain_install_has_no_server_or_trainer_stack_and_says_which_extra_adds_it(fresh_venv, tmp_path):
     """`pip install maestro-graph` answers (above); the server, TRL training and figures are extras, and a command
     that needs one names it instead of failing on an import."""
@@ -134,6 +149,10 @@ def test_a_plain_install_has_no_server_or_trainer_stack_and_says_which_extra_add
     trained = _maestro(fresh_venv, "train-lm", "--config", str(ROOT / "configs" / "recipes" / "lm-router-sft.yaml"),
                        "--tasks", "t.jsonl", "--sft-data", "s.jsonl", cwd=tmp_path, COLUMNS="1000")
     assert trained.returncode == 2 and "pip install 'maestro-graph[train]'" in trained.stderr + trained.stdout
+    checked = _maestro(fresh_venv, "reliability", "--out", str(tmp_path / "reliability"), cwd=tmp_path, COLUMNS="80")
+    lines = (checked.stderr + checked.stdout).splitlines()
+    assert checked.returncode == 2 and len(lines) == 1, lines  # issue 46, item 11: a 45-line traceback before
+    assert "`maestro reliability` needs the `serve` extra" in lines[0] and "'maestro-graph[serve]'" in lines[0]
 
 
 def test_a_skill_whose_model_is_not_installed_says_why_and_how_to_add_it(fresh_venv, tmp_path):
@@ -187,3 +206,4 @@ def test_reliability_from_the_wheel_skips_the_checks_it_cannot_run(fresh_venv, t
     assert "| 30% errors + 10% hangs |" in report
     assert f"Passed: **yes** (episodes lost: 0, trust checks skipped: {len(skipped)})" in report
     assert "| skipped | the server mounts no LangServe routes" in report
+    assert "(pip install 'maestro-graph[langserve]')" in done.stdout  # as the report says it (issue 46, item 11)

@@ -22,7 +22,8 @@ KEY = "playground-key-1"
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (scripts/setup.sh installs it)")
 def test_playground_runs_a_question_in_a_browser(registry, tmp_path_factory, monkeypatch):
-    """Fills the form with a question and uploads an example image, runs it, and finds the answer on the page.
+    """Fills the form with a question and uploads an example image, runs it, and finds the answer on the page, in
+    one output: the episode's steps and answer as lines.
     The screenshot is saved as `<pytest's base temp>/artifacts/playground.png` (e.g.
     /tmp/pytest-of-root/pytest-N/artifacts/playground.png)."""
     monkeypatch.setenv(KEY_ENV, KEY)
@@ -40,10 +41,14 @@ def test_playground_runs_a_question_in_a_browser(registry, tmp_path_factory, mon
                 page.get_by_label("Question").fill("What text does the QR code encode?")
                 page.locator("input[type=file]").set_input_files(str(EXAMPLES / "qrcode.png"))
                 page.get_by_role("button", name="Start").click()
-                page.get_by_text('"answer": "Wikipedia"').wait_for(timeout=60_000)
+                page.get_by_text("answer: Wikipedia").wait_for(timeout=60_000)
                 shot.parent.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(shot), full_page=True)
-                assert "Unknown type" not in page.inner_text("body")
+                body = page.inner_text("body")
+                assert "Unknown type" not in body
+                # issue 46, item 13: one output (the episode's lines), not the chunks' JSON objects glued: `}{`
+                assert "}{" not in body.replace(" ", "").replace("\n", "") and '"steps"' not in body
+                assert "zxing@@barcode-reading: Wikipedia" in body
             finally:
                 browser.close()
     assert shot.stat().st_size > 0

@@ -22,10 +22,10 @@ import typing
 from pathlib import Path
 from typing import Annotated, Any, Callable, Mapping, TypeVar
 
-import yaml
 from pydantic import Field
 
 from ..errors import ConfigError
+from .operator_yaml import read_yaml
 
 __all__ = ["DEFAULT_MAX_TURNS", "DEFAULT_MAX_COST", "MAX_TURNS", "MAX_COST", "Budget", "setting", "help_of",
            "load_yaml", "build", "add_arguments", "from_arguments", "typer_options", "typer_option"]
@@ -164,7 +164,7 @@ def _number(f: _Field, value: Any, source: str | None) -> Any:
 
 
 def _read_yaml(cls: type, path: str | Path) -> dict[str, Any]:
-    raw = yaml.safe_load(Path(path).read_text()) or {}
+    raw = read_yaml(path) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"expected a mapping of {cls.__name__} fields", file=str(path))
     return raw

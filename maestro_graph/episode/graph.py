@@ -33,6 +33,7 @@ from ..registry import Registry
 from ..registry.reach import REACH_FLOOR
 from ..types import Answer, Decision, ErrorKind, InvalidAction, Invoke, Step, StopReason, Turn, stop_text
 from .confidence import confidence_features, shipped_confidence
+from .written_state import INPUT_FIELDS, appended, state_problem
 
 __all__ = [
     "CONTEXT_KEY", "EpisodeRecord", "MaestroContext", "MaestroInput", "MaestroOutput", "MaestroState", "build_graph",
@@ -145,12 +146,13 @@ class MaestroOutput(TypedDict, total=False):
     confidence_basis: dict[str, float] | None
     """What `confidence` was computed from (`episode.confidence.confidence_features`), recorded so a model can be
     fitted on scored episodes without re-running them."""
-    steps: Annotated[list[dict], operator.add]
-    decisions: Annotated[list[dict], operator.add]
+    steps: Annotated[list[dict], appended]
+    decisions: Annotated[list[dict], appended]
     """Every router decision of the current episode (types.Decision): the action and its log-probability."""
     stop: StopReason | None
-    """Why the episode ended (typed); `stop_detail` holds an input error's reason, `stop_reason` the text clients
-    see (`policy`, `budget`, `input error: <reason>`...)."""
+    """Why the episode ended (typed; stored as the StopReason's string, so a checkpoint holds plain values only);
+    `stop_detail` holds an input error's reason, `stop_reason` the text clients see (`policy`, `budget`,
+    `input error: <reason>`...)."""
     stop_detail: str | None
     stop_reason: str | None
     episodes: Annotated[list[EpisodeRecord], operator.add]
@@ -245,15 +247,14 @@ def build_graph(
             images = found or kept
         else:
             question, images = state.get("question") or "", kept
-        question = clean_question(question)
+        question = clean_question(question) if isinstance(question, str) else ""
         update: dict = {"question": question, "steps": Overwrite([]), "decisions": Overwrite([]),
                         "answer": None, "answer_source": None, "confidence": None, "confidence_basis": None,
                         "stop": None, "stop_reason": None, "pending": None, "history": []}
-        try:
-            update["history"] = _history(state)
-        except ValidationError as exc:
-            problem = "; ".join(f"history.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3])
-            return Command(goto=ANSWER, update={**update, **_stop(StopReason.INPUT_ERROR, problem)})
+        written = state_problem(state, INPUT_FIELDS)  # a client's own `history`, or what a Command wrote
+        if written:
+            return Command(goto=ANSWER, update={**update, **_stop(StopReason.INPUT_ERROR, written)})
+        update["history"] = _history(state)
         try:
             MaestroContext.of(runtime.context)
         except ConfigError as exc:
@@ -274,6 +275,9 @@ def build_graph(
 
     def router(state: MaestroState, runtime: Runtime[MaestroContext]) -> Command[Literal["answer"]]:
         raise_if_cancelled(current_cancel())  # the caller is gone: no further decision, nothing committed
+        written = state_problem(state)  # a Command may have written any field and jumped here
+        if written:
+            return Command(goto=ANSWER, update={"answer": None, **_stop(StopReason.INPUT_ERROR, written)})
         try:
             context = MaestroContext.of(runtime.context)
         except ConfigError as exc:
@@ -330,17 +334,19 @@ def build_graph(
         if isinstance(action, InvalidAction):  # no action at all (e.g. malformed LM output): same treatment
             step = Step(model="", skill="", input=action.text, error=action.reason, error_kind=ErrorKind.POLICY)
             write({"event": "step", **step.model_dump(exclude={"calls"})})
-            return Command(goto=ROUTER, update={"steps": [step.model_dump()], "decisions": decided})
+            return Command(goto=ROUTER, update={"steps": [step.model_dump(mode="json")], "decisions": decided})
         reason = registry.invalid_reason(action)
         if reason:  # the policy's mistake becomes an observation and costs a turn
             step = Step(model=action.model, skill=action.skill, input=action.input, error=reason, error_kind=ErrorKind.POLICY)
             write({"event": "step", **step.model_dump(exclude={"calls"})})
-            return Command(goto=ROUTER, update={"steps": [step.model_dump()], "decisions": decided})
+            return Command(goto=ROUTER, update={"steps": [step.model_dump(mode="json")], "decisions": decided})
         return Command(goto=action.skill, update={"pending": {"model": action.model, "skill": action.skill,
                                                               "input": action.input}, "decisions": decided})
 
     def make_skill_node(skill: str):
         def run_skill(state: MaestroState, runtime: Runtime[MaestroContext]) -> dict:
+            if state_problem(state):  # written by a Command that jumped here: the router ends the episode on it
+                return {}
             pending = state.get("pending") or {}
             action = Invoke(pending.get("model", ""), skill, pending.get("input", ""))
             try:
@@ -352,7 +358,7 @@ def build_graph(
                 step = registry.run(action, question=state.get("question", "") or "", images=images,
                                     choices=state.get("choices"), history=state.get("history"))
             runtime.stream_writer({"event": "step", **step.model_dump(exclude={"calls"})})
-            return {"steps": [step.model_dump()], "pending": None}
+            return {"steps": [step.model_dump(mode="json")], "pending": None}
 
         run_skill.__name__ = f"skill_{skill.replace('-', '_')}"
         return run_skill
@@ -360,6 +366,12 @@ def build_graph(
     def answer(state: MaestroState, runtime: Runtime[MaestroContext]) -> dict:
         """End the episode: a typed `error` event first when its input was at fault (so a caller sees the reason,
         not just a missing answer), the answer event, and the episode appended to the thread's `episodes`."""
+        written = state_problem(state)  # a Command may have written any field and jumped here
+        update: dict = {}
+        if written:  # what the state holds is not to be read: the episode ends on the input error, emptied
+            state = {"question": state.get("question") if isinstance(state.get("question"), str) else "",
+                     **_stop(StopReason.INPUT_ERROR, written)}
+            update = {"steps": Overwrite([]), "decisions": Overwrite([]), "pending": None, "stop_detail": written}
         stop = StopReason(state.get("stop") or StopReason.POLICY)
         reason = state.get("stop_reason") or stop_text(stop)
         judged: dict = {"confidence": None, "confidence_basis": None}
@@ -374,16 +386,15 @@ def build_graph(
             if final is not None and judged["confidence"] < floor:  # withheld: the caller escalates
                 withheld = _stop(StopReason.LOW_CONFIDENCE, f"the answer's confidence {judged['confidence']:.2f} "
                                                             f"is below min_confidence {floor:g}")
-                stop, reason, final, source = withheld["stop"], withheld["stop_reason"], None, None
+                stop, reason, final, source = StopReason.LOW_CONFIDENCE, withheld["stop_reason"], None, None
         runtime.stream_writer({"event": "answer", "answer": final, "answer_source": source,
-                               "confidence": judged["confidence"], "stop": stop, "stop_reason": reason})
+                               "confidence": judged["confidence"], "stop": stop.value, "stop_reason": reason})
         record = EpisodeRecord(question=state.get("question") or "", choices=state.get("choices"), answer=final,
                                answer_source=source, confidence=judged["confidence"], stop_reason=reason,
                                steps=list(state.get("steps") or []))
-        update: dict = {"answer": final, "answer_source": source, **judged, **withheld, "stop": stop,
-                        "stop_reason": reason,
-                        "episodes": [record],
-                        "choices": None, "history": []}  # both belong to this question only
+        update |= {"answer": final, "answer_source": source, **judged, **withheld, "stop": stop.value,
+                   "stop_reason": reason, "episodes": [record],
+                   "choices": None, "history": []}  # both belong to this question only
         if state.get("messages"):
             said = final if final is not None else (
                 f"I could not find out ({reason})" if stop == StopReason.LOW_CONFIDENCE else f"(no answer: {reason})")
@@ -420,15 +431,16 @@ def build_graph(
 
 CHECKPOINT_TYPES: tuple[tuple[str, str], ...] = tuple(
     (t.__module__, t.__name__) for t in (StopReason, ErrorKind, ExpertFailure))
-"""Maestro's own types in a checkpoint (`stop`, a step's `error_kind`, a call's `failure`); LangGraph's message
-types are on its built-in allow-list."""
+"""Maestro's own types that checkpoints written before the state held only plain values carry (`stop`, a step's
+`error_kind`, a call's `failure`; now their strings, so that the Agent Server's checkpointer, which offers no
+msgpack allow-list, reads a thread without warnings); LangGraph's message types are on its built-in allow-list."""
 
 
 def checkpoint_serde() -> JsonPlusSerializer:
     """The serializer of Maestro's checkpointers (`maestro serve --checkpoint-db`, `maestro ask --checkpoint-db`):
-    LangGraph's, with Maestro's types registered on its msgpack allow-list. The default serializer loads any type
-    and warns on stderr, once per type, that unregistered ones will be blocked in a future version; this one loads
-    these and LangGraph's safe types, and hands back the raw value of anything else instead of importing it."""
+    LangGraph's, with Maestro's older types registered on its msgpack allow-list. The default serializer loads any
+    type and warns on stderr, once per type, that unregistered ones will be blocked in a future version; this one
+    loads these and LangGraph's safe types, and hands back the raw value of anything else instead of importing it."""
     return JsonPlusSerializer(allowed_msgpack_modules=CHECKPOINT_TYPES)
 
 
@@ -463,7 +475,7 @@ def final_answer(state: Mapping[str, Any]) -> tuple[str | None, AnswerSource | N
 def _history(state: Mapping[str, Any]) -> list[Turn]:
     """The conversation a new question continues: the run's own `history` when it sent one (the answer node
     clears it, so one left from an earlier run is never taken for this run's), else the thread's finished
-    episodes; the last MAX_HISTORY_TURNS turns of it. A malformed `history` (a client's) is a ValidationError."""
+    episodes; the last MAX_HISTORY_TURNS turns of it (both checked by intake first: `state_problem`)."""
     sent = state.get("history")
     if sent:
         return _TURNS.validate_python(sent)[-MAX_HISTORY_TURNS:]
@@ -477,7 +489,7 @@ _TURNS = TypeAdapter(list[Turn])
 def _stop(stop: StopReason, detail: object = None) -> dict:
     """The state update that ends an episode for `stop`: the typed kind, its detail, and the text clients see."""
     text = str(detail) if detail is not None else None
-    return {"stop": stop, "stop_detail": text, "stop_reason": stop_text(stop, text)}
+    return {"stop": stop.value, "stop_detail": text, "stop_reason": stop_text(stop, text)}
 
 
 def _out_of_reach(registry: Registry, view: EpisodeView, space: ActionSpace, floor: float) -> dict | None:

@@ -11,7 +11,6 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -24,6 +23,7 @@ from pydantic import (
 )
 
 from ..core.bundled import Bundled, bundled_dir
+from ..core.operator_yaml import read_yaml
 from ..errors import ConfigError, first_validation_problem
 
 __all__ = [
@@ -282,10 +282,7 @@ def load_config(path: str | Path | None = None, *, _extended_by: tuple[Path, ...
     if not path.is_file():
         hint = f" (extended by {_extended_by[-1]})" if _extended_by else ""
         raise ConfigError(f"no such registry config file{hint}", file=str(path))
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"not valid YAML: {exc}", file=str(path)) from exc
+    raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise ConfigError("expected a mapping with `models` and `skill_dirs`", file=str(path))
     try:

@@ -26,9 +26,10 @@ declaring the alternative keeps their profiles and cached steps valid. The value
 
 Skill code is trusted: it is imported and run in-process with the process's rights, with no sandbox, like an
 installed package. Only the operator adds skill folders; nothing a client sends names one. Still, a broken or
-hostile SKILL.md must not hang start-up: the front matter is at most `MAX_FRONT_MATTER` characters, YAML aliases are
-refused (a "billion laughs" alias bomb expands a few hundred bytes into gigabytes), and a value quoted in an error
-message is cut to `_SHOWN` characters.
+hostile SKILL.md must not hang start-up: a SKILL.md above `MAX_SKILL_MD_BYTES` is refused before it is read, the
+front matter is at most `MAX_FRONT_MATTER` characters and is read by the one reader of operator YAML
+(`core.operator_yaml`: aliases refused, since a "billion laughs" bomb expands a few hundred bytes into gigabytes;
+nesting capped), and a value quoted in an error message is cut to `_SHOWN` characters.
 """
 
 from __future__ import annotations
@@ -45,17 +46,20 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
-
+from ..core.operator_yaml import parse_yaml, read_bounded_text
 from ..errors import SkillError
 
 __all__ = ["SkillSpec", "load_skill", "discover_skills", "MAX_NAME", "MAX_DESCRIPTION", "MAX_FRONT_MATTER",
+           "MAX_SKILL_MD_BYTES",
            "ALTERNATIVES"]
 
 MAX_NAME = 64
 MAX_DESCRIPTION = 1024
 MAX_FRONT_MATTER = 16_384
 """The longest front matter read, in characters (the packaged skills' are under 1,000)."""
+MAX_SKILL_MD_BYTES = 1_000_000
+"""The largest SKILL.md read, in bytes, refused by its size before it is read (the packaged ones are under 10 KB;
+the body is a chat model's instructions)."""
 _SHOWN = 80
 """The most characters of a bad value that an error message quotes."""
 _NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
@@ -79,22 +83,15 @@ def _shown(value: object) -> str:
     return text if len(text) <= _SHOWN else f"{text[:_SHOWN]}... ({len(text):,} characters)"
 
 
-class _FrontMatterLoader(yaml.SafeLoader):
-    """YAML's safe loader without aliases: a front matter has no use for them, and nested aliases expand
-    exponentially (the "billion laughs" bomb)."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.composer.ComposerError(None, None, f"aliases (*{event.anchor}) are not allowed in front matter",
-                                              event.start_mark)
-        return super().compose_node(parent, index)
+def _read_front(text: str, skill_md: Path) -> Any:
+    """A front matter's YAML, read as data only by the one reader of operator YAML (`core.operator_yaml`: the safe
+    loader, nesting capped, and no aliases: a front matter has no use for them): a SkillError naming the file
+    otherwise."""
+    return parse_yaml(text, file=str(skill_md), error=SkillError, aliases=False)
 
 
-def _read_front(text: str) -> Any:
-    """A front matter's YAML, read as data only: the safe loader builds plain values (no Python objects, no tags
-    that construct them) and refuses aliases."""
-    return yaml.load(text, Loader=_FrontMatterLoader)  # noqa: S506 - a SafeLoader without aliases
+def _read_skill_md(skill_md: Path) -> str:
+    return read_bounded_text(skill_md, limit=MAX_SKILL_MD_BYTES, limit_name="MAX_SKILL_MD_BYTES", error=SkillError)
 
 
 @dataclass
@@ -156,7 +153,7 @@ class SkillSpec:
     def instructions(self) -> str:
         """The SKILL.md body: the prompt used when the skill runs on a chat model."""
         if self._body is None:
-            match = _FRONT_RE.match(self.skill_md.read_text(encoding="utf-8"))
+            match = _FRONT_RE.match(_read_skill_md(self.skill_md))
             self._body = match.group(2).strip() if match else ""
         return self._body
 
@@ -276,8 +273,8 @@ def _one_line_alternative(front_text: str, front: dict) -> bool:
     needs: the front matter without the line reads as the front matter without the key."""
     stripped = _OR_REQUIRES_LINE.sub(b"", (front_text + "\n").encode(), count=1).decode()
     try:
-        rest = _read_front(stripped)
-    except yaml.YAMLError:
+        rest = _read_front(stripped, Path("SKILL.md"))
+    except SkillError:
         return False
     expected = {**front, "metadata": {k: v for k, v in front["metadata"].items() if k != "or-requires"}}
     return rest == expected
@@ -289,17 +286,14 @@ def load_skill(folder: str | Path) -> SkillSpec:
     skill_md = folder / "SKILL.md"
     if not skill_md.is_file():
         raise SkillError("missing SKILL.md", file=str(skill_md))
-    text = skill_md.read_text(encoding="utf-8")
+    text = _read_skill_md(skill_md)
     match = _FRONT_RE.match(text)
     if not match:
         raise SkillError("SKILL.md must start with YAML front matter between `---` lines", file=str(skill_md))
     if len(match.group(1)) > MAX_FRONT_MATTER:
         raise SkillError(f"the front matter has {len(match.group(1)):,} characters, above the cap of "
                          f"{MAX_FRONT_MATTER:,}; keep long text in the body", file=str(skill_md))
-    try:
-        front = _read_front(match.group(1))
-    except yaml.YAMLError as exc:
-        raise SkillError(f"front matter is not valid YAML: {str(exc)[:500]}", file=str(skill_md)) from exc
+    front = _read_front(match.group(1), skill_md)
     if not isinstance(front, dict):
         raise SkillError("front matter must be a mapping", file=str(skill_md))
     problems = _problems(folder, front)

@@ -696,9 +696,119 @@ HTTP_DOOR_CHECKS: tuple[Callable[[Target], TrustCase], ...] = (hostile_bodies, r
 """The checks of this block, in TRUST_CHECKS."""
 
 
+# == Long integers, state written by a Command, operator YAML (issue 46, items 5, 7 and 8) =========================
+# An integer longer than Python converts was a 500 on every route; a Command writing a wrong type into a field a
+# node reads ended the run with an untyped error; operator YAML could exhaust the stack (nesting), the memory (a
+# huge SKILL.md read whole, an alias bomb in a registry file).
+
+LONG_DIGITS = 4301
+"""One digit more than Python converts to an int by default (`sys.get_int_max_str_digits()`)."""
+OPERATOR_FILE_LIMIT_S = 2.0
+"""How long refusing each hostile operator file may take."""
+
+
+def long_integers(t: Target) -> TrustCase:
+    """A body holding an integer of LONG_DIGITS digits, on the OpenAI route and LangServe's /invoke, /batch and
+    /stream where mounted: a 400 naming it."""
+    huge = "9" * LONG_DIGITS
+    question = f'"{QUESTION}"'
+    sent = {"openai": _post(t.url, "/v1/chat/completions", headers=_JSON, content=(
+        f'{{"model": "maestro", "max_turns": {huge}, "messages": [{{"role": "user", "content": {question}}}]}}'
+    ).encode())}
+    if httpx.get(f"{t.url}/healthz", timeout=30).json().get("langserve"):
+        single = f'{{"input": {{"question": {question}, "images": [], "max_turns": {huge}}}}}'.encode()
+        sent["langserve invoke"] = _post(t.url, "/maestro/invoke", content=single, headers=_JSON)
+        sent["langserve stream"] = _post(t.url, "/maestro/stream", content=single, headers=_JSON)
+        sent["langserve batch"] = _post(t.url, "/maestro/batch", headers=_JSON, content=(
+            f'{{"inputs": [{{"question": {question}, "images": [], "extra": [{huge}]}}]}}').encode())
+    ok = all(r.status_code == 400 and _error_code(r) == "integer_too_long" for r, _ in sent.values())
+    return TrustCase(f"an integer of {LONG_DIGITS:,} digits in a body", "a 400 `integer_too_long` on every route", ok,
+                     ", ".join(f"{name}: {r.status_code} {_error_code(r)}" for name, (r, _) in sent.items()))
+
+
+def state_written_junk(t: Target) -> TrustCase:
+    """Commands on an answered thread of the Agent Server graph that write a wrong type into a field a node reads
+    and jump to that node (`stop: "bogus"`, `pending: "x"`, junk `steps`): each run ends with the typed input error
+    naming the field, and the thread answers its next question."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command
+
+    graph = build_graph(Registry.load(t.registry_file), image_sources=ImageSources(), checkpointer=InMemorySaver())
+    commands = {"stop": Command(goto="answer", update={"stop": "bogus"}),
+                "pending": Command(goto="barcode-reading", update={"pending": "x"}),
+                "steps": Command(goto="router", update={"steps": [{"junk": 1}]}),
+                "steps text": Command(goto="answer", update={"steps": "x"})}
+    asked, config = {"question": QUESTION, "images": [t.image]}, {"configurable": {"thread_id": "junk"}}
+    context = {"policy": "rules"}
+    graph.invoke(asked, config, context=context)
+    outcomes = {}
+    for name, command in commands.items():
+        try:
+            outcomes[name] = str(graph.invoke(command, config, context=context).get("stop_reason"))
+        except Exception as exc:  # the untyped error this check looks for: recorded as the outcome
+            outcomes[name] = f"{exc.__class__.__name__}: {exc}"
+    after = graph.invoke(asked, config, context=context).get("answer")
+    ok = after == "Wikipedia" and all(reason.startswith(f"input error: state.{name.split()[0]}")
+                                      for name, reason in outcomes.items())
+    return TrustCase("a Command that writes a wrong type into the state", "the typed input error naming the field",
+                     ok, "; ".join(f"{name}: {reason[:90]!r}" for name, reason in outcomes.items())
+                     + f"; the next question answered {after!r}")
+
+
+def operator_yaml(t: Target) -> TrustCase:
+    """Operator files that took a process down: SKILL.md front matter nested 8,000 levels (a RecursionError), a
+    300 MB SKILL.md (read whole: 841 MB), an alias bomb in a registry YAML (6 GB in 60 s): each is a ConfigError
+    naming the file, within OPERATOR_FILE_LIMIT_S."""
+    root = t.folder / "operator-yaml"
+    front = "name: {name}\ndescription: A hostile skill.\nmetadata: {{tier: '1', requires: ocr, entry: 'skill.py:run'}}"
+    files = {}
+    for name, extra in (("nested", "\nx: " + "[" * 8000 + "]" * 8000), ("huge", "")):
+        skill = root / "skills" / name
+        skill.mkdir(parents=True, exist_ok=True)
+        (skill / "skill.py").write_text("def run(ctx):\n    return None\n")
+        (skill / "SKILL.md").write_text(f"---\n{front.format(name=name)}{extra}\n---\nBody.\n")
+        files[name] = root / f"{name}-registry.yaml"
+        files[name].write_text(yaml.safe_dump({"extends": "default", "skill_dirs": [str(skill.parent)],
+                                               "skills": [name]}))
+    with (root / "skills" / "huge" / "SKILL.md").open("r+b") as fh:
+        fh.truncate(300_000_000)  # 300 MB that take no disk
+    levels = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    levels += [f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]" for i in range(6)]
+    files["alias bomb"] = root / "bomb-registry.yaml"
+    files["alias bomb"].write_text("extends: default\nx:\n" + "\n".join(f"  {v}" for v in levels) + "\nmodels: *g\n")
+    outcomes = {}
+    for name, registry_file in files.items():
+        outcome: list[str] = []
+
+        def load(path: Path = registry_file) -> None:
+            try:
+                Registry.load(path)
+                outcome.append("loaded")
+            except ConfigError as exc:
+                outcome.append(f"ConfigError: {exc}")
+            except BaseException as exc:  # the untyped failure this check looks for: recorded as the outcome
+                outcome.append(f"{exc.__class__.__name__}: {str(exc)[:200]}")
+
+        loader = threading.Thread(target=load, daemon=True)  # the faults this checks would hold it for minutes
+        start = time.perf_counter()
+        loader.start()
+        loader.join(OPERATOR_FILE_LIMIT_S * 5)
+        outcomes[name] = (outcome[0] if outcome else "still loading", time.perf_counter() - start)
+    ok = all(message.startswith("ConfigError: file ") and "\n" not in message and took < OPERATOR_FILE_LIMIT_S
+             for message, took in outcomes.values())
+    return TrustCase("SKILL.md nested 8,000 deep or of 300 MB; an alias bomb in a registry YAML",
+                     f"a one-line ConfigError within {OPERATOR_FILE_LIMIT_S:g} s",
+                     ok, "; ".join(f"{name}: {message[:110]!r} after {took:.2f} s"
+                                   for name, (message, took) in outcomes.items()))
+
+
+INPUT_AND_FILE_CHECKS: tuple[Callable[[Target], TrustCase], ...] = (long_integers, state_written_junk, operator_yaml)
+"""The checks of this block, in TRUST_CHECKS."""
+
+
 TRUST_CHECKS: tuple[Callable[[Target], TrustCase], ...] = (
     pickled_checkpoint, file_probing, internal_requests, langserve_door, policy_memory, hanging_endpoint, stuck_expert,
-    pickled_cache, graph_local_files, unauthenticated_start, *IMAGE_CHECKS, *HTTP_DOOR_CHECKS,
+    pickled_cache, graph_local_files, unauthenticated_start, *IMAGE_CHECKS, *HTTP_DOOR_CHECKS, *INPUT_AND_FILE_CHECKS,
 )
 
 

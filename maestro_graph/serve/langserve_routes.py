@@ -100,6 +100,13 @@ class MaestroResponse(BaseModel):
     stop_reason: str
     steps: list[dict[str, Any]] = Field(default_factory=list)
     thread_id: str | None = None
+    content: str = Field("", description="the episode as text, one line per step and then the answer: each chunk "
+                         "carries its line, and the chunks add up to this (what the playground shows as the output)")
+
+
+def _step_line(step: dict[str, Any]) -> str:
+    said = f"error: {step['error']}" if step.get("error") else step.get("answer") or "no answer"
+    return f"{step.get('model')}@@{step.get('skill')}: {said}\n"
 
 
 async def _prepare(service: EpisodeService, request: MaestroRequest | dict) -> Episode:
@@ -141,9 +148,11 @@ class _MaestroRunnable(RunnableGenerator):
 
 def maestro_runnable(service: EpisodeService) -> Runnable:
     """A runnable that answers one MaestroRequest through the service (its worker pool, cap and timeout). It is a
-    generator: each step streams as a chunk `{"steps": [step]}` as it happens and the last chunk holds the answer,
-    stop reason and thread id; chunks add up (LangChain's AddableDict) to the MaestroResponse that `invoke`
-    returns, and `stream_log`/`stream_events` (what the playground calls) see the same chunks. An input whose
+    generator: each step streams as a chunk `{"steps": [step], "content": line}` as it happens and the last chunk
+    holds the answer, stop reason and thread id; chunks add up (LangChain's AddableDict) to the MaestroResponse that
+    `invoke` returns, and `stream_log`/`stream_events` (what the playground calls) see the same chunks. Every chunk
+    has a `content` string, so the playground, which shows chunks with one as one message (their contents joined),
+    shows one output: the episode's lines, not the chunks' JSON objects glued together (`}{`). An input whose
     episode the route prepared (config `configurable.maestro_episode`) runs that episode; any other is prepared
     here."""
 
@@ -157,11 +166,13 @@ def maestro_runnable(service: EpisodeService) -> Runnable:
             episode = await _prepare(service, req)
         async for item in await service.open_stream(episode):
             if isinstance(item, EpisodeOutcome):
-                yield AddableDict(answer=item.result.answer, answer_source=item.result.answer_source,
-                                  confidence=item.result.confidence, stop_reason=item.result.stop_reason,
-                                  thread_id=item.thread_id)
+                answer, reason = item.result.answer, item.result.stop_reason
+                yield AddableDict(answer=answer, answer_source=item.result.answer_source,
+                                  confidence=item.result.confidence, stop_reason=reason, thread_id=item.thread_id,
+                                  content=f"answer: {answer}" if answer is not None else f"no answer ({reason})")
             elif item.get("event") == "step":
-                yield AddableDict(steps=[{k: v for k, v in item.items() if k != "event"}])
+                step = {k: v for k, v in item.items() if k != "event"}
+                yield AddableDict(steps=[step], content=_step_line(step))
 
     return _MaestroRunnable(service, answer).with_types(input_type=MaestroRequest, output_type=MaestroResponse)
 

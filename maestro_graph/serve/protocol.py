@@ -10,6 +10,7 @@ episode answers in plain text only and silently ignoring them breaks clients tha
 from __future__ import annotations
 
 import json
+import sys
 import time
 import uuid
 from typing import Annotated, Any, Literal
@@ -189,15 +190,35 @@ def parse_request(request: ChatRequest) -> ParsedRequest:
     return ParsedRequest(question="\n".join(t for t in texts if t), image_urls=urls, history=history)
 
 
+class _LongInteger(Exception):
+    def __init__(self, digits: int):
+        super().__init__(digits)
+        self.digits = digits
+
+
+def _integer(text: str) -> int:
+    """JSON's integers, refused past the digits Python converts (`sys.get_int_max_str_digits()`): `int()` would
+    raise a bare ValueError there, which reached clients as a 500."""
+    digits = len(text.lstrip("-"))
+    if digits > sys.get_int_max_str_digits() > 0:
+        raise _LongInteger(digits)
+    return int(text)
+
+
 def parse_json(raw: bytes) -> Any:
-    """The JSON value of a request body, or a 400 naming why not (malformed, or nested deeper than
-    `MAX_JSON_DEPTH`). The depth is measured without recursion, so no body can exhaust the stack."""
+    """The JSON value of a request body, or a 400 naming why not (malformed, an integer longer than Python
+    converts, or nested deeper than `MAX_JSON_DEPTH`). The depth is measured without recursion, so no body can
+    exhaust the stack."""
     value = None
     try:
-        value = json.loads(raw)
+        value = json.loads(raw, parse_int=_integer)
         too_deep = _deeper_than(value, MAX_JSON_DEPTH)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ApiError(400, "invalid_json", f"the request body is not valid JSON ({exc})") from exc
+    except _LongInteger as exc:
+        raise ApiError(400, "integer_too_long", f"the request body holds an integer of {exc.digits:,} digits, above "
+                       f"the {sys.get_int_max_str_digits():,} digits a number here may have; no valid request "
+                       "needs one") from None
     except RecursionError:  # deeper than the decoder's own stack allows
         too_deep = True
     if too_deep:

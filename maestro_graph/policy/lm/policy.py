@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ...core.memo import LRU
+from ...core.operator_yaml import read_yaml
 from ...errors import ConfigError, first_validation_problem
 from ...registry.pair import Pair
 from ...types import Answer, InvalidAction, Invoke
@@ -238,7 +238,7 @@ def _trained_folder(folder: Path, constrained: str | None) -> LMConfig:
     """The router a `maestro train-lm` run wrote: its ROUTER_FILE gives the prompt limits it was trained with (a
     router read with other card lengths sees prompts it never saw) and says whether the folder is a whole model or
     a LoRA adapter over `model` (None: the packaged SmolLM2). `constrained` from the name wins over the file's."""
-    settings = yaml.safe_load((folder / ROUTER_FILE).read_text()) or {}
+    settings = read_yaml(folder / ROUTER_FILE) or {}
     if not isinstance(settings, dict):
         raise ValueError(f"{folder / ROUTER_FILE} is not a mapping of LMConfig fields")
     settings.update(backend="transformers", **({"constrained": constrained} if constrained else {}))
@@ -282,7 +282,7 @@ def _from_name(spec: str) -> LMConfig:
     if path.suffix in (".yaml", ".yml"):
         if not path.is_file():
             raise ValueError(f"no LM policy config file {path}")
-        settings = yaml.safe_load(path.read_text()) or {}
+        settings = read_yaml(path) or {}
         if not isinstance(settings, dict):
             raise ValueError(f"{path} is not a mapping of LMConfig fields")
         _order_from_flags(settings)
