@@ -711,10 +711,12 @@ def run_trust_suite(folder: Path, registry_file: Path, qr_image: Path,
         return [TrustCase(check.__name__, "a served Maestro", False, reason, skipped=reason) for check in TRUST_CHECKS]
     folder.mkdir(parents=True, exist_ok=True)
     image = image_to_data_url(load_image(str(qr_image)))
+    from .traffic import TRAFFIC_CHECKS  # built on this module's helpers, so imported once both are loaded
+
     cases = []
     with running_app(create_app(Registry.load(registry_file), ServeSettings())) as url:
         target = Target(url, os.getpid(), folder, image, registry_file)
-        for check in TRUST_CHECKS:
+        for check in (*TRUST_CHECKS, *TRAFFIC_CHECKS):
             progress(f"trust boundary: {check.__name__}")
             try:
                 cases.append(check(target))
