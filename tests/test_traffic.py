@@ -13,7 +13,6 @@ import openai
 import pytest
 from servers import EXAMPLES, data_url, maestro_serve
 
-from maestro_graph.reliability.suite import fault_registry
 from maestro_graph.reliability.traffic import (
     OWNER_KEYS,
     SHAPES_POLICY,
@@ -33,15 +32,16 @@ ALICE = {"Authorization": f"Bearer {OWNER_KEYS[0]}"}
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """(base URL, process id, trickler) of a `maestro serve` with both keys, threads in SQLite, the trickler
-    allow-listed, and the shapes policy on cards with a long timeout."""
+    """(base URL, process id, trickler, log) of a `maestro serve` with both keys, threads in SQLite, the trickler
+    allow-listed, the shapes policy on cards with a long timeout, and a decode budget one image fills, with no
+    wait (so two decodes at once are a 503; the other tests decode one image at a time)."""
     folder = tmp_path_factory.mktemp("traffic")
     trickler = Trickler()
     os.environ[KEYS_ENV] = ",".join(OWNER_KEYS)
     args = ["--registry", str(slow_cards_registry(folder)), "--workers", "2", "--api-key-env", KEYS_ENV,
             "--checkpoint-db", str(folder / "threads.sqlite"), "--allow-image-host", f"127.0.0.1:{trickler.port}",
             "--fetch-timeout-s", str(TRICKLE_FETCH_TIMEOUT_S), "--allow-policy", "neural", "--allow-policy", "rules",
-            "--allow-policy", SHAPES_POLICY]
+            "--allow-policy", SHAPES_POLICY, "--log-level", "info", "--decode-memory-mb", "1", "--decode-wait-s", "0"]
     try:
         with maestro_serve(args, folder / "serve.log") as (proc, url):
             yield url, proc.pid, trickler, folder / "serve.log"
@@ -90,16 +90,14 @@ def test_a_thread_belongs_to_the_key_that_made_it(server):
     assert client.models.list().data[0].id == "maestro"  # the second key is a key
 
 
-def test_the_decode_budget_refuses_with_503_and_retry_after_when_full(tmp_path):
-    """A server whose decode budget one image fills, with no wait: of four requests decoding at the same moment,
+def test_the_decode_budget_refuses_with_503_and_retry_after_when_full(server):
+    """With the decode budget full and no wait, of four requests decoding a 40-megapixel PNG at the same moment
     those that find it full are answered 503 `server_busy` with Retry-After (never a 500), and the others run."""
-    registry_file = fault_registry(tmp_path, None)
-    args = ["--registry", str(registry_file), "--decode-memory-mb", "1", "--decode-wait-s", "0", "--max-turns", "1"]
-    bodies = [bomb_request([image]) for image in bomb_urls(4)]
-    with maestro_serve(args, tmp_path / "serve.log") as (_, url):
-        with ThreadPoolExecutor(4) as pool:
-            replies = list(pool.map(lambda body: httpx.post(f"{url}/v1/chat/completions", json=body, timeout=300),
-                                    bodies))
+    url, _, _, _ = server
+    bodies = [{**bomb_request([image]), "max_turns": 1} for image in bomb_urls(4)]
+    with ThreadPoolExecutor(4) as pool:
+        replies = list(pool.map(lambda body: httpx.post(f"{url}/v1/chat/completions", json=body, headers=ALICE,
+                                                        timeout=300), bodies))
     busy = [r for r in replies if r.status_code == 503]
     assert busy and {r.status_code for r in replies} <= {200, 503}, [r.text[:200] for r in replies]
     assert all(r.json()["error"]["code"] == "server_busy" and r.headers["retry-after"] == "1" for r in busy)
