@@ -94,7 +94,7 @@ def test_the_decode_budget_refuses_with_503_and_retry_after_when_full(server):
     """With the decode budget full and no wait, of four requests decoding a 40-megapixel PNG at the same moment
     those that find it full are answered 503 `server_busy` with Retry-After (never a 500), and the others run."""
     url, _, _, _ = server
-    bodies = [{**bomb_request([image]), "max_turns": 1} for image in bomb_urls(4)]
+    bodies = [{**bomb_request([image]), "max_cost": 0} for image in bomb_urls(4)]  # decoded, then answered at once
     with ThreadPoolExecutor(4) as pool:
         replies = list(pool.map(lambda body: httpx.post(f"{url}/v1/chat/completions", json=body, headers=ALICE,
                                                         timeout=300), bodies))

@@ -33,8 +33,8 @@ from urllib.parse import urlsplit
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..core.shared_budget import BudgetExhausted
 from ..core.memo import LRU
+from ..core.shared_budget import BudgetExhausted
 from ..errors import InputError
 from .load import ImageHeader, PixelCapExceeded, image_header, load_image, read_regular_file
 
@@ -144,7 +144,7 @@ class ImageSources(BaseModel):
                                param=param)
         return data, param
 
-    def _local(self, ref: str, param: str) -> str:
+    def _local(self, ref: str, param: str) -> bytes:
         where = ("accepted only for image files inside the operator's image directories" if self.allowed_dirs
                  else "not accepted here")
         refused = ImageRefused(400, "local_path_not_allowed", f"{param}: local file paths are {where}; send the image "

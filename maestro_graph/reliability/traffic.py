@@ -83,9 +83,9 @@ def concurrent_image_memory(t: Target) -> TrustCase:
 def image_memory_case(url: str, pid: int, headers: dict[str, str] | None = None) -> TrustCase:
     """`concurrent_image_memory` against the server at `url` (process `pid`), with these request headers."""
     details, ok = [], True
-    pngs = bomb_urls(CONCURRENT_REQUESTS)  # all different, so no memo decodes one for another
-    for kind, images in (("WebP", [webp_bomb_url(u) for u in pngs]), ("PNG", pngs)):
-        bodies = [refused_pair_request(image) for image in images]
+    png = bomb_urls(1)[0]  # one image for all: a decode's result is remembered only once it has finished
+    for kind, image in (("WebP", webp_bomb_url(png)), ("PNG", png)):
+        bodies = [refused_pair_request(image)] * CONCURRENT_REQUESTS
         statuses: list[int] = []
 
         def burst() -> httpx.Response:
