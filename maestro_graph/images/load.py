@@ -15,9 +15,9 @@ images of one request share `REQUEST_DECODED_PIXELS` (`load_images`). The size t
 
 Decoding itself takes more than the decoded image: the full-size pixels exist for a moment (a 40-megapixel WebP
 takes some 600 MB while Pillow decodes it), so every decode in the process holds its estimate (`decode_bytes`) of
-one budget, `DECODE_MEMORY`, while it runs: many requests at once wait for room, or are refused when none comes
-within the budget's wait (`core.shared_budget.BudgetExhausted`), instead of decoding together. `maestro serve` sizes it
-(`--decode-memory-mb`, `--decode-wait-s`).
+one budget, `DECODE_MEMORY`, while it runs, so many requests at once take turns instead of decoding together. A
+decode waits for room until there is some, unless its caller gives a wait (`load_image(wait_s=...)`: a door, which
+then answers "busy", `core.shared_budget.BudgetExhausted`). `maestro serve` sizes the budget (`--decode-memory-mb`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from ..core.shared_budget import SharedBudget
 from ..errors import InputError
 
 __all__ = ["MAX_PIXELS", "MAX_ASPECT", "MAX_DECODED_PIXELS", "MAX_FILE_BYTES", "REQUEST_DECODED_PIXELS",
-           "DECODE_MEMORY", "DECODE_MEMORY_BYTES", "DECODE_WAIT_S", "ImageHeader", "PixelCapExceeded",
+           "DECODE_MEMORY", "DECODE_MEMORY_BYTES", "ImageHeader", "PixelCapExceeded",
            "decode_bytes", "image_header", "load_image", "load_images", "image_to_data_url", "fitted_data_url",
            "FittedImage", "read_regular_file"]
 
@@ -63,9 +63,7 @@ far lower (`ImageSources.max_image_bytes`)."""
 DECODE_MEMORY_BYTES = 512_000_000
 """The default memory that decodes in flight may take together, across every thread of the process: one image at
 the pixel cap at a time in the worst format (WebP), two or three PNGs."""
-DECODE_WAIT_S = 10.0
-"""How long a decode waits for room in `DECODE_MEMORY` before it is refused (BudgetExhausted)."""
-DECODE_MEMORY = SharedBudget(DECODE_MEMORY_BYTES, wait_s=DECODE_WAIT_S, unit="bytes")
+DECODE_MEMORY = SharedBudget(DECODE_MEMORY_BYTES, unit="bytes")
 """The process's decode budget, in bytes of the `decode_bytes` estimate (`maestro serve` configures it)."""
 
 log = logging.getLogger("maestro.images")
@@ -184,7 +182,7 @@ def image_header(data: bytes, name: str) -> ImageHeader:
         raise _unreadable(exc, name) from exc
 
 
-def _open_bytes(data: bytes, name: str, budget: int = MAX_DECODED_PIXELS) -> Image.Image:
+def _open_bytes(data: bytes, name: str, budget: int = MAX_DECODED_PIXELS, wait_s: float | None = None) -> Image.Image:
     if not data:
         raise InputError(f"image {name}: the file is empty (0 bytes)")
     try:
@@ -192,7 +190,7 @@ def _open_bytes(data: bytes, name: str, budget: int = MAX_DECODED_PIXELS) -> Ima
             _check_declared(probe, name)
             frames = getattr(probe, "n_frames", 1)
             probe.seek(0)
-            with DECODE_MEMORY.hold(decode_bytes(probe), f"image {name}"):
+            with DECODE_MEMORY.hold(decode_bytes(probe), f"image {name}", wait_s=wait_s):
                 image = _decode(probe, budget)
     except _UNREADABLE as exc:
         raise _unreadable(exc, name) from exc
@@ -220,8 +218,9 @@ def read_regular_file(path: str | Path, limit: int) -> bytes | None:
             return None
 
 
-def load_image(ref: str, *, budget: int = MAX_DECODED_PIXELS) -> Image.Image:
-    """Load an RGB image from a file path or a `data:image/...;base64,` URL, decoded within `budget` pixels."""
+def load_image(ref: str, *, budget: int = MAX_DECODED_PIXELS, wait_s: float | None = None) -> Image.Image:
+    """Load an RGB image from a file path or a `data:image/...;base64,` URL, decoded within `budget` pixels, when
+    `DECODE_MEMORY` has room (waiting at most `wait_s`, then BudgetExhausted; None: until there is room)."""
     if ref.startswith("data:"):
         header, _, payload = ref.partition(",")
         if ";base64" not in header:
@@ -230,7 +229,7 @@ def load_image(ref: str, *, budget: int = MAX_DECODED_PIXELS) -> Image.Image:
             data = base64.b64decode(payload, validate=True)
         except (binascii.Error, ValueError) as exc:
             raise InputError(f"image data URL: invalid base64 ({exc})") from exc
-        return _open_bytes(data, "data URL", budget)
+        return _open_bytes(data, "data URL", budget, wait_s)
     if _REMOTE_RE.match(ref):
         raise InputError(f"image {ref}: remote URLs are not fetched here; download the image first, or send it to "
                          "`maestro serve`, which fetches from allow-listed hosts")
@@ -240,7 +239,7 @@ def load_image(ref: str, *, budget: int = MAX_DECODED_PIXELS) -> Image.Image:
         raise InputError(f"image {ref}: {kind}")
     if len(data) > MAX_FILE_BYTES:
         raise InputError(f"image {ref}: larger than the cap of {MAX_FILE_BYTES:,} bytes")
-    return _open_bytes(data, ref, budget)
+    return _open_bytes(data, ref, budget, wait_s)
 
 
 def load_images(refs: list[str] | tuple[str, ...]) -> list[Image.Image]:

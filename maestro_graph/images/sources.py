@@ -38,7 +38,7 @@ from ..core.shared_budget import BudgetExhausted
 from ..errors import InputError
 from .load import ImageHeader, PixelCapExceeded, image_header, load_image, read_regular_file
 
-__all__ = ["ImageRefused", "ImageSources", "IMAGE_DIRS_ENV", "IMAGE_HOSTS_ENV", "host_entry"]
+__all__ = ["ImageRefused", "ImageSources", "IMAGE_DIRS_ENV", "IMAGE_HOSTS_ENV", "DECODE_WAIT_S", "host_entry"]
 
 IMAGE_DIRS_ENV = "MAESTRO_IMAGE_DIRS"
 """Directories (os.pathsep-separated) whose files the Agent Server graphs and the tool may read for a client."""
@@ -72,6 +72,10 @@ def _host_key(host: str, port: int | None) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+DECODE_WAIT_S = 10.0
+"""How long a door's check of an image waits for room in the decode budget before the request is refused as busy
+(503 at `maestro serve`); the decodes of admitted work wait until there is room."""
+
 _DECODABLE: LRU[str, str] = LRU(1024)
 """The format of image bytes that decoded fully, by their SHA-256: a served run's nodes re-resolve its images at
 every step, and a digest costs milliseconds where a decode of a 40-megapixel PNG costs seconds."""
@@ -96,6 +100,8 @@ class ImageSources(BaseModel):
     max_image_bytes: int = Field(8_000_000, gt=0, description="largest encoded image")
     fetch_timeout_s: float = Field(10.0, gt=0, description="time limit for fetching one allow-listed URL, the "
                                    "whole fetch (connecting, headers and every byte of the body)")
+    decode_wait_s: float = Field(DECODE_WAIT_S, ge=0, description="how long checking an image waits for room in the "
+                                 "process's decode budget (images.load.DECODE_MEMORY) before it is refused as busy")
 
     @field_validator("allowed_hosts")
     @classmethod
@@ -186,15 +192,14 @@ class ImageSources(BaseModel):
         except InputError as exc:
             raise ImageRefused(400, "invalid_image", str(exc), param=param) from exc
 
-    @staticmethod
-    def _verified(data: bytes, param: str, header: ImageHeader) -> str:
+    def _verified(self, data: bytes, param: str, header: ImageHeader) -> str:
         """The bytes as a data URL once they decoded fully (bounded: `images.MAX_DECODED_PIXELS`, within the decode
         budget), so truncated or corrupt files fail here, not inside a skill; once per content (`_DECODABLE`)."""
         url = f"data:image/{header.format};base64,{base64.b64encode(data).decode()}"
         digest = hashlib.sha256(data).hexdigest()
         if _DECODABLE.get(digest) is None:
             try:
-                load_image(url)
+                load_image(url, wait_s=self.decode_wait_s)
             except BudgetExhausted as exc:
                 raise ImageRefused(503, "server_busy", f"{param}: {exc}", param=param,
                                    retry_after_s=exc.retry_after_s) from exc

@@ -61,7 +61,7 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
     """Build the app. Nothing loads until the first request needs an expert; the worker pool and the checkpoint
     database close with the app."""
     settings = settings or ServeSettings()
-    DECODE_MEMORY.configure(settings.decode_memory_mb * 1_000_000, wait_s=settings.decode_wait_s)  # process-wide
+    DECODE_MEMORY.configure(settings.decode_memory_mb * 1_000_000)  # process-wide: decoding memory is the process's
     service = EpisodeService(
         registry, settings,
         checkpointer=open_checkpointer(settings.checkpoint_db) if settings.checkpoint_db else None,

@@ -10,8 +10,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..core.configs import DEFAULT_MAX_COST, DEFAULT_MAX_TURNS, MAX_COST, MAX_TURNS
-from ..images.load import DECODE_MEMORY_BYTES, DECODE_WAIT_S
-from ..images.sources import ImageSources, host_entry
+from ..images.load import DECODE_MEMORY_BYTES
+from ..images.sources import DECODE_WAIT_S, ImageSources, host_entry
 from ..policy.catalog import DEFAULT_POLICY, SERVED_POLICIES, PolicyCatalog
 from ..registry.reach import REACH_FLOOR
 
@@ -54,8 +54,8 @@ class ServeSettings(BaseModel):
         "across every request of the process (each decode holds its estimate, from the size and format the file "
         "declares; one image larger than this decodes alone)")
     decode_wait_s: float = Field(
-        DECODE_WAIT_S, ge=0, description="how long an image waits for room in decode_memory_mb before its request is "
-        "answered 503 `server_busy` with Retry-After")
+        DECODE_WAIT_S, ge=0, description="how long checking a request's image waits for room in decode_memory_mb "
+        "before the request is answered 503 `server_busy` with Retry-After (admitted episodes wait for room)")
     max_episodes: int = Field(
         64, ge=1, description="episodes admitted at once, running or queued for a worker (429 when full)"
     )
@@ -113,7 +113,7 @@ class ServeSettings(BaseModel):
     def image_sources(self) -> ImageSources:
         return ImageSources(allowed_dirs=self.image_dirs, allowed_hosts=self.allowed_image_hosts,
                             max_images=self.max_images, max_image_bytes=self.max_image_bytes,
-                            fetch_timeout_s=self.fetch_timeout_s)
+                            fetch_timeout_s=self.fetch_timeout_s, decode_wait_s=self.decode_wait_s)
 
     def api_keys(self) -> tuple[str, ...]:
         """The keys from the environment (empty: no key needed), read per request so a restart is not needed to
