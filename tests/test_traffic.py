@@ -24,7 +24,11 @@ from maestro_graph.reliability.traffic import (
     slow_cards_registry,
     trickle_case,
 )
+from maestro_graph.registry import Registry
+from maestro_graph.reliability.suite import fault_registry
 from maestro_graph.reliability.trust import bomb_request, bomb_urls
+from maestro_graph.serve import ServeSettings, create_app
+from maestro_graph.serve.loopback import running_app
 
 KEYS_ENV = "MAESTRO_TEST_TRAFFIC_KEYS"
 ALICE = {"Authorization": f"Bearer {OWNER_KEYS[0]}"}
@@ -101,3 +105,15 @@ def test_the_decode_budget_refuses_with_503_and_retry_after_when_full(server):
     busy = [r for r in replies if r.status_code == 503]
     assert busy and {r.status_code for r in replies} <= {200, 503}, [r.text[:200] for r in replies]
     assert all(r.json()["error"]["code"] == "server_busy" and r.headers["retry-after"] == "1" for r in busy)
+
+
+def test_openapi_docs_are_a_setting(tmp_path):
+    """`--openapi-docs` opens /openapi.json, /docs and /redoc (without a key, as documented); the module's server,
+    which did not enable them, answers 404 there (test_a_thread_belongs_to_the_key_that_made_it)."""
+    app = create_app(Registry.load(fault_registry(tmp_path, None)), ServeSettings(openapi_docs=True))
+    with running_app(app) as url:
+        statuses = {path: httpx.get(f"{url}{path}", timeout=30).status_code
+                    for path in ("/openapi.json", "/docs", "/redoc")}
+        schema = httpx.get(f"{url}/openapi.json", timeout=30).json()
+    assert set(statuses.values()) == {200}, statuses
+    assert "/v1/chat/completions" in schema["paths"]
