@@ -279,8 +279,9 @@ OWNER_KEYS = ("alice-46-key", "bob-46-key")
 
 def ownership_case(url: str, image: str, keys: tuple[str, str] = OWNER_KEYS) -> TrustCase:
     """Key A runs an episode on a thread; key B reading the thread (`GET /v1/threads/ID`) or running on it gets the
-    404 of a thread that does not exist, and A still reads it; `/docs` and `/openapi.json` are closed (404) on a
-    server that did not enable them. The server must hold both keys and a checkpoint database."""
+    404 of a thread that does not exist, and A still reads it; the same for the thread of A's LangServe run (where
+    mounted); `/docs` and `/openapi.json` are closed (404) on a server that did not enable them. The server must
+    hold both keys and a checkpoint database."""
     alice, bob = ({"Authorization": f"Bearer {key}"} for key in keys)
     thread = f"thread-46-{time.monotonic_ns()}"
     body = {"model": "maestro", "thread_id": thread, "messages": [{"role": "user", "content": [
@@ -291,16 +292,26 @@ def ownership_case(url: str, image: str, keys: tuple[str, str] = OWNER_KEYS) -> 
     unknown = httpx.get(f"{url}/v1/threads/thread-46-unknown", headers=bob, timeout=30)
     read_by_alice = httpx.get(f"{url}/v1/threads/{thread}", headers=alice, timeout=30)
     docs = {path: httpx.get(f"{url}{path}", timeout=30).status_code for path in ("/docs", "/openapi.json")}
+    langserve = "not mounted"
+    if httpx.get(f"{url}/healthz", timeout=30).json().get("langserve"):  # a LangServe run's thread is its key's too
+        output = httpx.post(f"{url}/maestro/invoke", headers=alice, timeout=120, json={"input": {
+            "question": QUESTION, "images": [image]}}).json().get("output", {})
+        made_there = output.get("thread_id")
+        views = [httpx.get(f"{url}/v1/threads/{made_there}", headers=h, timeout=30).status_code for h in (alice, bob)]
+        langserve = f"LangServe thread read by its key {views[0]}, by the other {views[1]}"
+        ok_langserve = made_there is not None and views == [200, 404]
+    else:
+        ok_langserve = True
     same = read_by_bob.json().get("error", {}).get("message", "").replace(thread, "ID") == \
         unknown.json().get("error", {}).get("message", "").replace("thread-46-unknown", "ID")
     ok = (made.status_code == 200 and read_by_bob.status_code == 404 and run_by_bob.status_code == 404 and same
           and read_by_alice.status_code == 200 and QUESTION in read_by_alice.text and QUESTION not in read_by_bob.text
-          and set(docs.values()) == {404})
+          and set(docs.values()) == {404} and ok_langserve)
     return TrustCase("another key reads or runs on a thread", "404 as for an unknown thread; the owner reads it; "
                      "/docs and /openapi.json closed", ok,
                      f"made {made.status_code}; other key: read {read_by_bob.status_code}, run "
                      f"{run_by_bob.status_code} ({'same' if same else 'DIFFERENT'} refusal as an unknown thread); owner reads "
-                     f"{read_by_alice.status_code}; {docs}")
+                     f"{read_by_alice.status_code}; {langserve}; {docs}")
 
 
 def threads_belong_to_their_key(t: Target) -> TrustCase:
