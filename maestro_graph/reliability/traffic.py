@@ -310,8 +310,8 @@ def ownership_case(url: str, image: str, keys: tuple[str, str] = OWNER_KEYS) -> 
     return TrustCase("another key reads or runs on a thread", "404 as for an unknown thread; the owner reads it; "
                      "/docs and /openapi.json closed", ok,
                      f"made {made.status_code}; other key: read {read_by_bob.status_code}, run "
-                     f"{run_by_bob.status_code} ({'same' if same else 'DIFFERENT'} refusal as an unknown thread); owner reads "
-                     f"{read_by_alice.status_code}; {langserve}; {docs}")
+                     f"{run_by_bob.status_code} ({'same' if same else 'DIFFERENT'} refusal as an unknown thread); "
+                     f"owner reads {read_by_alice.status_code}; {langserve}; {docs}")
 
 
 def threads_belong_to_their_key(t: Target) -> TrustCase:
