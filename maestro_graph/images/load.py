@@ -133,21 +133,24 @@ class ImageHeader:
     height: int
 
 
-_BYTES_PER_PIXEL = {"WEBP": 16, "JPEG": 2}
+_BYTES_PER_PIXEL = {"WEBP": 16}
 """Measured peaks of decoding, per declared pixel, where the mode does not say it: Pillow decodes a WebP as RGBA
-and copies it twice (about 15 bytes a pixel); a large JPEG is decoded at a reduced scale (about 2)."""
+and copies it twice (about 15 bytes a pixel)."""
 
 
 def decode_bytes(probe: Image.Image) -> int:
     """The memory decoding the opened image takes at its peak, estimated from its declared size: the full-size
     pixels in the file's mode and their RGB conversion (2 bytes a band, and 1, a pixel: 7 for RGB, 3 for
-    greyscale; palettes are converted to RGB before they are reduced), or the measured figure of its format."""
+    greyscale; palettes are converted to RGB before they are reduced), or the measured figure of its format. A
+    JPEG above `MAX_DECODED_PIXELS` is decoded at a reduced scale by the decoder itself, so it counts at most that
+    many pixels."""
     width, height = probe.size
+    pixels = min(width * height, MAX_DECODED_PIXELS) if probe.format == "JPEG" else width * height
     per_pixel = _BYTES_PER_PIXEL.get(probe.format or "")
     if per_pixel is None:
         bands = 3 if probe.mode in ("P", "PA", "1") else len(probe.getbands())
         per_pixel = 2 * bands + 1
-    return width * height * per_pixel
+    return pixels * per_pixel
 
 
 def _check_declared(probe: Image.Image, name: str) -> None:
