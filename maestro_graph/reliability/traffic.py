@@ -27,7 +27,8 @@ from ..serve.loopback import running_app
 from .suite import fault_registry
 from .trust import BOMB_SIDE, COUNT_QUESTION, QUESTION, Target, TrustCase, bomb_urls, peak_rss_growth_mb
 
-__all__ = ["TRAFFIC_CHECKS", "Trickler", "concurrent_image_memory", "image_memory_case", "trickling_host",
+__all__ = ["TRAFFIC_CHECKS", "Trickler", "post_at_once", "concurrent_image_memory", "image_memory_case",
+           "trickling_host",
            "trickle_case", "client_goes_away", "disconnect_case", "threads_belong_to_their_key", "ownership_case",
            "slow_cards_registry", "webp_bomb_url", "refused_pair_request", "noise_url", "CONCURRENT_REQUESTS",
            "CONCURRENT_MEMORY_LIMIT_MB", "SHAPES_POLICY", "OWNER_KEYS", "TRICKLE_FETCH_TIMEOUT_S", "TRICKLE_SLACK_S"]
@@ -59,7 +60,7 @@ def refused_pair_request(image: str) -> dict:
     return {"model": "maestro", "messages": [{"role": "user", "content": content}]}
 
 
-def _at_once(url: str, bodies: list[dict], headers: dict[str, str], timeout_s: float = 120) -> list[int]:
+def post_at_once(url: str, bodies: list[dict], headers: dict[str, str], timeout_s: float = 120) -> list[int]:
     """POST every body to the chat route at the same moment; their statuses."""
     start = threading.Barrier(len(bodies))
 
@@ -86,7 +87,8 @@ def image_memory_case(url: str, pid: int, headers: dict[str, str] | None = None)
     png = bomb_urls(1)[0]  # one image for all: a decode's result is remembered only once it has finished
     for kind, image in (("WebP", webp_bomb_url(png)), ("PNG", png)):
         bodies = [refused_pair_request(image)] * CONCURRENT_REQUESTS
-        idle, grown, statuses = peak_rss_growth_mb(pid, lambda: _at_once(url, bodies, headers or {}), settle_s=1.0)
+        idle, grown, statuses = peak_rss_growth_mb(pid, lambda: post_at_once(url, bodies, headers or {}),
+                                                   settle_s=1.0)
         ok = ok and set(statuses) == {400} and grown < CONCURRENT_MEMORY_LIMIT_MB
         details.append(f"{kind}: statuses {sorted(set(statuses))}, RSS peak {grown:+.0f} MB over {idle:.0f} MB")
     return TrustCase(f"{CONCURRENT_REQUESTS} requests at once of a {BOMB_SIDE}x{BOMB_SIDE} image and a refused one",
