@@ -20,6 +20,7 @@ import numpy as np
 from PIL import Image
 
 from ..backends.packages import missing_package
+from ..core.cancellation import current_cancel, raise_if_cancelled
 
 __all__ = ["OpenCVVisionExpert", "Color", "Circle", "CirclePair", "Polygon", "Crossing", "Grid", "color_name",
            "shape_kind", "COLOR_NAMES", "POLYGON_SIDES", "SHAPE_NAMES", "CONTACT_TOLERANCE_PX"]
@@ -305,7 +306,9 @@ class OpenCVVisionExpert:
                 proposals.extend(found.reshape(-1, 3))
         edges = np.argwhere(self._edges(fig))[:, ::-1]
         candidates = []
+        cancel = current_cancel()  # set when the call is abandoned: stop between proposals
         for cx, cy, r in proposals:
+            raise_if_cancelled(cancel)
             cx, cy, r = self._refine_circle(edges, cx, cy, r, fig.stroke)
             outline = _circle_outline(cx, cy, r)
             support = float(fig.on(fig.near_ink, outline).mean())
@@ -358,7 +361,9 @@ class OpenCVVisionExpert:
         ys, xs = np.nonzero(fig.ink)
         ink_points = np.stack([xs, ys], axis=1).astype(float)
         candidates = []
+        cancel = current_cancel()  # set when the call is abandoned: a noisy image has thousands of segments
         for x1, y1, x2, y2 in segments.reshape(-1, 4):
+            raise_if_cancelled(cancel)
             line = self._ink_line(fig, ink_points, np.array([x1, y1], float), np.array([x2, y2], float))
             if line is None:
                 continue

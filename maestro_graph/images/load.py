@@ -12,6 +12,12 @@ and experts working on such an image hold gigabytes. So an image is decoded at m
 at a reduced scale by the decoder itself; other formats reduced by an integer factor right after decoding), and the
 images of one request share `REQUEST_DECODED_PIXELS` (`load_images`). The size the file declared stays in
 `info["maestro_source_size"]`.
+
+Decoding itself takes more than the decoded image: the full-size pixels exist for a moment (a 40-megapixel WebP
+takes some 600 MB while Pillow decodes it), so every decode in the process holds its estimate (`decode_bytes`) of
+one budget, `DECODE_MEMORY`, while it runs, so many requests at once take turns instead of decoding together. A
+decode waits for room until there is some, unless its caller gives a wait (`load_image(wait_s=...)`: a door, which
+then answers "busy", `core.shared_budget.BudgetExhausted`). `maestro serve` sizes the budget (`--decode-memory-mb`).
 """
 
 from __future__ import annotations
@@ -31,11 +37,13 @@ from typing import Any
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from ..core.shared_budget import SharedBudget
 from ..errors import InputError
 
 __all__ = ["MAX_PIXELS", "MAX_ASPECT", "MAX_DECODED_PIXELS", "MAX_FILE_BYTES", "REQUEST_DECODED_PIXELS",
-           "load_image", "load_images", "image_to_data_url", "fitted_data_url", "FittedImage",
-           "read_regular_file"]
+           "DECODE_MEMORY", "DECODE_MEMORY_BYTES", "ImageHeader", "PixelCapExceeded",
+           "decode_bytes", "image_header", "load_image", "load_images", "image_to_data_url", "fitted_data_url",
+           "FittedImage", "read_regular_file"]
 
 MAX_PIXELS = 40_000_000
 """Images declaring more pixels than this are refused (decompression-bomb guard)."""
@@ -51,6 +59,12 @@ eight images at the pixel cap cost what two images at `MAX_DECODED_PIXELS` cost.
 MAX_FILE_BYTES = 64_000_000
 """The largest image file read from a path (a task file's or the operator's); the server caps what clients send
 far lower (`ImageSources.max_image_bytes`)."""
+
+DECODE_MEMORY_BYTES = 512_000_000
+"""The default memory that decodes in flight may take together, across every thread of the process: one image at
+the pixel cap at a time in the worst format (WebP), two or three PNGs."""
+DECODE_MEMORY = SharedBudget(DECODE_MEMORY_BYTES, unit="bytes")
+"""The process's decode budget, in bytes of the `decode_bytes` estimate (`maestro serve` configures it)."""
 
 log = logging.getLogger("maestro.images")
 _REMOTE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -106,31 +120,83 @@ def _decode(probe: Image.Image, budget: int) -> Image.Image:
     return rgb
 
 
-def _open_bytes(data: bytes, name: str, budget: int = MAX_DECODED_PIXELS) -> Image.Image:
+class PixelCapExceeded(InputError):
+    """An image declares more pixels than `MAX_PIXELS` (a 413 at a door, where other bad images are a 400)."""
+
+
+@dataclass(frozen=True)
+class ImageHeader:
+    """What an image file declares, read without decoding a pixel."""
+
+    format: str
+    width: int
+    height: int
+
+
+_BYTES_PER_PIXEL = {"WEBP": 16}
+"""Measured peaks of decoding, per declared pixel, where the mode does not say it: Pillow decodes a WebP as RGBA
+and copies it twice (about 15 bytes a pixel)."""
+
+
+def decode_bytes(probe: Image.Image) -> int:
+    """The memory decoding the opened image takes at its peak, estimated from its declared size: the full-size
+    pixels in the file's mode and their RGB conversion (2 bytes a band, and 1, a pixel: 7 for RGB, 3 for
+    greyscale; palettes are converted to RGB before they are reduced), or the measured figure of its format. A
+    JPEG above `MAX_DECODED_PIXELS` is decoded at a reduced scale by the decoder itself, so it counts at most that
+    many pixels."""
+    width, height = probe.size
+    pixels = min(width * height, MAX_DECODED_PIXELS) if probe.format == "JPEG" else width * height
+    per_pixel = _BYTES_PER_PIXEL.get(probe.format or "")
+    if per_pixel is None:
+        bands = 3 if probe.mode in ("P", "PA", "1") else len(probe.getbands())
+        per_pixel = 2 * bands + 1
+    return pixels * per_pixel
+
+
+def _check_declared(probe: Image.Image, name: str) -> None:
+    width, height = probe.size
+    if width * height > MAX_PIXELS:
+        raise PixelCapExceeded(f"image {name}: {width}x{height} pixels is above the cap of {MAX_PIXELS:,} pixels")
+    if max(width, height) > MAX_ASPECT * min(width, height):
+        raise InputError(f"image {name}: {width}x{height} has an extreme aspect ratio (above {MAX_ASPECT}:1)")
+
+
+def _unreadable(exc: Exception, name: str) -> InputError:
+    if isinstance(exc, Image.DecompressionBombError):
+        return PixelCapExceeded(f"image {name}: above the cap of {MAX_PIXELS:,} pixels (decompression bomb)")
+    if isinstance(exc, UnidentifiedImageError):
+        return InputError(f"image {name}: not a readable image ({exc.__class__.__name__})")
+    return InputError(f"image {name}: corrupt or truncated image ({exc})")
+
+
+_UNREADABLE = (Image.DecompressionBombError, UnidentifiedImageError, OSError, SyntaxError, ValueError)
+
+
+def image_header(data: bytes, name: str) -> ImageHeader:
+    """The format and declared size of image bytes, checked against the caps (pixels, aspect ratio) without
+    decoding: a door checks every image of a request this way before it decodes any."""
     if not data:
         raise InputError(f"image {name}: the file is empty (0 bytes)")
     try:
         with Image.open(io.BytesIO(data)) as probe:
-            width, height = probe.size
-            if width * height > MAX_PIXELS:
-                raise InputError(
-                    f"image {name}: {width}x{height} pixels is above the cap of {MAX_PIXELS:,} pixels"
-                )
-            if max(width, height) > MAX_ASPECT * min(width, height):
-                raise InputError(
-                    f"image {name}: {width}x{height} has an extreme aspect ratio (above {MAX_ASPECT}:1)"
-                )
+            _check_declared(probe, name)
+            return ImageHeader((probe.format or "png").lower(), *probe.size)
+    except _UNREADABLE as exc:
+        raise _unreadable(exc, name) from exc
+
+
+def _open_bytes(data: bytes, name: str, budget: int = MAX_DECODED_PIXELS, wait_s: float | None = None) -> Image.Image:
+    if not data:
+        raise InputError(f"image {name}: the file is empty (0 bytes)")
+    try:
+        with Image.open(io.BytesIO(data)) as probe:
+            _check_declared(probe, name)
             frames = getattr(probe, "n_frames", 1)
             probe.seek(0)
-            image = _decode(probe, budget)
-    except InputError:
-        raise
-    except Image.DecompressionBombError as exc:
-        raise InputError(f"image {name}: above the cap of {MAX_PIXELS:,} pixels (decompression bomb)") from exc
-    except UnidentifiedImageError as exc:
-        raise InputError(f"image {name}: not a readable image ({exc.__class__.__name__})") from exc
-    except (OSError, SyntaxError, ValueError) as exc:
-        raise InputError(f"image {name}: corrupt or truncated image ({exc})") from exc
+            with DECODE_MEMORY.hold(decode_bytes(probe), f"image {name}", wait_s=wait_s):
+                image = _decode(probe, budget)
+    except _UNREADABLE as exc:
+        raise _unreadable(exc, name) from exc
     if frames > 1:
         image.info["maestro_note"] = f"image {name} has {frames} frames; only the first is read"
         log.warning(image.info["maestro_note"])
@@ -155,8 +221,9 @@ def read_regular_file(path: str | Path, limit: int) -> bytes | None:
             return None
 
 
-def load_image(ref: str, *, budget: int = MAX_DECODED_PIXELS) -> Image.Image:
-    """Load an RGB image from a file path or a `data:image/...;base64,` URL, decoded within `budget` pixels."""
+def load_image(ref: str, *, budget: int = MAX_DECODED_PIXELS, wait_s: float | None = None) -> Image.Image:
+    """Load an RGB image from a file path or a `data:image/...;base64,` URL, decoded within `budget` pixels, when
+    `DECODE_MEMORY` has room (waiting at most `wait_s`, then BudgetExhausted; None: until there is room)."""
     if ref.startswith("data:"):
         header, _, payload = ref.partition(",")
         if ";base64" not in header:
@@ -165,7 +232,7 @@ def load_image(ref: str, *, budget: int = MAX_DECODED_PIXELS) -> Image.Image:
             data = base64.b64decode(payload, validate=True)
         except (binascii.Error, ValueError) as exc:
             raise InputError(f"image data URL: invalid base64 ({exc})") from exc
-        return _open_bytes(data, "data URL", budget)
+        return _open_bytes(data, "data URL", budget, wait_s)
     if _REMOTE_RE.match(ref):
         raise InputError(f"image {ref}: remote URLs are not fetched here; download the image first, or send it to "
                          "`maestro serve`, which fetches from allow-listed hosts")
@@ -175,7 +242,7 @@ def load_image(ref: str, *, budget: int = MAX_DECODED_PIXELS) -> Image.Image:
         raise InputError(f"image {ref}: {kind}")
     if len(data) > MAX_FILE_BYTES:
         raise InputError(f"image {ref}: larger than the cap of {MAX_FILE_BYTES:,} bytes")
-    return _open_bytes(data, ref, budget)
+    return _open_bytes(data, ref, budget, wait_s)
 
 
 def load_images(refs: list[str] | tuple[str, ...]) -> list[Image.Image]:

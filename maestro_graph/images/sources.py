@@ -2,14 +2,16 @@
 and the tool, set by the operator.
 
 Inline data URLs are checked (size caps, a full decode) and passed on; http(s) URLs are fetched only from
-allow-listed hosts, without following redirects; local paths only inside the operator's allowed directories
+allow-listed hosts, without following redirects, within `fetch_timeout_s` for the whole fetch (not per read, which
+a host trickling bytes would stretch without end); local paths only inside the operator's allowed directories
 (after resolving symlinks, so `../` and links cannot step out), and by default there are none. Everything that
 passes comes out as a verified base64 data URL, so the skills never touch the network or the disk for a client.
 
 A refusal is an `ImageRefused` (an InputError) carrying the HTTP status and code the server answers with. A path
 outside the allowed directories is refused before anything looks at it, and a path inside them that is not a
 readable regular file (missing, a directory, a FIFO, a device) gets the very same refusal, so a refusal never tells
-whether a file exists. A file inside them is read no further than the byte cap.
+whether a file exists. A file inside them is read no further than the byte cap. Every image of a request is read and
+its header checked before any is decoded.
 
 The graph resolves the images of a served run at every node that reads them (`build_graph(image_sources=...)`),
 not only when the run starts: a run may write the state directly (a `Command` that jumps to a skill node). So
@@ -18,10 +20,10 @@ resolving must be cheap when repeated: the bytes that decoded once are remembere
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
-import io
 import ipaddress
 import os
 from pathlib import Path
@@ -29,14 +31,14 @@ from typing import Mapping
 from urllib.parse import urlsplit
 
 import httpx
-from PIL import Image, UnidentifiedImageError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..core.memo import LRU
+from ..core.shared_budget import BudgetExhausted
 from ..errors import InputError
-from .load import MAX_PIXELS, load_image, read_regular_file
+from .load import ImageHeader, PixelCapExceeded, image_header, load_image, read_regular_file
 
-__all__ = ["ImageRefused", "ImageSources", "IMAGE_DIRS_ENV", "IMAGE_HOSTS_ENV", "host_entry"]
+__all__ = ["ImageRefused", "ImageSources", "IMAGE_DIRS_ENV", "IMAGE_HOSTS_ENV", "DECODE_WAIT_S", "host_entry"]
 
 IMAGE_DIRS_ENV = "MAESTRO_IMAGE_DIRS"
 """Directories (os.pathsep-separated) whose files the Agent Server graphs and the tool may read for a client."""
@@ -70,6 +72,10 @@ def _host_key(host: str, port: int | None) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+DECODE_WAIT_S = 10.0
+"""How long a door's check of an image waits for room in the decode budget before the request is refused as busy
+(503 at `maestro serve`); the decodes of admitted work wait until there is room."""
+
 _DECODABLE: LRU[str, str] = LRU(1024)
 """The format of image bytes that decoded fully, by their SHA-256: a served run's nodes re-resolve its images at
 every step, and a digest costs milliseconds where a decode of a 40-megapixel PNG costs seconds."""
@@ -78,8 +84,8 @@ every step, and a digest costs milliseconds where a decode of a 40-megapixel PNG
 class ImageRefused(InputError):
     """An image reference the policy does not accept; `status`/`code`/`param` are what an HTTP surface answers."""
 
-    def __init__(self, status: int, code: str, message: str, *, param: str):
-        self.status, self.code, self.param = status, code, param
+    def __init__(self, status: int, code: str, message: str, *, param: str, retry_after_s: int | None = None):
+        self.status, self.code, self.param, self.retry_after_s = status, code, param, retry_after_s
         super().__init__(message)
 
 
@@ -92,7 +98,10 @@ class ImageSources(BaseModel):
     allowed_hosts: tuple[str, ...] = Field((), description="hosts (`name` or `name:port`) whose URLs are fetched")
     max_images: int = Field(8, ge=1, description="most images in one request")
     max_image_bytes: int = Field(8_000_000, gt=0, description="largest encoded image")
-    fetch_timeout_s: float = Field(10.0, gt=0, description="time limit for fetching one allow-listed URL")
+    fetch_timeout_s: float = Field(10.0, gt=0, description="time limit for fetching one allow-listed URL, the "
+                                   "whole fetch (connecting, headers and every byte of the body)")
+    decode_wait_s: float = Field(DECODE_WAIT_S, ge=0, description="how long checking an image waits for room in the "
+                                 "process's decode budget (images.load.DECODE_MEMORY) before it is refused as busy")
 
     @field_validator("allowed_hosts")
     @classmethod
@@ -108,28 +117,40 @@ class ImageSources(BaseModel):
         return cls(allowed_dirs=dirs, allowed_hosts=hosts)
 
     def resolve(self, refs: list[str]) -> list[str]:
-        """Verified data URLs for the image references of one request (ImageRefused naming the bad one)."""
+        """Verified data URLs for the image references of one request (ImageRefused naming the bad one). Every
+        image is read and its header checked before any is decoded, so a request whose last image is refused
+        decodes nothing; decoding then holds the process's decode budget (`images.load.DECODE_MEMORY`), and a
+        decode that finds no room in time is a 503 `server_busy`."""
         if len(refs) > self.max_images:
             raise ImageRefused(413, "too_many_images", f"{len(refs)} images exceed the cap of {self.max_images}",
                                param="images")
-        return [self._resolve(ref, i) for i, ref in enumerate(refs)]
+        read = [self._read(ref, f"image {i}") for i, ref in enumerate(refs)]
+        headers = [self._header(data, param) for data, param in read]
+        return [self._verified(data, param, header) for (data, param), header in zip(read, headers)]
 
-    def _resolve(self, ref: str, index: int) -> str:
-        param = f"image {index}"
+    def _read(self, ref: str, param: str) -> tuple[bytes, str]:
+        """The bytes of one reference within the byte cap (decoded from a data URL, fetched, or read from an image
+        directory), and the name its refusals use."""
         if not isinstance(ref, str):
             raise ImageRefused(400, "invalid_image", f"{param}: expected a string, got {type(ref).__name__}",
                                param=param)
         scheme = urlsplit(ref).scheme.lower() if "://" in ref or ref.startswith("data:") else ""
         if scheme == "data":
-            return self._data_url(ref, param)
-        if scheme in ("http", "https"):
-            return self._fetch(ref, param)
-        if scheme in ("", "file"):
-            return self._local(ref, param)
-        raise ImageRefused(400, "unsupported_image_url", f"{param}: URL scheme {scheme!r} is not supported",
-                           param=param)
+            data = self._data_url(ref, param)
+        elif scheme in ("http", "https"):
+            data = self._fetch(ref, param)
+        elif scheme in ("", "file"):
+            data = self._local(ref, param)
+        else:
+            raise ImageRefused(400, "unsupported_image_url", f"{param}: URL scheme {scheme!r} is not supported",
+                               param=param)
+        if len(data) > self.max_image_bytes:
+            raise ImageRefused(413, "image_too_large",
+                               f"{param}: {len(data):,} bytes exceeds the cap of {self.max_image_bytes:,} bytes",
+                               param=param)
+        return data, param
 
-    def _local(self, ref: str, param: str) -> str:
+    def _local(self, ref: str, param: str) -> bytes:
         where = ("accepted only for image files inside the operator's image directories" if self.allowed_dirs
                  else "not accepted here")
         refused = ImageRefused(400, "local_path_not_allowed", f"{param}: local file paths are {where}; send the image "
@@ -146,9 +167,9 @@ class ImageSources(BaseModel):
         data = read_regular_file(path, self.max_image_bytes + 1)
         if data is None:  # missing, a FIFO, a directory, unreadable: the same refusal as a path outside
             raise refused
-        return self._verified(data, param)
+        return data
 
-    def _data_url(self, url: str, param: str) -> str:
+    def _data_url(self, url: str, param: str) -> bytes:
         header, _, payload = url.partition(",")
         if not header.startswith("data:image/") or not header.endswith(";base64"):
             raise ImageRefused(400, "invalid_image", f"{param}: expected data:image/<type>;base64,<data>", param=param)
@@ -157,49 +178,37 @@ class ImageSources(BaseModel):
                                f"{param}: about {len(payload) * 3 // 4:,} bytes exceeds the cap of "
                                f"{self.max_image_bytes:,} bytes", param=param)
         try:
-            data = base64.b64decode(payload, validate=True)
+            return base64.b64decode(payload, validate=True)
         except (binascii.Error, ValueError) as exc:
             raise ImageRefused(400, "invalid_image", f"{param}: invalid base64 ({exc})", param=param) from exc
-        return self._verified(data, param)
-
-    def _verified(self, data: bytes, param: str) -> str:
-        """The bytes as a data URL after checking the size caps and that they decode as an image (once per content:
-        `_DECODABLE`)."""
-        if len(data) > self.max_image_bytes:
-            raise ImageRefused(413, "image_too_large",
-                               f"{param}: {len(data):,} bytes exceeds the cap of {self.max_image_bytes:,} bytes",
-                               param=param)
-        digest = hashlib.sha256(data).hexdigest()
-        fmt = _DECODABLE.get(digest)
-        if fmt is None:
-            fmt = self._decodes(data, param)
-            _DECODABLE.put(digest, fmt)
-        return f"data:image/{fmt};base64,{base64.b64encode(data).decode()}"
 
     @staticmethod
-    def _decodes(data: bytes, param: str) -> str:
-        """The image format of `data` after a full (bounded: `images.MAX_DECODED_PIXELS`) decode, so truncated or
-        corrupt files fail here, not inside a skill."""
+    def _header(data: bytes, param: str) -> ImageHeader:
+        """The image's declared format and size, checked against the pixel and aspect caps; nothing decoded."""
         try:
-            with Image.open(io.BytesIO(data)) as probe:
-                width, height, fmt = probe.width, probe.height, (probe.format or "png").lower()
-        except Image.DecompressionBombError as exc:  # PIL's own cap (above ours) refuses at open
-            raise ImageRefused(413, "image_too_large", f"{param}: exceeds the cap of {MAX_PIXELS:,} pixels ({exc})",
-                               param=param) from exc
-        except (UnidentifiedImageError, OSError, ValueError) as exc:
-            raise ImageRefused(400, "invalid_image", f"{param}: not a readable image ({exc.__class__.__name__})",
-                               param=param) from exc
-        if width * height > MAX_PIXELS:
-            raise ImageRefused(413, "image_too_large",
-                               f"{param}: {width}x{height} pixels exceeds the cap of {MAX_PIXELS:,} pixels",
-                               param=param)
-        try:
-            load_image(f"data:image/{fmt};base64,{base64.b64encode(data).decode()}")
+            return image_header(data, param)
+        except PixelCapExceeded as exc:
+            raise ImageRefused(413, "image_too_large", str(exc), param=param) from exc
         except InputError as exc:
-            raise ImageRefused(400, "invalid_image", f"{param}: {exc}", param=param) from exc
-        return fmt
+            raise ImageRefused(400, "invalid_image", str(exc), param=param) from exc
 
-    def _fetch(self, url: str, param: str) -> str:
+    def _verified(self, data: bytes, param: str, header: ImageHeader) -> str:
+        """The bytes as a data URL once they decoded fully (bounded: `images.MAX_DECODED_PIXELS`, within the decode
+        budget), so truncated or corrupt files fail here, not inside a skill; once per content (`_DECODABLE`)."""
+        url = f"data:image/{header.format};base64,{base64.b64encode(data).decode()}"
+        digest = hashlib.sha256(data).hexdigest()
+        if _DECODABLE.get(digest) is None:
+            try:
+                load_image(url, wait_s=self.decode_wait_s)
+            except BudgetExhausted as exc:
+                raise ImageRefused(503, "server_busy", f"{param}: {exc}", param=param,
+                                   retry_after_s=exc.retry_after_s) from exc
+            except InputError as exc:
+                raise ImageRefused(400, "invalid_image", f"{param}: {exc}", param=param) from exc
+            _DECODABLE.put(digest, header.format)
+        return url
+
+    def _fetch(self, url: str, param: str) -> bytes:
         parts = urlsplit(url)
         try:
             port = parts.port
@@ -212,19 +221,29 @@ class ImageSources(BaseModel):
             raise ImageRefused(400, "image_url_not_allowed",
                                f"{param}: remote image host {netloc or url!r} is not in the allow-list; send the image "
                                "as a base64 data URL", param=param)
-        limit = self.max_image_bytes
         try:
-            with httpx.stream("GET", url, timeout=self.fetch_timeout_s, follow_redirects=False) as response:
+            return asyncio.run(asyncio.wait_for(self._download(url, param), self.fetch_timeout_s))
+        except TimeoutError:
+            raise ImageRefused(400, "image_fetch_failed", f"{param}: fetching {url} took longer than "
+                               f"{self.fetch_timeout_s:g} s (fetch_timeout_s)", param=param) from None
+        except httpx.HTTPError as exc:
+            raise ImageRefused(400, "image_fetch_failed", f"{param}: fetching {url} failed ({exc.__class__.__name__})",
+                               param=param) from exc
+
+    async def _download(self, url: str, param: str) -> bytes:
+        """The body of `url`, no redirects followed, no further than the byte cap. The caller's deadline covers the
+        whole fetch (a host that trickles bytes stays within it), so this runs on an event loop of its own, where
+        the deadline can stop a read mid-way."""
+        limit = self.max_image_bytes
+        async with httpx.AsyncClient(timeout=self.fetch_timeout_s, follow_redirects=False) as client:
+            async with client.stream("GET", url) as response:
                 if response.status_code != 200:
                     raise ImageRefused(400, "image_fetch_failed",
                                        f"{param}: {url} answered HTTP {response.status_code}", param=param)
                 data = bytearray()
-                for block in response.iter_bytes():
+                async for block in response.aiter_bytes():
                     data.extend(block)
                     if len(data) > limit:
                         raise ImageRefused(413, "image_too_large",
                                            f"{param}: {url} is larger than the cap of {limit:,} bytes", param=param)
-        except httpx.HTTPError as exc:
-            raise ImageRefused(400, "image_fetch_failed", f"{param}: fetching {url} failed ({exc.__class__.__name__})",
-                               param=param) from exc
-        return self._verified(bytes(data), param)
+        return bytes(data)

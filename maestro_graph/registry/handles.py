@@ -10,6 +10,10 @@ and `live_unavailable_reason()` reports the expert unavailable, so the action sp
 call after `breaker.open_s` succeeds. A result of the wrong type (against the method's return annotation) or above
 the size caps is the expert's error, not the skill's.
 
+A call that timed out or whose episode was cancelled is abandoned: if it has not started it never runs, and if it
+runs it is asked to stop (its thread's `core.cancellation.current_cancel()` is set; experts with long loops, such as
+the OpenCV analyser, look at it), so work whose result nobody waits for does not keep the expert's slots busy.
+
 A card may name several endpoints (`backend.base_urls`: replicas of one model server). Each has its own breaker and
 its own `concurrency` slots; a call goes to the least busy endpoint whose breaker is closed, so a down replica is
 skipped while its breaker is open and the card stays available while any replica is. When every endpoint is full
@@ -36,7 +40,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..cache.store import ExpertCache
-from ..core.cancellation import wait_result
+from ..core.cancellation import cancellable, wait_result
 from ..digests import Uncacheable, cache_key
 from ..errors import Cancelled, ConfigError, ExpertError, ExpertFailure, ExpertTimeout, ExpertUnavailable
 from ..experts.protocols import ChatReply
@@ -346,13 +350,16 @@ class ExpertHandle:
                 raise ExpertTimeout(f"model {self.name!r}: no free slot {where}within {self.card.timeout_s}s")
             breaker = self.breaker.each[lease.endpoint]
             func = getattr(experts[lease.endpoint], method)
-            future = self._pool.submit(func, *args, **kwargs)
+            stop = threading.Event()  # the call's own cancellation, seen by the expert through current_cancel()
+            future = self._pool.submit(_cancellable_call, stop, func, args, kwargs)
             future.add_done_callback(lambda _f: self._slots.release(lease))
             try:
                 result = wait_result(future, deadline, ledger.cancel)
             except FutureTimeout as exc:
+                _abandon(future, stop)
                 raise ExpertTimeout(f"model {self.name!r}.{method} timed out after {self.card.timeout_s}s") from exc
             except Cancelled:
+                _abandon(future, stop)
                 cost, breaker = 0.0, None  # abandoned by the episode: neither charged nor held against the expert
                 raise
             except ExpertError:
@@ -374,6 +381,20 @@ class ExpertHandle:
         finally:
             ledger.calls.append(CallRecord.of(self.name, method, result, cost, time.perf_counter() - start,
                                               error=error, failure=failure))
+
+
+def _cancellable_call(stop: threading.Event, func: Any, args: tuple, kwargs: dict) -> Any:
+    """`func(*args, **kwargs)` on an expert thread, cancelled by `stop` (core.cancellation: an expert that looks
+    at `current_cancel()` in its long loops stops when its call is abandoned)."""
+    with cancellable(stop):
+        return func(*args, **kwargs)
+
+
+def _abandon(future: Any, stop: threading.Event) -> None:
+    """A call nobody waits for any more (timed out, or its episode cancelled): one not started never runs, and one
+    running is asked to stop, so its slot is not held by work whose result is thrown away."""
+    stop.set()
+    future.cancel()
 
 
 class BoundExpert:

@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
 
 import httpx
 import numpy as np
@@ -47,6 +47,7 @@ __all__ = ["LANGSERVE_MISSING", "Target", "TrustCase", "TRUST_CHECKS", "run_trus
 
 QUESTION = "What text does the QR code encode?"
 MEMORY_NAMES = 600
+T = TypeVar("T")
 MEMORY_LIMIT_MB = 50.0
 
 
@@ -409,8 +410,7 @@ def bomb_request(images: list[str]) -> dict:
     return {"model": "maestro", "messages": [{"role": "user", "content": content}]}
 
 
-def peak_rss_growth_mb(pid: int, action: Callable[[], httpx.Response], *,
-                    settle_s: float = 0.0) -> tuple[float, float, httpx.Response]:
+def peak_rss_growth_mb(pid: int, action: Callable[[], T], *, settle_s: float = 0.0) -> tuple[float, float, T]:
     """Run `action` while sampling the RSS of process `pid` every 20 ms, and `settle_s` more seconds after it
     returned: (RSS before in MB, peak growth in MB, what `action` returned). Sampled, because memory a request held
     and gave back no longer shows afterwards."""
@@ -821,10 +821,12 @@ def run_trust_suite(folder: Path, registry_file: Path, qr_image: Path,
         return [TrustCase(check.__name__, "a served Maestro", False, reason, skipped=reason) for check in TRUST_CHECKS]
     folder.mkdir(parents=True, exist_ok=True)
     image = image_to_data_url(load_image(str(qr_image)))
+    from .traffic import TRAFFIC_CHECKS  # built on this module's helpers, so imported once both are loaded
+
     cases = []
     with running_app(create_app(Registry.load(registry_file), ServeSettings())) as url:
         target = Target(url, os.getpid(), folder, image, registry_file)
-        for check in TRUST_CHECKS:
+        for check in (*TRUST_CHECKS, *TRAFFIC_CHECKS):
             progress(f"trust boundary: {check.__name__}")
             try:
                 cases.append(check(target))

@@ -8,7 +8,6 @@ can take the server down, and episodes never run on the event loop.
 
 from __future__ import annotations
 
-import hmac
 import importlib.util
 import json
 import logging
@@ -25,12 +24,14 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..core.question_text import EMPTY_QUESTION, clean_question, question_problem
+from ..images.load import DECODE_MEMORY
 from ..registry import Registry
 from .episodes import THREAD_HEADER, Episode, EpisodeOutcome, EpisodeService, open_checkpointer
 from .image_errors import resolve_images
 from .limits import BodyLimitMiddleware
 from .observability import RequestIdMiddleware
 from .observability import thread_id as thread_id_var
+from .principals import principal_of
 from .protocol import (
     THREAD_ID_PATTERN,
     ApiError,
@@ -60,6 +61,7 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
     """Build the app. Nothing loads until the first request needs an expert; the worker pool and the checkpoint
     database close with the app."""
     settings = settings or ServeSettings()
+    DECODE_MEMORY.configure(settings.decode_memory_mb * 1_000_000)  # process-wide: decoding memory is the process's
     service = EpisodeService(
         registry, settings,
         checkpointer=open_checkpointer(settings.checkpoint_db) if settings.checkpoint_db else None,
@@ -70,24 +72,19 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
         yield
         service.close()
 
-    app = FastAPI(title="Maestro-Graph", version="1", lifespan=lifespan)
+    docs = settings.openapi_docs
+    app = FastAPI(title="Maestro-Graph", version="1", lifespan=lifespan, openapi_url="/openapi.json" if docs else None,
+                  docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None)
     app.state.service = service
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)  # added last, so outermost: a refused body gets an id too
     _install_error_handlers(app)
 
     def require_key(authorization: str | None = Header(None),
-                    cookie_key: str | None = Cookie(None, alias=KEY_COOKIE, include_in_schema=False)) -> None:
-        """The key as a Bearer header, or as the cookie a browser got from the playground's `?api_key=` link (a
-        browser cannot send the header)."""
-        key = settings.api_key()
-        if key is None:
-            return
-        scheme, _, given = (authorization or "").partition(" ")
-        given = given.strip() if scheme.lower() == "bearer" else (cookie_key or "")
-        if not hmac.compare_digest(given.encode(), key.encode()):
-            raise ApiError(401, "invalid_api_key", "missing or wrong API key (send `Authorization: Bearer <key>`)",
-                           headers={"WWW-Authenticate": "Bearer"})
+                    cookie_key: str | None = Cookie(None, alias=KEY_COOKIE, include_in_schema=False)) -> str | None:
+        """The request's principal (None without keys): the key as a Bearer header, or as the cookie a browser got
+        from the playground's `?api_key=` link (a browser cannot send the header)."""
+        return principal_of(settings, authorization, cookie_key)
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
@@ -114,12 +111,12 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
                            param="model")
         return model_card
 
-    @app.get("/v1/threads/{thread_id}", dependencies=[Depends(require_key)])
-    async def thread(thread_id: str) -> dict[str, Any]:
-        return await run_in_threadpool(service.history, thread_id)
+    @app.get("/v1/threads/{thread_id}")
+    async def thread(thread_id: str, principal: str | None = Depends(require_key)) -> dict[str, Any]:
+        return await run_in_threadpool(service.history, thread_id, principal)
 
-    @app.post("/v1/chat/completions", dependencies=[Depends(require_key)])
-    async def chat_completions(request: Request):
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request, principal: str | None = Depends(require_key)):
         body = await _json_body(request)
         try:
             chat = ChatRequest.model_validate(body)
@@ -147,15 +144,18 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
             raise ApiError(400, "thread_id_conflict", f"the {THREAD_HEADER} header and `thread_id` differ",
                            param="thread_id")
         context = service.context(policy=chat.policy, max_turns=chat.max_turns, max_cost=chat.max_cost)
-        service.check_capacity(1, chat.thread_id or header_thread)  # 409/429 before any image is decoded
+        requested_thread = chat.thread_id or header_thread
+        if requested_thread is not None:  # another principal's thread is a 404, before anything else is said of it
+            await run_in_threadpool(service.check_owner, requested_thread, principal)
+        service.check_capacity(1, requested_thread)  # 409/429 before any image is decoded
         images = await run_in_threadpool(resolve_images, parsed.image_urls, settings)
-        episode = Episode(parsed.question, images, chat.choices, context,
-                          service.thread_for(chat.thread_id or header_thread), history=parsed.history)
+        episode = Episode(parsed.question, images, chat.choices, context, service.thread_for(requested_thread),
+                          history=parsed.history, owner=principal)
         headers = {THREAD_HEADER: episode.thread_id} if episode.thread_id else {}
         thread_id_var.set(episode.thread_id)
         completion_id = new_completion_id()
         if not chat.stream:
-            outcome = await service.complete(episode)
+            outcome = await service.complete(episode, disconnected=request.is_disconnected)
             return JSONResponse(completion_body(completion_id, settings.model_name, outcome.result.answer,
                                                 outcome.trace(), outcome.usage), headers=headers)
         include_usage = chat.stream_options is not None and chat.stream_options.include_usage

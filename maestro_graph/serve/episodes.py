@@ -7,7 +7,9 @@ nothing; a finished one replays its stored result, so a client retrying a lost r
 request asking another question starts a new episode on the thread, whose earlier finished episodes stay in its
 `episodes` history (an interrupted one is dropped, as the Agent Server drops it); an unknown thread starts fresh.
 A thread runs one episode at a time: this process refuses a second (409), and replicas sharing a Postgres
-checkpointer take a lease on it there first (thread_lease.py), so only one of them runs it.
+checkpointer take a lease on it there first (thread_lease.py), so only one of them runs it. A thread belongs to the
+principal that made it (the API key, `Episode.owner`, kept in each checkpoint's metadata): for any other, reading
+it or running on it is a 404, as if it did not exist.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Iterator
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
 
 from ..core.cancellation import Cancelled, cancellable
 from ..episode.graph import MaestroContext, build_graph, checkpoint_serde
@@ -48,6 +51,9 @@ THREAD_HEADER = "X-Maestro-Thread-Id"
 """Request header naming the thread of an episode (same as the body's `thread_id`); responses echo it."""
 
 log = logging.getLogger("maestro.serve")
+
+DISCONNECT_POLL_S = 0.25
+"""How often a plain (not streamed) request looks whether its client is still there."""
 
 Emit = Callable[[dict[str, Any]], None]
 """Receives each stream event of an episode (decision, step, answer); called from the worker thread."""
@@ -146,6 +152,9 @@ class Episode:
     """The conversation the client sent before the question (empty: on a thread, the thread's own history)."""
     lease: Lease | None = None
     """The thread's lease in a Postgres checkpoint database while the episode holds it (None: no such database)."""
+    owner: str | None = None
+    """The principal the request authenticated as (serve.principals; None without API keys): written into every
+    checkpoint of the thread's runs, and a thread another principal made is not found."""
 
 
 @dataclass
@@ -322,13 +331,27 @@ class EpisodeService:
         config: dict[str, Any] = {"recursion_limit": 2 * episode.context.max_turns + 6}
         if episode.thread_id is not None:
             config["configurable"] = {"thread_id": episode.thread_id}
+            config["metadata"] = {_OWNER: episode.owner}  # LangGraph writes it into each checkpoint of the run
         return config
 
     def _classify(self, episode: Episode) -> None:
         """Same question as the thread's current one: resume (unfinished) or replay (finished); else a new
-        episode on the thread (see the module docstring)."""
+        episode on the thread (see the module docstring). Another principal's thread is a 404."""
         if episode.thread_id is not None:
-            episode.mode = thread_mode(self.graph.get_state(self._config(episode)), episode.question)
+            snapshot = self.graph.get_state(self._config(episode))
+            self._refuse_stranger(snapshot, episode.thread_id, episode.owner)
+            episode.mode = thread_mode(snapshot, episode.question)
+
+    def check_owner(self, thread_id: str, principal: str | None) -> None:
+        """404 when the thread exists and another principal made it (blocking: call it off the event loop)."""
+        if self.persistent:
+            self._refuse_stranger(self.graph.get_state({"configurable": {"thread_id": thread_id}}), thread_id,
+                                  principal)
+
+    @staticmethod
+    def _refuse_stranger(snapshot: Any, thread_id: str, principal: str | None) -> None:
+        if snapshot.values and (snapshot.metadata or {}).get(_OWNER) != principal:
+            raise _not_found(thread_id)
 
     def _run(self, episode: Episode, emit: Emit) -> EpisodeOutcome:
         with self._lock:
@@ -393,19 +416,38 @@ class EpisodeService:
             answer_source=values.get("answer_source"), confidence=values.get("confidence"))
         return EpisodeOutcome(result, episode.thread_id, episode.mode, usage=usage_of(values.get("steps", [])))
 
-    async def complete(self, episode: Episode, emit: Emit = lambda _: None) -> EpisodeOutcome:
+    async def complete(self, episode: Episode, emit: Emit = lambda _: None, *,
+                       disconnected: Callable[[], Awaitable[bool]] | None = None) -> EpisodeOutcome:
         """Admit, run on a worker and wait, within the request timeout (504 after it: the episode stops at its
-        next step and, with checkpoints, can be resumed by its thread id)."""
+        next step and, with checkpoints, can be resumed by its thread id). `disconnected` (the request's
+        `is_disconnected`) is asked every DISCONNECT_POLL_S: a client gone cancels the episode and raises
+        ClientDisconnect, which the request-id middleware logs as one line."""
         self.admit(episode.thread_id)
         future = asyncio.wrap_future(await run_in_threadpool(self.start, episode, emit))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.request_timeout_s
         try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout=self.settings.request_timeout_s)
-        except TimeoutError:
-            episode.cancel.set()
-            raise self._timeout(episode) from None
-        except asyncio.CancelledError:  # the client went away: stop the episode at its next step
+            while True:
+                left = deadline - loop.time()
+                if left <= 0:
+                    episode.cancel.set()
+                    raise self._timeout(episode)
+                done, _ = await asyncio.wait({future}, timeout=min(left, DISCONNECT_POLL_S))
+                if done:
+                    return future.result()
+                if disconnected is not None and await disconnected():
+                    self._client_gone(episode)
+                    raise ClientDisconnect()
+        except asyncio.CancelledError:  # the server is stopping the request: stop the episode at its next step
             episode.cancel.set()
             raise
+
+    @staticmethod
+    def _client_gone(episode: Episode) -> None:
+        """Cancel the episode of a client that went away, and say so once in the log."""
+        if not episode.cancel.is_set():
+            episode.cancel.set()
+            log.info("client disconnected: episode cancelled")
 
     async def open_stream(self, episode: Episode) -> AsyncIterator[dict[str, Any] | EpisodeOutcome]:
         """Admit and start the episode now (so a refusal is the request's own HTTP error, not a stream chunk),
@@ -438,8 +480,8 @@ class EpisodeService:
                     raise self._timeout(episode)
             yield future.result()
         finally:
-            if not future.done():
-                episode.cancel.set()
+            if not future.done():  # the consumer stopped early: its client went away
+                self._client_gone(episode)
 
     def _timeout(self, episode: Episode) -> ApiError:
         """The 504 of an episode cut off by the request timeout: it stops at its next step; with checkpoints its
@@ -449,14 +491,15 @@ class EpisodeService:
                         f"the episode did not finish within {self.settings.request_timeout_s:g} s{resume}",
                         headers={THREAD_HEADER: episode.thread_id} if episode.thread_id else None)
 
-    def history(self, thread_id: str) -> dict[str, Any]:
-        """A thread's current result and its checkpoints, newest first (404 when unknown)."""
+    def history(self, thread_id: str, principal: str | None) -> dict[str, Any]:
+        """A thread's current result and its checkpoints, newest first (404 when unknown, or another principal's)."""
         if not self.persistent:
             raise ApiError(400, "persistence_disabled", "thread history needs --checkpoint-db")
         config = {"configurable": {"thread_id": thread_id}}
         snapshot = self.graph.get_state(config)
         if not snapshot.values:
-            raise ApiError(404, "thread_not_found", f"no thread {thread_id!r}", param="thread_id")
+            raise _not_found(thread_id)
+        self._refuse_stranger(snapshot, thread_id, principal)
         values = snapshot.values
         return {
             "thread_id": thread_id,
@@ -493,6 +536,15 @@ def _open_leases(checkpointer: BaseCheckpointSaver | None, settings: ServeSettin
     except Exception as exc:  # noqa: BLE001 - process boundary: any failure to reach the database stops the start
         raise ServiceUnavailable("Postgres (thread leases)", _redacted(location), str(exc).splitlines()[0] if str(exc)
                                  else exc.__class__.__name__) from None
+
+
+_OWNER = "maestro_owner"
+"""The checkpoint-metadata key holding the principal that made a thread."""
+
+
+def _not_found(thread_id: str) -> ApiError:
+    """The one answer for a thread that does not exist and for another principal's: nothing tells them apart."""
+    return ApiError(404, "thread_not_found", f"no thread {thread_id!r}", param="thread_id")
 
 
 def usage_of(steps: list[dict[str, Any]]) -> dict[str, int]:

@@ -38,12 +38,15 @@ from ..core.question_text import clean_question, question_problem
 from ..episode.graph import AnswerSource
 from .episodes import Episode, EpisodeOutcome, EpisodeService
 from .image_errors import resolve_images
+from .principals import principal_of
 from .protocol import ApiError, Choices, parse_json
 
 __all__ = ["MaestroRequest", "MaestroResponse", "maestro_runnable", "mount_langserve"]
 
 _EPISODE = "maestro_episode"
 """The config key (under `configurable`) that carries a prepared Episode from the route to the runnable."""
+_OWNER = "maestro_principal"
+"""The config key (under `configurable`) that carries the request's principal (serve.principals) to the runnable."""
 
 
 def _optional_without_null(schema: dict[str, Any]) -> None:
@@ -109,13 +112,15 @@ def _step_line(step: dict[str, Any]) -> str:
     return f"{step.get('model')}@@{step.get('skill')}: {said}\n"
 
 
-async def _prepare(service: EpisodeService, request: MaestroRequest | dict) -> Episode:
-    """The episode of one input, with its policy checked and its images resolved (an ApiError otherwise)."""
+async def _prepare(service: EpisodeService, request: MaestroRequest | dict, config: RunnableConfig) -> Episode:
+    """The episode of one input, with its policy checked and its images resolved (an ApiError otherwise); its thread
+    belongs to the principal the route put in the config."""
     req = request if isinstance(request, MaestroRequest) else MaestroRequest.model_validate(request)
     context = service.context(policy=req.policy, max_turns=req.max_turns, max_cost=None)
     service.check_capacity(1)  # a full server answers 429 before it decodes any image
     images = await run_in_threadpool(resolve_images, req.images, service.settings)
-    return Episode(req.question, images, req.choices, context, service.thread_for(None))
+    return Episode(req.question, images, req.choices, context, service.thread_for(None),
+                   owner=config.get("configurable", {}).get(_OWNER))
 
 
 def _with_episode(config: RunnableConfig, episode: Episode) -> RunnableConfig:
@@ -134,7 +139,7 @@ class _MaestroRunnable(RunnableGenerator):
                      return_exceptions: bool = False, **kwargs: Any) -> list[Any]:
         configs = get_config_list(config, len(inputs))
         self._service.check_capacity(len(inputs))  # before any input's images are decoded
-        episodes = [await _prepare(self._service, item) for item in inputs]
+        episodes = [await _prepare(self._service, item, c) for item, c in zip(inputs, configs)]
         runs = [self.ainvoke(item, _with_episode(c, e), **kwargs) for item, c, e in zip(inputs, configs, episodes)]
         if return_exceptions:
             return await asyncio.gather(*runs, return_exceptions=True)
@@ -163,16 +168,21 @@ def maestro_runnable(service: EpisodeService) -> Runnable:
             pass
         episode = config.get("configurable", {}).get(_EPISODE)
         if not isinstance(episode, Episode):
-            episode = await _prepare(service, req)
-        async for item in await service.open_stream(episode):
-            if isinstance(item, EpisodeOutcome):
-                answer, reason = item.result.answer, item.result.stop_reason
-                yield AddableDict(answer=answer, answer_source=item.result.answer_source,
-                                  confidence=item.result.confidence, stop_reason=reason, thread_id=item.thread_id,
-                                  content=f"answer: {answer}" if answer is not None else f"no answer ({reason})")
-            elif item.get("event") == "step":
-                step = {k: v for k, v in item.items() if k != "event"}
-                yield AddableDict(steps=[step], content=_step_line(step))
+            episode = await _prepare(service, req, config)
+        stream = await service.open_stream(episode)
+        try:
+            async for item in stream:
+                if isinstance(item, EpisodeOutcome):
+                    answer, reason = item.result.answer, item.result.stop_reason
+                    yield AddableDict(answer=answer, answer_source=item.result.answer_source,
+                                      confidence=item.result.confidence, stop_reason=reason,
+                                      thread_id=item.thread_id,
+                                      content=f"answer: {answer}" if answer is not None else f"no answer ({reason})")
+                elif item.get("event") == "step":
+                    step = {k: v for k, v in item.items() if k != "event"}
+                    yield AddableDict(steps=[step], content=_step_line(step))
+        finally:
+            await stream.aclose()  # a client gone mid-stream: its episode is cancelled now, not when collected
 
     return _MaestroRunnable(service, answer).with_types(input_type=MaestroRequest, output_type=MaestroResponse)
 
@@ -203,17 +213,21 @@ def _checked_body(service: EpisodeService) -> Callable[[Request], Any]:
     return check
 
 
-def _preparing(service: EpisodeService) -> Callable[[dict[str, Any], Request], Any]:
-    """LangServe's per-request config step, which runs before a route starts its response: a single input's
-    episode is prepared and a slot checked here, so a refusal is the route's own HTTP error."""
+def _preparing(service: EpisodeService, key_cookie: str) -> Callable[[dict[str, Any], Request], Any]:
+    """LangServe's per-request config step, which runs before a route starts its response: the request's
+    principal goes into the config, and a single input's episode is prepared and a slot checked here, so a refusal
+    is the route's own HTTP error."""
 
     async def modify(config: dict[str, Any], request: Request) -> dict[str, Any]:
+        principal = principal_of(service.settings, request.headers.get("authorization"),
+                                 request.cookies.get(key_cookie))
+        config = {**config, "configurable": {**config.get("configurable", {}), _OWNER: principal}}
         body = await request.json()
         if not (isinstance(body, dict) and "input" in body):
             return config  # a batch prepares its inputs in `abatch`
-        episode = await _prepare(service, body["input"])
+        episode = await _prepare(service, body["input"], config)
         service.check_capacity(1)
-        return {**config, "configurable": {**config.get("configurable", {}), _EPISODE: episode}}
+        return {**config, "configurable": {**config["configurable"], _EPISODE: episode}}
 
     return modify
 
@@ -223,16 +237,17 @@ class _PlaygroundKey:
     without the query, setting the key as a cookie for the LangServe path (see the module docstring). A wrong key
     passes through to the route, which answers 401."""
 
-    def __init__(self, app: ASGIApp, *, path: str, playground: str, cookie: str, key: Callable[[], str | None]):
-        self.app, self.path, self.playground, self.cookie, self.key = app, path, playground, cookie, key
+    def __init__(self, app: ASGIApp, *, path: str, playground: str, cookie: str,
+                 keys: Callable[[], tuple[str, ...]]):
+        self.app, self.path, self.playground, self.cookie, self.keys = app, path, playground, cookie, keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "GET" and scope["path"].startswith(self.playground):
             given = parse_qs(scope["query_string"].decode("latin-1")).get("api_key", [""])[0]
-            key = self.key()
-            if given and key and hmac.compare_digest(given.encode(), key.encode()):
+            matches = [hmac.compare_digest(given.encode(), key.encode()) for key in self.keys()]  # each compared
+            if given and any(matches):
                 response = RedirectResponse(scope["path"], status_code=303)
-                response.set_cookie(self.cookie, key, path=self.path, httponly=True, samesite="strict")
+                response.set_cookie(self.cookie, given, path=self.path, httponly=True, samesite="strict")
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -244,9 +259,9 @@ def mount_langserve(app: FastAPI, service: EpisodeService, path: str, auth: Any,
     dependencies: Sequence[Any] = [auth, Depends(_checked_body(service))]
     add_routes(
         app, maestro_runnable(service), path=path, dependencies=dependencies,
-        per_req_config_modifier=_preparing(service),
+        per_req_config_modifier=_preparing(service, key_cookie),
         enabled_endpoints=["invoke", "batch", "stream", "stream_log", "stream_events", "input_schema",
                            "output_schema", "config_schema", "playground"],
     )
     app.add_middleware(_PlaygroundKey, path=path, playground=f"{path}/playground", cookie=key_cookie,
-                       key=service.settings.api_key)
+                       keys=service.settings.api_keys)

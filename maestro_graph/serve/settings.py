@@ -10,7 +10,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..core.configs import DEFAULT_MAX_COST, DEFAULT_MAX_TURNS, MAX_COST, MAX_TURNS
-from ..images.sources import ImageSources, host_entry
+from ..images.load import DECODE_MEMORY_BYTES
+from ..images.sources import DECODE_WAIT_S, ImageSources, host_entry
 from ..policy.catalog import DEFAULT_POLICY, SERVED_POLICIES, PolicyCatalog
 from ..registry.reach import REACH_FLOOR
 
@@ -25,9 +26,13 @@ class ServeSettings(BaseModel):
     model_name: str = Field("maestro", min_length=1, description="the model id clients send and /v1/models lists")
     api_key_env: str = Field(
         "MAESTRO_API_KEY",
-        description="environment variable holding the API key; when it is set and non-empty every /v1 and "
-        "/maestro request needs `Authorization: Bearer <key>`",
+        description="environment variable holding the API key, or several separated by commas (one per client); "
+        "when it is set and non-empty every /v1 and /maestro request needs `Authorization: Bearer <key>`, and a "
+        "thread belongs to the key that made it (another key gets 404)",
     )
+    openapi_docs: bool = Field(
+        False, description="serve the OpenAPI description and its pages (/openapi.json, /docs, /redoc), open to "
+        "anyone who can reach the port like /healthz and /metrics (off: those paths are 404)")
     policy: str = Field(DEFAULT_POLICY, description="default policy (a request may name another offered one)")
     policies: tuple[str, ...] = Field(
         SERVED_POLICIES,
@@ -44,6 +49,13 @@ class ServeSettings(BaseModel):
     max_body_bytes: int = Field(20_000_000, gt=0, description="largest request body (413 above)")
     max_image_bytes: int = Field(8_000_000, gt=0, description="largest decoded image (413 above)")
     max_images: int = Field(8, ge=1, description="most images in one request (413 above)")
+    decode_memory_mb: int = Field(
+        DECODE_MEMORY_BYTES // 1_000_000, ge=1, description="memory the images being decoded may take at once, "
+        "across every request of the process (each decode holds its estimate, from the size and format the file "
+        "declares; one image larger than this decodes alone)")
+    decode_wait_s: float = Field(
+        DECODE_WAIT_S, ge=0, description="how long checking a request's image waits for room in decode_memory_mb "
+        "before the request is answered 503 `server_busy` with Retry-After (admitted episodes wait for room)")
     max_episodes: int = Field(
         64, ge=1, description="episodes admitted at once, running or queued for a worker (429 when full)"
     )
@@ -54,7 +66,8 @@ class ServeSettings(BaseModel):
         description="hosts (`name`, `name:port`, an IPv6 address with or without brackets, `[IPv6]:port`) whose "
         "http(s) image URLs are fetched; every other remote URL and every local path is refused",
     )
-    fetch_timeout_s: float = Field(10.0, gt=0, description="time limit for fetching one allow-listed image URL")
+    fetch_timeout_s: float = Field(10.0, gt=0, description="time limit for fetching one allow-listed image URL, "
+                                   "the whole fetch (a host trickling bytes is cut off at it)")
     image_dirs: tuple[Path, ...] = Field(
         (), description="directories whose image files a request may name by path (default: none, data URLs only)"
     )
@@ -100,17 +113,18 @@ class ServeSettings(BaseModel):
     def image_sources(self) -> ImageSources:
         return ImageSources(allowed_dirs=self.image_dirs, allowed_hosts=self.allowed_image_hosts,
                             max_images=self.max_images, max_image_bytes=self.max_image_bytes,
-                            fetch_timeout_s=self.fetch_timeout_s)
+                            fetch_timeout_s=self.fetch_timeout_s, decode_wait_s=self.decode_wait_s)
 
-    def api_key(self) -> str | None:
-        """The key from the environment, read per request so a restart is not needed to rotate it."""
-        return os.environ.get(self.api_key_env) or None
+    def api_keys(self) -> tuple[str, ...]:
+        """The keys from the environment (empty: no key needed), read per request so a restart is not needed to
+        rotate them."""
+        return tuple(k.strip() for k in os.environ.get(self.api_key_env, "").split(",") if k.strip())
 
 
 def startup_problem(settings: ServeSettings, host: str, *, key_env_named: bool) -> str | None:
     """Why starting would serve unauthenticated by accident, or None: the operator named a key variable that is
     unset, or the server listens beyond loopback with no key. (`maestro serve --insecure` skips this check.)"""
-    if settings.api_key() is not None:
+    if settings.api_keys():
         return None
     if key_env_named:
         return (f"--api-key-env {settings.api_key_env}: that environment variable is unset or empty, so the server "

@@ -1,0 +1,76 @@
+"""A process-wide budget of something held briefly by many threads at once (the memory of images being decoded):
+a weighted semaphore whose holders wait for room (a door, which can answer "busy", for a bounded time; work already
+admitted until there is room), and give up at once when their episode is cancelled. A single holder larger than the
+whole budget is let in alone, so nothing is refused for its size here (size caps are the callers' job)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+from ..errors import MaestroError
+from .cancellation import POLL_S, current_cancel, raise_if_cancelled
+
+__all__ = ["SharedBudget", "BudgetExhausted"]
+
+
+class BudgetExhausted(MaestroError):
+    """No room in the budget within the wait limit: the server is busy, not the request wrong (a 503 at a door).
+    `retry_after_s` is a fair time to wait before trying again."""
+
+    def __init__(self, message: str, *, retry_after_s: int):
+        self.retry_after_s = retry_after_s
+        super().__init__(message)
+
+
+class SharedBudget:
+    """`limit` units in flight across every thread of the process; `hold(units)` waits for room."""
+
+    def __init__(self, limit: int, *, unit: str):
+        self.unit = unit
+        self._room = threading.Condition()
+        self._used = 0
+        self.peak = 0
+        """The most units held at once since the budget was made (for tests and reports)."""
+        self.configure(limit)
+
+    def configure(self, limit: int) -> None:
+        """Set the limit (an operator's setting, applied when a server starts); holders keep what they hold."""
+        if limit <= 0:
+            raise ValueError(f"a budget needs a limit above 0 (got {limit})")
+        with self._room:
+            self.limit = limit
+            self._room.notify_all()
+
+    @property
+    def used(self) -> int:
+        return self._used
+
+    @contextmanager
+    def hold(self, units: int, what: str, *, wait_s: float | None = None) -> Iterator[None]:
+        """Hold `units` (at most the whole limit) while the block runs. Waits for room until there is some (None), or
+        at most `wait_s` and BudgetExhausted then; Cancelled as soon as the current episode is cancelled
+        (core.cancellation)."""
+        cancel = current_cancel()
+        deadline = None if wait_s is None else time.monotonic() + wait_s
+        with self._room:
+            units = max(0, min(units, self.limit))
+            while self._used + units > self.limit:
+                raise_if_cancelled(cancel)
+                left = POLL_S if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    raise BudgetExhausted(
+                        f"{what}: the server is decoding other images ({self._used:,} of {self.limit:,} {self.unit} "
+                        f"in use, {units:,} needed) and found no room within {wait_s:g} s; retry shortly",
+                        retry_after_s=max(1, round(wait_s or 1)))
+                self._room.wait(min(left, POLL_S))
+            self._used += units
+            self.peak = max(self.peak, self._used)
+        try:
+            yield
+        finally:
+            with self._room:
+                self._used -= units
+                self._room.notify_all()

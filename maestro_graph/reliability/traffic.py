@@ -1,0 +1,333 @@
+"""The trust suite's checks of a server under real traffic (issue 46): many requests at once, clients that go away,
+hosts that trickle bytes, and threads that belong to their key. Each check runs against a real server on loopback
+(`Target`) and measures what must not happen directly: the process's RSS, the time a fetch takes, the CPU time a
+server spends after its client left, another key's view of a thread.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import os
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+import httpx
+import numpy as np
+from PIL import Image
+
+from ..registry import Registry
+from ..serve import ServeSettings, create_app
+from ..serve.loopback import running_app
+from .suite import fault_registry
+from .trust import BOMB_SIDE, COUNT_QUESTION, QUESTION, Target, TrustCase, bomb_urls, peak_rss_growth_mb
+
+__all__ = ["TRAFFIC_CHECKS", "Trickler", "post_at_once", "concurrent_image_memory", "image_memory_case",
+           "trickling_host",
+           "trickle_case", "client_goes_away", "disconnect_case", "threads_belong_to_their_key", "ownership_case",
+           "slow_cards_registry", "webp_bomb_url", "refused_pair_request", "noise_url", "CONCURRENT_REQUESTS",
+           "CONCURRENT_MEMORY_LIMIT_MB", "SHAPES_POLICY", "OWNER_KEYS", "TRICKLE_FETCH_TIMEOUT_S", "TRICKLE_SLACK_S"]
+
+CONCURRENT_REQUESTS = 16
+"""Requests sent at once in the memory check (the issue's figure)."""
+CONCURRENT_MEMORY_LIMIT_MB = 1024.0
+"""What CONCURRENT_REQUESTS requests of an image at the pixel cap may add to the server's RSS, together."""
+TRICKLE_BYTES, TRICKLE_EVERY_S = 10, 0.5
+"""How the trickling host sends its body: this many bytes, then a pause, until the client gives up."""
+TRICKLE_FETCH_TIMEOUT_S = 2.0
+"""The `fetch_timeout_s` of the server the trickle check starts; the fetch must end within it plus TRICKLE_SLACK_S."""
+TRICKLE_SLACK_S = 1.0
+
+
+def webp_bomb_url(png_url: str) -> str:
+    """The image of a PNG data URL (`trust.bomb_urls`) as a lossy WebP data URL: about 100 KB for 40 megapixels,
+    which take some 600 MB to decode."""
+    png = Image.open(io.BytesIO(base64.b64decode(png_url.partition(",")[2])))
+    buf = io.BytesIO()
+    png.convert("RGB").save(buf, format="WEBP", quality=10)
+    return f"data:image/webp;base64,{base64.b64encode(buf.getvalue()).decode()}"
+
+
+def refused_pair_request(image: str) -> dict:
+    """A chat request of `image` and a second image the server refuses (a local path, with no image directory)."""
+    content = [{"type": "text", "text": COUNT_QUESTION}, {"type": "image_url", "image_url": {"url": image}},
+               {"type": "image_url", "image_url": {"url": "/etc/hostname"}}]
+    return {"model": "maestro", "messages": [{"role": "user", "content": content}]}
+
+
+def post_at_once(url: str, bodies: list[dict], headers: dict[str, str], timeout_s: float = 120) -> list[int]:
+    """POST every body to the chat route at the same moment; their statuses."""
+    start = threading.Barrier(len(bodies))
+
+    def send(body: dict) -> int:
+        with httpx.Client(timeout=timeout_s, headers=headers) as client:
+            start.wait()
+            return client.post(f"{url}/v1/chat/completions", json=body).status_code
+
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        return list(pool.map(send, bodies))
+
+
+def concurrent_image_memory(t: Target) -> TrustCase:
+    """CONCURRENT_REQUESTS requests at once, each an image at the pixel cap (a 100 KB WebP, then a 10 KB PNG) and a
+    second image the server refuses: all refused (400), and the server's RSS, sampled throughout, grows by less
+    than CONCURRENT_MEMORY_LIMIT_MB (every image's header is checked before any is decoded; what is decoded holds
+    the process's decode budget)."""
+    return image_memory_case(t.url, t.pid)
+
+
+def image_memory_case(url: str, pid: int, headers: dict[str, str] | None = None) -> TrustCase:
+    """`concurrent_image_memory` against the server at `url` (process `pid`), with these request headers."""
+    details, ok = [], True
+    png = bomb_urls(1)[0]  # one image for all: a decode's result is remembered only once it has finished
+    for kind, image in (("WebP", webp_bomb_url(png)), ("PNG", png)):
+        bodies = [refused_pair_request(image)] * CONCURRENT_REQUESTS
+        idle, grown, statuses = peak_rss_growth_mb(pid, lambda: post_at_once(url, bodies, headers or {}),
+                                                   settle_s=1.0)
+        ok = ok and set(statuses) == {400} and grown < CONCURRENT_MEMORY_LIMIT_MB
+        details.append(f"{kind}: statuses {sorted(set(statuses))}, RSS peak {grown:+.0f} MB over {idle:.0f} MB")
+    return TrustCase(f"{CONCURRENT_REQUESTS} requests at once of a {BOMB_SIDE}x{BOMB_SIDE} image and a refused one",
+                     f"all 400, RSS grows under {CONCURRENT_MEMORY_LIMIT_MB:g} MB", ok, "; ".join(details))
+
+
+class Trickler:
+    """A loopback HTTP server that answers every request with a 200 and an image body it sends TRICKLE_BYTES at a
+    time every TRICKLE_EVERY_S seconds (a slow or hostile allow-listed host), until the client hangs up."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.served_s: list[float] = []
+        """How long each connection was held, as the host saw it."""
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
+
+    def _trickle(self, conn: socket.socket) -> None:
+        start = time.monotonic()
+        with conn:
+            try:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: 1000000\r\n\r\n")
+                while time.monotonic() - start < 120:
+                    conn.sendall(b"\x89PNG\r\n\x1a\n\0\0"[:TRICKLE_BYTES])
+                    time.sleep(TRICKLE_EVERY_S)
+            except OSError:  # the client hung up: what the check waits for
+                pass
+        self.served_s.append(time.monotonic() - start)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def trickling_host(t: Target) -> TrustCase:
+    """An allow-listed host that sends 10 bytes every 0.5 s: the fetch ends within `fetch_timeout_s` (+1 s) with a
+    400 that says so (a server of the suite's own, whose allow-list names the host)."""
+    trickler = Trickler()
+    try:
+        settings = ServeSettings(fetch_timeout_s=TRICKLE_FETCH_TIMEOUT_S,
+                                 allowed_image_hosts=(f"127.0.0.1:{trickler.port}",))
+        with running_app(create_app(Registry.load(t.registry_file), settings)) as url:
+            return trickle_case(url, trickler)
+    finally:
+        trickler.close()
+
+
+def trickle_case(url: str, trickler: Trickler, headers: dict[str, str] | None = None) -> TrustCase:
+    """`trickling_host` against the server at `url`, which allow-lists the trickler and fetches within
+    TRICKLE_FETCH_TIMEOUT_S."""
+    start = time.perf_counter()
+    reply = httpx.post(f"{url}/v1/chat/completions", timeout=60, headers=headers, json={
+        "model": "maestro", "messages": [{"role": "user", "content": [
+            {"type": "text", "text": COUNT_QUESTION},
+            {"type": "image_url", "image_url": {"url": f"http://127.0.0.1:{trickler.port}/slow.png"}}]}]})
+    took = time.perf_counter() - start
+    code = reply.json().get("error", {}).get("code") if reply.status_code != 200 else None
+    message = reply.json().get("error", {}).get("message", "") if reply.status_code != 200 else ""
+    limit = TRICKLE_FETCH_TIMEOUT_S + TRICKLE_SLACK_S
+    return TrustCase(f"an allow-listed host trickling {TRICKLE_BYTES} bytes every {TRICKLE_EVERY_S:g} s",
+                     f"the fetch ends within fetch_timeout_s + {TRICKLE_SLACK_S:g} s with a 400 naming the limit",
+                     reply.status_code == 400 and code == "image_fetch_failed" and "fetch_timeout_s" in message
+                     and took < limit, f"{reply.status_code} {code} after {took:.1f} s (fetch_timeout_s "
+                     f"{TRICKLE_FETCH_TIMEOUT_S:g}): {message[:120]!r}")
+
+
+# -- a client that goes away -------------------------------------------------------------------------------------
+SHAPES_POLICY = "shapes=fixed:opencv-vision@@counting"
+"""The policy the disconnect check offers and names: every step counts shapes with the OpenCV analyser, whose
+polygon search on a noisy image runs for many seconds of CPU (long loops that look at their cancellation)."""
+TRIANGLES = "How many triangles are in the image?"
+NOISE_SIDE = 600
+CANCEL_LIMIT_S = 1.0
+"""How soon after its client left an episode must be cancelled (no episode in flight)."""
+QUIET_AFTER_S, QUIET_FOR_S, QUIET_CPU_S = 2.0, 2.0, 0.3
+"""From QUIET_AFTER_S after the client left, for QUIET_FOR_S, the server may spend at most QUIET_CPU_S of CPU."""
+LATENCY_SLACK_S = 0.25
+"""Added to twice the idle latency of the next ordinary request (timer noise on a busy machine)."""
+
+
+def noise_url(side: int = NOISE_SIDE) -> str:
+    """A black-and-white noise PNG (seeded) as a data URL: thousands of short straight strokes."""
+    rng = np.random.default_rng(46)
+    image = Image.fromarray((rng.random((side, side)) > 0.5).astype(np.uint8) * 255, "L")
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return f"data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}"
+
+
+def slow_cards_registry(folder: Path) -> Path:
+    """The suite's fast experts with a long card timeout (60 s), so a polygon search is not cut by its timeout but
+    only by its client going away."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return fault_registry(folder, None, timeout_s=60.0)
+
+
+def _cpu_s(pid: int) -> float:
+    """User plus system CPU seconds of process `pid` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _in_flight(url: str, headers: dict[str, str]) -> int:
+    return httpx.get(f"{url}/healthz", timeout=30, headers=headers).json()["episodes_in_flight"]
+
+
+def _ordinary(url: str, image: str, headers: dict[str, str]) -> tuple[float, httpx.Response]:
+    start = time.perf_counter()
+    reply = httpx.post(f"{url}/v1/chat/completions", timeout=120, headers=headers, json={
+        "model": "maestro", "messages": [{"role": "user", "content": [
+            {"type": "text", "text": QUESTION}, {"type": "image_url", "image_url": {"url": image}}]}]})
+    return time.perf_counter() - start, reply
+
+
+def _leave(url: str, door: str, headers: dict[str, str]) -> None:
+    """Start a long episode through `door` and go away after a second and a half."""
+    if door == "openai":
+        with contextlib.suppress(httpx.TimeoutException):
+            httpx.post(f"{url}/v1/chat/completions", timeout=1.5, headers=headers, json=_shapes_chat())
+        return
+    path, body = (("/v1/chat/completions", {**_shapes_chat(), "stream": True}) if door == "openai stream" else
+                  ("/maestro/stream", {"input": {"question": TRIANGLES, "images": [noise_url()], "policy": "shapes"}}))
+    leave_at = time.perf_counter() + 1.5
+    with contextlib.suppress(httpx.TimeoutException), httpx.stream(
+            "POST", f"{url}{path}", json=body, headers=headers, timeout=httpx.Timeout(60, read=1.5)) as response:
+        for _ in response.iter_bytes():  # LangServe sends nothing before the first step ends: the read times out
+            if time.perf_counter() > leave_at:
+                break
+
+
+def _shapes_chat() -> dict:
+    return {"model": "maestro", "policy": "shapes", "max_turns": 1, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": TRIANGLES}, {"type": "image_url", "image_url": {"url": noise_url()}}]}]}
+
+
+def disconnect_case(url: str, pid: int, image: str, headers: dict[str, str] | None = None) -> TrustCase:
+    """Through each door (OpenAI plain and streamed, LangServe's stream where mounted) a client starts an episode
+    whose expert work takes many seconds of CPU and goes away: the episode is cancelled within CANCEL_LIMIT_S, the
+    server's CPU time stays flat from QUIET_AFTER_S after, and the next ordinary request takes at most twice what
+    it takes on an idle server. The server must offer SHAPES_POLICY and give its cards a long timeout."""
+    headers = headers or {}
+    _ordinary(url, image, headers)  # experts loaded
+    idle = sorted(_ordinary(url, image, headers)[0] for _ in range(3))[1]
+    doors = ["openai", "openai stream"]
+    if httpx.get(f"{url}/healthz", timeout=30, headers=headers).json().get("langserve"):
+        doors.append("langserve stream")
+    details, ok = [f"idle request {idle:.2f} s"], True
+    for door in doors:
+        _leave(url, door, headers)
+        gone = time.perf_counter()
+        while _in_flight(url, headers) and time.perf_counter() - gone < 5:
+            time.sleep(0.05)
+        cancelled = time.perf_counter() - gone
+        time.sleep(max(0.0, gone + QUIET_AFTER_S - time.perf_counter()))
+        before = _cpu_s(pid)
+        time.sleep(QUIET_FOR_S)
+        spent = _cpu_s(pid) - before
+        took, reply = _ordinary(url, image, headers)
+        door_ok = (cancelled < CANCEL_LIMIT_S and spent < QUIET_CPU_S and reply.status_code == 200
+                   and took < 2 * idle + LATENCY_SLACK_S)
+        ok = ok and door_ok
+        details.append(f"{door}: cancelled after {cancelled:.2f} s, {spent:.2f} s CPU in {QUIET_FOR_S:g} s from "
+                       f"{QUIET_AFTER_S:g} s on, next request {reply.status_code} in {took:.2f} s")
+    return TrustCase("a client that goes away during a long episode", f"cancelled within {CANCEL_LIMIT_S:g} s; "
+                     f"no work {QUIET_AFTER_S:g} s later; the next request within 2x an idle server's time", ok,
+                     "; ".join(details))
+
+
+def client_goes_away(t: Target) -> TrustCase:
+    """`disconnect_case` against a server of the suite's own (in this process: its CPU time is the suite's)."""
+    settings = ServeSettings(policies=(*ServeSettings().policies, SHAPES_POLICY))
+    registry = Registry.load(slow_cards_registry(t.folder / "slow-cards"))
+    with running_app(create_app(registry, settings)) as url:
+        return disconnect_case(url, os.getpid(), t.image)
+
+
+# -- threads belong to their key ---------------------------------------------------------------------------------
+OWNER_KEYS = ("alice-46-key", "bob-46-key")
+
+
+def ownership_case(url: str, image: str, keys: tuple[str, str] = OWNER_KEYS) -> TrustCase:
+    """Key A runs an episode on a thread; key B reading the thread (`GET /v1/threads/ID`) or running on it gets the
+    404 of a thread that does not exist, and A still reads it; the same for the thread of A's LangServe run (where
+    mounted); `/docs` and `/openapi.json` are closed (404) on a server that did not enable them. The server must
+    hold both keys and a checkpoint database."""
+    alice, bob = ({"Authorization": f"Bearer {key}"} for key in keys)
+    thread = f"thread-46-{time.monotonic_ns()}"
+    body = {"model": "maestro", "thread_id": thread, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": QUESTION}, {"type": "image_url", "image_url": {"url": image}}]}]}
+    made = httpx.post(f"{url}/v1/chat/completions", json=body, headers=alice, timeout=120)
+    read_by_bob = httpx.get(f"{url}/v1/threads/{thread}", headers=bob, timeout=30)
+    run_by_bob = httpx.post(f"{url}/v1/chat/completions", json=body, headers=bob, timeout=120)
+    unknown = httpx.get(f"{url}/v1/threads/thread-46-unknown", headers=bob, timeout=30)
+    read_by_alice = httpx.get(f"{url}/v1/threads/{thread}", headers=alice, timeout=30)
+    docs = {path: httpx.get(f"{url}{path}", timeout=30).status_code for path in ("/docs", "/openapi.json")}
+    langserve = "not mounted"
+    if httpx.get(f"{url}/healthz", timeout=30).json().get("langserve"):  # a LangServe run's thread is its key's too
+        output = httpx.post(f"{url}/maestro/invoke", headers=alice, timeout=120, json={"input": {
+            "question": QUESTION, "images": [image]}}).json().get("output", {})
+        made_there = output.get("thread_id")
+        views = [httpx.get(f"{url}/v1/threads/{made_there}", headers=h, timeout=30).status_code for h in (alice, bob)]
+        langserve = f"LangServe thread read by its key {views[0]}, by the other {views[1]}"
+        ok_langserve = made_there is not None and views == [200, 404]
+    else:
+        ok_langserve = True
+    same = read_by_bob.json().get("error", {}).get("message", "").replace(thread, "ID") == \
+        unknown.json().get("error", {}).get("message", "").replace("thread-46-unknown", "ID")
+    ok = (made.status_code == 200 and read_by_bob.status_code == 404 and run_by_bob.status_code == 404 and same
+          and read_by_alice.status_code == 200 and QUESTION in read_by_alice.text and QUESTION not in read_by_bob.text
+          and set(docs.values()) == {404} and ok_langserve)
+    return TrustCase("another key reads or runs on a thread", "404 as for an unknown thread; the owner reads it; "
+                     "/docs and /openapi.json closed", ok,
+                     f"made {made.status_code}; other key: read {read_by_bob.status_code}, run "
+                     f"{run_by_bob.status_code} ({'same' if same else 'DIFFERENT'} refusal as an unknown thread); "
+                     f"owner reads {read_by_alice.status_code}; {langserve}; {docs}")
+
+
+def threads_belong_to_their_key(t: Target) -> TrustCase:
+    """`ownership_case` against a server of the suite's own with two keys and a checkpoint database."""
+    env = "MAESTRO_SUITE_OWNER_KEYS"
+    os.environ[env] = ",".join(OWNER_KEYS)
+    try:
+        settings = ServeSettings(api_key_env=env, checkpoint_db=t.folder / "owner-threads.sqlite")
+        with running_app(create_app(Registry.load(t.registry_file), settings)) as url:
+            return ownership_case(url, t.image)
+    finally:
+        os.environ.pop(env, None)
+
+
+TRAFFIC_CHECKS: tuple[Callable[[Target], TrustCase], ...] = (
+    concurrent_image_memory, trickling_host, client_goes_away, threads_belong_to_their_key)
+"""The checks of this module, in the trust suite's TRUST_CHECKS."""

@@ -1,0 +1,119 @@
+"""A served Maestro under real traffic (issue 46), through the real door: a `maestro serve` subprocess with two API
+keys, a checkpoint database and an allow-listed trickling host, the official `openai` client or httpx, and the
+server's own RSS and CPU time read from /proc. Each test runs a check of `maestro reliability`'s trust suite
+(maestro_graph/reliability/traffic.py) against it."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import openai
+import pytest
+from servers import EXAMPLES, data_url, maestro_serve
+
+from maestro_graph.reliability.traffic import (
+    OWNER_KEYS,
+    SHAPES_POLICY,
+    TRICKLE_FETCH_TIMEOUT_S,
+    Trickler,
+    disconnect_case,
+    image_memory_case,
+    ownership_case,
+    slow_cards_registry,
+    trickle_case,
+)
+from maestro_graph.registry import Registry
+from maestro_graph.reliability.suite import fault_registry
+from maestro_graph.reliability.trust import bomb_request, bomb_urls
+from maestro_graph.serve import ServeSettings, create_app
+from maestro_graph.serve.loopback import running_app
+
+KEYS_ENV = "MAESTRO_TEST_TRAFFIC_KEYS"
+ALICE = {"Authorization": f"Bearer {OWNER_KEYS[0]}"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """(base URL, process id, trickler, log) of a `maestro serve` with both keys, threads in SQLite, the trickler
+    allow-listed, the shapes policy on cards with a long timeout, and a decode budget one image fills, with no
+    wait (so two decodes at once are a 503; the other tests decode one image at a time)."""
+    folder = tmp_path_factory.mktemp("traffic")
+    trickler = Trickler()
+    os.environ[KEYS_ENV] = ",".join(OWNER_KEYS)
+    args = ["--registry", str(slow_cards_registry(folder)), "--workers", "2", "--api-key-env", KEYS_ENV,
+            "--checkpoint-db", str(folder / "threads.sqlite"), "--allow-image-host", f"127.0.0.1:{trickler.port}",
+            "--fetch-timeout-s", str(TRICKLE_FETCH_TIMEOUT_S), "--allow-policy", "neural", "--allow-policy", "rules",
+            "--allow-policy", SHAPES_POLICY, "--log-level", "info", "--decode-memory-mb", "1", "--decode-wait-s", "0"]
+    try:
+        with maestro_serve(args, folder / "serve.log") as (proc, url):
+            yield url, proc.pid, trickler, folder / "serve.log"
+    finally:
+        os.environ.pop(KEYS_ENV, None)
+        trickler.close()
+
+
+def _holds(case) -> None:
+    assert case.ok, f"{case.attack}: {case.must} did not hold: {case.detail}"
+
+
+@pytest.mark.slow
+def test_concurrent_requests_of_images_at_the_pixel_cap_stay_within_the_memory_bound(server):
+    """16 requests at once, each a 40-megapixel WebP (then PNG) and a refused second image: +9.4 GB (WebP) and
+    +3.5 GB (PNG) above idle before, every first image decoded together; now none is decoded."""
+    url, pid, _, _ = server
+    _holds(image_memory_case(url, pid, ALICE))
+
+
+def test_a_trickling_image_host_is_cut_off_at_the_fetch_timeout(server):
+    """An allow-listed host sending 10 bytes every 0.5 s held a fetch for 31.7 s against a 10 s timeout (a per-read
+    limit); the whole fetch now ends within `fetch_timeout_s` + 1 s, with a 400 naming the limit."""
+    url, _, trickler, _ = server
+    _holds(trickle_case(url, trickler, ALICE))
+
+
+@pytest.mark.slow
+def test_a_client_that_goes_away_frees_its_work(server):
+    """OpenAI plain and streamed, LangServe stream: a client leaving mid-episode kept its expert work running for
+    minutes; now the episode is cancelled within 1 s, the server's CPU is quiet 2 s later, the next request is as
+    fast as on an idle server, and the log says the client disconnected."""
+    url, pid, _, log = server
+    _holds(disconnect_case(url, pid, data_url(EXAMPLES / "qrcode.png"), ALICE))
+    assert "client disconnected" in log.read_text()
+
+
+def test_a_thread_belongs_to_the_key_that_made_it(server):
+    """Any key holder read any thread by its id; now another key gets the 404 of an unknown thread, for reading
+    it and for running on it, and /docs and /openapi.json are closed unless enabled."""
+    url, _, _, _ = server
+    _holds(ownership_case(url, data_url(EXAMPLES / "qrcode.png")))
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key=OWNER_KEYS[1], max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=f"{url}/v1", api_key="not-a-key", max_retries=0).models.list()
+    assert client.models.list().data[0].id == "maestro"  # the second key is a key
+
+
+def test_the_decode_budget_refuses_with_503_and_retry_after_when_full(server):
+    """With the decode budget full and no wait, of four requests decoding a 40-megapixel PNG at the same moment
+    those that find it full are answered 503 `server_busy` with Retry-After (never a 500), and the others run."""
+    url, _, _, _ = server
+    bodies = [{**bomb_request([image]), "max_cost": 0} for image in bomb_urls(4)]  # decoded, then answered at once
+    with ThreadPoolExecutor(4) as pool:
+        replies = list(pool.map(lambda body: httpx.post(f"{url}/v1/chat/completions", json=body, headers=ALICE,
+                                                        timeout=300), bodies))
+    busy = [r for r in replies if r.status_code == 503]
+    assert busy and {r.status_code for r in replies} <= {200, 503}, [r.text[:200] for r in replies]
+    assert all(r.json()["error"]["code"] == "server_busy" and r.headers["retry-after"] == "1" for r in busy)
+
+
+def test_openapi_docs_are_a_setting(tmp_path):
+    """`--openapi-docs` opens /openapi.json, /docs and /redoc (without a key, as documented); the module's server,
+    which did not enable them, answers 404 there (test_a_thread_belongs_to_the_key_that_made_it)."""
+    app = create_app(Registry.load(fault_registry(tmp_path, None)), ServeSettings(openapi_docs=True))
+    with running_app(app) as url:
+        statuses = {path: httpx.get(f"{url}{path}", timeout=30).status_code
+                    for path in ("/openapi.json", "/docs", "/redoc")}
+        schema = httpx.get(f"{url}/openapi.json", timeout=30).json()
+    assert set(statuses.values()) == {200}, statuses
+    assert "/v1/chat/completions" in schema["paths"]
