@@ -35,8 +35,10 @@ def wait_until_up(url: str, *, proc: subprocess.Popen | None = None, log: Path |
 
 
 def server_env() -> dict[str, str]:
-    """The subprocess environment: one thread per library, offline, and tests/ importable (for fakes:...)."""
-    return {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT / "tests"),
+    """The subprocess environment: one thread per library, offline, tests/ importable (for fakes:...), and this
+    checkout's package imported (not another one the environment's editable install points to)."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
             "LANGGRAPH_CLI_NO_ANALYTICS": "1"}
 
 

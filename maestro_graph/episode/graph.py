@@ -31,6 +31,7 @@ from ..policy import DEFAULT_POLICY, ActionSpace, EpisodeView, Policy, PolicyCat
 from ..registry import Registry
 from ..registry.reach import REACH_FLOOR
 from ..types import Answer, Decision, ErrorKind, InvalidAction, Invoke, Step, StopReason, Turn, stop_text
+from .conversation import conversation_images, history, human_parts, spoken
 
 __all__ = [
     "CONTEXT_KEY", "EpisodeRecord", "MaestroContext", "MaestroInput", "MaestroOutput", "MaestroState", "build_graph",
@@ -40,9 +41,6 @@ __all__ = [
 INTAKE = "intake"
 ROUTER = "router"
 ANSWER = "answer"
-MAX_HISTORY_TURNS = 8
-"""The most earlier turns of a conversation that reach the skills (the latest ones): a follow-up refers to what
-was just said, and a small chat model's context is short."""
 
 
 CONTEXT_KEY = "maestro"
@@ -95,10 +93,11 @@ _CONTEXT = TypeAdapter(MaestroContext)
 class MaestroInput(TypedDict, total=False):
     """What a run sends: either `question` (+ `images`, `choices`) or a chat `messages` list whose last human
     message holds the text and image parts (what LangGraph Studio's chat panel sends). On a thread, every run
-    with input starts a new episode: a trailing human message is its question, else `question`. Images not sent
-    again are the thread's (a follow-up about the same picture); choices belong to one question only. `history`:
-    the conversation the question continues, when the client keeps it (an OpenAI chat's earlier messages); on a
-    thread without it, the thread's finished episodes are the history."""
+    with input starts a new episode: a trailing human message is its question, else `question`. A question that
+    sends no image is about the conversation's latest one (episode.conversation: an earlier turn's, else the
+    thread's); choices belong to one question only. `history`: the conversation the question continues, when the
+    client keeps it (an OpenAI chat's earlier messages, each user turn with its images); on a thread without it,
+    the thread's finished episodes are the history."""
 
     question: str
     images: list[str]
@@ -146,27 +145,9 @@ class MaestroOutput(TypedDict, total=False):
 
 class MaestroState(MaestroInput, MaestroOutput, total=False):
     pending: dict | None
-
-
-def _from_messages(messages: list[AnyMessage]) -> tuple[str, list[str]]:
-    """Question text and image references from the last human message (OpenAI/LangChain content parts)."""
-    human = next((m for m in reversed(messages) if isinstance(m, HumanMessage)), None)
-    if human is None:
-        return "", []
-    if isinstance(human.content, str):
-        return human.content, []
-    texts, images = [], []
-    for part in human.content:
-        if isinstance(part, str):
-            texts.append(part)
-        elif part.get("type") == "text":
-            texts.append(part.get("text", ""))
-        elif part.get("type") == "image_url":
-            url = part.get("image_url")
-            images.append(url.get("url", "") if isinstance(url, dict) else str(url))
-        elif part.get("type") == "image" and part.get("base64"):
-            images.append(f"data:{part.get('mime_type', 'image/png')};base64,{part['base64']}")
-    return "\n".join(t for t in texts if t), images
+    thread_images: list[str]
+    """The images the thread's latest question with images was about: a later question that sends none is about
+    them (episode.conversation). Written by intake only, so a run's input (`images: []`) cannot erase them."""
 
 
 def _steps(state: dict) -> list[Step]:
@@ -223,21 +204,22 @@ def build_graph(
         expert runs: the run context (`MaestroContext.of`) and the question (`question_problem`: blank or too
         long); a failed one ends the run with an input error."""
         messages = state.get("messages") or []
-        kept = list(state.get("images") or [])
-        if messages and isinstance(messages[-1], HumanMessage):
-            question, found = _from_messages(messages)
-            images = found or kept
+        chat = bool(messages) and isinstance(messages[-1], HumanMessage)
+        if chat:
+            question, sent = human_parts(messages[-1])
         else:
-            question, images = state.get("question") or "", kept
+            question, sent = state.get("question") or "", list(state.get("images") or [])
         question = clean_question(question)
         update: dict = {"question": question, "steps": Overwrite([]), "decisions": Overwrite([]),
                         "answer": None, "answer_source": None,
                         "stop": None, "stop_reason": None, "pending": None, "history": []}
         try:
-            update["history"] = _history(state)
+            turns = history(state)
         except ValidationError as exc:
             problem = "; ".join(f"history.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3])
             return Command(goto=ANSWER, update={**update, **_stop(StopReason.INPUT_ERROR, problem)})
+        update["history"] = spoken(turns)
+        images = conversation_images(sent, turns, messages[:-1] if chat else [], state.get("thread_images") or [])
         try:
             MaestroContext.of(runtime.context)
         except ConfigError as exc:
@@ -252,8 +234,9 @@ def build_graph(
                 images = image_sources.resolve(images)
             except ImageRefused as exc:
                 return Command(goto=ANSWER, update={**update, "images": [], **_stop(StopReason.INPUT_ERROR, exc)})
-        if images != kept:
-            update["images"] = images
+        update["images"] = images
+        if images:
+            update["thread_images"] = images
         return Command(goto=ROUTER, update=update)
 
     def router(state: MaestroState, runtime: Runtime[MaestroContext]) -> Command[Literal["answer"]]:
@@ -287,7 +270,9 @@ def build_graph(
             only = space.answers[0]
             decision = Decision.of(only, turn=view.turn, policy=policy.name, log_prob=0.0, entropy=0.0, forced=True)
             ending = _ending(view, only.text)
-            if space.declined and ending["stop"] == StopReason.POLICY:  # every pair left is one its skill declines
+            if not view.images and not view.steps and not view.budget_spent:  # only an image would have helped
+                ending = _stop(StopReason.INPUT_ERROR, _no_image(space))
+            elif space.declined and ending["stop"] == StopReason.POLICY:  # every pair left is one its skill declines
                 ending = _stop(StopReason.OUT_OF_REACH, "; ".join(f"{skill}: {why}" for skill, why in space.declined))
             return Command(goto=ANSWER, update={"answer": only.text, **ending, "decisions": [decision.model_dump()]})
         cancel = current_cancel()  # a router LM's blocking call is abandoned when the episode is cancelled
@@ -315,7 +300,7 @@ def build_graph(
             step = Step(model="", skill="", input=action.text, error=action.reason, error_kind=ErrorKind.POLICY)
             write({"event": "step", **step.model_dump(exclude={"calls"})})
             return Command(goto=ROUTER, update={"steps": [step.model_dump()], "decisions": decided})
-        reason = registry.invalid_reason(action)
+        reason = registry.invalid_reason(action) or _needs_an_image(registry, action, view)
         if reason:  # the policy's mistake becomes an observation and costs a turn
             step = Step(model=action.model, skill=action.skill, input=action.input, error=reason, error_kind=ErrorKind.POLICY)
             write({"event": "step", **step.model_dump(exclude={"calls"})})
@@ -420,20 +405,6 @@ def final_answer(state: Mapping[str, Any]) -> tuple[str | None, AnswerSource | N
     return None, None
 
 
-def _history(state: Mapping[str, Any]) -> list[Turn]:
-    """The conversation a new question continues: the run's own `history` when it sent one (the answer node
-    clears it, so one left from an earlier run is never taken for this run's), else the thread's finished
-    episodes; the last MAX_HISTORY_TURNS turns of it. A malformed `history` (a client's) is a ValidationError."""
-    sent = state.get("history")
-    if sent:
-        return _TURNS.validate_python(sent)[-MAX_HISTORY_TURNS:]
-    episodes = state.get("episodes") or []
-    return [Turn(question=e["question"], answer=e["answer"]) for e in episodes[-MAX_HISTORY_TURNS:]]
-
-
-_TURNS = TypeAdapter(list[Turn])
-
-
 def _stop(stop: StopReason, detail: object = None) -> dict:
     """The state update that ends an episode for `stop`: the typed kind, its detail, and the text clients see."""
     text = str(detail) if detail is not None else None
@@ -459,6 +430,24 @@ def _out_of_reach(registry: Registry, view: EpisodeView, space: ActionSpace, flo
         asked = "similar questions" if not view.steps else "similar questions, by the pairs not yet called,"
         ending = _stop(StopReason.OUT_OF_REACH, f"{asked} reached {reach:.2f} < floor {floor:g}")
     return {"reach": round(reach, 3), "ending": ending}
+
+
+def _needs_an_image(registry: Registry, action: Invoke, view: EpisodeView) -> str | None:
+    """Why a pair the action space left out for want of an image is no action now (for a policy that named it
+    anyway, such as an LM router), or None."""
+    skill = registry.skills.get(action.skill)
+    if view.images or skill is None or not skill.needs_image:
+        return None
+    return f"{action.pair} needs an image and the request has none; choose a pair whose skill reads text only"
+
+
+def _no_image(space: ActionSpace) -> str:
+    """Why a question without an image in its request or conversation cannot be answered (an input error)."""
+    if space.needs_image:
+        return (f"no image: this is a question for {', '.join(space.needs_image)}, which read(s) an image, and "
+                "neither the request nor its conversation has one; send the image it is about")
+    return ("no image: no skill here answers this question from its text alone, and neither the request nor its "
+            "conversation has an image; send the image it is about")
 
 
 def _ending(view: EpisodeView, answer: str | None) -> dict:

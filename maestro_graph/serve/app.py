@@ -26,6 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..core.question_text import EMPTY_QUESTION, clean_question, question_problem
 from ..registry import Registry
+from ..types import StopReason
 from .episodes import THREAD_HEADER, Episode, EpisodeOutcome, EpisodeService, open_checkpointer
 from .image_errors import resolve_images
 from .limits import BodyLimitMiddleware
@@ -149,13 +150,16 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
         context = service.context(policy=chat.policy, max_turns=chat.max_turns, max_cost=chat.max_cost)
         service.check_capacity(1, chat.thread_id or header_thread)  # 409/429 before any image is decoded
         images = await run_in_threadpool(resolve_images, parsed.image_urls, settings)
+        history = [{**turn, "images": await run_in_threadpool(resolve_images, turn["images"], settings)}
+                   if turn.get("images") else turn for turn in parsed.history]
         episode = Episode(parsed.question, images, chat.choices, context,
-                          service.thread_for(chat.thread_id or header_thread), history=parsed.history)
+                          service.thread_for(chat.thread_id or header_thread), history=history)
         headers = {THREAD_HEADER: episode.thread_id} if episode.thread_id else {}
         thread_id_var.set(episode.thread_id)
         completion_id = new_completion_id()
         if not chat.stream:
             outcome = await service.complete(episode)
+            _refused(outcome)
             return JSONResponse(completion_body(completion_id, settings.model_name, outcome.result.answer,
                                                 outcome.trace(), outcome.usage), headers=headers)
         include_usage = chat.stream_options is not None and chat.stream_options.include_usage
@@ -170,10 +174,20 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
     return app
 
 
+def _refused(outcome: EpisodeOutcome) -> None:
+    """The 400 of an episode its input stopped before any expert answered (a question that needs an image and a
+    conversation without one): the client must fix the request, and an empty answer would hide that."""
+    result = outcome.result
+    if result.stop == StopReason.INPUT_ERROR and result.answer is None:
+        raise ApiError(400, "input_error", result.stop_detail or result.stop_reason, param="messages",
+                       headers={THREAD_HEADER: outcome.thread_id} if outcome.thread_id else None)
+
+
 async def _sse(completion_id: str, model: str, stream: AsyncIterator[dict[str, Any] | EpisodeOutcome], *,
                include_usage: bool) -> AsyncIterator[str]:
     """Steps as `maestro` chunks with an empty delta, then the answer as content, the usage chunk when asked for
-    (`stream_options.include_usage`), then `[DONE]`. An error after the stream began is its last chunk."""
+    (`stream_options.include_usage`), then `[DONE]`. An error after the stream began is its last chunk (an episode
+    its input stopped among them, `_refused`)."""
 
     def data(body: dict[str, Any]) -> str:
         return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
@@ -184,6 +198,7 @@ async def _sse(completion_id: str, model: str, stream: AsyncIterator[dict[str, A
             if not isinstance(item, EpisodeOutcome):
                 yield data(chunk_body(completion_id, model, {}, maestro=item))
                 continue
+            _refused(item)
             yield data(chunk_body(completion_id, model, {"content": item.result.answer or ""}))
             yield data(chunk_body(completion_id, model, {}, finish_reason="stop",
                                   maestro={"event": "done", **item.trace()}))
