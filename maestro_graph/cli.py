@@ -143,8 +143,8 @@ def ask(
     from .policy import DEFAULT_POLICY, make_policy
 
     policy = policy or DEFAULT_POLICY
-    problem = question_problem(clean_question(question))
-    if problem:
+    problem = question_problem(clean_question(question), image=bool(image) or checkpoint_db is not None)
+    if problem:  # a blank question is read from the image (the request's, or its thread's)
         _fail(problem)
     for path in image:
         if path.is_dir():

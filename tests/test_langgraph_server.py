@@ -142,13 +142,13 @@ def test_input_errors_reach_the_caller_as_typed_events(server_url):
     ({}, {"policy": 123}, "policy: Input should be a valid string (got 123)"),
     ({}, {"max_turns": 10**9}, f"max_turns: Input should be less than or equal to {MAX_TURNS}"),
     ({}, {"seed": -1, "greedy": False}, "seed: Input should be greater than or equal to 0"),
-    ({"question": ""}, {}, EMPTY_QUESTION),
-    ({"question": " \n\t"}, {}, EMPTY_QUESTION),
+    ({"question": "", "images": []}, {}, EMPTY_QUESTION),
+    ({"question": " \n\t\u200b\u2060\u3164\u200d\u180e", "images": []}, {}, EMPTY_QUESTION),
 ], ids=["max_turns-text", "policy-number", "max_turns-unbounded", "seed-negative", "empty-question",
         "blank-question"])
 def test_bad_contexts_and_blank_questions_end_with_the_typed_input_error(server_url, payload, context, reason):
-    """Issue 33, items 4 and 9: a run context of the wrong type or out of bounds, and a blank question sent with an
-    image, end the run with the typed input error (an `error` event of kind `input`, then `input error: <why>`,
+    """Issue 33, items 4 and 9: a run context of the wrong type or out of bounds, and a blank question (spaces and
+    invisible characters, issue 46 item 6) with no image to read it from, end the run with the typed input error (an `error` event of kind `input`, then `input error: <why>`,
     no expert called) instead of a TypeError or an answer made up from nothing."""
     from langgraph_sdk import get_client
 

@@ -24,7 +24,7 @@ from ..choices import YES_NO_GUESS, guess_option, inline_choices
 from ..core.answer_form import asks_yes_no, expected_form, has_form
 from ..core.cancellation import current_cancel, raise_if_cancelled, run_abandonable
 from ..core.configs import MAX_COST, MAX_TURNS, Budget  # noqa: F401  (MAX_*: the bounds, importable from here too)
-from ..core.question_text import clean_question, question_problem
+from ..core.question_text import clean_question, is_blank, question_problem
 from ..errors import ConfigError, ExpertFailure, first_validation_problem
 from ..images.sources import ImageRefused, ImageSources
 from ..policy import DEFAULT_POLICY, ActionSpace, EpisodeView, Policy, PolicyCatalog, best_candidate
@@ -201,8 +201,10 @@ def build_graph(
         `question`; the previous episode's steps, answer and stop reason are cleared (it stays in `episodes`).
         Control characters leave the question; under an image-source policy every image becomes a verified data
         URL or the run ends with the refusal. The input checks every door relies on are made here, before any
-        expert runs: the run context (`MaestroContext.of`) and the question (`question_problem`: blank or too
-        long); a failed one ends the run with an input error."""
+        expert runs: the run context (`MaestroContext.of`) and the question (`question_problem`: too long, or blank
+        without an image); a failed one ends the run with an input error. A blank question with an image is read
+        from the image (`Registry.read_text`, the episode's first step) and routed on what was read; nothing read
+        is the input error."""
         messages = state.get("messages") or []
         chat = bool(messages) and isinstance(messages[-1], HumanMessage)
         if chat:
@@ -224,11 +226,9 @@ def build_graph(
             MaestroContext.of(runtime.context)
         except ConfigError as exc:
             return Command(goto=ANSWER, update={**update, **_stop(StopReason.INPUT_ERROR, exc)})
-        problem = question_problem(question)
+        problem = question_problem(question, image=bool(images))
         if problem:
             return Command(goto=ANSWER, update={**update, **_stop(StopReason.INPUT_ERROR, problem)})
-        if not state.get("choices"):  # options written in the question are its choices
-            update["choices"] = inline_choices(question)
         if image_sources is not None and images:
             try:
                 images = image_sources.resolve(images)
@@ -237,6 +237,17 @@ def build_graph(
         update["images"] = images
         if images:
             update["thread_images"] = images
+        if is_blank(question):  # the whole question is in the picture: read it, then route on it
+            step = registry.read_text(images)
+            runtime.stream_writer({"event": "step", **step.model_dump(exclude={"calls"})})
+            question = "" if step.error else clean_question(step.evidence).strip()
+            update.update(question=question, steps=Overwrite([step.model_dump()]))
+            problem = question_problem(question)
+            if problem:
+                why = f"{problem}; and no question could be read from the image ({step.error or 'no text found'})"
+                return Command(goto=ANSWER, update={**update, **_stop(StopReason.INPUT_ERROR, why)})
+        if not state.get("choices"):  # options written in the question are its choices
+            update["choices"] = inline_choices(question)
         return Command(goto=ROUTER, update=update)
 
     def router(state: MaestroState, runtime: Runtime[MaestroContext]) -> Command[Literal["answer"]]:

@@ -136,11 +136,12 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
             raise ApiError(400, "n_not_supported", f"n={chat.n}: an episode gives one answer; send n=1 (or omit it) "
                            "and repeat the request for more", param="n")
         parsed = parse_request(chat)
-        problem = question_problem(clean_question(parsed.question))
-        if problem:  # the graph's own check (blank or too long), made before an episode is admitted
-            code = "empty_request" if problem == EMPTY_QUESTION else "question_too_long"
-            raise ApiError(400, code, problem, param="messages")
         header_thread = request.headers.get(THREAD_HEADER)
+        may_have_image = bool(parsed.image_urls or any(t.get("images") for t in parsed.history)
+                              or chat.thread_id or header_thread)
+        problem = question_problem(clean_question(parsed.question), image=may_have_image)
+        if problem:  # the graph's own check (too long, blank with no image to read), before an episode is admitted
+            raise ApiError(400, _problem_code(problem), problem, param="messages")
         if header_thread is not None and not re.fullmatch(THREAD_ID_PATTERN, header_thread):
             raise ApiError(400, "invalid_thread_id", f"{THREAD_HEADER} must match {THREAD_ID_PATTERN}",
                            param="thread_id")
@@ -179,8 +180,16 @@ def _refused(outcome: EpisodeOutcome) -> None:
     conversation without one): the client must fix the request, and an empty answer would hide that."""
     result = outcome.result
     if result.stop == StopReason.INPUT_ERROR and result.answer is None:
-        raise ApiError(400, "input_error", result.stop_detail or result.stop_reason, param="messages",
+        detail = result.stop_detail or result.stop_reason
+        raise ApiError(400, _problem_code(detail), detail, param="messages",
                        headers={THREAD_HEADER: outcome.thread_id} if outcome.thread_id else None)
+
+
+def _problem_code(problem: str) -> str:
+    """The error code of a question the graph cannot use."""
+    if problem.startswith(EMPTY_QUESTION):
+        return "empty_request"
+    return "question_too_long" if problem.startswith("the question has") else "input_error"
 
 
 async def _sse(completion_id: str, model: str, stream: AsyncIterator[dict[str, Any] | EpisodeOutcome], *,
