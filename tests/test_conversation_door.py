@@ -4,6 +4,7 @@ its history in `messages` and on a server thread that keeps it (issue 33, items 
 
 from __future__ import annotations
 
+import json
 import os
 
 import openai
@@ -129,3 +130,20 @@ def test_the_openai_client_gets_a_400_naming_the_missing_image_plain_and_streame
     with pytest.raises(openai.APIError, match="neither the request nor its conversation has one"):
         for _ in client.chat.completions.create(model="maestro", messages=ask, stream=True):
             pass
+
+
+def test_the_cli_answers_a_follow_up_on_its_thread_from_the_threads_image(tmp_path):
+    """Issue 48, item 1, on the command line: the second `ask` of a thread names no image."""
+    from typer.testing import CliRunner
+
+    from maestro_graph.cli import app
+
+    runner, thread = CliRunner(), ["--checkpoint-db", str(tmp_path / "x.sqlite"), "--thread", "a", "--json"]
+    first = runner.invoke(app, ["ask", CIRCLES_QUESTION, "-i", str(EXAMPLES / "circles.png"), *thread])
+    assert first.exit_code == 0 and json.loads(first.output)["answer"] == "7", first.output
+    follow_up = runner.invoke(app, ["ask", "Are there more than 5 circles?", *thread])
+    assert follow_up.exit_code == 0, follow_up.output
+    assert json.loads(follow_up.output)["answer"] == "Yes"
+    elsewhere = runner.invoke(app, ["ask", "Are there more than 5 circles?", "--checkpoint-db",
+                                    str(tmp_path / "x.sqlite"), "--thread", "b"])
+    assert elsewhere.exit_code == 1 and "no image" in " ".join(elsewhere.output.split())

@@ -166,3 +166,35 @@ def test_bad_contexts_and_blank_questions_end_with_the_typed_input_error(server_
     assert errors and errors[0]["kind"] == "input" and reason in errors[0]["message"]
     final = [c.data for c in chunks if c.event == "values"][-1]
     assert final["answer"] is None and final["stop_reason"].startswith("input error: ") and not final["steps"]
+
+
+def test_a_follow_up_is_about_the_threads_image_even_when_it_sends_an_empty_list(server_url):
+    """Issue 48, items 1-2, on the Agent Server: `images: []` (what a client that always sends the key sends) does
+    not erase the thread's image; a chat run's earlier human message holds the conversation's image; with no image
+    anywhere the run ends with the typed input error."""
+    from langgraph_sdk import get_client
+
+    circles = data_url(ROOT / "examples/circles.png")
+
+    async def go():
+        client = get_client(url=server_url)
+        thread = (await client.threads.create())["thread_id"]
+        context = {"policy": "neural"}
+        await client.runs.wait(thread, "maestro", input={"question": "How many circles are in the image?",
+                                                        "images": [circles]}, context=context)
+        follow_up = await client.runs.wait(thread, "maestro", input={"question": "Are there more than 5 circles?",
+                                                                     "images": []}, context=context)
+        chat = {"messages": [
+            {"role": "human", "content": [{"type": "text", "text": "How many circles are in the image?"},
+                                          {"type": "image_url", "image_url": {"url": circles}}]},
+            {"role": "ai", "content": "7"},
+            {"role": "human", "content": "Do any two of the circles touch?"}]}
+        chatted = await client.runs.wait(None, "maestro", input=chat, context=context)
+        alone = await client.runs.wait(None, "maestro", input={"question": "Are there more than 5 circles?"},
+                                       context=context)
+        return follow_up, chatted, alone
+
+    follow_up, chatted, alone = asyncio.run(go())
+    assert follow_up["answer"] == "Yes" and [s["skill"] for s in follow_up["steps"]] == ["counting"]
+    assert chatted["answer"] == "Yes" and chatted["messages"][-1]["content"] == "Yes"
+    assert alone["answer"] is None and alone["stop_reason"].startswith("input error: no image")
