@@ -137,7 +137,7 @@ def ask(
     """Answer QUESTION about the images and print the answer with a table of the steps taken."""
     _threads()
     from .core.question_text import clean_question, question_problem
-    from .episode.graph import MaestroContext, build_graph, checkpoint_serde
+    from .episode.graph import MaestroContext, build_graph
     from .episode.runner import run_episode
     from .images.load import load_image
     from .policy import DEFAULT_POLICY, make_policy
@@ -161,19 +161,17 @@ def ask(
         _fail(str(exc))
     context = MaestroContext(max_turns=max_turns, max_cost=max_cost, reach_floor=reach_floor)
     images = [str(p.resolve()) for p in image]
-    config = {}
+    config, saver, store = {}, None, None
     if checkpoint_db:
-        import sqlite3
+        from .episode.storage import prune_thread, sqlite_checkpointer, sqlite_image_store
 
-        from langgraph.checkpoint.sqlite import SqliteSaver
-
-        saver = SqliteSaver(sqlite3.connect(str(checkpoint_db), check_same_thread=False), serde=checkpoint_serde())
+        saver, store = sqlite_checkpointer(checkpoint_db), sqlite_image_store(checkpoint_db)
         config = {"configurable": {"thread_id": thread or "default"}}
-    else:
-        saver = None
-    graph = build_graph(reg, pol, checkpointer=saver)
+    graph = build_graph(reg, pol, checkpointer=saver, store=store)
     with _progress("answering (the first question loads the experts, about 10 s)"):
         result = run_episode(graph, question, images, list(choice) or None, context=context, config=config)
+    if saver is not None:
+        prune_thread(saver, config["configurable"]["thread_id"])
     if as_json:
         print(json.dumps({"answer": result.answer, "answer_source": result.answer_source, "policy": policy,
                           "stop_reason": result.stop_reason,

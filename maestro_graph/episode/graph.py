@@ -4,6 +4,7 @@ rollouts, HTTP and LangGraph Studio."""
 
 from __future__ import annotations
 
+import hashlib
 import operator
 import time
 from dataclasses import dataclass, fields
@@ -16,6 +17,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
+from langgraph.store.base import BaseStore
 from langgraph.types import Checkpointer, Command, Overwrite
 from pydantic import Field, TypeAdapter, ValidationError
 from typing_extensions import TypedDict  # pydantic builds JSON schemas from it on Python < 3.12 (Studio's forms)
@@ -23,7 +25,8 @@ from typing_extensions import TypedDict  # pydantic builds JSON schemas from it 
 from ..choices import YES_NO_GUESS, guess_option, inline_choices
 from ..core.answer_form import asks_yes_no, expected_form, has_form
 from ..core.cancellation import current_cancel, raise_if_cancelled, run_abandonable
-from ..core.configs import MAX_COST, MAX_TURNS, Budget  # noqa: F401  (MAX_*: the bounds, importable from here too)
+from ..core.configs import DEFAULT_EPISODES_KEPT, MAX_EPISODES_KEPT, Budget
+from ..core.configs import MAX_COST, MAX_TURNS  # noqa: F401  (the bounds, importable from here too)
 from ..core.question_text import clean_question, is_blank, question_problem
 from ..errors import ConfigError, ExpertFailure, first_validation_problem
 from ..images.sources import ImageRefused, ImageSources
@@ -34,13 +37,19 @@ from ..types import Answer, Decision, ErrorKind, InvalidAction, Invoke, Step, St
 from .conversation import conversation_images, history, human_parts, spoken
 
 __all__ = [
-    "CONTEXT_KEY", "EpisodeRecord", "MaestroContext", "MaestroInput", "MaestroOutput", "MaestroState", "build_graph",
+    "IMAGE_NAMESPACE", "IMAGE_REF", "CONTEXT_KEY", "EpisodeRecord", "MaestroContext", "MaestroInput", "MaestroOutput", "MaestroState", "build_graph",
     "INTAKE", "ROUTER", "ANSWER", "final_answer", "checkpoint_serde", "CHECKPOINT_TYPES",
 ]
 
 INTAKE = "intake"
 ROUTER = "router"
 ANSWER = "answer"
+
+
+IMAGE_NAMESPACE = ("maestro", "images")
+"""Where a graph with a store (`build_graph(store=...)`, the Agent Server's) keeps a thread's images, once per content
+digest: the state then holds `IMAGE_REF` references, so no checkpoint repeats an image's bytes."""
+IMAGE_REF = "maestro-image:"
 
 
 CONTEXT_KEY = "maestro"
@@ -56,6 +65,10 @@ class MaestroContext(Budget):
     """A policy name overriding the graph's policy for this run (e.g. "fixed:rapidocr@@chart-qa")."""
     greedy: bool = True
     seed: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
+    episodes_kept: Annotated[int, Field(ge=1, le=MAX_EPISODES_KEPT)] = DEFAULT_EPISODES_KEPT
+    """The most finished episodes a thread keeps in `episodes` (the latest; older ones are dropped when an episode
+    ends), so that each checkpoint of a long thread stays bounded. The skills see at most `MAX_HISTORY_TURNS` of
+    them."""
     reach_floor: Annotated[float, Field(ge=0, le=1)] = REACH_FLOOR
     """Before each call: when the registry's reach (`Registry.reach`: the similarity-weighted share of the 10 most
     similar calibration questions that one of the pairs not yet called answered, known only where those are close
@@ -173,6 +186,7 @@ def build_graph(
     policies: PolicyCatalog | None = None,
     image_sources: ImageSources | None = None,
     checkpointer: Checkpointer = None,
+    store: BaseStore | None = None,
     name: str = "maestro",
 ) -> CompiledStateGraph:
     """Compile the Maestro graph. `policy` is the default (else the catalog's default, else `DEFAULT_POLICY`, the
@@ -181,7 +195,9 @@ def build_graph(
     that reads the images (intake, the router, each skill node) resolves them under that policy (verified data URLs)
     whatever wrote them, since a client's `Command` can write the state and jump past intake; a refusal ends the run
     with an input error that reads the same for a missing file and a forbidden one. The run context is read with
-    `MaestroContext.of`, so the graph also runs as a subgraph under any parent's context."""
+    `MaestroContext.of`, so the graph also runs as a subgraph under any parent's context. With a `store` (or the one
+    the Agent Server gives every run), a thread's data-URL images are kept there once per content digest
+    (`IMAGE_NAMESPACE`) and its checkpoints hold references."""
     policies = policies or PolicyCatalog.open(DEFAULT_POLICY)
     default_policy = policy or policies.get()
     skill_nodes = [s.name for s in registry.tier1]
@@ -189,10 +205,10 @@ def build_graph(
     if clash:
         raise ConfigError(f"skill names {sorted(clash)} are reserved for graph nodes; rename the skill folder")
 
-    def images_of(state: MaestroState) -> list[str]:
-        """The state's images as a node may read them: under an image-source policy, resolved again (ImageRefused
-        when one is refused; cheap for images that were verified before)."""
-        images = list(state.get("images") or [])
+    def images_of(state: MaestroState, runtime: Runtime[MaestroContext]) -> list[str]:
+        """The state's images as a node may read them: stored ones fetched, and under an image-source policy
+        resolved again (ImageRefused when one is refused; cheap for images that were verified before)."""
+        images = _fetched(runtime.store, list(state.get("images") or []))
         return image_sources.resolve(images) if image_sources is not None and images else images
 
     def intake(state: MaestroState, runtime: Runtime[MaestroContext]) -> Command[Literal["router", "answer"]]:
@@ -229,14 +245,15 @@ def build_graph(
         problem = question_problem(question, image=bool(images))
         if problem:
             return Command(goto=ANSWER, update={**update, **_stop(StopReason.INPUT_ERROR, problem)})
-        if image_sources is not None and images:
-            try:
+        try:
+            images = _fetched(runtime.store, images)
+            if image_sources is not None and images:
                 images = image_sources.resolve(images)
-            except ImageRefused as exc:
-                return Command(goto=ANSWER, update={**update, "images": [], **_stop(StopReason.INPUT_ERROR, exc)})
-        update["images"] = images
+        except ImageRefused as exc:
+            return Command(goto=ANSWER, update={**update, "images": [], **_stop(StopReason.INPUT_ERROR, exc)})
+        update["images"] = _stored(runtime.store, images)
         if images:
-            update["thread_images"] = images
+            update["thread_images"] = update["images"]
         if is_blank(question):  # the whole question is in the picture: read it, then route on it
             step = registry.read_text(images)
             runtime.stream_writer({"event": "step", **step.model_dump(exclude={"calls"})})
@@ -257,7 +274,7 @@ def build_graph(
         except ConfigError as exc:
             return Command(goto=ANSWER, update={"answer": None, **_stop(StopReason.INPUT_ERROR, exc)})
         try:
-            images = images_of(state)
+            images = images_of(state, runtime)
         except ImageRefused as exc:
             return Command(goto=ANSWER, update={"answer": None, **_stop(StopReason.INPUT_ERROR, exc)})
         view = _view(state, context, images)
@@ -324,7 +341,7 @@ def build_graph(
             pending = state.get("pending") or {}
             action = Invoke(pending.get("model", ""), skill, pending.get("input", ""))
             try:
-                images = images_of(state)
+                images = images_of(state, runtime)
             except ImageRefused as exc:  # the skill never runs on an image the policy refuses
                 step = Step(model=action.model, skill=skill, input=action.input, error=str(exc),
                             error_kind=ErrorKind.INPUT)
@@ -351,8 +368,10 @@ def build_graph(
                                "stop_reason": reason})
         record = EpisodeRecord(question=state.get("question") or "", choices=state.get("choices"), answer=final,
                                answer_source=source, stop_reason=reason, steps=list(state.get("steps") or []))
+        kept = _kept_episodes(runtime.context)
+        earlier = list(state.get("episodes") or [])
         update: dict = {"answer": final, "answer_source": source, "stop": stop, "stop_reason": reason,
-                        "episodes": [record],
+                        "episodes": [record] if len(earlier) < kept else Overwrite([*earlier, record][-kept:]),
                         "choices": None, "history": []}  # both belong to this question only
         if state.get("messages"):
             update["messages"] = [AIMessage(content=final if final is not None else f"(no answer: {reason})")]
@@ -369,7 +388,7 @@ def build_graph(
     builder.add_node(ANSWER, answer)
     builder.add_edge(START, INTAKE)
     builder.add_edge(ANSWER, END)
-    return builder.compile(checkpointer=checkpointer, name=name)
+    return builder.compile(checkpointer=checkpointer, store=store, name=name)
 
 
 
@@ -450,6 +469,45 @@ def _needs_an_image(registry: Registry, action: Invoke, view: EpisodeView) -> st
     if view.images or skill is None or not skill.needs_image:
         return None
     return f"{action.pair} needs an image and the request has none; choose a pair whose skill reads text only"
+
+
+def _stored(store: BaseStore | None, images: list[str]) -> list[str]:
+    """The images as the state keeps them: with a store, each data URL put there once under its content digest and
+    replaced by its `IMAGE_REF` reference (file paths and URLs are short: kept as they are)."""
+    if store is None:
+        return images
+    refs = []
+    for image in images:
+        if image.startswith("data:"):
+            key = hashlib.sha256(image.encode()).hexdigest()
+            if store.get(IMAGE_NAMESPACE, key) is None:
+                store.put(IMAGE_NAMESPACE, key, {"url": image})
+            image = IMAGE_REF + key
+        refs.append(image)
+    return refs
+
+
+def _fetched(store: BaseStore | None, images: list[str]) -> list[str]:
+    """The images with every `IMAGE_REF` reference replaced by the stored image; one no longer stored (the store's
+    retention removed it) is the request's ImageRefused: the image must be sent again."""
+    out = []
+    for i, image in enumerate(images):
+        if image.startswith(IMAGE_REF):
+            item = store.get(IMAGE_NAMESPACE, image.removeprefix(IMAGE_REF)) if store is not None else None
+            if item is None:
+                raise ImageRefused(400, "image_expired", f"image {i} of the conversation is no longer stored (its "
+                                   "retention ran out); send it again", param=f"images.{i}")
+            image = item.value["url"]
+        out.append(image)
+    return out
+
+
+def _kept_episodes(context: object) -> int:
+    """The run's `episodes_kept` (its default when the context is unusable: the run has already ended on it)."""
+    try:
+        return MaestroContext.of(context).episodes_kept
+    except ConfigError:
+        return DEFAULT_EPISODES_KEPT
 
 
 def _no_image(space: ActionSpace) -> str:

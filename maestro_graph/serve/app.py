@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..core.question_text import EMPTY_QUESTION, clean_question, question_problem
 from ..registry import Registry
 from ..types import StopReason
-from .episodes import THREAD_HEADER, Episode, EpisodeOutcome, EpisodeService, open_checkpointer
+from .episodes import THREAD_HEADER, Episode, EpisodeOutcome, EpisodeService, open_checkpointer, open_image_store
 from .image_errors import resolve_images
 from .limits import BodyLimitMiddleware
 from .observability import RequestIdMiddleware
@@ -61,9 +61,10 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
     """Build the app. Nothing loads until the first request needs an expert; the worker pool and the checkpoint
     database close with the app."""
     settings = settings or ServeSettings()
+    db = settings.checkpoint_db
     service = EpisodeService(
-        registry, settings,
-        checkpointer=open_checkpointer(settings.checkpoint_db) if settings.checkpoint_db else None,
+        registry, settings, checkpointer=open_checkpointer(db) if db else None,
+        store=open_image_store(db, retention_days=settings.image_retention_days) if db else None,
     )
 
     @asynccontextmanager
