@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sqlite3
+import sys
 import tempfile
 from pathlib import Path
 
@@ -66,6 +67,7 @@ def main() -> None:
                 prune_thread(saver, "long", keep=args.checkpoints_kept)
             if (i + 1) % args.every == 0:
                 sizes[i + 1] = database_bytes(db)
+                print(f"{i + 1} questions: {sizes[i + 1]:,} bytes", file=sys.stderr, flush=True)
         marks = sorted(sizes)
         first, last = (marks[0], marks[1]), (marks[-2], marks[-1])
         print(json.dumps({
