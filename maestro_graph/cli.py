@@ -156,8 +156,8 @@ def ask(
     from .policy import DEFAULT_POLICY, make_policy
 
     policy = policy or DEFAULT_POLICY
-    problem = question_problem(clean_question(question))
-    if problem:
+    problem = question_problem(clean_question(question), image=bool(image) or checkpoint_db is not None)
+    if problem:  # a blank question is read from the image (the request's, or its thread's)
         _fail(problem)
     for path in image:
         if path.is_dir():
@@ -175,19 +175,17 @@ def ask(
     context = MaestroContext(max_turns=max_turns, max_cost=max_cost, reach_floor=reach_floor,
                              min_confidence=min_confidence)
     images = [str(p.resolve()) for p in image]
-    config = {}
+    config, saver, store = {}, None, None
     if checkpoint_db:
-        import sqlite3
+        from .episode.storage import prune_thread, sqlite_checkpointer, sqlite_image_store
 
-        from langgraph.checkpoint.sqlite import SqliteSaver
-
-        saver = SqliteSaver(sqlite3.connect(str(checkpoint_db), check_same_thread=False), serde=checkpoint_serde())
+        saver, store = sqlite_checkpointer(checkpoint_db), sqlite_image_store(checkpoint_db)
         config = {"configurable": {"thread_id": thread or "default"}}
-    else:
-        saver = None
-    graph = build_graph(reg, pol, checkpointer=saver)
+    graph = build_graph(reg, pol, checkpointer=saver, store=store)
     with _progress("answering (the first question loads the experts, about 10 s)"):
         result = run_episode(graph, question, images, list(choice) or None, context=context, config=config)
+    if saver is not None:
+        prune_thread(saver, config["configurable"]["thread_id"])
     if as_json:
         print(json.dumps({"answer": result.answer, "answer_source": result.answer_source,
                           "confidence": result.confidence, "policy": policy, "stop_reason": result.stop_reason,

@@ -7,7 +7,7 @@ from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, Field
-from typing_extensions import TypedDict  # pydantic builds JSON schemas from it on Python < 3.12
+from typing_extensions import NotRequired, TypedDict  # pydantic builds JSON schemas from it on Python < 3.12
 
 __all__ = ["PAIR_SEP", "ErrorKind", "StopReason", "stop_text", "Decision", "Invoke", "Answer", "Action", "InvalidAction", "SkillResult", "Step", "Turn", "pair_id", "split_pair"]
 
@@ -107,10 +107,13 @@ class SkillResult:
 
 class Turn(TypedDict):
     """One earlier exchange of a conversation: a question asked before and the answer it got (None: none). A
-    follow-up ("How many letters does it have?") means something only next to these."""
+    follow-up ("How many letters does it have?") means something only next to these. `images`: those sent with
+    that question, when the client keeps the conversation (an OpenAI chat's earlier user message): the latest of
+    them is the conversation's image for a follow-up that sends none (episode.conversation)."""
 
     question: str
     answer: str | None
+    images: NotRequired[list[str]]
 
 
 class Step(BaseModel):

@@ -73,7 +73,7 @@ def main() -> None:
                "--fetch-timeout-s", str(TRICKLE_FETCH_TIMEOUT_S), "--allow-policy", "neural", "--allow-policy",
                "rules", "--allow-policy", SHAPES_POLICY, "--log-level", "info"]
     url, headers = f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {OWNER_KEYS[0]}"}
-    image = image_to_data_url(load_image(str(ROOT / "maestro_graph" / "examples" / "qrcode.png")))
+    image = image_to_data_url(load_image(str(ROOT / "examples" / "qrcode.png")))
     with (folder / "serve.log").open("w") as log:
         server = subprocess.Popen(command, cwd=args.source, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:

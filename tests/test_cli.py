@@ -70,7 +70,7 @@ def test_ask_from_a_fresh_process_prints_nothing_but_the_answer():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["ask", "  ", "--image", CIRCLES], "question is empty"),
+        (["ask", " \u200b\u2060\u3164"], "question is empty"),
         (["ask", "How many?", "--image", "/no/such/image.png"], "/no/such/image.png: no such file"),
         (["ask", "How many?", "--image", CIRCLES, "--policy", "rulez"], "Did you mean 'rules'"),
         (["ask", "How many?", "--image", CIRCLES, "--policy", "fixed:counting"], "fixed:MODEL@@SKILL"),

@@ -67,7 +67,7 @@ def _own_registry(folder: Path, **expert_options) -> Path:
     """Two barcode readers on copies of the two barcode skills in `folder` (not the package's): the registry file
     and the skill folders exist on the driver's disk only. With options, the first reader is a slow one."""
     for skill in ("barcode-reading", "barcode"):
-        shutil.copytree(ROOT / "maestro_graph" / "skills" / skill, folder / "skills" / skill)
+        shutil.copytree(ROOT / "skills" / skill, folder / "skills" / skill)
     first = ({"type": "python", "entry": "fakes:SlowBarcodeExpert", "options": expert_options} if expert_options else
              {"type": "python", "entry": "maestro_graph.experts.zxing_barcode:ZXingBarcodeExpert"})
     path = folder / "registry.yaml"

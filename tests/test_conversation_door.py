@@ -4,6 +4,7 @@ its history in `messages` and on a server thread that keeps it (issue 33, items 
 
 from __future__ import annotations
 
+import json
 import os
 
 import openai
@@ -81,3 +82,68 @@ def test_a_malformed_history_ends_the_episode_with_an_input_error(registry, hist
     """`history` comes from clients (LangServe, the Agent Server): a wrong shape is their input's fault, named."""
     out = build_graph(registry, make_policy("rules")).invoke({"question": FOLLOW_UP, "images": [], "history": history})
     assert out["stop"] == StopReason.INPUT_ERROR and "history" in out["stop_reason"] and out["steps"] == []
+
+
+CIRCLES_QUESTION = "How many circles are in the image?"
+
+
+def _circles_message(text: str) -> dict:
+    return {"role": "user", "content": [{"type": "text", "text": text},
+                                        {"type": "image_url", "image_url": {"url": data_url(EXAMPLES / "circles.png")}}]}
+
+
+@pytest.mark.slow
+def test_a_follow_up_on_a_thread_is_about_the_threads_image(client):
+    """Issue 48, item 1: the second question sends no image; the thread's image is what it is about (it used to end
+    with `input error: skill 'shapes' needs an image` and an empty 200)."""
+    first = client.chat.completions.create(model="maestro", messages=[_circles_message(CIRCLES_QUESTION)],
+                                           extra_body={"thread_id": "circles-follow-up"})
+    assert first.choices[0].message.content == "7"
+    reply = client.chat.completions.create(
+        model="maestro", messages=[{"role": "user", "content": "Are there more than 5 circles?"}],
+        extra_body={"thread_id": "circles-follow-up"})
+    assert reply.choices[0].message.content == "Yes", reply.model_extra["maestro"]
+    assert [s["skill"] for s in reply.model_extra["maestro"]["steps"]] == ["counting"]
+
+
+@pytest.mark.slow
+def test_a_chat_models_follow_up_is_about_the_earlier_turns_image(client, monkeypatch):
+    """Issue 48, item 2, through LangChain's `ChatOpenAI`: the image of an earlier user turn is the conversation's
+    image; with no image anywhere the request is a 400 that says so (never a 200 without an answer)."""
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_openai import ChatOpenAI
+
+    chat = ChatOpenAI(model="maestro", base_url=str(client.base_url), api_key=KEY, max_retries=0, timeout=300)
+    asked = HumanMessage(content=_circles_message(CIRCLES_QUESTION)["content"])
+    reply = chat.invoke([asked, AIMessage(content="7"), HumanMessage(content="Do any two of the circles touch?")])
+    assert reply.content == "Yes"
+    with pytest.raises(openai.BadRequestError, match="no image: this is a question for counting") as refused:
+        chat.invoke([HumanMessage(content="Do any two of the circles touch?")])
+    assert refused.value.status_code == 400
+
+
+@pytest.mark.slow
+def test_the_openai_client_gets_a_400_naming_the_missing_image_plain_and_streamed(client):
+    ask = [{"role": "user", "content": "Are there more than 5 circles?"}]
+    with pytest.raises(openai.BadRequestError, match="neither the request nor its conversation has one"):
+        client.chat.completions.create(model="maestro", messages=ask)
+    with pytest.raises(openai.APIError, match="neither the request nor its conversation has one"):
+        for _ in client.chat.completions.create(model="maestro", messages=ask, stream=True):
+            pass
+
+
+def test_the_cli_answers_a_follow_up_on_its_thread_from_the_threads_image(tmp_path):
+    """Issue 48, item 1, on the command line: the second `ask` of a thread names no image."""
+    from typer.testing import CliRunner
+
+    from maestro_graph.cli import app
+
+    runner, thread = CliRunner(), ["--checkpoint-db", str(tmp_path / "x.sqlite"), "--thread", "a", "--json"]
+    first = runner.invoke(app, ["ask", CIRCLES_QUESTION, "-i", str(EXAMPLES / "circles.png"), *thread])
+    assert first.exit_code == 0 and json.loads(first.output)["answer"] == "7", first.output
+    follow_up = runner.invoke(app, ["ask", "Are there more than 5 circles?", *thread])
+    assert follow_up.exit_code == 0, follow_up.output
+    assert json.loads(follow_up.output)["answer"] == "Yes"
+    elsewhere = runner.invoke(app, ["ask", "Are there more than 5 circles?", "--checkpoint-db",
+                                    str(tmp_path / "x.sqlite"), "--thread", "b"])
+    assert elsewhere.exit_code == 1 and "no image" in " ".join(elsewhere.output.split())

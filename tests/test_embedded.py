@@ -4,6 +4,8 @@ parent with its own context schema running Maestro both ways."""
 
 from __future__ import annotations
 
+import base64
+import io
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -13,6 +15,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
+from PIL import Image
 from servers import EXAMPLES, data_url, langgraph_dev
 from typing_extensions import TypedDict
 
@@ -130,13 +133,26 @@ def test_the_tool_reads_no_file_the_operator_did_not_allow(registry, tmp_path):
     assert replies[3].status == "success" and replies[3].content.startswith("Wikipedia (")
 
 
+def _blank_page() -> str:
+    """A white PNG as a data URL: an image with no text to read a question from."""
+    out = io.BytesIO()
+    Image.new("RGB", (120, 80), "white").save(out, format="PNG")
+    return f"data:image/png;base64,{base64.b64encode(out.getvalue()).decode()}"
+
+
 def test_a_blank_question_or_a_bad_context_is_refused_by_the_graph_and_the_tool(registry):
-    """Issue 33, items 4 and 9, in-process: the graph's intake refuses a blank question sent with an image, and a
-    run context whose fields are wrong (a MaestroContext built without validation, as the Agent Server builds it),
-    with the typed input error before any expert runs; the tool hands the reason back to the calling model."""
+    """Issue 33, items 4 and 9, and issue 46, item 6, in-process: the graph's intake refuses a question of invisible
+    characters without an image, and a run context whose fields are wrong (a MaestroContext built without
+    validation, as the Agent Server builds it), with the typed input error before any expert runs; a blank question
+    with an image is read from the image first (issue 48, item 4), and refused when nothing can be read; the tool
+    hands the reason back to the calling model."""
     graph = build_graph(registry, make_policy("rules"))
-    blank = graph.invoke({"question": " \t", "images": [QR_URL]})
+    blank = graph.invoke({"question": " \t\u200b\u2060\u3164\u200d\u180e", "images": []})
     assert blank["answer"] is None and blank["stop_reason"] == f"input error: {EMPTY_QUESTION}" and not blank["steps"]
+    unread = graph.invoke({"question": "\u200b", "images": [_blank_page()]})
+    assert unread["answer"] is None and unread["stop_reason"].startswith(f"input error: {EMPTY_QUESTION}; and no "
+                                                                         "question could be read from the image")
+    assert [s["skill"] for s in unread["steps"]] == ["ocr"]
     unchecked = graph.invoke({"question": "What does the QR code say?", "images": [QR_URL]},
                              context=MaestroContext(max_turns="lots"))  # type: ignore[arg-type]
     assert unchecked["stop_reason"].startswith("input error: field 'context': max_turns") and not unchecked["steps"]
@@ -144,9 +160,9 @@ def test_a_blank_question_or_a_bad_context_is_refused_by_the_graph_and_the_tool(
     builder = StateGraph(MessagesState)
     builder.add_node("tools", ToolNode([embedded.maestro_tool(graph)]))
     builder.add_edge(START, "tools")
-    call = {"name": "ask_maestro", "id": "call-1", "args": {"question": "", "images": [QR_URL]}}
+    call = {"name": "ask_maestro", "id": "call-1", "args": {"question": "", "images": [_blank_page()]}}
     (reply,) = builder.compile().invoke({"messages": [AIMessage(content="", tool_calls=[call])]})["messages"][1:]
-    assert reply.status == "error" and reply.content == f"Maestro refused the request: {EMPTY_QUESTION}"
+    assert reply.status == "error" and reply.content.startswith(f"Maestro refused the request: {EMPTY_QUESTION}")
 
 
 CIRCLES = str(EXAMPLES / "circles.png")

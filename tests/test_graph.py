@@ -141,14 +141,13 @@ def test_missing_image_and_empty_request(graph, tmp_path):
     assert empty.answer is None and empty.stop_reason.startswith("input error") and not empty.steps
 
 
-def test_a_question_without_an_image_goes_past_a_pair_that_needed_one(graph):
-    """The rules send this text-only word problem to `table-qa` first (its keywords: price, cost, enough, left); the
-    missing image is not the question's fault, so the episode goes on and the arithmetic pair answers it."""
+def test_a_question_without_an_image_is_offered_no_pair_that_needs_one(graph):
+    """The rules' keywords (price, cost, enough, left) would send this text-only word problem to `table-qa` first;
+    without an image that pair is not an action (issue 48, item 3), so the arithmetic pair answers it in one call."""
     question = ("A mug costs $32 in the price table. How much do 9 mugs cost? Is $300 enough to buy them, and how "
                 "much money is left?")
     result = run_episode(graph, question, [])
-    assert result.steps[0].skill == "table-qa" and result.steps[0].error_kind == "input"
-    assert result.steps[-1].skill == "arithmetic" and result.answer == result.steps[-1].answer is not None
+    assert [s.skill for s in result.steps] == ["arithmetic"] and result.answer == result.steps[0].answer is not None
     assert not result.stop_reason.startswith("input error")
 
 

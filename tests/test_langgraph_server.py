@@ -148,13 +148,13 @@ def test_input_errors_reach_the_caller_as_typed_events(server_url):
     ({}, {"policy": 123}, "policy: Input should be a valid string (got 123)"),
     ({}, {"max_turns": 10**9}, f"max_turns: Input should be less than or equal to {MAX_TURNS}"),
     ({}, {"seed": -1, "greedy": False}, "seed: Input should be greater than or equal to 0"),
-    ({"question": ""}, {}, EMPTY_QUESTION),
-    ({"question": " \n\t"}, {}, EMPTY_QUESTION),
+    ({"question": "", "images": []}, {}, EMPTY_QUESTION),
+    ({"question": " \n\t\u200b\u2060\u3164\u200d\u180e", "images": []}, {}, EMPTY_QUESTION),
 ], ids=["max_turns-text", "policy-number", "max_turns-unbounded", "seed-negative", "empty-question",
         "blank-question"])
 def test_bad_contexts_and_blank_questions_end_with_the_typed_input_error(server_url, payload, context, reason):
-    """Issue 33, items 4 and 9: a run context of the wrong type or out of bounds, and a blank question sent with an
-    image, end the run with the typed input error (an `error` event of kind `input`, then `input error: <why>`,
+    """Issue 33, items 4 and 9: a run context of the wrong type or out of bounds, and a blank question (spaces and
+    invisible characters, issue 46 item 6) with no image to read it from, end the run with the typed input error (an `error` event of kind `input`, then `input error: <why>`,
     no expert called) instead of a TypeError or an answer made up from nothing."""
     from langgraph_sdk import get_client
 
@@ -243,3 +243,35 @@ def test_an_integer_of_4301_digits_in_a_run_is_refused_without_a_server_error(se
                        headers={"Content-Type": "application/json"})
     assert 400 <= reply.status_code < 500, (reply.status_code, reply.text[:300])
     assert httpx.get(f"{server_url}/ok", timeout=30).status_code == 200
+
+
+def test_a_follow_up_is_about_the_threads_image_even_when_it_sends_an_empty_list(server_url):
+    """Issue 48, items 1-2, on the Agent Server: `images: []` (what a client that always sends the key sends) does
+    not erase the thread's image; a chat run's earlier human message holds the conversation's image; with no image
+    anywhere the run ends with the typed input error."""
+    from langgraph_sdk import get_client
+
+    circles = data_url(ROOT / "examples/circles.png")
+
+    async def go():
+        client = get_client(url=server_url)
+        thread = (await client.threads.create())["thread_id"]
+        context = {"policy": "neural"}
+        await client.runs.wait(thread, "maestro", input={"question": "How many circles are in the image?",
+                                                        "images": [circles]}, context=context)
+        follow_up = await client.runs.wait(thread, "maestro", input={"question": "Are there more than 5 circles?",
+                                                                     "images": []}, context=context)
+        chat = {"messages": [
+            {"role": "human", "content": [{"type": "text", "text": "How many circles are in the image?"},
+                                          {"type": "image_url", "image_url": {"url": circles}}]},
+            {"role": "ai", "content": "7"},
+            {"role": "human", "content": "Do any two of the circles touch?"}]}
+        chatted = await client.runs.wait(None, "maestro", input=chat, context=context)
+        alone = await client.runs.wait(None, "maestro", input={"question": "Are there more than 5 circles?"},
+                                       context=context)
+        return follow_up, chatted, alone
+
+    follow_up, chatted, alone = asyncio.run(go())
+    assert follow_up["answer"] == "Yes" and [s["skill"] for s in follow_up["steps"]] == ["counting"]
+    assert chatted["answer"] == "Yes" and chatted["messages"][-1]["content"] == "Yes"
+    assert alone["answer"] is None and alone["stop_reason"].startswith("input error: no image")

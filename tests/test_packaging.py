@@ -131,7 +131,7 @@ def test_the_wheel_builds_without_setuptools_warnings(fresh_venv):
     assert "absent from the `packages` configuration" not in log and "BuildBackendWarning" not in log
     wheel = next((fresh_venv.parent / "dist").glob("maestro_graph-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    for skill in (ROOT / "maestro_graph" / "skills").iterdir():
+    for skill in (ROOT / "skills").iterdir():
         if (skill / "SKILL.md").is_file():
             assert f"maestro_graph/skills/{skill.name}/SKILL.md" in names
 

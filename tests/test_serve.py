@@ -332,8 +332,8 @@ BAD_INPUTS = {
         "question": QR_QUESTION, "images": [_b64(QR)], "choices": ["x" * 400_000] * 2}}}, 400, "invalid_request"),
     "langserve no images": ("POST", "/maestro/invoke", AUTH, {"json": {"input": {"question": QR_QUESTION}}}, 400,
                             "invalid_request"),
-    "langserve blank question": ("POST", "/maestro/invoke", AUTH, {"json": {"input": {
-        "question": " \n", "images": [_b64(QR)]}}}, 400, "invalid_request"),
+    "langserve question too long": ("POST", "/maestro/invoke", AUTH, {"json": {"input": {
+        "question": "x" * 4001, "images": [_b64(QR)]}}}, 400, "invalid_request"),
     "langserve batch input invalid": ("POST", "/maestro/batch", AUTH, {"json": {"inputs": [
         {"question": QR_QUESTION}]}}, 400, "invalid_request"),
     **{f"langserve {route} refused policy": ("POST", f"/maestro/{route}", AUTH, {"json": {"input": {

@@ -27,7 +27,8 @@ from pydantic import Field
 from ..errors import ConfigError
 from .operator_yaml import read_yaml
 
-__all__ = ["DEFAULT_MAX_TURNS", "DEFAULT_MAX_COST", "MAX_TURNS", "MAX_COST", "Budget", "setting", "help_of",
+__all__ = ["DEFAULT_MAX_TURNS", "DEFAULT_MAX_COST", "MAX_TURNS", "MAX_COST", "DEFAULT_EPISODES_KEPT",
+           "MAX_EPISODES_KEPT", "DEFAULT_CHECKPOINTS_KEPT", "Budget", "setting", "help_of",
            "load_yaml", "build", "add_arguments", "from_arguments", "typer_options", "typer_option"]
 
 C = TypeVar("C")
@@ -40,6 +41,14 @@ DEFAULT_MAX_COST = 10.0
 registry, so the turn budget ends an episode first)."""
 MAX_TURNS = 64
 """The largest turn budget a run may ask for: every turn may call an expert, and a run's context is the client's."""
+DEFAULT_EPISODES_KEPT = 32
+"""The finished episodes a thread keeps where a run names no number (the latest; see MaestroContext.episodes_kept)."""
+MAX_EPISODES_KEPT = 1024
+"""The most a run may ask a thread to keep: every checkpoint of the thread holds them."""
+DEFAULT_CHECKPOINTS_KEPT = 16
+"""The checkpoints a SQLite thread keeps once an episode ends (the latest ones: a resumed or replayed question needs
+only the last, and `/v1/threads/ID` lists them); each episode writes about two a turn, each holding the whole
+state (episode.storage.prune_thread)."""
 MAX_COST = 1_000.0
 """The largest cost budget a run may ask for, in card cost units."""
 

@@ -4,6 +4,7 @@ rollouts, HTTP and LangGraph Studio."""
 
 from __future__ import annotations
 
+import hashlib
 import operator
 import time
 from dataclasses import dataclass, fields
@@ -16,6 +17,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
+from langgraph.store.base import BaseStore
 from langgraph.types import Checkpointer, Command, Overwrite
 from pydantic import Field, TypeAdapter, ValidationError
 from typing_extensions import TypedDict  # pydantic builds JSON schemas from it on Python < 3.12 (Studio's forms)
@@ -24,8 +26,9 @@ from ..answer_forms import asks_yes_no, expected_form, has_form
 from ..choices import YES_NO_GUESS, guess_option, inline_choices
 from ..core.calibration import ConfidenceModel
 from ..core.cancellation import current_cancel, raise_if_cancelled, run_abandonable
-from ..core.configs import MAX_COST, MAX_TURNS, Budget  # noqa: F401  (MAX_*: the bounds, importable from here too)
-from ..core.question_text import clean_question, question_problem
+from ..core.configs import DEFAULT_EPISODES_KEPT, MAX_EPISODES_KEPT, Budget
+from ..core.configs import MAX_COST, MAX_TURNS  # noqa: F401  (the bounds, importable from here too)
+from ..core.question_text import clean_question, is_blank, question_problem
 from ..errors import ConfigError, ExpertFailure, first_validation_problem
 from ..images.sources import ImageRefused, ImageSources
 from ..policy import DEFAULT_POLICY, ActionSpace, EpisodeView, Policy, PolicyCatalog, best_candidate
@@ -34,18 +37,22 @@ from ..registry.reach import REACH_FLOOR
 from ..types import Answer, Decision, ErrorKind, InvalidAction, Invoke, Step, StopReason, Turn, stop_text
 from .confidence import confidence_features, shipped_confidence
 from .written_state import INPUT_FIELDS, appended, state_problem
+from .conversation import conversation_images, history, human_parts, spoken
 
 __all__ = [
-    "CONTEXT_KEY", "EpisodeRecord", "MaestroContext", "MaestroInput", "MaestroOutput", "MaestroState", "build_graph",
+    "IMAGE_NAMESPACE", "IMAGE_REF", "CONTEXT_KEY", "EpisodeRecord", "MaestroContext", "MaestroInput", "MaestroOutput", "MaestroState", "build_graph",
     "INTAKE", "ROUTER", "ANSWER", "final_answer", "checkpoint_serde", "CHECKPOINT_TYPES",
 ]
 
 INTAKE = "intake"
 ROUTER = "router"
 ANSWER = "answer"
-MAX_HISTORY_TURNS = 8
-"""The most earlier turns of a conversation that reach the skills (the latest ones): a follow-up refers to what
-was just said, and a small chat model's context is short."""
+
+
+IMAGE_NAMESPACE = ("maestro", "images")
+"""Where a graph with a store (`build_graph(store=...)`, the Agent Server's) keeps a thread's images, once per content
+digest: the state then holds `IMAGE_REF` references, so no checkpoint repeats an image's bytes."""
+IMAGE_REF = "maestro-image:"
 
 
 CONTEXT_KEY = "maestro"
@@ -61,6 +68,10 @@ class MaestroContext(Budget):
     """A policy name overriding the graph's policy for this run (e.g. "fixed:rapidocr@@chart-qa")."""
     greedy: bool = True
     seed: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
+    episodes_kept: Annotated[int, Field(ge=1, le=MAX_EPISODES_KEPT)] = DEFAULT_EPISODES_KEPT
+    """The most finished episodes a thread keeps in `episodes` (the latest; older ones are dropped when an episode
+    ends), so that each checkpoint of a long thread stays bounded. The skills see at most `MAX_HISTORY_TURNS` of
+    them."""
     reach_floor: Annotated[float, Field(ge=0, le=1)] = REACH_FLOOR
     """Before each call: when the registry's reach (`Registry.reach`: the similarity-weighted share of the 10 most
     similar calibration questions that one of the pairs not yet called answered, known only where those are close
@@ -102,10 +113,11 @@ _CONTEXT = TypeAdapter(MaestroContext)
 class MaestroInput(TypedDict, total=False):
     """What a run sends: either `question` (+ `images`, `choices`) or a chat `messages` list whose last human
     message holds the text and image parts (what LangGraph Studio's chat panel sends). On a thread, every run
-    with input starts a new episode: a trailing human message is its question, else `question`. Images not sent
-    again are the thread's (a follow-up about the same picture); choices belong to one question only. `history`:
-    the conversation the question continues, when the client keeps it (an OpenAI chat's earlier messages); on a
-    thread without it, the thread's finished episodes are the history."""
+    with input starts a new episode: a trailing human message is its question, else `question`. A question that
+    sends no image is about the conversation's latest one (episode.conversation: an earlier turn's, else the
+    thread's); choices belong to one question only. `history`: the conversation the question continues, when the
+    client keeps it (an OpenAI chat's earlier messages, each user turn with its images); on a thread without it,
+    the thread's finished episodes are the history."""
 
     question: str
     images: list[str]
@@ -161,27 +173,9 @@ class MaestroOutput(TypedDict, total=False):
 
 class MaestroState(MaestroInput, MaestroOutput, total=False):
     pending: dict | None
-
-
-def _from_messages(messages: list[AnyMessage]) -> tuple[str, list[str]]:
-    """Question text and image references from the last human message (OpenAI/LangChain content parts)."""
-    human = next((m for m in reversed(messages) if isinstance(m, HumanMessage)), None)
-    if human is None:
-        return "", []
-    if isinstance(human.content, str):
-        return human.content, []
-    texts, images = [], []
-    for part in human.content:
-        if isinstance(part, str):
-            texts.append(part)
-        elif part.get("type") == "text":
-            texts.append(part.get("text", ""))
-        elif part.get("type") == "image_url":
-            url = part.get("image_url")
-            images.append(url.get("url", "") if isinstance(url, dict) else str(url))
-        elif part.get("type") == "image" and part.get("base64"):
-            images.append(f"data:{part.get('mime_type', 'image/png')};base64,{part['base64']}")
-    return "\n".join(t for t in texts if t), images
+    thread_images: list[str]
+    """The images the thread's latest question with images was about: a later question that sends none is about
+    them (episode.conversation). Written by intake only, so a run's input (`images: []`) cannot erase them."""
 
 
 def _steps(state: dict) -> list[Step]:
@@ -208,6 +202,7 @@ def build_graph(
     image_sources: ImageSources | None = None,
     checkpointer: Checkpointer = None,
     confidence: ConfidenceModel | None = None,
+    store: BaseStore | None = None,
     name: str = "maestro",
 ) -> CompiledStateGraph:
     """Compile the Maestro graph. `policy` is the default (else the catalog's default, else `DEFAULT_POLICY`, the
@@ -217,7 +212,9 @@ def build_graph(
     whatever wrote them, since a client's `Command` can write the state and jump past intake; a refusal ends the run
     with an input error that reads the same for a missing file and a forbidden one. The run context is read with
     `MaestroContext.of`, so the graph also runs as a subgraph under any parent's context. `confidence` turns an
-    answer's evidence into the probability that it is right (default: the package's, `shipped_confidence`)."""
+    answer's evidence into the probability that it is right (default: the package's, `shipped_confidence`). With a
+    `store` (or the one the Agent Server gives every run), a thread's data-URL images are kept there once per content
+    digest (`IMAGE_NAMESPACE`) and its checkpoints hold references."""
     policies = policies or PolicyCatalog.open(DEFAULT_POLICY)
     default_policy = policy or policies.get()
     calibrated = confidence or shipped_confidence()
@@ -226,10 +223,10 @@ def build_graph(
     if clash:
         raise ConfigError(f"skill names {sorted(clash)} are reserved for graph nodes; rename the skill folder")
 
-    def images_of(state: MaestroState) -> list[str]:
-        """The state's images as a node may read them: under an image-source policy, resolved again (ImageRefused
-        when one is refused; cheap for images that were verified before)."""
-        images = list(state.get("images") or [])
+    def images_of(state: MaestroState, runtime: Runtime[MaestroContext]) -> list[str]:
+        """The state's images as a node may read them: stored ones fetched, and under an image-source policy
+        resolved again (ImageRefused when one is refused; cheap for images that were verified before)."""
+        images = _fetched(runtime.store, list(state.get("images") or []))
         return image_sources.resolve(images) if image_sources is not None and images else images
 
     def intake(state: MaestroState, runtime: Runtime[MaestroContext]) -> Command[Literal["router", "answer"]]:
@@ -238,15 +235,16 @@ def build_graph(
         `question`; the previous episode's steps, answer and stop reason are cleared (it stays in `episodes`).
         Control characters leave the question; under an image-source policy every image becomes a verified data
         URL or the run ends with the refusal. The input checks every door relies on are made here, before any
-        expert runs: the run context (`MaestroContext.of`) and the question (`question_problem`: blank or too
-        long); a failed one ends the run with an input error."""
+        expert runs: the run context (`MaestroContext.of`) and the question (`question_problem`: too long, or blank
+        without an image); a failed one ends the run with an input error. A blank question with an image is read
+        from the image (`Registry.read_text`, the episode's first step) and routed on what was read; nothing read
+        is the input error."""
         messages = state.get("messages") or []
-        kept = list(state.get("images") or [])
-        if messages and isinstance(messages[-1], HumanMessage):
-            question, found = _from_messages(messages)
-            images = found or kept
+        chat = bool(messages) and isinstance(messages[-1], HumanMessage)
+        if chat:
+            question, sent = human_parts(messages[-1])
         else:
-            question, images = state.get("question") or "", kept
+            question, sent = state.get("question") or "", list(state.get("images") or [])
         question = clean_question(question) if isinstance(question, str) else ""
         update: dict = {"question": question, "steps": Overwrite([]), "decisions": Overwrite([]),
                         "answer": None, "answer_source": None, "confidence": None, "confidence_basis": None,
@@ -254,23 +252,40 @@ def build_graph(
         written = state_problem(state, INPUT_FIELDS)  # a client's own `history`, or what a Command wrote
         if written:
             return Command(goto=ANSWER, update={**update, **_stop(StopReason.INPUT_ERROR, written)})
-        update["history"] = _history(state)
+        try:
+            turns = history(state)
+        except ValidationError as exc:
+            problem = "; ".join(f"history.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3])
+            return Command(goto=ANSWER, update={**update, **_stop(StopReason.INPUT_ERROR, problem)})
+        update["history"] = spoken(turns)
+        images = conversation_images(sent, turns, messages[:-1] if chat else [], state.get("thread_images") or [])
         try:
             MaestroContext.of(runtime.context)
         except ConfigError as exc:
             return Command(goto=ANSWER, update={**update, **_stop(StopReason.INPUT_ERROR, exc)})
-        problem = question_problem(question)
+        problem = question_problem(question, image=bool(images))
         if problem:
             return Command(goto=ANSWER, update={**update, **_stop(StopReason.INPUT_ERROR, problem)})
+        try:
+            images = _fetched(runtime.store, images)
+            if image_sources is not None and images:
+                images = image_sources.resolve(images)
+        except ImageRefused as exc:
+            return Command(goto=ANSWER, update={**update, "images": [], **_stop(StopReason.INPUT_ERROR, exc)})
+        update["images"] = _stored(runtime.store, images)
+        if images:
+            update["thread_images"] = update["images"]
+        if is_blank(question):  # the whole question is in the picture: read it, then route on it
+            step = registry.read_text(images)
+            runtime.stream_writer({"event": "step", **step.model_dump(exclude={"calls"})})
+            question = "" if step.error else clean_question(step.evidence).strip()
+            update.update(question=question, steps=Overwrite([step.model_dump(mode="json")]))
+            problem = question_problem(question)
+            if problem:
+                why = f"{problem}; and no question could be read from the image ({step.error or 'no text found'})"
+                return Command(goto=ANSWER, update={**update, **_stop(StopReason.INPUT_ERROR, why)})
         if not state.get("choices"):  # options written in the question are its choices
             update["choices"] = inline_choices(question)
-        if image_sources is not None and images:
-            try:
-                images = image_sources.resolve(images)
-            except ImageRefused as exc:
-                return Command(goto=ANSWER, update={**update, "images": [], **_stop(StopReason.INPUT_ERROR, exc)})
-        if images != kept:
-            update["images"] = images
         return Command(goto=ROUTER, update=update)
 
     def router(state: MaestroState, runtime: Runtime[MaestroContext]) -> Command[Literal["answer"]]:
@@ -283,7 +298,7 @@ def build_graph(
         except ConfigError as exc:
             return Command(goto=ANSWER, update={"answer": None, **_stop(StopReason.INPUT_ERROR, exc)})
         try:
-            images = images_of(state)
+            images = images_of(state, runtime)
         except ImageRefused as exc:
             return Command(goto=ANSWER, update={"answer": None, **_stop(StopReason.INPUT_ERROR, exc)})
         view = _view(state, context, images)
@@ -307,7 +322,9 @@ def build_graph(
             only = space.answers[0]
             decision = Decision.of(only, turn=view.turn, policy=policy.name, log_prob=0.0, entropy=0.0, forced=True)
             ending = _ending(view, only.text)
-            if space.declined and ending["stop"] == StopReason.POLICY:  # every pair left is one its skill declines
+            if not view.images and not view.steps and not view.budget_spent:  # only an image would have helped
+                ending = _stop(StopReason.INPUT_ERROR, _no_image(space))
+            elif space.declined and ending["stop"] == StopReason.POLICY:  # every pair left is one its skill declines
                 ending = _stop(StopReason.OUT_OF_REACH, "; ".join(f"{skill}: {why}" for skill, why in space.declined))
             return Command(goto=ANSWER, update={"answer": only.text, **ending, "decisions": [decision.model_dump()]})
         cancel = current_cancel()  # a router LM's blocking call is abandoned when the episode is cancelled
@@ -335,7 +352,7 @@ def build_graph(
             step = Step(model="", skill="", input=action.text, error=action.reason, error_kind=ErrorKind.POLICY)
             write({"event": "step", **step.model_dump(exclude={"calls"})})
             return Command(goto=ROUTER, update={"steps": [step.model_dump(mode="json")], "decisions": decided})
-        reason = registry.invalid_reason(action)
+        reason = registry.invalid_reason(action) or _needs_an_image(registry, action, view)
         if reason:  # the policy's mistake becomes an observation and costs a turn
             step = Step(model=action.model, skill=action.skill, input=action.input, error=reason, error_kind=ErrorKind.POLICY)
             write({"event": "step", **step.model_dump(exclude={"calls"})})
@@ -350,7 +367,7 @@ def build_graph(
             pending = state.get("pending") or {}
             action = Invoke(pending.get("model", ""), skill, pending.get("input", ""))
             try:
-                images = images_of(state)
+                images = images_of(state, runtime)
             except ImageRefused as exc:  # the skill never runs on an image the policy refuses
                 step = Step(model=action.model, skill=skill, input=action.input, error=str(exc),
                             error_kind=ErrorKind.INPUT)
@@ -381,7 +398,7 @@ def build_graph(
             final, source = state.get("answer"), None  # the input must be fixed: a guess would hide that
         else:
             final, source = final_answer(state)
-            judged = judge(state, final, source)
+            judged = judge(state, runtime, final, source)
             floor = MaestroContext.of(runtime.context).min_confidence
             if final is not None and judged["confidence"] < floor:  # withheld: the caller escalates
                 withheld = _stop(StopReason.LOW_CONFIDENCE, f"the answer's confidence {judged['confidence']:.2f} "
@@ -392,8 +409,11 @@ def build_graph(
         record = EpisodeRecord(question=state.get("question") or "", choices=state.get("choices"), answer=final,
                                answer_source=source, confidence=judged["confidence"], stop_reason=reason,
                                steps=list(state.get("steps") or []))
+        kept = _kept_episodes(runtime.context)
+        earlier = list(state.get("episodes") or [])
         update |= {"answer": final, "answer_source": source, **judged, **withheld, "stop": stop.value,
-                   "stop_reason": reason, "episodes": [record],
+                   "stop_reason": reason,
+                   "episodes": [record] if len(earlier) < kept else Overwrite([*earlier, record][-kept:]),
                    "choices": None, "history": []}  # both belong to this question only
         if state.get("messages"):
             said = final if final is not None else (
@@ -401,12 +421,13 @@ def build_graph(
             update["messages"] = [AIMessage(content=said)]
         return update
 
-    def judge(state: MaestroState, final: str | None, source: AnswerSource | None) -> dict:
+    def judge(state: MaestroState, runtime: Runtime[MaestroContext], final: str | None,
+              source: AnswerSource | None) -> dict:
         """The answer's confidence and what it was computed from; nothing for no answer."""
         if final is None:
             return {"confidence": None, "confidence_basis": None}
         try:
-            images = images_of(state)
+            images = images_of(state, runtime)
         except ImageRefused:  # judged without them: their descriptors are then missing from the features
             images = []
         basis = confidence_features(registry, state.get("question") or "", images, state.get("choices"),
@@ -424,7 +445,7 @@ def build_graph(
     builder.add_node(ANSWER, answer)
     builder.add_edge(START, INTAKE)
     builder.add_edge(ANSWER, END)
-    return builder.compile(checkpointer=checkpointer, name=name)
+    return builder.compile(checkpointer=checkpointer, store=store, name=name)
 
 
 
@@ -472,20 +493,6 @@ def final_answer(state: Mapping[str, Any]) -> tuple[str | None, AnswerSource | N
     return None, None
 
 
-def _history(state: Mapping[str, Any]) -> list[Turn]:
-    """The conversation a new question continues: the run's own `history` when it sent one (the answer node
-    clears it, so one left from an earlier run is never taken for this run's), else the thread's finished
-    episodes; the last MAX_HISTORY_TURNS turns of it (both checked by intake first: `state_problem`)."""
-    sent = state.get("history")
-    if sent:
-        return _TURNS.validate_python(sent)[-MAX_HISTORY_TURNS:]
-    episodes = state.get("episodes") or []
-    return [Turn(question=e["question"], answer=e["answer"]) for e in episodes[-MAX_HISTORY_TURNS:]]
-
-
-_TURNS = TypeAdapter(list[Turn])
-
-
 def _stop(stop: StopReason, detail: object = None) -> dict:
     """The state update that ends an episode for `stop`: the typed kind, its detail, and the text clients see."""
     text = str(detail) if detail is not None else None
@@ -511,6 +518,63 @@ def _out_of_reach(registry: Registry, view: EpisodeView, space: ActionSpace, flo
         asked = "similar questions" if not view.steps else "similar questions, by the pairs not yet called,"
         ending = _stop(StopReason.OUT_OF_REACH, f"{asked} reached {reach:.2f} < floor {floor:g}")
     return {"reach": round(reach, 3), "ending": ending}
+
+
+def _needs_an_image(registry: Registry, action: Invoke, view: EpisodeView) -> str | None:
+    """Why a pair the action space left out for want of an image is no action now (for a policy that named it
+    anyway, such as an LM router), or None."""
+    skill = registry.skills.get(action.skill)
+    if view.images or skill is None or not skill.needs_image:
+        return None
+    return f"{action.pair} needs an image and the request has none; choose a pair whose skill reads text only"
+
+
+def _stored(store: BaseStore | None, images: list[str]) -> list[str]:
+    """The images as the state keeps them: with a store, each data URL put there once under its content digest and
+    replaced by its `IMAGE_REF` reference (file paths and URLs are short: kept as they are)."""
+    if store is None:
+        return images
+    refs = []
+    for image in images:
+        if image.startswith("data:"):
+            key = hashlib.sha256(image.encode()).hexdigest()
+            if store.get(IMAGE_NAMESPACE, key) is None:
+                store.put(IMAGE_NAMESPACE, key, {"url": image})
+            image = IMAGE_REF + key
+        refs.append(image)
+    return refs
+
+
+def _fetched(store: BaseStore | None, images: list[str]) -> list[str]:
+    """The images with every `IMAGE_REF` reference replaced by the stored image; one no longer stored (the store's
+    retention removed it) is the request's ImageRefused: the image must be sent again."""
+    out = []
+    for i, image in enumerate(images):
+        if image.startswith(IMAGE_REF):
+            item = store.get(IMAGE_NAMESPACE, image.removeprefix(IMAGE_REF)) if store is not None else None
+            if item is None:
+                raise ImageRefused(400, "image_expired", f"image {i} of the conversation is no longer stored (its "
+                                   "retention ran out); send it again", param=f"images.{i}")
+            image = item.value["url"]
+        out.append(image)
+    return out
+
+
+def _kept_episodes(context: object) -> int:
+    """The run's `episodes_kept` (its default when the context is unusable: the run has already ended on it)."""
+    try:
+        return MaestroContext.of(context).episodes_kept
+    except ConfigError:
+        return DEFAULT_EPISODES_KEPT
+
+
+def _no_image(space: ActionSpace) -> str:
+    """Why a question without an image in its request or conversation cannot be answered (an input error)."""
+    if space.needs_image:
+        return (f"no image: this is a question for {', '.join(space.needs_image)}, which read(s) an image, and "
+                "neither the request nor its conversation has one; send the image it is about")
+    return ("no image: no skill here answers this question from its text alone, and neither the request nor its "
+            "conversation has an image; send the image it is about")
 
 
 def _ending(view: EpisodeView, answer: str | None) -> dict:

@@ -110,10 +110,16 @@ def measured_accuracy(registry: Registry, question: str, images: Sequence[str], 
 
 @dataclass(frozen=True)
 class ActionSpace:
-    """The actions valid now: invoking any available compatible pair whose call cost fits the budget and whose skill
+    """The actions valid now: invoking any available compatible pair whose call cost fits the budget, whose skill
     does not decline the question from its text (`SkillSpec.declines`: such a call is bound to return nothing, so
-    no policy spends a turn on it), or answering with one of the candidates (or an explicit no-answer when there is
-    none). Once the budget is spent, only answers."""
+    no policy spends a turn on it) and, when the request has no image, whose skill answers without one
+    (`SkillSpec.needs_image`); or answering with one of the candidates (or an explicit no-answer when there is
+    none). Once the budget is spent, only answers.
+
+    Without an image, a question that an image skill claims from its text (its `declines` check accepts it: "Do
+    any two of the circles touch?") and no text skill with such a check claims is about a picture that is not
+    there: every pair is left out (`needs_image` names the claiming skills) rather than a text skill inventing an
+    answer."""
 
     pairs: tuple[Pair, ...]
     answers: tuple[Answer, ...]
@@ -124,19 +130,26 @@ class ActionSpace:
     accuracy: Mapping[str, float] = field(default_factory=dict)
     """By pair id, how each of the registry's pairs did on the calibration questions most like this one
     (`measured_accuracy`)."""
+    needs_image: tuple[str, ...] = ()
+    """The request has no image and these skills, which need one, claim the question from its text: no pair is
+    offered (the graph ends the episode with an input error naming them)."""
 
     @classmethod
     def build(cls, registry: Registry, view: EpisodeView) -> "ActionSpace":
         every = tuple(registry.pairs())
         affordable = () if view.budget_spent else tuple(p for p in every if p.model.cost.per_call <= view.cost_left)
-        reasons = {p.skill.name: p.skill.declines(view.question, view.choices)
-                   for p in {p.skill.name: p for p in affordable}.values()}
+        skills = {p.skill.name: p.skill for p in affordable}
+        reasons = {name: skill.declines(view.question, view.choices) for name, skill in skills.items()}
         pairs = tuple(p for p in affordable if not reasons[p.skill.name])
+        needs_image: tuple[str, ...] = ()
+        if not view.images:
+            needs_image = _claimed_for_an_image(skills.values(), reasons)
+            pairs = () if needs_image else tuple(p for p in pairs if not p.skill.needs_image)
         candidates = view.candidates()
         answers = tuple(Answer(c) for c in candidates) if candidates else (Answer(None),)
         declined = tuple(sorted((skill, reason) for skill, reason in reasons.items() if reason))
         accuracy = measured_accuracy(registry, view.question, view.images, view.choices)
-        return cls(pairs, answers, every, declined, accuracy)
+        return cls(pairs, answers, every, declined, accuracy, needs_image)
 
     @property
     def invokes(self) -> tuple[Invoke, ...]:
@@ -145,6 +158,16 @@ class ActionSpace:
     @property
     def actions(self) -> tuple[Action, ...]:
         return self.invokes + self.answers
+
+
+def _claimed_for_an_image(skills, reasons: Mapping[str, str | None]) -> tuple[str, ...]:
+    """The skills that need an image and accept the question by their text check, when no skill that answers from
+    text alone accepts it by its own check; else (). A skill without a check claims nothing: only a check that
+    can say no says something when it says yes."""
+    checked = [s for s in skills if s.declines_func is not None and not reasons[s.name]]
+    if any(not s.needs_image for s in checked):
+        return ()
+    return tuple(sorted(s.name for s in checked))
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import time
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 from ..cache.store import ExpertCache
 from ..core.cancellation import current_cancel, run_abandonable
@@ -28,7 +29,13 @@ _PASSING_FAILURES = frozenset({ExpertFailure.TIMEOUT, ExpertFailure.UNAVAILABLE,
 answered without that call (visual-math values an option it could not evaluate as unknown), because the next run
 may not meet it. A crash on the input (an expression the calculator cannot read) is part of the outcome."""
 
-__all__ = ["Registry", "Pair"]
+__all__ = ["TEXT_READER", "READ_THE_QUESTION", "Registry", "Pair"]
+
+TEXT_READER = "ocr"
+"""The tier-2 skill that reads every line of text in an image (skills/ocr): what reads a question written only in
+the picture (`Registry.read_text`)."""
+READ_THE_QUESTION = "read the question written in the image"
+"""The input of that step, as traces show it."""
 
 
 def _check_entry(card: ModelCard, index: int, config: RegistryConfig) -> None:
@@ -240,11 +247,36 @@ class Registry:
         )
         # a model that carries the skill out by its instructions is asked (registry.vision); the skill's code is not
         entry = ask if ctx.skill.by_instructions(ctx.model.card.capabilities) else ctx.skill.run
+        return self._record(step, ctx, entry, start, key)
+
+    def read_text(self, images: list[str]) -> Step:
+        """The text written in the first image, as a step of the episode: the tier-2 `TEXT_READER` skill run with the
+        first model that can run it (`evidence`: the lines in reading order; no candidate answer). How a blank
+        question sent with an image is read (the whole question is in the picture); a failure is recorded like any
+        step's, and a registry without the skill or a model for it says so in the step's error."""
+        start = time.perf_counter()
+        spec = self.skills.get(TEXT_READER)
+        handle = self.model_for(spec) if spec is not None else None
+        if spec is None or handle is None:
+            return Step(model="", skill=TEXT_READER, input=READ_THE_QUESTION, error_kind=ErrorKind.EXPERT,
+                        error=f"no model of this registry runs the {TEXT_READER!r} skill, so no text can be read "
+                              "from the image")
+        ledger = Ledger(cancel=current_cancel())
+        ctx = SkillContext(registry=self, skill=spec, model=BoundExpert(handle, ledger), question="",
+                           image_refs=list(images[:1]), input=READ_THE_QUESTION, ledger=ledger)
+        step = Step(model=handle.card.name, skill=TEXT_READER, input=READ_THE_QUESTION)
+        return self._record(step, ctx, lambda c: SkillResult(evidence=spec.run(c).text, confidence=0.0), start, None)
+
+    def _record(self, step: Step, ctx: SkillContext, entry: Callable[[SkillContext], SkillResult], start: float,
+                key: str | None) -> Step:
+        """Run `entry(ctx)` within the skill time limit and record its result, or its failure with whose fault it
+        was, in `step` (cached under `key` when complete)."""
+        ledger = ctx.ledger
         try:
             result = run_abandonable(entry, ctx, timeout_s=self.config.skill_timeout_s, cancel=ledger.cancel)
             if not isinstance(result, SkillResult):
                 raise SkillError(
-                    f"skill {action.skill!r} returned {type(result).__name__}; a tier-1 skill returns SkillResult"
+                    f"skill {step.skill!r} returned {type(result).__name__}; a tier-1 skill returns SkillResult"
                 )
             step.evidence = result.evidence
             step.answer = None if result.answer is None else str(result.answer).strip() or None
@@ -257,14 +289,14 @@ class Registry:
             step.error, step.error_kind = str(exc), ErrorKind.EXPERT
         except FutureTimeout:
             step.error, step.error_kind = (
-                f"skill {action.skill!r} did not finish within {self.config.skill_timeout_s:g}s (skill_timeout_s)",
+                f"skill {step.skill!r} did not finish within {self.config.skill_timeout_s:g}s (skill_timeout_s)",
                 ErrorKind.SKILL,
             )
         except (OSError, MemoryError) as exc:  # the node's disk, memory or files, not the skill's logic
-            step.error, step.error_kind = (f"skill {action.skill!r} failed on this node: {exc.__class__.__name__}: "
+            step.error, step.error_kind = (f"skill {step.skill!r} failed on this node: {exc.__class__.__name__}: "
                                            f"{exc}", ErrorKind.NODE)
         except Exception as exc:  # skill code is a plug-in: contain it and record the crash (an episode boundary)
-            step.error, step.error_kind = f"skill {action.skill!r} crashed: {exc.__class__.__name__}: {exc}", ErrorKind.SKILL
+            step.error, step.error_kind = f"skill {step.skill!r} crashed: {exc.__class__.__name__}: {exc}", ErrorKind.SKILL
         step.cost = ledger.cost
         step.calls = [c.__dict__ for c in list(ledger.calls)]
         step.latency_s = time.perf_counter() - start

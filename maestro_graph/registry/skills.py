@@ -10,6 +10,7 @@ and the code are read on first use. Our own keys live under `metadata:` (strings
       entry: "skill.py:run"          # file inside the folder, and the function to call
       keywords: "chart, bar, plot"   # optional, read by the keyword-rules policy
       declines: "declines"           # optional: a function of the entry file, (request, choices) -> reason | None
+      images: "optional"             # optional: "required" (the default) or "optional" (see below)
 
 A skill whose answer hinges on what the question asks (a count, a sum, a code) can say from the question alone that
 it has nothing to answer with; `declines` says so before any model runs, the action space leaves such pairs out
@@ -23,6 +24,12 @@ body as the model's instructions, the question, options and images sent, the rep
 never the skill's code; `vision-chat` is the only alternative that has such a procedure. The `or-requires` line is
 left out of the hash of the skill's code (`code_hash`): the pairs that run the skill's code do not depend on it, so
 declaring the alternative keeps their profiles and cached steps valid. The value is therefore one line.
+
+What a skill reads: a skill looks at the request's images unless it says `images: "optional"` (it answers from the
+text alone when there is none: a word problem, a general question). Without an image the action space leaves out
+every pair of a skill that requires one (invalid-action masking again: the call could only fail on its input), so a
+text question reaches the text skills first. Like `or-requires`, the `images` line says when the skill is offered,
+not what its code does: it is left out of `code_hash` too, and is written on one line.
 
 Skill code is trusted: it is imported and run in-process with the process's rights, with no sandbox, like an
 installed package. Only the operator adds skill folders; nothing a client sends names one. Still, a broken or
@@ -51,7 +58,7 @@ from ..errors import SkillError
 
 __all__ = ["SkillSpec", "load_skill", "discover_skills", "MAX_NAME", "MAX_DESCRIPTION", "MAX_FRONT_MATTER",
            "MAX_SKILL_MD_BYTES",
-           "ALTERNATIVES"]
+           "ALTERNATIVES", "IMAGE_NEEDS"]
 
 MAX_NAME = 64
 MAX_DESCRIPTION = 1024
@@ -69,8 +76,12 @@ _FRONT_RE = re.compile(r"\A---\s*\n(.*?)\n---\s*(?:\n|\Z)(.*)\Z", re.S)
 ALTERNATIVES = frozenset({"vision-chat"})
 """Capabilities `or-requires` may name: those with a shared procedure that carries any skill out from its SKILL.md
 (registry.vision)."""
-_OR_REQUIRES_LINE = re.compile(rb"^[ \t]+or-requires:[^\n]*\n", re.M)
-"""The `metadata.or-requires` line of a SKILL.md, which the hash of the skill's code leaves out."""
+IMAGE_NEEDS = ("required", "optional")
+"""Values of `metadata.images`: whether the skill needs an image (the default) or answers from the text alone."""
+_OFFER_KEYS = ("or-requires", "images")
+"""Metadata keys that say when a skill is offered, not what its code does: their lines are left out of its hash."""
+_OFFER_LINE = re.compile(rb"^[ \t]+(?:" + b"|".join(k.encode() for k in _OFFER_KEYS) + rb"):[^\n]*\n", re.M)
+"""A line of a SKILL.md's front matter holding one of `_OFFER_KEYS`."""
 
 
 def _split_csv(value: str) -> tuple[str, ...]:
@@ -112,6 +123,9 @@ class SkillSpec:
     or_requires: tuple[str, ...] = ()
     """Capabilities with which a model carries the skill out by its instructions instead of its code (`vision-chat`);
     empty: only `requires`."""
+    needs_image: bool = True
+    """Whether a call without an image can only fail (`metadata.images`, default "required"): the action space leaves
+    such pairs out of a request without one."""
     _body: str | None = field(default=None, repr=False)
     _module: types.ModuleType | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -119,14 +133,14 @@ class SkillSpec:
     @cached_property
     def code_hash(self) -> str:
         """Hash of every file in the folder: a cached step is invalid once the skill's code or prompt changes. The
-        `or-requires` line is left out: it changes which other models can carry the skill out, not what its code
-        does."""
+        `or-requires` and `images` lines are left out: they change which models can carry the skill out and which
+        requests it is offered for, not what its code does."""
         digest = hashlib.sha256()
         for path in sorted(p for p in self.folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
             digest.update(str(path.relative_to(self.folder)).encode())
             data = path.read_bytes()
-            if path == self.skill_md and self.or_requires:  # the front matter's line: the first one of the file
-                data = _OR_REQUIRES_LINE.sub(b"", data, count=1)
+            if path == self.skill_md:
+                data = _without_offer_lines(data)
             digest.update(data)
         return digest.hexdigest()[:16]
 
@@ -222,6 +236,14 @@ class SkillSpec:
         return module
 
 
+def _without_offer_lines(skill_md: bytes) -> bytes:
+    """A SKILL.md without the `_OFFER_KEYS` lines of its front matter (the body is left as it is)."""
+    match = re.match(rb"\A---\s*\n(.*?\n)---", skill_md, re.S)
+    if match is None:
+        return skill_md
+    return skill_md[:match.start(1)] + _OFFER_LINE.sub(b"", match.group(1)) + skill_md[match.end(1):]
+
+
 def _problems(folder: Path, front: dict) -> list[tuple[str, str]]:
     """Every problem at once, as (field, message)."""
     problems: list[tuple[str, str]] = []
@@ -265,18 +287,22 @@ def _problems(folder: Path, front: dict) -> list[tuple[str, str]]:
                                     or not set(_split_csv(str(alternative))) <= ALTERNATIVES):
         problems.append(("metadata.or-requires", f"must be one of {sorted(ALTERNATIVES)} (the capabilities with a "
                                                  f"shared procedure); got {_shown(alternative)}"))
+    images = meta.get("images")
+    if images is not None and images not in IMAGE_NEEDS:
+        problems.append(("metadata.images", f"must be one of {list(IMAGE_NEEDS)} (whether the skill needs an image); "
+                                            f"got {_shown(images)}"))
     return problems
 
 
-def _one_line_alternative(front_text: str, front: dict) -> bool:
-    """Whether `metadata.or-requires` is written on one line, as the code hash (which leaves that line out)
-    needs: the front matter without the line reads as the front matter without the key."""
-    stripped = _OR_REQUIRES_LINE.sub(b"", (front_text + "\n").encode(), count=1).decode()
+def _one_line_offers(front_text: str, front: dict) -> bool:
+    """Whether each of `_OFFER_KEYS` is written on one line, as the code hash (which leaves those lines out)
+    needs: the front matter without the lines reads as the front matter without the keys."""
+    stripped = _OFFER_LINE.sub(b"", (front_text + "\n").encode()).decode()
     try:
         rest = _read_front(stripped, Path("SKILL.md"))
     except SkillError:
         return False
-    expected = {**front, "metadata": {k: v for k, v in front["metadata"].items() if k != "or-requires"}}
+    expected = {**front, "metadata": {k: v for k, v in front["metadata"].items() if k not in _OFFER_KEYS}}
     return rest == expected
 
 
@@ -302,9 +328,10 @@ def load_skill(folder: str | Path) -> SkillSpec:
             "; ".join(f"{f}: {m}" for f, m in problems), file=str(skill_md), field=", ".join(f for f, _ in problems)
         )
     meta = front["metadata"]
-    if "or-requires" in meta and not _one_line_alternative(match.group(1), front):
-        raise SkillError("write `or-requires: \"vision-chat\"` on one line of its own under `metadata:`",
-                         file=str(skill_md), field="metadata.or-requires")
+    offered = [k for k in _OFFER_KEYS if k in meta]
+    if offered and not _one_line_offers(match.group(1), front):
+        raise SkillError(f"write each of {offered} on one line of its own under `metadata:` (e.g. "
+                         "`or-requires: \"vision-chat\"`)", file=str(skill_md), field=f"metadata.{offered[0]}")
     file_part, _, func = meta["entry"].partition(":")
     return SkillSpec(
         name=front["name"],
@@ -318,6 +345,7 @@ def load_skill(folder: str | Path) -> SkillSpec:
         version=str(meta.get("version", "1")),
         declines_func=meta.get("declines"),
         or_requires=_split_csv(meta.get("or-requires", "")),
+        needs_image=meta.get("images", "required") == "required",
     )
 
 

@@ -26,7 +26,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..core.question_text import EMPTY_QUESTION, clean_question, question_problem
 from ..images.load import DECODE_MEMORY
 from ..registry import Registry
-from .episodes import THREAD_HEADER, Episode, EpisodeOutcome, EpisodeService, open_checkpointer
+from ..types import StopReason
+from .episodes import THREAD_HEADER, Episode, EpisodeOutcome, EpisodeService, open_checkpointer, open_image_store
 from .image_errors import resolve_images
 from .limits import BodyLimitMiddleware
 from .observability import RequestIdMiddleware
@@ -62,9 +63,10 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
     database close with the app."""
     settings = settings or ServeSettings()
     DECODE_MEMORY.configure(settings.decode_memory_mb * 1_000_000)  # process-wide: decoding memory is the process's
+    db = settings.checkpoint_db
     service = EpisodeService(
-        registry, settings,
-        checkpointer=open_checkpointer(settings.checkpoint_db) if settings.checkpoint_db else None,
+        registry, settings, checkpointer=open_checkpointer(db) if db else None,
+        store=open_image_store(db, retention_days=settings.image_retention_days) if db else None,
     )
 
     @asynccontextmanager
@@ -132,11 +134,12 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
             raise ApiError(400, "n_not_supported", f"n={chat.n}: an episode gives one answer; send n=1 (or omit it) "
                            "and repeat the request for more", param="n")
         parsed = parse_request(chat)
-        problem = question_problem(clean_question(parsed.question))
-        if problem:  # the graph's own check (blank or too long), made before an episode is admitted
-            code = "empty_request" if problem == EMPTY_QUESTION else "question_too_long"
-            raise ApiError(400, code, problem, param="messages")
         header_thread = request.headers.get(THREAD_HEADER)
+        may_have_image = bool(parsed.image_urls or any(t.get("images") for t in parsed.history)
+                              or chat.thread_id or header_thread)
+        problem = question_problem(clean_question(parsed.question), image=may_have_image)
+        if problem:  # the graph's own check (too long, blank with no image to read), before an episode is admitted
+            raise ApiError(400, _problem_code(problem), problem, param="messages")
         if header_thread is not None and not re.fullmatch(THREAD_ID_PATTERN, header_thread):
             raise ApiError(400, "invalid_thread_id", f"{THREAD_HEADER} must match {THREAD_ID_PATTERN}",
                            param="thread_id")
@@ -149,13 +152,16 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
             await run_in_threadpool(service.check_owner, requested_thread, principal)
         service.check_capacity(1, requested_thread)  # 409/429 before any image is decoded
         images = await run_in_threadpool(resolve_images, parsed.image_urls, settings)
+        history = [{**turn, "images": await run_in_threadpool(resolve_images, turn["images"], settings)}
+                   if turn.get("images") else turn for turn in parsed.history]
         episode = Episode(parsed.question, images, chat.choices, context, service.thread_for(requested_thread),
-                          history=parsed.history, owner=principal)
+                          history=history, owner=principal)
         headers = {THREAD_HEADER: episode.thread_id} if episode.thread_id else {}
         thread_id_var.set(episode.thread_id)
         completion_id = new_completion_id()
         if not chat.stream:
             outcome = await service.complete(episode, disconnected=request.is_disconnected)
+            _refused(outcome)
             return JSONResponse(completion_body(completion_id, settings.model_name, outcome.result.answer,
                                                 outcome.trace(), outcome.usage), headers=headers)
         include_usage = chat.stream_options is not None and chat.stream_options.include_usage
@@ -170,10 +176,28 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
     return app
 
 
+def _refused(outcome: EpisodeOutcome) -> None:
+    """The 400 of an episode its input stopped before any expert answered (a question that needs an image and a
+    conversation without one): the client must fix the request, and an empty answer would hide that."""
+    result = outcome.result
+    if result.stop == StopReason.INPUT_ERROR and result.answer is None:
+        detail = result.stop_detail or result.stop_reason
+        raise ApiError(400, _problem_code(detail), detail, param="messages",
+                       headers={THREAD_HEADER: outcome.thread_id} if outcome.thread_id else None)
+
+
+def _problem_code(problem: str) -> str:
+    """The error code of a question the graph cannot use."""
+    if problem.startswith(EMPTY_QUESTION):
+        return "empty_request"
+    return "question_too_long" if problem.startswith("the question has") else "input_error"
+
+
 async def _sse(completion_id: str, model: str, stream: AsyncIterator[dict[str, Any] | EpisodeOutcome], *,
                include_usage: bool) -> AsyncIterator[str]:
     """Steps as `maestro` chunks with an empty delta, then the answer as content, the usage chunk when asked for
-    (`stream_options.include_usage`), then `[DONE]`. An error after the stream began is its last chunk."""
+    (`stream_options.include_usage`), then `[DONE]`. An error after the stream began is its last chunk (an episode
+    its input stopped among them, `_refused`)."""
 
     def data(body: dict[str, Any]) -> str:
         return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
@@ -184,6 +208,7 @@ async def _sse(completion_id: str, model: str, stream: AsyncIterator[dict[str, A
             if not isinstance(item, EpisodeOutcome):
                 yield data(chunk_body(completion_id, model, {}, maestro=item))
                 continue
+            _refused(item)
             yield data(chunk_body(completion_id, model, {"content": item.result.answer or ""}))
             yield data(chunk_body(completion_id, model, {}, finish_reason="stop",
                                   maestro={"event": "done", **item.trace()}))

@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import contextvars
 import logging
-import sqlite3
 import threading
 import time
 import uuid
@@ -29,11 +28,13 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.store.base import BaseStore
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
 from ..core.cancellation import Cancelled, cancellable
 from ..episode.graph import MaestroContext, build_graph, checkpoint_serde
+from ..episode.storage import prune_thread, sqlite_checkpointer, sqlite_image_store
 from ..episode.runner import EpisodeResult, ThreadMode, episode_finished, thread_mode
 from ..errors import ServiceUnavailable, import_extra
 from ..policy import PolicyNotOffered
@@ -45,7 +46,8 @@ from .protocol import ApiError
 from .settings import ServeSettings
 from .thread_lease import Lease, ThreadLeases
 
-__all__ = ["Episode", "EpisodeOutcome", "EpisodeService", "open_checkpointer", "usage_of", "THREAD_HEADER"]
+__all__ = ["Episode", "EpisodeOutcome", "EpisodeService", "open_checkpointer", "open_image_store", "usage_of",
+           "THREAD_HEADER"]
 
 THREAD_HEADER = "X-Maestro-Thread-Id"
 """Request header naming the thread of an episode (same as the body's `thread_id`); responses echo it."""
@@ -66,11 +68,7 @@ def open_checkpointer(location: str | Path) -> BaseCheckpointSaver:
     own lock). An unreachable database is a ServiceUnavailable naming it."""
     text = str(location)
     if not text.startswith(_POSTGRES_SCHEMES):
-        path = Path(location)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        saver = SqliteSaver(sqlite3.connect(str(path), check_same_thread=False), serde=checkpoint_serde())
-        saver.setup()
-        return saver
+        return sqlite_checkpointer(location)
     postgres = import_extra("langgraph.checkpoint.postgres", "postgres", "a Postgres checkpoint database")
     pool_module = import_extra("psycopg_pool", "postgres", "a Postgres checkpoint database")
     from psycopg.rows import dict_row
@@ -93,6 +91,13 @@ def open_checkpointer(location: str | Path) -> BaseCheckpointSaver:
         raise ServiceUnavailable("Postgres (checkpoints)", _redacted(text), str(exc).splitlines()[0] if str(exc)
                                  else exc.__class__.__name__) from None
     return saver
+
+
+def open_image_store(location: str | Path, *, retention_days: float | None = None) -> BaseStore | None:
+    """The store that keeps a thread's images once per content digest beside the checkpoints of `--checkpoint-db`:
+    in a SQLite file, its own table (`episode.storage`); None for Postgres, whose checkpoints keep images inline."""
+    return None if str(location).startswith(_POSTGRES_SCHEMES) else sqlite_image_store(location,
+                                                                                        retention_days=retention_days)
 
 
 def _take_setup_lock(conn) -> None:
@@ -187,13 +192,15 @@ class EpisodeService:
     worker finishes (not when a client gives up), so the cap bounds the threads really busy."""
 
     def __init__(self, registry: Registry, settings: ServeSettings, *,
-                 checkpointer: BaseCheckpointSaver | None = None):
+                 checkpointer: BaseCheckpointSaver | None = None, store: BaseStore | None = None):
         self.settings = settings
         self.checkpointer = checkpointer
+        self.store = store
         self._store_errors = _store_errors(checkpointer)
         self._leases = _open_leases(checkpointer, settings)
         self.policies = settings.catalog()
-        self.graph = build_graph(registry, self.policies.get(), policies=self.policies, checkpointer=checkpointer)
+        self.graph = build_graph(registry, self.policies.get(), policies=self.policies, checkpointer=checkpointer,
+                                 store=store)
         self._slots = threading.BoundedSemaphore(settings.max_episodes)
         self._pool = ThreadPoolExecutor(settings.workers, thread_name_prefix="maestro-episode")
         self._lock = threading.Lock()
@@ -217,7 +224,7 @@ class EpisodeService:
         turns = min(max_turns or self.settings.max_turns, self.settings.max_turns)
         cost = min(self.settings.max_cost if max_cost is None else max_cost, self.settings.max_cost)
         return MaestroContext(max_turns=turns, max_cost=cost, policy=policy, greedy=True,
-                              reach_floor=self.settings.reach_floor)
+                              reach_floor=self.settings.reach_floor, episodes_kept=self.settings.episodes_kept)
 
     def thread_for(self, requested: str | None) -> str | None:
         """The thread id of a request: the client's, a new one when checkpointing is on, or None."""
@@ -365,6 +372,9 @@ class EpisodeService:
         if episode.lease is not None and episode.lease.lost:  # another replica may be running the thread now
             raise self._store_lost(episode, "the connection holding the thread's lease in the checkpoint database "
                                    "was lost, so the episode stopped at its last step")
+        if isinstance(self.checkpointer, SqliteSaver) and episode.thread_id and outcome.result.stop != \
+                StopReason.CANCELLED:  # between episodes: bound the thread's file (ServeSettings.checkpoints_kept)
+            prune_thread(self.checkpointer, episode.thread_id, keep=self.settings.checkpoints_kept)
         self.metrics.observe_outcome(outcome.result, ran)
         log.info("episode %s: %s in %.2f s", outcome_label(outcome.result), outcome.result.stop_reason,
                  outcome.result.latency_s)
@@ -523,6 +533,9 @@ class EpisodeService:
             self._leases.close()
         if self.checkpointer is not None:
             self.checkpointer.conn.close()
+        if self.store is not None:
+            self.store.stop_ttl_sweeper()
+            self.store.conn.close()
 
 
 def _open_leases(checkpointer: BaseCheckpointSaver | None, settings: ServeSettings) -> ThreadLeases | None:

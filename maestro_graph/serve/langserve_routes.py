@@ -28,7 +28,7 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableGenerator
 from langchain_core.runnables.config import get_config_list, patch_config
 from langchain_core.runnables.utils import AddableDict
 from langserve import add_routes
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.json_schema import SkipJsonSchema
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import RedirectResponse
@@ -75,22 +75,18 @@ class MaestroRequest(BaseModel):
     max_turns: Annotated[int, Field(ge=1)] | SkipJsonSchema[None] = Field(
         None, description="turn budget (capped by the server's)")
 
-    @field_validator("question")
-    @classmethod
-    def _asked(cls, question: str) -> str:
-        """The graph's own check (blank or too long), made where the input enters, as a typed input error."""
-        problem = question_problem(clean_question(question))
-        if problem:
-            raise ValueError(problem)
-        return question
-
     @model_validator(mode="after")
     def _some_image(self) -> "MaestroRequest":
+        """An image, and the graph's own check of the question (too long, or blank: a blank question is read from
+        the image), made where the input enters, as a typed input error."""
         if self.image_file:  # the type is read from the bytes when the image is checked
             self.images = [*self.images, f"data:image/png;base64,{self.image_file}"]
             self.image_file = None
         if not self.images:
             raise ValueError("the request has no image: send `images` (data URLs) or `image_file`")
+        problem = question_problem(clean_question(self.question), image=True)
+        if problem:
+            raise ValueError(problem)
         return self
 
 

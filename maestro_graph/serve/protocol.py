@@ -139,23 +139,33 @@ class ParsedRequest(BaseModel):
     question: str
     image_urls: list[str]
     history: list[Turn] = Field(default_factory=list)
-    """The earlier user questions and the assistant answers that followed them (their text parts), oldest first:
-    what a follow-up ("How many letters does it have?") refers to."""
+    """The earlier user questions (with the images they sent) and the assistant answers that followed them (their
+    text parts), oldest first: what a follow-up ("How many letters does it have?", "Do any two of them touch?")
+    refers to."""
 
 
 def _history(messages: list[ChatMessage]) -> list[Turn]:
-    """Earlier turns of a chat: each user message's text is a question, the next assistant message's text its
-    answer; system, developer and tool messages and non-text parts are not part of the conversation's content."""
+    """Earlier turns of a chat: each user message's text is a question and its `image_url` parts its images, the
+    next assistant message's text its answer; system, developer and tool messages and other parts are not part of
+    the conversation's content."""
     turns: list[Turn] = []
     for message in messages:
         content = message.content
+        parts = [] if isinstance(content, str) else content or []
         text = content if isinstance(content, str) else "\n".join(
-            p["text"] for p in content or [] if p.get("type") == "text" and isinstance(p.get("text"), str))
+            p["text"] for p in parts if p.get("type") == "text" and isinstance(p.get("text"), str))
         if message.role == "user":
-            turns.append(Turn(question=text, answer=None))
+            images = [url for p in parts if p.get("type") == "image_url" for url in [_url(p.get("image_url"))]
+                      if isinstance(url, str) and url]
+            turns.append(Turn(question=text, answer=None, **({"images": images} if images else {})))
         elif message.role == "assistant" and turns and turns[-1]["answer"] is None:
             turns[-1]["answer"] = text or None
     return turns
+
+
+def _url(ref: Any) -> Any:
+    """The URL of an `image_url` part's value (`{"url": ...}`, or the bare string some clients send)."""
+    return ref.get("url") if isinstance(ref, dict) else ref
 
 
 def parse_request(request: ChatRequest) -> ParsedRequest:
@@ -177,8 +187,7 @@ def parse_request(request: ChatRequest) -> ParsedRequest:
         if kind == "text" and isinstance(part.get("text"), str):
             texts.append(part["text"])
         elif kind == "image_url":
-            ref = part.get("image_url")
-            url = ref.get("url") if isinstance(ref, dict) else ref
+            url = _url(part.get("image_url"))
             if not isinstance(url, str) or not url:
                 raise ApiError(400, "invalid_image_url", "an image_url part needs {\"url\": \"...\"}",
                                param=f"{param}.{j}")

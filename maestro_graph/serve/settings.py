@@ -9,7 +9,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..core.configs import DEFAULT_MAX_COST, DEFAULT_MAX_TURNS, MAX_COST, MAX_TURNS
+from ..core.configs import (DEFAULT_CHECKPOINTS_KEPT, DEFAULT_EPISODES_KEPT, DEFAULT_MAX_COST, DEFAULT_MAX_TURNS, MAX_COST,
+                            MAX_EPISODES_KEPT, MAX_TURNS)
 from ..images.load import DECODE_MEMORY_BYTES
 from ..images.sources import DECODE_WAIT_S, ImageSources, host_entry
 from ..policy.catalog import DEFAULT_POLICY, SERVED_POLICIES, PolicyCatalog
@@ -75,6 +76,17 @@ class ServeSettings(BaseModel):
         None, description="checkpoints: a SQLite file, or a postgresql:// URL that several replicas share; episodes "
         "get thread ids and resume after a crash (on any replica, with Postgres)"
     )
+    episodes_kept: int = Field(
+        DEFAULT_EPISODES_KEPT, ge=1, le=MAX_EPISODES_KEPT, description="the most finished episodes a thread keeps "
+        "(the latest): each checkpoint of a long thread stays bounded (MaestroContext.episodes_kept)")
+    checkpoints_kept: int = Field(
+        DEFAULT_CHECKPOINTS_KEPT, ge=1, description="with a SQLite checkpoint_db: the checkpoints a thread keeps "
+        "once an episode ends (the latest; a resumed or replayed question needs only the last), so a long thread's "
+        "file stays bounded")
+    image_retention_days: float | None = Field(
+        None, gt=0, description="with a SQLite checkpoint_db, whose threads keep each image once by content digest: "
+        "delete a stored image not read for this many days (a follow-up about it then asks for it again; default: "
+        "kept as long as the database)")
     thread_lease_s: int = Field(
         10, ge=3, le=600, description="with a postgresql:// checkpoint_db, where one replica at a time runs a "
         "thread: how long a thread stays held after its replica's host vanished without closing its connection (a "

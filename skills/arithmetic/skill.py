@@ -140,9 +140,27 @@ def parse_problem(text: str) -> tuple[list[Quantity], str]:
     return quantities, asked
 
 
+_EXPRESSION_RE = re.compile(
+    r"^\s*(?:(?:what|how much) is|what's|compute|calculate|evaluate|work out|find)?\s*"
+    r"(?P<expr>[(\s]*\d[\d.,\s()]*(?:[-+*/×÷^][(\s]*\d[\d.,\s()]*)+)\s*(?:=\s*\??)?\s*[?.!]?\s*$", re.I)
+"""A question that is a written calculation and nothing else ("What is 17 * 23?", "(3 + 4) × 5 = ?")."""
+
+
+def _written_expression(text: str) -> str | None:
+    """The calculator expression of a question that is a written calculation, else None."""
+    match = _EXPRESSION_RE.match(text)
+    if match is None or match.group("expr").count("(") != match.group("expr").count(")"):
+        return None
+    expression = re.sub(r"(?<=\d),(?=\d{3}\b)", "", match.group("expr"))  # thousands separators
+    return " ".join(expression.replace("×", "*").replace("÷", "/").replace("^", "**").split()).rstrip(".")
+
+
 def plan(text: str) -> tuple[str, str, float] | None:
-    """(operation, calculator expression, confidence) for a word problem, or None without two quantities or
-    without a cue to the operation."""
+    """(operation, calculator expression, confidence) for a written calculation or a word problem, or None without
+    two quantities or without a cue to the operation."""
+    expression = _written_expression(text)
+    if expression is not None:
+        return "written calculation", expression, 0.95
     given, asked = parse_problem(text)
     if len(given) < 2:
         return None

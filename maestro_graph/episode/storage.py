@@ -1,0 +1,54 @@
+"""Where a thread lives on one machine: a SQLite file holding LangGraph's checkpoints and, beside them, a store of
+the thread's images kept once per content digest (`graph.IMAGE_NAMESPACE`), so a checkpoint holds references
+instead of the bytes. `maestro ask --checkpoint-db` and `maestro serve --checkpoint-db FILE` open it here."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.store.sqlite import SqliteStore
+
+from ..core.configs import DEFAULT_CHECKPOINTS_KEPT
+from .graph import checkpoint_serde
+
+__all__ = ["prune_thread", "sqlite_checkpointer", "sqlite_image_store"]
+
+
+def sqlite_checkpointer(path: str | Path) -> SqliteSaver:
+    """The checkpointer of the SQLite file at `path` (created with its tables when missing), with Maestro's
+    serializer."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    saver = SqliteSaver(sqlite3.connect(str(path), check_same_thread=False), serde=checkpoint_serde())
+    saver.setup()
+    return saver
+
+
+def sqlite_image_store(path: str | Path, *, retention_days: float | None = None) -> SqliteStore:
+    """The image store in the SQLite file at `path`, beside its checkpoints. With `retention_days`, a stored image
+    not read for that long is deleted by a sweeper thread of the store's own (each read renews it; a thread that
+    asks about it later is told to send it again)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    ttl = None if retention_days is None else {"default_ttl": retention_days * 24 * 60, "refresh_on_read": True,
+                                               "sweep_interval_minutes": 60}
+    store = SqliteStore(sqlite3.connect(str(path), check_same_thread=False, isolation_level=None), ttl=ttl)
+    store.setup()
+    if ttl is not None:
+        store.start_ttl_sweeper()
+    return store
+
+
+def prune_thread(saver: SqliteSaver, thread_id: str, *, keep: int = DEFAULT_CHECKPOINTS_KEPT) -> int:
+    """Delete all but the `keep` latest checkpoints of a thread (and their pending writes) from a SQLite
+    checkpointer, so a long thread's file stays bounded; call it between episodes, never while one runs on the
+    thread. Returns how many checkpoints went."""
+    with saver.lock, saver.conn:
+        gone = saver.conn.execute(
+            "DELETE FROM checkpoints WHERE thread_id = ? AND checkpoint_id NOT IN (SELECT checkpoint_id FROM "
+            "checkpoints WHERE thread_id = ? ORDER BY checkpoint_id DESC LIMIT ?)", (thread_id, thread_id, keep),
+        ).rowcount
+        saver.conn.execute("DELETE FROM writes WHERE thread_id = ? AND checkpoint_id NOT IN (SELECT checkpoint_id FROM "
+                           "checkpoints WHERE thread_id = ?)", (thread_id, thread_id))
+    return gone
