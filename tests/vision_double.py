@@ -4,9 +4,12 @@ model (or a hosted OpenAI-compatible API), which no machine of the test suite ca
 `VisionEndpointDouble` is a real HTTP server on 127.0.0.1 that speaks OpenAI chat completions. It validates every
 request as such (model name, messages, roles, content parts, `image_url` data URLs that decode as images), answers
 400 naming the problem when one is not, records what it received (`requests`: the system text, the user text, the
-decoded images) and answers deterministically: from its `lookup` (question and image digest to answer, which a test
-builds from a labelled task file, so the double is right on exactly the items the test chooses), else the first of
-`replies` whose pattern the user text matches, with a `usage` that counts words and images. Its `behaviour` makes it fail the ways real endpoints do: an HTTP status (429,
+decoded images) and answers deterministically: from its `lookup` (image digest to the questions asked of it, each
+with its answer, a wrong answer of the same form and the instructions it needs, which a test builds from a labelled
+task file), else the first of `replies` whose pattern the user text matches, with a `usage` that counts words and
+images. A lookup entry is answered right only when the request's system message is the entry's instructions (the
+`SKILL.md` body of the skill that fits the item), as a model told to read a table answers a chart question worse
+than one told to read a chart: a test can tell which skill's instructions a pair sent by the answer it gets. Its `behaviour` makes it fail the ways real endpoints do: an HTTP status (429,
 503...), a malformed body, or no answer at all (a hang past the client's timeout). With `delay_s` each answer takes
 that long, as on a busy model server, and `peak` counts the most requests it was answering at once.
 
@@ -30,7 +33,7 @@ from typing import Any
 
 from PIL import Image
 
-__all__ = ["IMAGE_TOKENS", "Received", "VisionEndpointDouble", "image_digest"]
+__all__ = ["IMAGE_TOKENS", "Asked", "Received", "VisionEndpointDouble", "image_digest"]
 
 IMAGE_TOKENS = 256
 """Prompt tokens the double counts per image (what a Qwen-VL model spends on a ~450-pixel image)."""
@@ -47,6 +50,20 @@ class Received:
     user_text: str
     images: list[Image.Image] = field(default_factory=list)
     formats: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A question asked of an image in a double's `lookup`: `answer` when the request carries `instructions` as its
+    system message (or `instructions` is None), else `wrong`."""
+
+    question: str
+    answer: str
+    wrong: str
+    instructions: str | None = None
+
+    def reply(self, system: str) -> str:
+        return self.answer if self.instructions is None or system.strip() == self.instructions.strip() else self.wrong
 
 
 def image_digest(image: Image.Image) -> str:
@@ -118,13 +135,13 @@ def _parse(body: Any, model: str) -> Received:
 class VisionEndpointDouble:
     """A vision-language chat endpoint on a loopback port (a context manager). `url` is the base URL a card's
     `backend.base_url` takes; `replies` are (regex over the user text, reply) pairs, the first match answering, else
-    `default`; `lookup` maps an image digest (`image_digest`) to the (question, answer) pairs asked of that image,
-    and answers a request holding that image first (the question sharing most words with the user text, where one
-    image has several); `behaviour` is "answer", an HTTP status to fail with, "malformed" or "hang"."""
+    `default`; `lookup` maps an image digest (`image_digest`) to the questions asked of that image (`Asked`), and
+    answers a request holding that image first (the question sharing most words with the user text, where one image
+    has several), right only under the instructions the entry names; `behaviour` is "answer", an HTTP status to fail with, "malformed" or "hang"."""
 
     def __init__(self, model: str = "vlm-double", replies: list[tuple[str, str]] | None = None,
                  default: str = "I cannot tell.", hang_s: float = 3.0,
-                 lookup: dict[str, list[tuple[str, str]]] | None = None, delay_s: float = 0.0, port: int = 0):
+                 lookup: dict[str, list[Asked]] | None = None, delay_s: float = 0.0, port: int = 0):
         self.model = model
         self.port = port
         """The port to listen on (0: a free one chosen at start)."""
@@ -156,7 +173,7 @@ class VisionEndpointDouble:
         asked = [entry for image in received.images for entry in self.lookup.get(image_digest(image), [])]
         if asked:
             words = _words(received.user_text)
-            return max(asked, key=lambda entry: len(_words(entry[0]) & words))[1]
+            return max(asked, key=lambda entry: len(_words(entry.question) & words)).reply(received.system)
         return next((reply for pattern, reply in self.replies if re.search(pattern, received.user_text, re.I)),
                     self.default)
 
