@@ -39,6 +39,9 @@ def merge(registry: Registry, base_path: Path, part_path: Path | None) -> tuple[
     base = ProfileFile.model_validate(json.loads(base_path.read_text()))
     part = ProfileFile.model_validate(json.loads(part_path.read_text())) if part_path else base.model_copy(
         update={"pairs": []})
+    if part.unmeasured:
+        raise SystemExit(f"{part_path}: {[u.pair for u in part.unmeasured]} were not measured (their calls failed: "
+                         f"{part.unmeasured[0].reason}); profile them again once their endpoints answer")
     fresh = {e.pair: e for e in part.pairs}
     stale = [pair for pair, entry in fresh.items() if current.get(pair) != entry.fingerprint]
     if stale:
