@@ -78,9 +78,9 @@ def test_the_shipped_vlm_registry_pairs_its_cards_and_names_the_missing_key(monk
     monkeypatch.delenv("VLM_API_KEY", raising=False)
     registry = Registry.load(ROOT / "configs" / "registry-vlm.yaml")
     cards = [h.card for h in registry.models.values() if "vision-chat" in h.card.capabilities]
-    assert len(cards) == 3 and all(c.max_input_side and c.cost.per_1k_tokens for c in cards)
-    hosted = next(c for c in cards if c.backend.api_key_env)
-    assert "VLM_API_KEY" in registry.models[hosted.name].unavailable_reason()
+    assert len(cards) == 4 and all(c.max_input_side and c.cost.per_1k_tokens for c in cards)
+    hosted = [c for c in cards if c.backend.api_key_env]
+    assert len(hosted) == 2 and all("VLM_API_KEY" in registry.models[c.name].unavailable_reason() for c in hosted)
     served = [c.name for c in cards if not c.backend.api_key_env]
     pairs = set(registry.pair_ids())
     assert all(f"{name}@@{skill}" in pairs for name in served for skill in VISION_SKILLS)

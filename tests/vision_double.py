@@ -13,6 +13,12 @@ than one told to read a chart: a test can tell which skill's instructions a pair
 503...), a malformed body, or no answer at all (a hang past the client's timeout). With `delay_s` each answer takes
 that long, as on a busy model server, and `peak` counts the most requests it was answering at once.
 
+With `reasoning=True` it is strict the way OpenAI's reasoning models (o-series, GPT-5 class) are, as their API
+reference documents: `max_tokens` is refused (400, "use 'max_completion_tokens' instead"), so is a temperature other
+than the default 1 and a request field such a model does not know; `detail` of an image part must be low, high or
+auto; the reply's `usage` counts hidden reasoning tokens inside `completion_tokens` and reports them under
+`completion_tokens_details.reasoning_tokens`.
+
 Run as a program, `vision_double.py serve MODEL --port PORT [vllm serve's other options]`, it stands in for the
 `vllm serve` command (scripts/serve-vlm.sh's `VLLM`), answering every question with `--reply` until it is stopped.
 """
@@ -33,10 +39,18 @@ from typing import Any
 
 from PIL import Image
 
-__all__ = ["IMAGE_TOKENS", "Asked", "Received", "VisionEndpointDouble", "image_digest"]
+__all__ = ["IMAGE_TOKENS", "REASONING_TOKENS", "Asked", "Received", "VisionEndpointDouble", "image_digest"]
 
 IMAGE_TOKENS = 256
 """Prompt tokens the double counts per image (what a Qwen-VL model spends on a ~450-pixel image)."""
+REASONING_TOKENS = 192
+"""Hidden reasoning tokens a strict (reasoning) double reports per reply, inside completion_tokens."""
+REASONING_FIELDS = frozenset({"model", "messages", "max_completion_tokens", "temperature", "reasoning_effort",
+                              "response_format", "seed", "n", "user", "metadata", "store", "stream"})
+"""The request fields a strict double takes (OpenAI's chat completions for a reasoning model, minus sampling
+parameters it refuses)."""
+_DETAILS = ("low", "high", "auto")
+_EFFORTS = ("minimal", "low", "medium", "high")
 _NOT_FOUND = b'{"error": {"message": "not found"}}'
 _DATA_URL_RE = re.compile(r"^data:image/(png|jpeg|webp|gif);base64,([A-Za-z0-9+/=]+)$")
 
@@ -50,6 +64,8 @@ class Received:
     user_text: str
     images: list[Image.Image] = field(default_factory=list)
     formats: list[str] = field(default_factory=list)
+    headers: dict[str, str] = field(default_factory=dict)
+    """The HTTP headers, names in lower case."""
 
 
 @dataclass(frozen=True)
@@ -95,10 +111,32 @@ def _decode_image(url: Any) -> tuple[Image.Image, str]:
     return image, image.format.lower()
 
 
-def _parse(body: Any, model: str) -> Received:
-    """The request decoded, or _Invalid naming the first problem (what a vLLM server would refuse)."""
+def _reasoning_problem(body: dict) -> str | None:
+    """What OpenAI answers 400 for in a request to a reasoning model, or None."""
+    if "max_tokens" in body:
+        return ("Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' "
+                "instead.")
+    if "temperature" in body and body["temperature"] != 1:
+        return (f"Unsupported value: 'temperature' does not support {body['temperature']} with this model. Only the "
+                "default (1) value is supported.")
+    unknown = sorted(set(body) - REASONING_FIELDS)
+    if unknown:
+        return f"Unrecognized request argument supplied: {unknown[0]}"
+    if not isinstance(body.get("max_completion_tokens", 1), int):
+        return "Invalid type for 'max_completion_tokens': expected an integer."
+    if body.get("reasoning_effort", "low") not in _EFFORTS:
+        return f"Invalid value for 'reasoning_effort': supported values are {list(_EFFORTS)}."
+    return None
+
+
+def _parse(body: Any, model: str, reasoning: bool = False) -> Received:
+    """The request decoded, or _Invalid naming the first problem (what a vLLM server, or with `reasoning` OpenAI
+    for a reasoning model, would refuse)."""
     if not isinstance(body, dict) or body.get("model") != model:
         raise _Invalid(f"model must be {model!r}; got {body.get('model') if isinstance(body, dict) else body!r}")
+    problem = _reasoning_problem(body) if reasoning else None
+    if problem:
+        raise _Invalid(problem)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _Invalid("messages must be a non-empty list")
@@ -117,6 +155,8 @@ def _parse(body: Any, model: str) -> Received:
             if kind == "text" and isinstance(part.get("text"), str):
                 text = part["text"]
             elif kind == "image_url" and message["role"] == "user" and isinstance(part.get("image_url"), dict):
+                if part["image_url"].get("detail", "auto") not in _DETAILS:
+                    raise _Invalid(f"messages[{i}]: image_url.detail must be one of {list(_DETAILS)}")
                 image, fmt = _decode_image(part["image_url"].get("url"))
                 images.append(image)
                 formats.append(fmt)
@@ -141,8 +181,11 @@ class VisionEndpointDouble:
 
     def __init__(self, model: str = "vlm-double", replies: list[tuple[str, str]] | None = None,
                  default: str = "I cannot tell.", hang_s: float = 3.0,
-                 lookup: dict[str, list[Asked]] | None = None, delay_s: float = 0.0, port: int = 0):
+                 lookup: dict[str, list[Asked]] | None = None, delay_s: float = 0.0, port: int = 0,
+                 reasoning: bool = False):
         self.model = model
+        self.reasoning = reasoning
+        """Strict as a reasoning model's API (see the module's docstring)."""
         self.port = port
         """The port to listen on (0: a free one chosen at start)."""
         self.replies = list(replies or [])
@@ -177,19 +220,19 @@ class VisionEndpointDouble:
         return next((reply for pattern, reply in self.replies if re.search(pattern, received.user_text, re.I)),
                     self.default)
 
-    def _counted(self, raw: bytes) -> tuple[int, bytes]:
+    def _counted(self, raw: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
         """`_respond`, after `delay_s`, counted in `in_flight` and `peak` while it runs."""
         with self._lock:
             self.in_flight += 1
             self.peak = max(self.peak, self.in_flight)
         try:
             time.sleep(self.delay_s)
-            return self._respond(raw)
+            return self._respond(raw, headers)
         finally:
             with self._lock:
                 self.in_flight -= 1
 
-    def _respond(self, raw: bytes) -> tuple[int, bytes]:
+    def _respond(self, raw: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
         with self._lock:
             self.posts += 1
         if isinstance(self.behaviour, int):
@@ -197,7 +240,8 @@ class VisionEndpointDouble:
         if self.behaviour == "hang":
             time.sleep(self.hang_s)
         try:
-            received = _parse(json.loads(raw), self.model)
+            received = _parse(json.loads(raw), self.model, self.reasoning)
+            received.headers = headers
         except (_Invalid, ValueError) as exc:
             with self._lock:
                 self.problems.append(str(exc))
@@ -208,8 +252,11 @@ class VisionEndpointDouble:
             return 200, b'{"choices": [{"message": '
         reply = self.reply_for(received)
         words = len((received.system + " " + received.user_text).split())
-        usage = {"prompt_tokens": words + IMAGE_TOKENS * len(received.images),
-                 "completion_tokens": max(1, len(reply.split()))}
+        usage: dict[str, Any] = {"prompt_tokens": words + IMAGE_TOKENS * len(received.images),
+                                 "completion_tokens": max(1, len(reply.split()))}
+        if self.reasoning:
+            usage["completion_tokens"] += REASONING_TOKENS
+            usage["completion_tokens_details"] = {"reasoning_tokens": REASONING_TOKENS}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         return 200, json.dumps({"id": f"chatcmpl-{self.posts}", "object": "chat.completion", "model": self.model,
                                 "choices": [{"index": 0, "finish_reason": "stop",
@@ -232,7 +279,8 @@ class VisionEndpointDouble:
 
             def do_POST(self):  # noqa: N802 - the http.server naming
                 raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                self.send_json(*(double._counted(raw) if self.path == "/v1/chat/completions"
+                headers = {name.lower(): value for name, value in self.headers.items()}
+                self.send_json(*(double._counted(raw, headers) if self.path == "/v1/chat/completions"
                                  else (404, _NOT_FOUND)))
 
             def do_GET(self):  # noqa: N802 - the http.server naming; what `vllm serve` answers once it is up
