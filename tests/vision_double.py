@@ -303,9 +303,13 @@ class VisionEndpointDouble:
 
 
 def _serve_like_vllm() -> None:
-    """`vllm serve MODEL --port PORT ...` as scripts/serve-vlm.sh runs it, answering `--reply` until SIGTERM."""
+    """`vllm serve MODEL --port PORT ...` as scripts/serve-vlm.sh runs it, answering `--reply` until SIGTERM. It
+    first prints when it started, its arguments and CUDA_VISIBLE_DEVICES as one JSON line, and, like vLLM loading
+    a model, takes `--startup-s` before it listens."""
     import argparse
+    import os
     import signal
+    import sys
 
     parser = argparse.ArgumentParser()
     parser.add_argument("command", choices=["serve"])
@@ -313,11 +317,15 @@ def _serve_like_vllm() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--served-model-name", default=None)
     parser.add_argument("--reply", default="7")
+    parser.add_argument("--startup-s", type=float, default=float(os.environ.get("DOUBLE_STARTUP_S", "0")))
     args, _vllm_options = parser.parse_known_args()
+    print(json.dumps({"started": time.time(), "argv": sys.argv[1:],
+                      "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}), flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    time.sleep(args.startup_s)
     with VisionEndpointDouble(args.served_model_name or args.model, default=args.reply, port=args.port):
-        print(f"serving {args.model} on 127.0.0.1:{args.port}", flush=True)
+        print(json.dumps({"listening": time.time()}), flush=True)
         stop.wait()
 
 
