@@ -1,11 +1,13 @@
 """Any OpenAI-compatible chat endpoint (`vllm serve`, a hosted API) as a `chat` / `vision-chat` expert.
 
-Messages go out as they are (images in them are already data URLs). Every failure becomes an ExpertError that names
-the URL and what went wrong, with its kind (`ExpertFailure`), so the episode records whose fault it was and goes on:
-the endpoint unreachable or overloaded (unavailable; retried), rate-limited (HTTP 429: unavailable; retried), timed
-out (retried), the request too large for it (HTTP 413: rejected, e.g. images above what it takes; not retried, not
-held against the endpoint), another HTTP error with the server's message, or a reply that is not a chat completion
-(wrong type).
+Messages go out as they are (images in them are already data URLs), with what the card says to send: its token limit
+under the field it names (`max_tokens`, or `max_completion_tokens` for OpenAI's reasoning models, which refuse the
+other), its temperature unless unset, each image part's `detail`, its `extra_body` fields and its headers. Every
+failure becomes an ExpertError that names the URL and what went wrong, with its kind (`ExpertFailure`), so the
+episode records whose fault it was and goes on: the endpoint unreachable or overloaded (unavailable; retried),
+rate-limited (HTTP 429: unavailable; retried), timed out (retried), the request too large for it (HTTP 413: rejected,
+e.g. images above what it takes; not retried, not held against the endpoint), another HTTP error with the server's
+message, or a reply that is not a chat completion (wrong type).
 """
 
 from __future__ import annotations
