@@ -4,14 +4,15 @@ model (or a hosted OpenAI-compatible API), which no machine of the test suite ca
 `VisionEndpointDouble` is a real HTTP server on 127.0.0.1 that speaks OpenAI chat completions. It validates every
 request as such (model name, messages, roles, content parts, `image_url` data URLs that decode as images), answers
 400 naming the problem when one is not, records what it received (`requests`: the system text, the user text, the
-decoded images) and answers deterministically: from its `lookup` (image digest to the questions asked of it, each
-with its answer, a wrong answer of the same form and the instructions it needs, which a test builds from a labelled
-task file), else the first of `replies` whose pattern the user text matches, with a `usage` that counts words and
-images. A lookup entry is answered right only when the request's system message is the entry's instructions (the
-`SKILL.md` body of the skill that fits the item), as a model told to read a table answers a chart question worse
-than one told to read a chart: a test can tell which skill's instructions a pair sent by the answer it gets. Its `behaviour` makes it fail the ways real endpoints do: an HTTP status (429,
-503...), a malformed body, or no answer at all (a hang past the client's timeout). With `delay_s` each answer takes
-that long, as on a busy model server, and `peak` counts the most requests it was answering at once.
+decoded images) and answers deterministically: from its `lookup` (image digest to the questions asked of it, each with
+its answer, a wrong answer of the same form and the instructions it needs, which a test builds from a labelled task
+file), else the first of `replies` whose pattern the user text matches, with a `usage` that counts words and images. A
+lookup entry is answered right only when the request's system message is the entry's instructions (the `SKILL.md` body
+of the skill that fits the item), as a model told to read a table answers a chart question worse than one told to read a
+chart: a test can tell which skill's instructions a pair sent by the answer it gets. Its `behaviour` makes it fail the
+ways real endpoints do: an HTTP status (429, 503...), a malformed body, or no answer at all (a hang past the client's
+timeout). With `delay_s` each answer takes that long, as on a busy model server, and `peak` counts the most requests it
+was answering at once.
 
 With `reasoning=True` it is strict the way OpenAI's reasoning models (o-series, GPT-5 class) are, as their API
 reference documents: `max_tokens` is refused (400, "use 'max_completion_tokens' instead"), so is a temperature other
@@ -176,8 +177,9 @@ class VisionEndpointDouble:
     """A vision-language chat endpoint on a loopback port (a context manager). `url` is the base URL a card's
     `backend.base_url` takes; `replies` are (regex over the user text, reply) pairs, the first match answering, else
     `default`; `lookup` maps an image digest (`image_digest`) to the questions asked of that image (`Asked`), and
-    answers a request holding that image first (the question sharing most words with the user text, where one image
-    has several), right only under the instructions the entry names; `behaviour` is "answer", an HTTP status to fail with, "malformed" or "hang"."""
+    answers a request holding that image first (the question sharing most words with the user text, where one image has
+    several), right only under the instructions the entry names; `behaviour` is "answer", an HTTP status to fail with,
+    "malformed" or "hang"."""
 
     def __init__(self, model: str = "vlm-double", replies: list[tuple[str, str]] | None = None,
                  default: str = "I cannot tell.", hang_s: float = 3.0,

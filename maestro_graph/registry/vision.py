@@ -9,12 +9,12 @@ entry, and a skill whose steps choose crops or zooms passes them as `images`.
 What goes out: the SKILL.md body as the system message, the conversation so far as text turns, then one user message
 with the images as `image_url` parts (PNG data URLs, downscaled to the card's `max_input_side`; JPEG when the PNG is
 above the card's `max_image_bytes`; refused with `ImageTooLarge` when even that is) and the question, its options
-labelled A, B, C... and what form the reply must take. A card that gives its served model's context
-(`max_model_len`) and image arithmetic (`image_tokens`) has each request counted before it is sent
-(registry.image_budget): images that would not fit beside the text and the reply are downscaled until they do, and
-a request that cannot fit even so is refused with `TokenBudgetExceeded`, naming the counts and the fields. What comes back is parsed into the answer form the question
-asks for (answer_form.expected_form): the option for options, Yes/No, a number without its units, else a short text.
-Cost, timeout, concurrency, retries and the breaker are the card's, through the expert handle like every call.
+labelled A, B, C... and what form the reply must take. A card that gives its served model's context (`max_model_len`)
+and image arithmetic (`image_tokens`) has each request counted before it is sent (registry.image_budget): images that
+would not fit beside the text and the reply are downscaled until they do, and a request that cannot fit even so is
+refused with `TokenBudgetExceeded`, naming the counts and the fields. What comes back is parsed into the answer form the
+question asks for (answer_form.expected_form): the option for options, Yes/No, a number without its units, else a short
+text. Cost, timeout, concurrency, retries and the breaker are the card's, through the expert handle like every call.
 """
 
 from __future__ import annotations
