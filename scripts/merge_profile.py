@@ -8,7 +8,8 @@ holding just those pairs is profiled, and its entries and reach are merged here:
 and the reach (registry.reach.Reach.merged) gets the part's outcomes in the base's rows when the part was measured on
 the same calibration files in the same order, else as rows of their own (each pair's estimates then use the items it
 was measured on). The registry's pairs that neither file measured are recorded in the reach as measured on no item,
-so reading it warns of nothing while its estimates still say nothing while such a pair may be called; without
+so reading it warns of nothing while its estimates still say nothing while such a pair may be called. A part with
+unmeasured pairs (their calls failed while profiling: `maestro registry profile` exited non-zero) is refused; without
 `--part` the script only does that, carrying a profile over to a registry with more pairs (the packaged default
 registry is the training registry plus the chat model, which is never profiled: minutes per call on a CPU).
 
