@@ -594,7 +594,8 @@ def registry_profile(
     profile, reach = outcomes.write_profile(reg, " + ".join(map(str, tasks)), target)
     for entry in profile.pairs:
         family = "unknown" if entry.family_accuracy is None else f"{entry.family_accuracy:.3f}"
-        console.print(f"{entry.pair}: {entry.accuracy:.3f} on {entry.items} items, {family} on the "
+        failed = f" ({entry.failures} failed calls left out)" if entry.failures else ""
+        console.print(f"{entry.pair}: {entry.accuracy:.3f} on {entry.items} items{failed}, {family} on the "
                       f"{entry.family_items} its family answers, mean cost {entry.mean_cost:g}")
     sources = Table("source", "items", "best single pair", "its accuracy", "oracle (any pair right)",
                     title="per source: what one pair reaches, and what any pair does")
@@ -610,6 +611,11 @@ def registry_profile(
     else:
         console.print(f"wrote {target}; policies read it once the registry file has `profile: {target.name}` "
                       "(a path relative to the registry file)")
+    if profile.unmeasured:
+        for pair in profile.unmeasured:
+            err.print(f"[red]not measured[/red] {pair.pair}: {escape(pair.reason)}")
+        _fail(f"{len(profile.unmeasured)} pairs were not measured (their calls failed; no accuracy was written for "
+              "them): make their endpoints answer and profile again")
 
 
 @app.command()

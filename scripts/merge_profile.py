@@ -8,7 +8,8 @@ holding just those pairs is profiled, and its entries and reach are merged here:
 and the reach (registry.reach.Reach.merged) gets the part's outcomes in the base's rows when the part was measured on
 the same calibration files in the same order, else as rows of their own (each pair's estimates then use the items it
 was measured on). The registry's pairs that neither file measured are recorded in the reach as measured on no item,
-so reading it warns of nothing while its estimates still say nothing while such a pair may be called; without
+so reading it warns of nothing while its estimates still say nothing while such a pair may be called. A part with
+unmeasured pairs (their calls failed while profiling: `maestro registry profile` exited non-zero) is refused; without
 `--part` the script only does that, carrying a profile over to a registry with more pairs (the packaged default
 registry is the training registry plus the chat model, which is never profiled: minutes per call on a CPU).
 
@@ -39,6 +40,9 @@ def merge(registry: Registry, base_path: Path, part_path: Path | None) -> tuple[
     base = ProfileFile.model_validate(json.loads(base_path.read_text()))
     part = ProfileFile.model_validate(json.loads(part_path.read_text())) if part_path else base.model_copy(
         update={"pairs": []})
+    if part.unmeasured:
+        raise SystemExit(f"{part_path}: {[u.pair for u in part.unmeasured]} were not measured (their calls failed: "
+                         f"{part.unmeasured[0].reason}); profile them again once their endpoints answer")
     fresh = {e.pair: e for e in part.pairs}
     stale = [pair for pair, entry in fresh.items() if current.get(pair) != entry.fingerprint]
     if stale:

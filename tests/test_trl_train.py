@@ -261,7 +261,7 @@ def test_gpu_config_code_path_runs_one_step_on_cpu_with_the_tiny_model(tmp_path)
     log = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
     steps = [h for h in log if "rewards/format_errors/mean" in h]
     assert len(steps) == 1 and steps[0]["step"] == 1 and "completions/mean_length" in steps[0]
-    assert (tmp_path / "run" / "final" / "config.json").is_file()
+    assert (tmp_path / "run" / "final" / "adapter_config.json").is_file()  # the recipe trains a LoRA adapter
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where there is no GPU")

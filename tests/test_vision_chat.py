@@ -78,9 +78,9 @@ def test_the_shipped_vlm_registry_pairs_its_cards_and_names_the_missing_key(monk
     monkeypatch.delenv("VLM_API_KEY", raising=False)
     registry = Registry.load(ROOT / "configs" / "registry-vlm.yaml")
     cards = [h.card for h in registry.models.values() if "vision-chat" in h.card.capabilities]
-    assert len(cards) == 3 and all(c.max_input_side and c.cost.per_1k_tokens for c in cards)
-    hosted = next(c for c in cards if c.backend.api_key_env)
-    assert "VLM_API_KEY" in registry.models[hosted.name].unavailable_reason()
+    assert len(cards) == 4 and all(c.max_input_side and c.cost.per_1k_tokens for c in cards)
+    hosted = [c for c in cards if c.backend.api_key_env]
+    assert len(hosted) == 2 and all("VLM_API_KEY" in registry.models[c.name].unavailable_reason() for c in hosted)
     served = [c.name for c in cards if not c.backend.api_key_env]
     pairs = set(registry.pair_ids())
     assert all(f"{name}@@{skill}" in pairs for name in served for skill in VISION_SKILLS)
@@ -217,26 +217,38 @@ def test_an_oversized_image_is_downscaled_or_refused_by_name(tmp_path):
 
 def test_serve_vlm_starts_a_vllm_server_per_loopback_vision_card():
     """scripts/serve-vlm.sh reads the registry as Maestro does; --dry-run prints the `vllm serve` commands (the GPU
-    servers themselves cannot run here)."""
+    servers themselves cannot run here), shell-quoted: each pastes as the argument list it runs."""
     import os
+    import shlex
     import subprocess
     import sys
 
-    done = subprocess.run([str(ROOT / "scripts" / "serve-vlm.sh"), "--dry-run", "configs/registry-vlm.yaml"],
-                          cwd=ROOT, env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True,
-                          timeout=60)
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
-    assert [line.split(":")[0] for line in lines] == ["qwen2.5-vl-7b", "qwen3-vl-8b"]  # not the hosted card
-    assert "vllm serve Qwen/Qwen2.5-VL-7B-Instruct --host 127.0.0.1 --port 8101" in lines[0]
-    assert "--served-model-name Qwen/Qwen3-VL-8B-Instruct" in lines[1] and "--gpu-memory-utilization 0.45" in lines[1]
+    def dry_run(**env: str) -> list[str]:
+        done = subprocess.run([str(ROOT / "scripts" / "serve-vlm.sh"), "--dry-run", "configs/registry-vlm.yaml"],
+                              cwd=ROOT, env={**os.environ, "PYTHON": sys.executable, **env}, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+
+    lines = dry_run(GPUS="1")
+    assert [line.split(":")[0] for line in lines] == ["qwen2.5-vl-7b", "qwen3-vl-8b"]  # not the hosted cards
+    argv = [shlex.split(line.split(": ", 1)[1]) for line in lines]
+    assert argv[0][:7] == ["vllm", "serve", "Qwen/Qwen2.5-VL-7B-Instruct", "--host", "127.0.0.1", "--port", "8101"]
+    for words in argv:  # one GPU: the shares add up to 0.9; the context is the card's max_model_len
+        assert words[words.index("--gpu-memory-utilization") + 1] == "0.45"
+        assert words[words.index("--max-model-len") + 1] == "16384"
+        assert json.loads(words[words.index("--limit-mm-per-prompt") + 1]) == {"image": 4, "video": 0}
+    two = [shlex.split(line.split(": ", 1)[1]) for line in dry_run(GPUS="2")]  # one GPU each, 0.9 of it
+    assert [w[:2] for w in two] == [["env", "CUDA_VISIBLE_DEVICES=0"], ["env", "CUDA_VISIBLE_DEVICES=1"]]
+    assert all(w[w.index("--gpu-memory-utilization") + 1] == "0.9" for w in two)
 
 
 @pytest.mark.slow
 def test_serve_vlm_starts_the_servers_a_registry_names_and_the_card_answers_through_them(tmp_path):
     """The GPU page's command at CPU size: scripts/serve-vlm.sh starts one server per loopback vision card (here the
-    test double standing in for `vllm serve`, through the script's `VLLM` variable), waits until each answers
-    /v1/models, the card's pairs reach it with the image, and SIGTERM stops every server."""
+    test double standing in for `vllm serve`, through the script's `VLLM` variable, taking a second to start as vLLM
+    takes minutes), one after another: the second starts once the first answers /v1/models. The card's pairs reach
+    it with the image, and SIGTERM stops every server."""
     import os
     import signal
     import subprocess
@@ -244,31 +256,37 @@ def test_serve_vlm_starts_the_servers_a_registry_names_and_the_card_answers_thro
 
     from maestro_graph.serve.loopback import free_port
 
-    port = free_port()
+    ports = [free_port(), free_port()]
     registry = tmp_path / "registry.yaml"
-    registry.write_text(f"""extends: default
-models:
-  - name: vlm
+    registry.write_text("extends: default\nmodels:\n" + "".join(f"""
+  - name: vlm{i}
     description: A vision-language model served by vllm serve on a local GPU.
     capabilities: [vision-chat]
     backend: {{type: openai, base_url: "http://127.0.0.1:{port}/v1", model: vlm-double}}
-""")
+""" for i, port in enumerate(ports)))
     vllm = tmp_path / "vllm"  # the `vllm` command, standing in for the GPU-only server
     vllm.write_text(f"#!/bin/sh\nexec {sys.executable} {ROOT / 'tests' / 'vision_double.py'} \"$@\"\n")
     vllm.chmod(0o755)
+    logs = tmp_path / "logs"
     script = subprocess.Popen([str(ROOT / "scripts" / "serve-vlm.sh"), str(registry)], cwd=ROOT,
-                              env={**os.environ, "PYTHON": sys.executable, "VLLM": str(vllm),
-                                   "LOG_DIR": str(tmp_path / "logs")},
+                              env={**os.environ, "PYTHON": sys.executable, "VLLM": str(vllm), "GPUS": "1",
+                                   "LOG_DIR": str(logs), "DOUBLE_STARTUP_S": "1"},
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    port = ports[0]
     try:
         lines = []
         for line in script.stdout:
             lines.append(line)
             if "servers are up" in line:
                 break
-        assert f"vlm: {vllm} serve vlm-double --host 127.0.0.1 --port {port}" in lines[0], lines
-        assert f"vlm is up on http://127.0.0.1:{port}/v1" in "".join(lines)
-        step = Registry.load(registry).run(Invoke("vlm", "counting"), question="How many circles are there?",
+        assert f"vlm0: {vllm} serve vlm-double --host 127.0.0.1 --port {port}" in lines[0], lines
+        assert all(f"vlm{i} is up on http://127.0.0.1:{p}/v1" in "".join(lines) for i, p in enumerate(ports))
+        first, second = ([json.loads(line) for line in (logs / f"vlm{i}.log").read_text().splitlines()]
+                         for i in range(2))
+        assert second[0]["started"] >= first[1]["listening"]  # one after another
+        assert all(log[0]["argv"][log[0]["argv"].index("--gpu-memory-utilization") + 1] == "0.45"
+                   for log in (first, second))
+        step = Registry.load(registry).run(Invoke("vlm0", "counting"), question="How many circles are there?",
                                            images=[str(ROOT / "examples" / "circles.png")])
         assert step.answer == "7" and step.error is None
     finally:

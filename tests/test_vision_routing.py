@@ -2,9 +2,11 @@
 VisionEndpointDouble, added to configs/registry-nolm.yaml by a registry that extends it, profiled with `maestro
 registry profile` on one half of the small real labelled items (tests/data/real) and evaluated on the other half.
 
-The double is right on chart questions and wrong (in the asked form) on every other kind: its lookup is built here
-from the labelled items, so nothing in the package knows which questions are charts. What is tested is routing to a
-measured new expert; it says nothing about any real vision-language model's accuracy.
+The double is right on chart questions told by the chart skill's instructions (its `SKILL.md` body as the system
+message), and wrong (in the asked form) under any other skill's and on every other kind: its lookup is built here
+from the labelled items, so nothing in the package knows which questions are charts. So the policy must pick the
+pair, not only the model: the card called with the table skill's instructions on a chart is wrong. What is tested is
+routing to a measured new expert; it says nothing about any real vision-language model's accuracy.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 from typer.testing import CliRunner
-from vision_double import VisionEndpointDouble, image_digest
+from vision_double import Asked, VisionEndpointDouble, image_digest
 
 from maestro_graph.cli import app
+from maestro_graph.registry import load_skill
 from maestro_graph.registry.reach import reach_path
 from maestro_graph.scoring import parse_number
 
@@ -31,7 +34,9 @@ NOLM = ROOT / "configs" / "registry-nolm.yaml"
 SKILLS = ROOT / "skills"
 CARD = "vlm"
 RIGHT_ON = "chart"
-"""The one domain whose questions the double answers right."""
+"""The one domain whose questions the double answers right..."""
+RIGHT_UNDER = "chart-qa"
+"""...and the one skill under whose instructions it does."""
 
 
 def vlm_card(url: str) -> str:
@@ -80,16 +85,20 @@ def split_real(folder: Path) -> tuple[Path, Path]:
     return calibration, evaluation
 
 
-def double_lookup(*task_files: Path) -> dict[str, list[tuple[str, str]]]:
-    """Image digest -> (question, answer) for every labelled item: its answer on RIGHT_ON items, a wrong one else."""
-    lookup: dict[str, list[tuple[str, str]]] = {}
+def double_lookup(*task_files: Path) -> dict[str, list[Asked]]:
+    """Image digest -> the questions asked of it, for every labelled item: its answer on RIGHT_ON items under
+    RIGHT_UNDER's instructions, a wrong one else."""
+    instructions = load_skill(SKILLS / RIGHT_UNDER).instructions
+    lookup: dict[str, list[Asked]] = {}
     for path in task_files:
         for line in path.read_text().splitlines():
             task = json.loads(line)
-            answer = str(task["answer"]) if task["domain"] == RIGHT_ON else wrong_answer(task)
+            wrong = wrong_answer(task)
+            answer = str(task["answer"]) if task["domain"] == RIGHT_ON else wrong
             for image in task["images"]:
                 with Image.open(path.parent / image) as picture:
-                    lookup.setdefault(image_digest(picture), []).append((task["question"], answer))
+                    lookup.setdefault(image_digest(picture), []).append(
+                        Asked(task["question"], answer, wrong, instructions))
     return lookup
 
 
@@ -108,13 +117,13 @@ def invoke(*args: str) -> None:
 
 
 def first_calls(predictions: Path) -> tuple[dict[str, Counter], dict[str, list[float]]]:
-    """Per domain: how often each model was called first, and the items' scores."""
+    """Per domain: how often each pair was called first, and the items' scores."""
     calls: dict[str, Counter] = {}
     scores: dict[str, list[float]] = {}
     for line in predictions.read_text().splitlines():
         row = json.loads(line)
         first = next((d["pair"] for d in row["decisions"] if d["kind"] == "invoke"), "none@@")
-        calls.setdefault(row["domain"], Counter())[first.split("@@")[0]] += 1
+        calls.setdefault(row["domain"], Counter())[first] += 1
         scores.setdefault(row["domain"], []).append(row["score"])
     return calls, scores
 
@@ -138,9 +147,22 @@ def test_the_shipped_policy_routes_charts_to_a_profiled_new_card_and_keeps_the_c
     before, before_scores = first_calls(tmp_path / "before" / "predictions" / "neural.jsonl")
     after, after_scores = first_calls(tmp_path / "after" / "predictions" / "neural.jsonl")
     table = {d: (dict(before[d]), dict(after[d]), sum(before_scores[d]), sum(after_scores[d])) for d in after}
-    charts = sum(after[RIGHT_ON].values())
-    assert after[RIGHT_ON][CARD] > charts / 2, table  # the new card is called first on most chart items
-    assert sum(after_scores[RIGHT_ON]) > sum(before_scores[RIGHT_ON]), table
+    right_pair = f"{CARD}@@{RIGHT_UNDER}"
+    card_on_charts = Counter({pair: n for pair, n in after[RIGHT_ON].items() if pair.startswith(f"{CARD}@@")})
+    assert card_on_charts and set(card_on_charts) == {right_pair}, table  # the card with the chart skill, only
+    assert all(pair.endswith(f"@@{RIGHT_UNDER}") for pair in before[RIGHT_ON]), table  # the CPU pairs too
+    assert sum(after_scores[RIGHT_ON]) >= sum(before_scores[RIGHT_ON]), table
+    calls = _calls(tmp_path / "after" / "predictions" / "neural.jsonl")
+    assert not any(pair.startswith(f"{CARD}@@") and pair != right_pair for pair in calls[RIGHT_ON]), calls
     others = sum(sum(c.values()) for d, c in after.items() if d != RIGHT_ON)
-    called = sum(c[CARD] for d, c in after.items() if d != RIGHT_ON)
+    called = sum(n for d, c in after.items() if d != RIGHT_ON for pair, n in c.items() if pair.startswith(f"{CARD}@@"))
     assert called <= 0.2 * others, table  # elsewhere the CPU pairs are still called first
+
+
+def _calls(predictions: Path) -> dict[str, Counter]:
+    """Per domain: every pair called, first or later."""
+    calls: dict[str, Counter] = {}
+    for line in predictions.read_text().splitlines():
+        row = json.loads(line)
+        calls.setdefault(row["domain"], Counter()).update(d["pair"] for d in row["decisions"] if d["kind"] == "invoke")
+    return calls

@@ -1,9 +1,16 @@
-"""A tiny vision-language model of a real architecture, built offline: LLaVA (a 2-layer CLIP tower on 32-pixel images,
-4 image tokens, and a 2-layer Llama decoder of width 64, SmolLM2's own architecture) with random weights, and its
-processor (CLIP's image processor with the packaged SmolLM2 tokenizer plus the `<image>` token). What
-`maestro train-lm --model` and `lm:transformers:` load; the CPU tests (test_vlm_router.py) and the GPU ones
-(test_gpu.py) share it. Imports only torch, transformers and the package's weight loader, so it travels to a
-machine that has only those."""
+"""Tiny vision-language models of real architectures, built offline with random weights:
+
+- LLaVA (a 2-layer CLIP tower on 32-pixel images, 4 image tokens, and a 2-layer Llama decoder of width 64, SmolLM2's
+  own architecture) and its processor (CLIP's image processor with the packaged SmolLM2 tokenizer plus the `<image>`
+  token): what `maestro train-lm --model` and `lm:transformers:` load on CPU (test_vlm_router.py);
+- Qwen2.5-VL (the architecture of the Qwen2.5-VL-7B card: a 2-block vision tower with window attention, patches of
+  14 merged 2x2, and a 2-layer decoder of width 128 with multimodal rotary positions), its image processor and the
+  SmolLM2 tokenizer plus Qwen's vision tokens, under Qwen's chat template: what `vllm serve` loads (test_gpu.py). Its
+  processor is written as files, not built: transformers' Qwen-VL processors need torchvision for their video half,
+  which no CPU environment here can load (its PyPI build is linked against CUDA torch).
+
+The CPU tests and the GPU ones share them. Imports only torch, transformers and the package's weight loader, so it
+travels to a machine that has only those."""
 
 from __future__ import annotations
 
@@ -44,4 +51,47 @@ def build_tiny_llava(folder: Path) -> Path:
     torch.manual_seed(0)
     LlavaForConditionalGeneration(config).save_pretrained(folder)
     processor.save_pretrained(folder)
+    return folder
+
+
+QWEN_TEMPLATE = (
+    "{%- for message in messages %}{{ '<|im_start|>' + message.role + '\\n' }}{%- if message.content is string %}"
+    "{{ message.content }}{%- else %}{%- for part in message.content %}"
+    "{%- if part.type == 'image' or part.type == 'image_url' %}{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{%- elif part.type == 'text' %}{{ part.text }}{%- endif %}{%- endfor %}{%- endif %}{{ '<|im_end|>\\n' }}"
+    "{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}")
+"""Qwen2.5-VL's ChatML, each image part one `<|image_pad|>` between its vision tokens (the processor expands it)."""
+QWEN_VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+QWEN_MAX_PIXELS = 28 * 28 * 64
+"""The tiny model's image processor bound: at most 64 image tokens per image, so CPU and small GPUs serve it fast."""
+
+
+def build_tiny_qwen_vl(folder: Path) -> Path:
+    """Save a tiny Qwen2.5-VL (seed 0), its tokenizer, image processor and chat template into `folder`; returns
+    `folder`."""
+    from transformers import AutoTokenizer, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    tokenizer = AutoTokenizer.from_pretrained(cached_hf_folder())
+    tokenizer.add_special_tokens({"additional_special_tokens": list(QWEN_VISION_TOKENS)})
+    tokenizer.chat_template = QWEN_TEMPLATE
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in QWEN_VISION_TOKENS}
+    special = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
+               "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id}
+    config = Qwen2_5_VLConfig(
+        text_config={"vocab_size": len(tokenizer), "hidden_size": 128, "intermediate_size": 256,
+                     "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+                     "max_position_embeddings": 8192, "tie_word_embeddings": True, **special,
+                     "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [8, 12, 12]}},
+        vision_config={"depth": 2, "hidden_size": 64, "intermediate_size": 128, "num_heads": 1, "out_hidden_size": 128,
+                       "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 56,
+                       "fullatt_block_indexes": [1]},
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=True, **special)
+    torch.manual_seed(0)
+    Qwen2_5_VLForConditionalGeneration(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=QWEN_MAX_PIXELS, patch_size=14, merge_size=2,
+                             temporal_patch_size=2).save_pretrained(folder)
     return folder

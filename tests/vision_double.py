@@ -4,11 +4,21 @@ model (or a hosted OpenAI-compatible API), which no machine of the test suite ca
 `VisionEndpointDouble` is a real HTTP server on 127.0.0.1 that speaks OpenAI chat completions. It validates every
 request as such (model name, messages, roles, content parts, `image_url` data URLs that decode as images), answers
 400 naming the problem when one is not, records what it received (`requests`: the system text, the user text, the
-decoded images) and answers deterministically: from its `lookup` (question and image digest to answer, which a test
-builds from a labelled task file, so the double is right on exactly the items the test chooses), else the first of
-`replies` whose pattern the user text matches, with a `usage` that counts words and images. Its `behaviour` makes it fail the ways real endpoints do: an HTTP status (429,
-503...), a malformed body, or no answer at all (a hang past the client's timeout). With `delay_s` each answer takes
-that long, as on a busy model server, and `peak` counts the most requests it was answering at once.
+decoded images) and answers deterministically: from its `lookup` (image digest to the questions asked of it, each with
+its answer, a wrong answer of the same form and the instructions it needs, which a test builds from a labelled task
+file), else the first of `replies` whose pattern the user text matches, with a `usage` that counts words and images. A
+lookup entry is answered right only when the request's system message is the entry's instructions (the `SKILL.md` body
+of the skill that fits the item), as a model told to read a table answers a chart question worse than one told to read a
+chart: a test can tell which skill's instructions a pair sent by the answer it gets. Its `behaviour` makes it fail the
+ways real endpoints do: an HTTP status (429, 503...), a malformed body, or no answer at all (a hang past the client's
+timeout). With `delay_s` each answer takes that long, as on a busy model server, and `peak` counts the most requests it
+was answering at once.
+
+With `reasoning=True` it is strict the way OpenAI's reasoning models (o-series, GPT-5 class) are, as their API
+reference documents: `max_tokens` is refused (400, "use 'max_completion_tokens' instead"), so is a temperature other
+than the default 1 and a request field such a model does not know; `detail` of an image part must be low, high or
+auto; the reply's `usage` counts hidden reasoning tokens inside `completion_tokens` and reports them under
+`completion_tokens_details.reasoning_tokens`.
 
 Run as a program, `vision_double.py serve MODEL --port PORT [vllm serve's other options]`, it stands in for the
 `vllm serve` command (scripts/serve-vlm.sh's `VLLM`), answering every question with `--reply` until it is stopped.
@@ -30,10 +40,18 @@ from typing import Any
 
 from PIL import Image
 
-__all__ = ["IMAGE_TOKENS", "Received", "VisionEndpointDouble", "image_digest"]
+__all__ = ["IMAGE_TOKENS", "REASONING_TOKENS", "Asked", "Received", "VisionEndpointDouble", "image_digest"]
 
 IMAGE_TOKENS = 256
 """Prompt tokens the double counts per image (what a Qwen-VL model spends on a ~450-pixel image)."""
+REASONING_TOKENS = 192
+"""Hidden reasoning tokens a strict (reasoning) double reports per reply, inside completion_tokens."""
+REASONING_FIELDS = frozenset({"model", "messages", "max_completion_tokens", "temperature", "reasoning_effort",
+                              "response_format", "seed", "n", "user", "metadata", "store", "stream"})
+"""The request fields a strict double takes (OpenAI's chat completions for a reasoning model, minus sampling
+parameters it refuses)."""
+_DETAILS = ("low", "high", "auto")
+_EFFORTS = ("minimal", "low", "medium", "high")
 _NOT_FOUND = b'{"error": {"message": "not found"}}'
 _DATA_URL_RE = re.compile(r"^data:image/(png|jpeg|webp|gif);base64,([A-Za-z0-9+/=]+)$")
 
@@ -47,6 +65,22 @@ class Received:
     user_text: str
     images: list[Image.Image] = field(default_factory=list)
     formats: list[str] = field(default_factory=list)
+    headers: dict[str, str] = field(default_factory=dict)
+    """The HTTP headers, names in lower case."""
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A question asked of an image in a double's `lookup`: `answer` when the request carries `instructions` as its
+    system message (or `instructions` is None), else `wrong`."""
+
+    question: str
+    answer: str
+    wrong: str
+    instructions: str | None = None
+
+    def reply(self, system: str) -> str:
+        return self.answer if self.instructions is None or system.strip() == self.instructions.strip() else self.wrong
 
 
 def image_digest(image: Image.Image) -> str:
@@ -78,10 +112,32 @@ def _decode_image(url: Any) -> tuple[Image.Image, str]:
     return image, image.format.lower()
 
 
-def _parse(body: Any, model: str) -> Received:
-    """The request decoded, or _Invalid naming the first problem (what a vLLM server would refuse)."""
+def _reasoning_problem(body: dict) -> str | None:
+    """What OpenAI answers 400 for in a request to a reasoning model, or None."""
+    if "max_tokens" in body:
+        return ("Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' "
+                "instead.")
+    if "temperature" in body and body["temperature"] != 1:
+        return (f"Unsupported value: 'temperature' does not support {body['temperature']} with this model. Only the "
+                "default (1) value is supported.")
+    unknown = sorted(set(body) - REASONING_FIELDS)
+    if unknown:
+        return f"Unrecognized request argument supplied: {unknown[0]}"
+    if not isinstance(body.get("max_completion_tokens", 1), int):
+        return "Invalid type for 'max_completion_tokens': expected an integer."
+    if body.get("reasoning_effort", "low") not in _EFFORTS:
+        return f"Invalid value for 'reasoning_effort': supported values are {list(_EFFORTS)}."
+    return None
+
+
+def _parse(body: Any, model: str, reasoning: bool = False) -> Received:
+    """The request decoded, or _Invalid naming the first problem (what a vLLM server, or with `reasoning` OpenAI
+    for a reasoning model, would refuse)."""
     if not isinstance(body, dict) or body.get("model") != model:
         raise _Invalid(f"model must be {model!r}; got {body.get('model') if isinstance(body, dict) else body!r}")
+    problem = _reasoning_problem(body) if reasoning else None
+    if problem:
+        raise _Invalid(problem)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _Invalid("messages must be a non-empty list")
@@ -100,6 +156,8 @@ def _parse(body: Any, model: str) -> Received:
             if kind == "text" and isinstance(part.get("text"), str):
                 text = part["text"]
             elif kind == "image_url" and message["role"] == "user" and isinstance(part.get("image_url"), dict):
+                if part["image_url"].get("detail", "auto") not in _DETAILS:
+                    raise _Invalid(f"messages[{i}]: image_url.detail must be one of {list(_DETAILS)}")
                 image, fmt = _decode_image(part["image_url"].get("url"))
                 images.append(image)
                 formats.append(fmt)
@@ -118,14 +176,18 @@ def _parse(body: Any, model: str) -> Received:
 class VisionEndpointDouble:
     """A vision-language chat endpoint on a loopback port (a context manager). `url` is the base URL a card's
     `backend.base_url` takes; `replies` are (regex over the user text, reply) pairs, the first match answering, else
-    `default`; `lookup` maps an image digest (`image_digest`) to the (question, answer) pairs asked of that image,
-    and answers a request holding that image first (the question sharing most words with the user text, where one
-    image has several); `behaviour` is "answer", an HTTP status to fail with, "malformed" or "hang"."""
+    `default`; `lookup` maps an image digest (`image_digest`) to the questions asked of that image (`Asked`), and
+    answers a request holding that image first (the question sharing most words with the user text, where one image has
+    several), right only under the instructions the entry names; `behaviour` is "answer", an HTTP status to fail with,
+    "malformed" or "hang"."""
 
     def __init__(self, model: str = "vlm-double", replies: list[tuple[str, str]] | None = None,
                  default: str = "I cannot tell.", hang_s: float = 3.0,
-                 lookup: dict[str, list[tuple[str, str]]] | None = None, delay_s: float = 0.0, port: int = 0):
+                 lookup: dict[str, list[Asked]] | None = None, delay_s: float = 0.0, port: int = 0,
+                 reasoning: bool = False):
         self.model = model
+        self.reasoning = reasoning
+        """Strict as a reasoning model's API (see the module's docstring)."""
         self.port = port
         """The port to listen on (0: a free one chosen at start)."""
         self.replies = list(replies or [])
@@ -156,23 +218,23 @@ class VisionEndpointDouble:
         asked = [entry for image in received.images for entry in self.lookup.get(image_digest(image), [])]
         if asked:
             words = _words(received.user_text)
-            return max(asked, key=lambda entry: len(_words(entry[0]) & words))[1]
+            return max(asked, key=lambda entry: len(_words(entry.question) & words)).reply(received.system)
         return next((reply for pattern, reply in self.replies if re.search(pattern, received.user_text, re.I)),
                     self.default)
 
-    def _counted(self, raw: bytes) -> tuple[int, bytes]:
+    def _counted(self, raw: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
         """`_respond`, after `delay_s`, counted in `in_flight` and `peak` while it runs."""
         with self._lock:
             self.in_flight += 1
             self.peak = max(self.peak, self.in_flight)
         try:
             time.sleep(self.delay_s)
-            return self._respond(raw)
+            return self._respond(raw, headers)
         finally:
             with self._lock:
                 self.in_flight -= 1
 
-    def _respond(self, raw: bytes) -> tuple[int, bytes]:
+    def _respond(self, raw: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
         with self._lock:
             self.posts += 1
         if isinstance(self.behaviour, int):
@@ -180,7 +242,8 @@ class VisionEndpointDouble:
         if self.behaviour == "hang":
             time.sleep(self.hang_s)
         try:
-            received = _parse(json.loads(raw), self.model)
+            received = _parse(json.loads(raw), self.model, self.reasoning)
+            received.headers = headers
         except (_Invalid, ValueError) as exc:
             with self._lock:
                 self.problems.append(str(exc))
@@ -191,8 +254,11 @@ class VisionEndpointDouble:
             return 200, b'{"choices": [{"message": '
         reply = self.reply_for(received)
         words = len((received.system + " " + received.user_text).split())
-        usage = {"prompt_tokens": words + IMAGE_TOKENS * len(received.images),
-                 "completion_tokens": max(1, len(reply.split()))}
+        usage: dict[str, Any] = {"prompt_tokens": words + IMAGE_TOKENS * len(received.images),
+                                 "completion_tokens": max(1, len(reply.split()))}
+        if self.reasoning:
+            usage["completion_tokens"] += REASONING_TOKENS
+            usage["completion_tokens_details"] = {"reasoning_tokens": REASONING_TOKENS}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         return 200, json.dumps({"id": f"chatcmpl-{self.posts}", "object": "chat.completion", "model": self.model,
                                 "choices": [{"index": 0, "finish_reason": "stop",
@@ -215,7 +281,8 @@ class VisionEndpointDouble:
 
             def do_POST(self):  # noqa: N802 - the http.server naming
                 raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                self.send_json(*(double._counted(raw) if self.path == "/v1/chat/completions"
+                headers = {name.lower(): value for name, value in self.headers.items()}
+                self.send_json(*(double._counted(raw, headers) if self.path == "/v1/chat/completions"
                                  else (404, _NOT_FOUND)))
 
             def do_GET(self):  # noqa: N802 - the http.server naming; what `vllm serve` answers once it is up
@@ -238,9 +305,13 @@ class VisionEndpointDouble:
 
 
 def _serve_like_vllm() -> None:
-    """`vllm serve MODEL --port PORT ...` as scripts/serve-vlm.sh runs it, answering `--reply` until SIGTERM."""
+    """`vllm serve MODEL --port PORT ...` as scripts/serve-vlm.sh runs it, answering `--reply` until SIGTERM. It
+    first prints when it started, its arguments and CUDA_VISIBLE_DEVICES as one JSON line, and, like vLLM loading
+    a model, takes `--startup-s` before it listens."""
     import argparse
+    import os
     import signal
+    import sys
 
     parser = argparse.ArgumentParser()
     parser.add_argument("command", choices=["serve"])
@@ -248,11 +319,15 @@ def _serve_like_vllm() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--served-model-name", default=None)
     parser.add_argument("--reply", default="7")
+    parser.add_argument("--startup-s", type=float, default=float(os.environ.get("DOUBLE_STARTUP_S", "0")))
     args, _vllm_options = parser.parse_known_args()
+    print(json.dumps({"started": time.time(), "argv": sys.argv[1:],
+                      "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}), flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    time.sleep(args.startup_s)
     with VisionEndpointDouble(args.served_model_name or args.model, default=args.reply, port=args.port):
-        print(f"serving {args.model} on 127.0.0.1:{args.port}", flush=True)
+        print(json.dumps({"listening": time.time()}), flush=True)
         stop.wait()
 
 

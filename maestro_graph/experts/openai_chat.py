@@ -1,11 +1,13 @@
 """Any OpenAI-compatible chat endpoint (`vllm serve`, a hosted API) as a `chat` / `vision-chat` expert.
 
-Messages go out as they are (images in them are already data URLs). Every failure becomes an ExpertError that names
-the URL and what went wrong, with its kind (`ExpertFailure`), so the episode records whose fault it was and goes on:
-the endpoint unreachable or overloaded (unavailable; retried), rate-limited (HTTP 429: unavailable; retried), timed
-out (retried), the request too large for it (HTTP 413: rejected, e.g. images above what it takes; not retried, not
-held against the endpoint), another HTTP error with the server's message, or a reply that is not a chat completion
-(wrong type).
+Messages go out as they are (images in them are already data URLs), with what the card says to send: its token limit
+under the field it names (`max_tokens`, or `max_completion_tokens` for OpenAI's reasoning models, which refuse the
+other), its temperature unless unset, each image part's `detail`, its `extra_body` fields and its headers. Every
+failure becomes an ExpertError that names the URL and what went wrong, with its kind (`ExpertFailure`), so the
+episode records whose fault it was and goes on: the endpoint unreachable or overloaded (unavailable; retried),
+rate-limited (HTTP 429: unavailable; retried), timed out (retried), the request too large for it (HTTP 413: rejected,
+e.g. images above what it takes; not retried, not held against the endpoint), another HTTP error with the server's
+message, or a reply that is not a chat completion (wrong type).
 """
 
 from __future__ import annotations
@@ -44,25 +46,34 @@ class OpenAIChatExpert:
         model: str,
         api_key_env: str | None = None,
         max_tokens: int = 256,
-        temperature: float = 0.0,
+        temperature: float | None = 0.0,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        token_limit_field: str = "max_tokens",
+        extra_body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        image_detail: str | None = None,
     ):
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
         self.api_key_env = api_key_env
         self.max_tokens = max_tokens
+        self.token_limit_field = token_limit_field
         self.temperature = temperature
+        self.extra_body = dict(extra_body or {})
+        self.headers = dict(headers or {})
+        self.image_detail = image_detail
         self.timeout_s = timeout_s
         self._http = LazyClient(api_key_env, timeout_s, ExpertError)
 
     def request_body(self, messages: list[dict]) -> dict[str, Any]:
-        """The JSON body sent for `messages`."""
-        return {
-            "model": self.model,
-            "messages": messages,
-            "max_tokens": self.max_tokens,
-            "temperature": self.temperature,
-        }
+        """The JSON body sent for `messages`: the card's token limit under the field it names, its temperature
+        unless unset, each image part's `detail` when set, then its `extra_body`."""
+        if self.image_detail is not None:
+            messages = [_with_detail(message, self.image_detail) for message in messages]
+        body: dict[str, Any] = {"model": self.model, "messages": messages, self.token_limit_field: self.max_tokens}
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        return {**body, **self.extra_body}
 
     def chat(self, messages: list[dict]) -> ChatReply:
         if not messages:
@@ -70,7 +81,7 @@ class OpenAIChatExpert:
         import httpx
 
         try:
-            response = self._http.get().post(self.url, json=self.request_body(messages))
+            response = self._http.get().post(self.url, json=self.request_body(messages), headers=self.headers)
         except httpx.TimeoutException as exc:
             message = f"POST {self.url} timed out after {self.timeout_s:g}s ({exc.__class__.__name__})"
             raise ExpertTimeout(message) from exc
@@ -97,6 +108,9 @@ class OpenAIChatExpert:
             text = data["choices"][0]["message"]["content"] or ""
             usage = data.get("usage") or {}
             tokens = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+            # reasoning models report their hidden reasoning inside completion_tokens (so it is charged); the
+            # share is kept for the record
+            reasoning = int((usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0)
             if not isinstance(text, str):
                 raise TypeError(f"message content is {type(text).__name__}, not text")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
@@ -104,4 +118,14 @@ class OpenAIChatExpert:
                 f"POST {self.url} returned a malformed reply, not an OpenAI chat completion "
                 f"({exc.__class__.__name__}): {response.text[:MAX_ERROR_BODY]}", failure=ExpertFailure.WRONG_TYPE
             ) from exc
-        return ChatReply(text=text.strip(), prompt_tokens=tokens[0], completion_tokens=tokens[1])
+        return ChatReply(text=text.strip(), prompt_tokens=tokens[0], completion_tokens=tokens[1],
+                         reasoning_tokens=reasoning)
+
+
+def _with_detail(message: dict, detail: str) -> dict:
+    """`message` with `detail` on each of its image parts."""
+    if not isinstance(message.get("content"), list):
+        return message
+    parts = [{**part, "image_url": {**part["image_url"], "detail": detail}} if part.get("type") == "image_url"
+             else part for part in message["content"]]
+    return {**message, "content": parts}

@@ -48,6 +48,8 @@ class ChatReply:
     text: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    reasoning_tokens: int = 0
+    """Of `completion_tokens`, those a reasoning model spent before its reply (as `usage` reports them)."""
 
     @property
     def tokens(self) -> int:

@@ -143,11 +143,16 @@ class _Net(nn.Module):
         parts: list[torch.Tensor] = []
         if n_pairs:
             s_keys = self.skill(f.skills)
-            p_skill = torch.softmax(s_keys @ h * self.scale + self.skill_cos * f.skill_cos, dim=0)
             idx = f.pair_skill
+            known = _known_accuracy(f.models)
+            # a skill is as good as the best of its models is known to be on such questions: without it the skill
+            # head, which reads only the skill's card, sends a chart to the table skill's pairs when its words say so
+            best = torch.full((len(s_keys),), -math.inf).scatter_reduce(0, idx, known, "amax")
+            p_skill = torch.softmax(s_keys @ h * self.scale + self.skill_cos * f.skill_cos
+                                    + self.accuracy_prior * best, dim=0)
             m_keys = self.model(f.models)
             queries = self.model_query(torch.cat([h.expand(len(s_keys), -1), s_keys], dim=1))
-            logits = (m_keys * queries[idx]).sum(1) * self.scale + self.accuracy_prior * _known_accuracy(f.models)
+            logits = (m_keys * queries[idx]).sum(1) * self.scale + self.accuracy_prior * known
             weights = torch.exp(logits - logits.max())
             # a skill whose models all sit ~90 nats below the best underflows to 0: its models get 0, not 0/0 = NaN
             group = torch.zeros(len(s_keys)).index_add(0, idx, weights).clamp_min(torch.finfo(torch.float32).tiny)

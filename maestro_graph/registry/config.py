@@ -34,6 +34,8 @@ __all__ = [
     "Backend",
     "Evaluation",
     "ModelCard",
+    "ImageTokens",
+    "MAESTRO_BODY_FIELDS",
     "Retries",
     "CircuitBreaker",
     "Faults",
@@ -74,6 +76,12 @@ class PythonBackend(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+MAESTRO_BODY_FIELDS = frozenset({"model", "messages", "max_tokens", "max_completion_tokens", "temperature"})
+"""Request fields the chat expert sets from the backend's own fields (an `extra_body` may not override them)."""
+_UNSET_IF_DEFAULT = ("base_urls", "token_limit_field", "extra_body", "headers", "image_detail")
+"""OpenAIBackend fields left out of its dump at their default."""
+
+
 class OpenAIBackend(_Strict):
     """Any OpenAI-compatible chat endpoint (what `vllm serve` exposes), or several serving the same model: a fleet
     of replicas gets the card's calls balanced across it, each replica with its own circuit breaker and its own
@@ -86,8 +94,19 @@ class OpenAIBackend(_Strict):
                                         "breaker is closed")
     model: str
     api_key_env: str | None = Field(None, description="environment variable holding the API key")
-    max_tokens: int = Field(256, gt=0)
-    temperature: float = Field(0.0, ge=0)
+    max_tokens: int = Field(256, gt=0, description="the reply's token limit, sent as `token_limit_field`")
+    token_limit_field: Literal["max_tokens", "max_completion_tokens"] = Field(
+        "max_tokens", description="the request field carrying `max_tokens`: OpenAI's reasoning models (o-series, "
+        "GPT-5 class) refuse `max_tokens` and take `max_completion_tokens`; vLLM takes both")
+    temperature: float | None = Field(0.0, ge=0, description="sampling temperature; null: not sent (the model's "
+                                      "default, the only value reasoning models accept)")
+    extra_body: dict[str, Any] = Field(default_factory=dict, description="more fields of the request body (e.g. "
+                                       "`reasoning_effort`, vLLM's `structured_outputs`); never one Maestro sets")
+    headers: dict[str, str] = Field(default_factory=dict, description="more HTTP headers of each request (e.g. an "
+                                    "organisation or project id); the key goes in `api_key_env`")
+    image_detail: Literal["low", "high", "auto"] | None = Field(
+        None, description="the `detail` of each image part (hosted APIs: how finely the image is read and charged); "
+        "null: not sent")
 
     @field_validator("base_url")
     @classmethod
@@ -107,6 +126,23 @@ class OpenAIBackend(_Strict):
             raise ValueError(f"each endpoint once, repeated: {repeated}")
         return urls
 
+    @field_validator("extra_body")
+    @classmethod
+    def _no_field_maestro_sets(cls, extra: dict[str, Any]) -> dict[str, Any]:
+        taken = sorted(set(extra) & MAESTRO_BODY_FIELDS)
+        if taken:
+            raise ValueError(f"{taken} are set by Maestro (use the backend's own fields: max_tokens, "
+                             "token_limit_field, temperature); extra_body adds other fields")
+        return extra
+
+    @field_validator("headers")
+    @classmethod
+    def _no_key_in_headers(cls, headers: dict[str, str]) -> dict[str, str]:
+        if any(name.lower() == "authorization" for name in headers):
+            raise ValueError("the key goes in `api_key_env` (the name of an environment variable), never in the "
+                             "registry file's headers")
+        return headers
+
     @model_validator(mode="after")
     def _one_way_to_reach(self) -> "OpenAIBackend":
         if self.base_url is not None and self.base_urls is not None:
@@ -117,11 +153,12 @@ class OpenAIBackend(_Strict):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Without `base_urls` when unset, so a one-endpoint card dumps (and fingerprints its profiled pairs) as it
-        did before the field existed."""
+        """Without `base_urls` and the hosted-API options when unset, so a card that uses none dumps as it did
+        before those fields existed."""
         data = handler(self)
-        if self.base_urls is None:
-            data.pop("base_urls", None)
+        for name in _UNSET_IF_DEFAULT:
+            if data.get(name) == OpenAIBackend.model_fields[name].get_default(call_default_factory=True):
+                data.pop(name, None)
         return data
 
     @property
@@ -183,6 +220,27 @@ class Faults(_Strict):
         return self
 
 
+class ImageTokens(_Strict):
+    """How the served model's image processor turns an image into tokens (Qwen2-VL, Qwen2.5-VL and Qwen3-VL, as
+    `transformers` implements them): each side is rounded to a multiple of `patch_size * merge_size`, the area kept
+    between `min_pixels` and `max_pixels`, and every `merge_size x merge_size` patches become one token. The values
+    are the model's `preprocessor_config.json` (`patch_size`, `merge_size`, `size.shortest_edge` and
+    `size.longest_edge`, which are pixel counts)."""
+
+    patch_size: int = Field(gt=0, description="14 for Qwen2-VL and Qwen2.5-VL, 16 for Qwen3-VL")
+    merge_size: int = Field(2, gt=0)
+    min_pixels: int = Field(gt=0, description="the processor's `size.shortest_edge` (a pixel count)")
+    max_pixels: int = Field(gt=0, description="the processor's `size.longest_edge` (a pixel count); vLLM's "
+                            "`--mm-processor-kwargs '{\"max_pixels\": N}'` lowers it")
+    extra_tokens: int = Field(2, ge=0, description="tokens around each image's patches (vision start and end)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "ImageTokens":
+        if self.min_pixels > self.max_pixels:
+            raise ValueError(f"min_pixels {self.min_pixels} is above max_pixels {self.max_pixels}")
+        return self
+
+
 class Evaluation(_Strict):
     """A reported accuracy of the model on one task family, in the style of a Hugging Face `model-index` entry. A
     family is a tier-1 skill's name (what the model was run as), never a benchmark or source name."""
@@ -218,6 +276,11 @@ class ModelCard(_Strict):
                                        "vision-chat model is sent images downscaled to it)")
     max_image_bytes: int | None = Field(None, gt=0, description="largest encoded image a vision-chat model is sent; "
                                         "a larger one goes as JPEG, else is refused by name (absent: 8 MB)")
+    image_tokens: ImageTokens | None = Field(None, description="the served model's image processor arithmetic: "
+                                             "each image's token count is computed before sending")
+    max_model_len: int | None = Field(None, gt=0, description="the served context length in tokens (`vllm serve "
+                                      "--max-model-len`): a vision-chat request whose images, text and reply would "
+                                      "not fit is sent with smaller images, or refused by name")
     evaluations: list[Evaluation] = Field(default_factory=list, description="reported accuracy per task family")
     latency_s: float | None = Field(None, ge=0, description="typical seconds per call")
 

@@ -2,9 +2,13 @@
 profile`), stored in one JSON file per registry (the registry file's `profile:` key) and read by policies as
 `Pair.profile`. No policy weights change when an expert is profiled.
 
-A profile is only as good as the experts it measured, so every entry carries the fingerprint of its pair (the
-model's name, version, capabilities and backend; the skill's name, version and code hash) and the file carries the
-fingerprint of the whole registry. On loading, an entry whose pair is gone or has another fingerprint (a new model
+A profile is only as good as the experts it measured, so every entry carries the fingerprint of its pair (what its
+outcomes depend on: the model's name, version, capabilities and what its backend runs or is sent, the served model's
+id for an endpoint; the skill's name, version and code hash, or its instructions and the vision-chat procedure)
+and the file carries the fingerprint of the whole registry. Where a model is served (its URLs, port, key, headers)
+and how calls are limited (timeout, concurrency, retries) are not part of it: moving an endpoint keeps its profile.
+A pair whose calls failed too often while profiling (the endpoint down) is listed as unmeasured, not as a pair that
+answers nothing. On loading, an entry whose pair is gone or has another fingerprint (a new model
 version, changed skill code) is ignored with a warning naming it; a file none of whose entries fit belongs to
 another registry and is ignored with a warning naming the file. Adding an expert leaves the other pairs' entries
 valid: the new pairs have no profile (unknown) until profiled.
@@ -26,10 +30,14 @@ from .config import ModelCard
 from .skills import SkillSpec
 from .vision import procedure_hash
 
-__all__ = ["PROFILE_VERSION", "PairCards", "PairProfile", "ProfileFile", "pair_fingerprint", "pair_fingerprints",
-           "profile_entry", "read_profile", "registry_fingerprint"]
+__all__ = ["PROFILE_VERSION", "PairCards", "PairProfile", "ProfileFile", "UnmeasuredPair", "WHERE_SERVED",
+           "pair_fingerprint", "pair_fingerprints", "profile_entry", "read_profile", "registry_fingerprint"]
 
 PROFILE_VERSION = 1
+
+WHERE_SERVED = frozenset({"base_url", "base_urls", "api_key_env", "headers"})
+"""Backend fields that say where and with which credentials a model is reached, not what answers: left out of the
+pair's fingerprint."""
 
 PairCards = dict[str, tuple[ModelCard, SkillSpec]]
 """A registry's pairs as profiles see them: (model card, skill) by pair id."""
@@ -51,6 +59,23 @@ class PairProfile(BaseModel):
     family_accuracy: float | None = Field(
         None, ge=0, le=1, description="mean score over the family_items: how often the pair is right where its "
         "family can be (None: no such item, or a profile written before it was measured)")
+    failures: int = Field(0, ge=0, description="calibration items left out because the pair's call failed there "
+                          "(the endpoint down, an HTTP error, a timeout): not counted as wrong")
+
+
+class UnmeasuredPair(BaseModel):
+    """A pair whose calls failed on too many calibration items to say how it does: no accuracy is written for it,
+    so no policy reads an endpoint's outage as the model's inaccuracy."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pair: str
+    fingerprint: str
+    reason: str = Field(description="how many calls failed, and the first failure")
+
+    @classmethod
+    def of(cls, card: ModelCard, skill: SkillSpec, *, reason: str) -> "UnmeasuredPair":
+        return cls(pair=pair_id(card.name, skill.name), fingerprint=pair_fingerprint(card, skill), reason=reason)
 
 
 class ProfileFile(BaseModel):
@@ -62,6 +87,8 @@ class ProfileFile(BaseModel):
     registry: str = Field(description="registry_fingerprint of the registry that was profiled")
     calibration: str = Field(description="the calibration task file, as given")
     pairs: list[PairProfile]
+    unmeasured: list[UnmeasuredPair] = Field(default_factory=list, description="pairs profiled without a result: "
+                                             "their calls failed (`maestro registry profile` exits non-zero)")
 
     def save(self, path: str | Path) -> None:
         """Write the file `read_profile` reads (`maestro registry profile`, and experiments' own profiles)."""
@@ -71,8 +98,10 @@ class ProfileFile(BaseModel):
 
 def pair_fingerprint(card: ModelCard, skill: SkillSpec) -> str:
     """What a pair's measured outcome depends on: not the card's description or cost, which a profile outlives; the
-    code it runs (the skill's, or the vision-chat procedure with the skill's instructions)."""
+    code it runs (the skill's, or the vision-chat procedure with the skill's instructions); not where the model is
+    served (WHERE_SERVED) nor the card's timeout, concurrency and retries."""
     model = card.model_dump(mode="json", include={"name", "version", "capabilities", "backend"})
+    model["backend"] = {k: v for k, v in model["backend"].items() if k not in WHERE_SERVED}
     return cache_key("pair", model, skill.name, skill.version, procedure_hash(card, skill))[:16]
 
 
@@ -114,7 +143,7 @@ def read_profile(path: str | Path, pairs: PairCards) -> dict[str, PairProfile]:
 
 
 def profile_entry(card: ModelCard, skill: SkillSpec, scores: list[float], costs: list[float],
-                  family_answers: list[bool]) -> PairProfile:
+                  family_answers: list[bool], failures: int = 0) -> PairProfile:
     """A pair's entry from its scores and costs on the calibration items, and whether some pair of its family got
     each item right. The family accuracy is the figure a router compares: on a calibration file of mixed kinds the
     overall accuracy mostly says how many items were of the family's kind, not how good the pair is at them."""
@@ -122,4 +151,4 @@ def profile_entry(card: ModelCard, skill: SkillSpec, scores: list[float], costs:
     return PairProfile(pair=pair_id(card.name, skill.name), fingerprint=pair_fingerprint(card, skill),
                        family=skill.name, items=len(scores), accuracy=sum(scores) / len(scores),
                        mean_cost=sum(costs) / len(costs), family_items=len(family),
-                       family_accuracy=sum(family) / len(family) if family else None)
+                       family_accuracy=sum(family) / len(family) if family else None, failures=failures)

@@ -9,14 +9,18 @@ entry, and a skill whose steps choose crops or zooms passes them as `images`.
 What goes out: the SKILL.md body as the system message, the conversation so far as text turns, then one user message
 with the images as `image_url` parts (PNG data URLs, downscaled to the card's `max_input_side`; JPEG when the PNG is
 above the card's `max_image_bytes`; refused with `ImageTooLarge` when even that is) and the question, its options
-labelled A, B, C... and what form the reply must take. What comes back is parsed into the answer form the question
-asks for (answer_forms.expected_form): the option for options, Yes/No, a number without its units, else a short text.
-Cost, timeout, concurrency, retries and the breaker are the card's, through the expert handle like every call.
+labelled A, B, C... and what form the reply must take. A card that gives its served model's context (`max_model_len`)
+and image arithmetic (`image_tokens`) has each request counted before it is sent (registry.image_budget): images that
+would not fit beside the text and the reply are downscaled until they do, and a request that cannot fit even so is
+refused with `TokenBudgetExceeded`, naming the counts and the fields. What comes back is parsed into the answer form the
+question asks for (answer_forms.expected_form): the option for options, Yes/No, a number without its units, else a short
+text. Cost, timeout, concurrency, retries and the breaker are the card's, through the expert handle like every call.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -28,22 +32,25 @@ from ..answer_forms import Form, expected_form
 from ..choices import question_stem
 from ..digests import cache_key
 from ..errors import ExpertRejected
-from ..images.load import fitted_data_url
+from ..images.load import FittedImage, fitted_data_url
 from ..scoring import letters_only, normalize_text, option_labels, parse_number, yes_no_in
 from ..types import SkillResult
-from .config import ModelCard
+from .config import ModelCard, OpenAIBackend
+from .image_budget import Budget, fitted_side, image_tokens, text_tokens
 from .skills import SkillSpec
 
 if TYPE_CHECKING:
     from .context import SkillContext
 
 __all__ = ["VISION_CHAT", "DEFAULT_MAX_SIDE", "DEFAULT_MAX_IMAGE_BYTES", "CONFIDENCE", "FORM_INSTRUCTIONS",
-           "ImageTooLarge", "ask", "encode_image", "parse_reply", "procedure_hash", "vision_messages"]
+           "ImageTooLarge", "TokenBudgetExceeded", "ask", "encode_image", "fit_budget", "parse_reply",
+           "procedure_hash", "vision_messages"]
 
 VISION_CHAT = "vision-chat"
 DEFAULT_MAX_SIDE = 1536
-"""Longest image side sent to a card that gives no `max_input_side`: what Qwen-VL-class models read at about a
-thousand image tokens per picture, far below the context of a served 7-8B model."""
+"""Longest image side sent to a card that gives no `max_input_side` (a 1536x1162 chart is 2,312 tokens to
+Qwen2.5-VL and 1,730 to Qwen3-VL by their processors' arithmetic; a card's `image_tokens` and `max_model_len` make
+each request counted before it is sent)."""
 DEFAULT_MAX_IMAGE_BYTES = 8_000_000
 """Largest encoded image sent to a card that gives no `max_image_bytes` (hosted APIs take 10-20 MB per image)."""
 CONFIDENCE = 0.5
@@ -70,6 +77,11 @@ class ImageTooLarge(ExpertRejected):
     (the request's size against the model's limit; the model is not at fault and its breaker does not move)."""
 
 
+class TokenBudgetExceeded(ExpertRejected):
+    """A request whose images, text and reply cannot fit the served model's context even with the images at the
+    processor's smallest size: refused before sending (the endpoint would answer 400)."""
+
+
 @lru_cache(maxsize=1)
 def _procedure_source_hash() -> str:
     return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
@@ -84,16 +96,40 @@ def procedure_hash(card: ModelCard, skill: SkillSpec) -> str:
     return cache_key("vision-chat", instructions, _procedure_source_hash())[:16]
 
 
-def encode_image(image: Image.Image, card: ModelCard, which: str = "image") -> str:
-    """The data URL sent for one image, within the card's limits (`images.load.fitted_data_url`); ImageTooLarge
-    (naming the image, its size and the card's field) when even JPEG is over them."""
+def encode_image(image: Image.Image, card: ModelCard, which: str = "image", max_side: int | None = None
+                 ) -> FittedImage:
+    """The data URL sent for one image and its size, within the card's limits (`images.load.fitted_data_url`;
+    `max_side` lowers the card's); ImageTooLarge (naming the image, its size and the card's field) when even JPEG is
+    over them."""
     limit = card.max_image_bytes or DEFAULT_MAX_IMAGE_BYTES
-    fitted = fitted_data_url(image, card.max_input_side or DEFAULT_MAX_SIDE, limit)
+    fitted = fitted_data_url(image, max_side or card.max_input_side or DEFAULT_MAX_SIDE, limit)
     if fitted.url is None:
         raise ImageTooLarge(f"{which} ({image.width}x{image.height}, sent at {fitted.size[0]}x{fitted.size[1]}) is "
                             f"{fitted.encoded_bytes:,} bytes even as JPEG, above model {card.name!r}'s "
                             f"max_image_bytes {limit:,}; lower the card's max_input_side or raise its max_image_bytes")
-    return fitted.url
+    return fitted
+
+
+def fit_budget(card: ModelCard, images: Sequence[Image.Image], text: str) -> list[FittedImage]:
+    """The images as sent, downscaled where the request (images, `text` and the reply's `max_tokens`) would not fit
+    the card's `max_model_len` by its `image_tokens` arithmetic; TokenBudgetExceeded when it cannot fit. Without
+    both fields, the images within the card's other limits."""
+    names = [f"image {i + 1}" for i in range(len(images))]
+    fitted = [encode_image(image, card, name) for image, name in zip(images, names)]
+    spec, limit = card.image_tokens, card.max_model_len
+    if spec is None or limit is None or not images:
+        return fitted
+    reply = card.backend.max_tokens if isinstance(card.backend, OpenAIBackend) else 0
+    budget = Budget(limit, text_tokens(text), reply, tuple(image_tokens(*f.size, spec) for f in fitted))
+    if budget.fits:
+        return fitted
+    sides = [fitted_side(*f.size, spec, budget.per_image) for f in fitted]
+    if any(side is None for side in sides):
+        raise TokenBudgetExceeded(f"model {card.name!r}: {budget.describe([f.size for f in fitted])}, and the "
+                                  f"images cannot be made small enough for {budget.per_image:,} tokens each; raise "
+                                  "the card's max_model_len (and the server's --max-model-len) or send fewer images")
+    return [encode_image(image, card, name, max_side=side) if side < max(f.size) else f
+            for image, name, f, side in zip(images, names, fitted, sides)]
 
 
 def _user_text(question: str, choices: Sequence[str] | None) -> str:
@@ -178,10 +214,14 @@ def ask(ctx: "SkillContext", images: Sequence[Image.Image] | None = None) -> Ski
     as the answer in the question's form."""
     if images is None:
         images = ctx.images if ctx.image_refs else []
-    urls = [encode_image(image, ctx.model.card, f"image {i + 1}") for i, image in enumerate(images)]
-    messages = vision_messages(ctx.instructions, ctx.request, ctx.choices, urls, ctx.history)
+    text_only = vision_messages(ctx.instructions, ctx.request, ctx.choices, [], ctx.history)
+    fitted = fit_budget(ctx.model.card, images, json.dumps(text_only))
+    messages = vision_messages(ctx.instructions, ctx.request, ctx.choices, [f.url or "" for f in fitted],
+                               ctx.history)
     reply = ctx.model.chat(messages).text
     answer = parse_reply(reply, ctx.request, ctx.choices)
-    sizes = ", ".join(f"{image.width}x{image.height}" for image in images) or "no image"
+    sizes = ", ".join(f"{image.width}x{image.height}" + (f" sent at {f.size[0]}x{f.size[1]}" if f.size !=
+                                                         image.size else "")
+                      for image, f in zip(images, fitted)) or "no image"
     evidence = f"{ctx.model.name} ({ctx.skill.name} instructions, {sizes}) replied: {reply[:MAX_EVIDENCE_CHARS]!r}"
     return SkillResult(evidence=evidence, answer=answer, confidence=CONFIDENCE if answer else 0.0)

@@ -40,15 +40,14 @@ from ..images.load import load_image
 from ..policy import make_policy
 from ..registry import Registry, load_config, load_skill
 from ..types import ErrorKind, Invoke, Step, StopReason
-from .trust import run_trust_suite
+from .registries import FAST_MODELS, fault_registry
+from .traffic import TRAFFIC_CHECKS
+from .trust import TRUST_CHECKS, run_trust_suite
 
 __all__ = ["FaultScenario", "SCENARIOS", "FAST_MODELS", "hostile_images", "fault_registry", "run_reliability",
            "bad_skill_registry"]
 
 ROOT = Path(__file__).resolve().parents[2]
-FAST_MODELS = ("zxing", "opencv-barcode", "opencv-vision", "sympy")
-"""The default registry's experts that answer in well under a second, so hundreds of faulty episodes fit in
-minutes; fault handling does not depend on which expert is behind the handle."""
 DEFAULT_TASKS = (ROOT / "tests" / "data" / "real" / "barcode" / "tasks.jsonl",
                  ROOT / "tests" / "data" / "real" / "vision" / "tasks.jsonl")
 EXAMPLES = bundled_dir("examples")  # shipped in the package (a wheel has no repo root)
@@ -69,28 +68,6 @@ SCENARIOS = (
 
 
 # -- registries -------------------------------------------------------------------------------------------------
-def fault_registry(folder: Path, faults: dict | None, *, attempts: int = 3, timeout_s: float = 1.5,
-                   hang_s: float = 3.0, seed: int = 0) -> Path:
-    """A registry file of the fast default experts with these faults injected into each (None: no faults); hangs
-    last `hang_s`, beyond the cards' `timeout_s`. Returns the file's path (it documents the run)."""
-    base = load_config()
-    models = []
-    for card in base.models:
-        if card.name not in FAST_MODELS:
-            continue
-        raw = card.model_dump(mode="json", exclude_defaults=True)
-        raw.update(timeout_s=timeout_s, concurrency=4, cacheable=False,
-                   retries={"attempts": attempts, "backoff_s": 0.05, "max_backoff_s": 0.5},
-                   breaker={"failures": 8, "open_s": 1.0})
-        if faults is not None:
-            raw["faults"] = {**faults, "hang_s": hang_s, "seed": seed}
-        models.append(raw)
-    path = folder / "registry.yaml"
-    path.write_text(yaml.safe_dump({"skill_dirs": [str(p) for p in base.skill_paths()], "models": models},
-                                   sort_keys=False))
-    return path
-
-
 def bad_skill_registry(folder: Path, *, skill_timeout_s: float = 1.0) -> Path:
     """A registry with three broken tier-1 skills on the zxing expert: one raises, one hangs, one returns the
     wrong type."""
@@ -341,7 +318,7 @@ def run_reliability(out: Path, *, episodes: int = 200, policy: str = "rules", wo
     progress("bad-input suite")
     cases = bad_input_suite(out / "inputs", baseline_reg)
     trust = run_trust_suite(out / "trust", folders["no-faults"] / "registry.yaml", EXAMPLES / "qrcode.png",
-                            progress=progress)
+                            progress=progress, checks=(*TRUST_CHECKS, *TRAFFIC_CHECKS))
     results = {
         "policy": policy, "items": len(items), "task_files": [str(f) for f in files],
         "fault_scenarios": scenarios,

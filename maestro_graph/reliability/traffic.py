@@ -24,7 +24,7 @@ from PIL import Image
 from ..registry import Registry
 from ..serve import ServeSettings, create_app
 from ..serve.loopback import running_app
-from .suite import fault_registry
+from .registries import fault_registry
 from .trust import BOMB_SIDE, COUNT_QUESTION, QUESTION, Target, TrustCase, bomb_urls, peak_rss_growth_mb
 
 __all__ = ["TRAFFIC_CHECKS", "Trickler", "post_at_once", "concurrent_image_memory", "image_memory_case",

@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable, Sequence, TypeVar
 
 import httpx
 import numpy as np
@@ -813,20 +813,19 @@ TRUST_CHECKS: tuple[Callable[[Target], TrustCase], ...] = (
 
 
 def run_trust_suite(folder: Path, registry_file: Path, qr_image: Path,
-                    progress: Callable[[str], None] = lambda _m: None) -> list[TrustCase]:
-    """Every check against a `maestro serve` app on loopback in this process (default settings: the shipped
-    policies offered, data URLs only)."""
+                    progress: Callable[[str], None] = lambda _m: None,
+                    checks: Sequence[Callable[[Target], TrustCase]] = TRUST_CHECKS) -> list[TrustCase]:
+    """Every check of `checks` against a `maestro serve` app on loopback in this process (default settings: the
+    shipped policies offered, data URLs only)."""
     if (module := missing_package("fastapi", "uvicorn")) is not None:  # nothing to attack without a server
         reason = missing_extra("serve", "the trust-boundary suite", module)
-        return [TrustCase(check.__name__, "a served Maestro", False, reason, skipped=reason) for check in TRUST_CHECKS]
+        return [TrustCase(check.__name__, "a served Maestro", False, reason, skipped=reason) for check in checks]
     folder.mkdir(parents=True, exist_ok=True)
     image = image_to_data_url(load_image(str(qr_image)))
-    from .traffic import TRAFFIC_CHECKS  # built on this module's helpers, so imported once both are loaded
-
     cases = []
     with running_app(create_app(Registry.load(registry_file), ServeSettings())) as url:
         target = Target(url, os.getpid(), folder, image, registry_file)
-        for check in (*TRUST_CHECKS, *TRAFFIC_CHECKS):
+        for check in checks:
             progress(f"trust boundary: {check.__name__}")
             try:
                 cases.append(check(target))

@@ -254,7 +254,10 @@ class LMTrainConfig:
         return {**self.trl_args(out, self.steps, progress), "num_generations": self.num_generations,
                 "max_completion_length": self.max_new_tokens * (2 * self.max_turns + 1) + 64,
                 "temperature": self.temperature, "beta": self.beta, "reward_weights": reward_weights,
-                "use_vllm": self.use_vllm, **({"vllm_mode": self.vllm_mode} if self.use_vllm else {})}
+                "use_vllm": self.use_vllm,
+                # vLLM's context is the longest episode trained on, not the model's own (256K for Qwen3-VL: its KV
+                # cache alone would not fit a colocated memory share)
+                **({"vllm_mode": self.vllm_mode, "vllm_max_model_length": self.max_length} if self.use_vllm else {})}
 
     @property
     def prompt(self) -> "PromptOptions":

@@ -191,16 +191,24 @@ def grpo_dataset(tasks: Sequence[Task], registry: Registry, config: LMTrainConfi
 
 
 class TrainerVLLM:
-    """Router text from TRL's own vLLM engine (`use_vllm=True`), so rollouts use the weights being trained."""
+    """Router text from TRL's own vLLM engine (`use_vllm=True`), so rollouts use the weights being trained. One turn
+    is at most `max_new_tokens`: TRL's engine would otherwise write up to the whole episode's completion length
+    (`max_completion_length`) every turn."""
 
-    def __init__(self, trainer: Any):
+    def __init__(self, trainer: Any, max_new_tokens: int):
         self.trainer = trainer
+        self.max_new_tokens = max_new_tokens
 
     def complete(self, messages: list[dict], images: Sequence[str] = (), *, choices=None, regex=None) -> str:
         processing = self.trainer.processing_class
         pixels = load_images(tuple(images)) if sees_images(processing) else []
         prompt = _template(processing, with_images(messages, pixels) if pixels else messages, True)
-        _, completion_ids, _, _ = self.trainer.vllm_generation.generate([prompt], [pixels] if pixels else None, 1)
+        engine = self.trainer.vllm_generation
+        episode_length, engine.max_completion_length = engine.max_completion_length, self.max_new_tokens
+        try:
+            _, completion_ids, _, _ = engine.generate([prompt], [pixels] if pixels else None, 1)
+        finally:
+            engine.max_completion_length = episode_length
         return processing.decode(completion_ids[0], skip_special_tokens=True).strip()
 
 
@@ -220,7 +228,7 @@ class GraphRollout:
 
     def backend(self, trainer: Any) -> Any:
         if self.config.use_vllm:
-            return TrainerVLLM(trainer)
+            return TrainerVLLM(trainer, self.config.max_new_tokens)
         model = trainer.accelerator.unwrap_model(trainer.model)
         return TransformersLM(model, trainer.processing_class, temperature=self.config.temperature,
                               max_new_tokens=self.config.max_new_tokens)
