@@ -87,8 +87,10 @@ def test_warm_start_raises_the_expected_value_and_learns_where_to_stop(setting):
     before = p_stop_after_reading()
     history = warm_start(policy, registry, tasks, config, ThreadExecutor(registry), progress=False)
     assert len(history) == 40 and {"loss", "value", "stop_after_one"} <= set(history[0])
-    # every step sees all four items through the full registry: the value is the policy's, and it rises
-    assert history[-1]["value"] > history[0]["value"] + 0.2, (history[0], history[-1])
+    # every step sees all four items through the full registry: the value is the policy's, and it rises (from 0.58:
+    # an untrained skill head already leans to the skills whose pairs measured well on such questions; without that
+    # prior it started at 0.29 and ended at 0.68)
+    assert history[-1]["value"] > max(history[0]["value"] + 0.05, 0.65), (history[0], history[-1])
     tree = valued_tree(tasks[1], measured[1], registry, config)
     first = policy.distribution(tree.first.view, ActionSpace.build(registry, tree.first.view)).greedy()
     assert isinstance(first, Invoke) and first.skill == "barcode-reading"  # the QR item goes to a barcode reader
