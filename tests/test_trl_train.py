@@ -166,9 +166,11 @@ def _trained(folder: Path) -> bool:
 
 
 def _tiny(tmp_path: Path, sft_data: Path, out: str, **overrides) -> LMTrainConfig:
-    """The shipped router's recipe at a tiny size: two SFT steps, one GRPO step, a checkpoint at every step."""
+    """The shipped router's recipe at a tiny size: two SFT steps, one GRPO step, a checkpoint at every step, in fp32
+    (this CPU emulates the recipe's bf16 matrix products: one SFT step took over two minutes in bf16)."""
     return load_train_config(ROOT / "configs" / "recipes" / "lm-router-sft.yaml", **{
         "tasks": [str(TASKS)], "eval_tasks": str(TASKS), "eval_limit": 2, "sft_data": str(sft_data), "sft_steps": 2,
+        "bf16": False,
         "sft_min_score": 0.0, "steps": 1, "num_generations": 2, "per_device_train_batch_size": 2, "max_turns": 1,
         "save_steps": 1, "out_dir": str(tmp_path / out), "registry": str(ROOT / "configs" / "registry-nolm.yaml"),
         **overrides})
