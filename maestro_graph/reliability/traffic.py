@@ -25,7 +25,8 @@ from ..registry import Registry
 from ..serve import ServeSettings, create_app
 from ..serve.loopback import running_app
 from .registries import fault_registry
-from .trust import BOMB_SIDE, COUNT_QUESTION, QUESTION, Target, TrustCase, bomb_urls, peak_rss_growth_mb
+from .trust import (BOMB_SIDE, COUNT_QUESTION, QUESTION, Listener, Target, TrustCase, bomb_urls,
+                    peak_rss_growth_mb)
 
 __all__ = ["TRAFFIC_CHECKS", "Trickler", "post_at_once", "concurrent_image_memory", "image_memory_case",
            "trickling_host",
@@ -95,26 +96,17 @@ def image_memory_case(url: str, pid: int, headers: dict[str, str] | None = None)
                      f"all 400, RSS grows under {CONCURRENT_MEMORY_LIMIT_MB:g} MB", ok, "; ".join(details))
 
 
-class Trickler:
+class Trickler(Listener):
     """A loopback HTTP server that answers every request with a 200 and an image body it sends TRICKLE_BYTES at a
     time every TRICKLE_EVERY_S seconds (a slow or hostile allow-listed host), until the client hangs up."""
 
     def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
         self.served_s: list[float] = []
         """How long each connection was held, as the host saw it."""
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
+    def _serve(self, conn: socket.socket) -> None:
+        threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
 
     def _trickle(self, conn: socket.socket) -> None:
         start = time.monotonic()
@@ -128,9 +120,6 @@ class Trickler:
             except OSError:  # the client hung up: what the check waits for
                 pass
         self.served_s.append(time.monotonic() - start)
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def trickling_host(t: Target) -> TrustCase:

@@ -97,7 +97,11 @@ class Listener:
             except OSError:
                 return
             self.connections += 1
-            self._held.append(conn)
+            self._serve(conn)
+
+    def _serve(self, conn: socket.socket) -> None:
+        """What happens to an accepted connection: held open, never answered (a subclass answers it its way)."""
+        self._held.append(conn)
 
     def close(self) -> None:
         self.sock.close()
