@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import dataclass
+
+from PIL import ImageDraw, ImageFont
 
 from .base import COLORS, Draft, ask, canvas, degrade, fmt_num, font
 
@@ -52,87 +55,114 @@ QUESTIONS: dict[str, tuple[str, ...]] = {
 }
 
 
+@dataclass
+class _Sheet:
+    """The canvas a figure is drawn on, with the pen, the label font and the unit its lengths are printed in."""
+
+    draw: ImageDraw.ImageDraw
+    size: tuple[int, int]
+    ink: tuple[int, int, int]
+    face: ImageFont.FreeTypeFont
+    line_w: int
+    unit: str
+
+    def label(self, at: Point, text: str) -> None:
+        self.draw.text(at, text, fill=(0, 0, 0), font=self.face, anchor="mm")
+
+    def length(self, v: float) -> str:
+        return f"{fmt_num(v)} {self.unit}".strip()
+
+
+_Asked = tuple[str, float, float | None, dict[str, str]]
+"""What a figure asks: the question type, the exact value, its tolerance and the question template's fields."""
+
+
 def make(rng: random.Random) -> Draft:
     kind = rng.choice(("right", "angle", "rect", "circle"))
     unit = rng.choice(_UNITS)
     image, draw = canvas(*rng.choice(((520, 420), (640, 480), (600, 600))))
     ink = COLORS[rng.choice(("black", "navy", "blue", "brown"))]
-    face = font(rng, rng.randint(16, 24))
-    line_w = rng.randint(2, 4)
-
-    def label(at: Point, text: str) -> None:
-        draw.text(at, text, fill=(0, 0, 0), font=face, anchor="mm")
-
-    def length(v: float) -> str:
-        return f"{fmt_num(v)} {unit}".strip()
-
-    w, h = image.size
+    sheet = _Sheet(draw, image.size, ink, font(rng, rng.randint(16, 24)), rng.randint(2, 4), unit)
     if kind in ("right", "angle"):
-        if kind == "right":
-            a, b, c = (k * rng.choice((1, 1, 2, 3)) for k in rng.choice(_TRIPLES)) if rng.random() < 0.6 else \
-                (rng.randint(2, 15), rng.randint(2, 15), None)
-            c = c if c is not None else math.hypot(a, b)
-            angle_a = math.atan2(b, a)
-        else:
-            alpha, beta = rng.randint(25, 85), rng.randint(25, 85)
-            gamma = 180 - alpha - beta
-            if gamma < 15:
-                alpha, beta = alpha - 10, beta - 10
-                gamma = 180 - alpha - beta
-            angle_a = math.radians(alpha)
-        p_a, p_b, p_c = _triangle(kind, w, h, angle_a, math.radians(beta) if kind == "angle" else None)
-        draw.polygon([p_a, p_b, p_c], outline=ink, width=line_w)
-        names = rng.sample(("A", "B", "C", "D", "E", "F", "P", "Q", "R", "X", "Y", "Z"), 3)
-        for p, name in zip((p_a, p_b, p_c), names):
-            label(_away(p, (p_a, p_b, p_c), 22), name)
-        if kind == "right":
-            _right_marker(draw, p_b, p_a, p_c, ink)
-            sides = {"base": (p_a, p_b, a), "height": (p_b, p_c, b), "hyp": (p_a, p_c, c)}
-            whole = float(c).is_integer()  # a leg is asked only when every printed length is exact
-            unknown = "hyp" if not whole or rng.random() < 0.5 else rng.choice(("base", "height"))
-            for key, (p, q, value) in sides.items():
-                text = "?" if key == unknown else length(value)
-                label(_away(((p[0] + q[0]) / 2, (p[1] + q[1]) / 2), (p_a, p_b, p_c), 30), text)
-            ends = {"base": (0, 1), "height": (1, 2), "hyp": (0, 2)}[unknown]
-            side = names[ends[0]] + names[ends[1]]
-            qtype = "hypotenuse" if unknown == "hyp" else "leg"
-            value, tolerance = sides[unknown][2], 0.01
-        else:
-            for p, text in ((p_a, f"{alpha}°"), (p_b, f"{beta}°"), (p_c, "x")):
-                label(_toward(p, (p_a, p_b, p_c), 45), text)
-            qtype, value, tolerance, side = "angle", gamma, None, ""
-        fields = {"side": side}
+        qtype, value, tolerance, fields = _triangle_figure(rng, kind, sheet)
     elif kind == "rect":
-        rw, rh = rng.randint(2, 30), rng.randint(2, 30)
-        scale = min((w - 160) / rw, (h - 160) / rh)
-        x0, y0 = (w - rw * scale) / 2, (h - rh * scale) / 2
-        draw.rectangle((x0, y0, x0 + rw * scale, y0 + rh * scale), outline=ink, width=line_w)
-        label((x0 + rw * scale / 2, y0 + rh * scale + 25), length(rw))
-        label((x0 + rw * scale + 45, y0 + rh * scale / 2), length(rh))
-        qtype = rng.choice(("rect-area", "rect-perimeter"))
-        value, tolerance, fields = (rw * rh if qtype == "rect-area" else 2 * (rw + rh)), None, {}
+        qtype, value, tolerance, fields = _rect_figure(rng, sheet)
     else:
-        r = rng.randint(1, 20)
-        diameter = rng.random() < 0.4
-        radius_px = min(w, h) * 0.35
-        cx, cy = w / 2, h / 2
-        draw.ellipse((cx - radius_px, cy - radius_px, cx + radius_px, cy + radius_px), outline=ink, width=line_w)
-        draw.ellipse((cx - 4, cy - 4, cx + 4, cy + 4), fill=ink)
-        start = cx - radius_px if diameter else cx
-        draw.line((start, cy, cx + radius_px, cy), fill=ink, width=line_w)
-        given = f"d = {length(2 * r)}" if diameter else f"r = {length(r)}"
-        label(((start + cx + radius_px) / 2, cy - 20), given)
-        qtype = rng.choice(("circle-area", "circumference"))
-        value = math.pi * r * r if qtype == "circle-area" else 2 * math.pi * r
-        tolerance, fields = 0.01, {}
+        qtype, value, tolerance, fields = _circle_figure(rng, sheet)
     image = degrade(image, rng, noise=6, max_rotation=1.5)
-    answer = fmt_num(value)
     if rng.random() < CHOICE_PROBABILITY:
         options = _options(rng, value)
         question = ask(rng, QUESTIONS[qtype], "choice", **fields)
         return Draft(question, fmt_num(value), "choice", qtype, [image], choices=options)
-    return Draft(ask(rng, QUESTIONS[qtype], "number", **fields), answer, "number", qtype, [image],
+    return Draft(ask(rng, QUESTIONS[qtype], "number", **fields), fmt_num(value), "number", qtype, [image],
                  tolerance=tolerance)
+
+
+def _triangle_figure(rng: random.Random, kind: str, sheet: _Sheet) -> _Asked:
+    """A right triangle with one side unknown (Pythagoras), or a triangle with its third angle unknown."""
+    w, h = sheet.size
+    if kind == "right":
+        a, b, c = (k * rng.choice((1, 1, 2, 3)) for k in rng.choice(_TRIPLES)) if rng.random() < 0.6 else \
+            (rng.randint(2, 15), rng.randint(2, 15), None)
+        c = c if c is not None else math.hypot(a, b)
+        angle_a = math.atan2(b, a)
+    else:
+        alpha, beta = rng.randint(25, 85), rng.randint(25, 85)
+        gamma = 180 - alpha - beta
+        if gamma < 15:
+            alpha, beta = alpha - 10, beta - 10
+            gamma = 180 - alpha - beta
+        angle_a = math.radians(alpha)
+    p_a, p_b, p_c = _triangle(kind, w, h, angle_a, math.radians(beta) if kind == "angle" else None)
+    sheet.draw.polygon([p_a, p_b, p_c], outline=sheet.ink, width=sheet.line_w)
+    names = rng.sample(("A", "B", "C", "D", "E", "F", "P", "Q", "R", "X", "Y", "Z"), 3)
+    for p, name in zip((p_a, p_b, p_c), names):
+        sheet.label(_away(p, (p_a, p_b, p_c), 22), name)
+    if kind == "angle":
+        for p, text in ((p_a, f"{alpha}°"), (p_b, f"{beta}°"), (p_c, "x")):
+            sheet.label(_toward(p, (p_a, p_b, p_c), 45), text)
+        return "angle", gamma, None, {"side": ""}
+    _right_marker(sheet.draw, p_b, p_a, p_c, sheet.ink)
+    sides = {"base": (p_a, p_b, a), "height": (p_b, p_c, b), "hyp": (p_a, p_c, c)}
+    whole = float(c).is_integer()  # a leg is asked only when every printed length is exact
+    unknown = "hyp" if not whole or rng.random() < 0.5 else rng.choice(("base", "height"))
+    for key, (p, q, value) in sides.items():
+        text = "?" if key == unknown else sheet.length(value)
+        sheet.label(_away(((p[0] + q[0]) / 2, (p[1] + q[1]) / 2), (p_a, p_b, p_c), 30), text)
+    ends = {"base": (0, 1), "height": (1, 2), "hyp": (0, 2)}[unknown]
+    qtype = "hypotenuse" if unknown == "hyp" else "leg"
+    return qtype, sides[unknown][2], 0.01, {"side": names[ends[0]] + names[ends[1]]}
+
+
+def _rect_figure(rng: random.Random, sheet: _Sheet) -> _Asked:
+    """A rectangle with its two side lengths printed; its area or perimeter asked."""
+    w, h = sheet.size
+    rw, rh = rng.randint(2, 30), rng.randint(2, 30)
+    scale = min((w - 160) / rw, (h - 160) / rh)
+    x0, y0 = (w - rw * scale) / 2, (h - rh * scale) / 2
+    sheet.draw.rectangle((x0, y0, x0 + rw * scale, y0 + rh * scale), outline=sheet.ink, width=sheet.line_w)
+    sheet.label((x0 + rw * scale / 2, y0 + rh * scale + 25), sheet.length(rw))
+    sheet.label((x0 + rw * scale + 45, y0 + rh * scale / 2), sheet.length(rh))
+    qtype = rng.choice(("rect-area", "rect-perimeter"))
+    return qtype, (rw * rh if qtype == "rect-area" else 2 * (rw + rh)), None, {}
+
+
+def _circle_figure(rng: random.Random, sheet: _Sheet) -> _Asked:
+    """A circle with its radius or diameter drawn and printed; its area or circumference asked."""
+    w, h = sheet.size
+    r = rng.randint(1, 20)
+    diameter = rng.random() < 0.4
+    radius_px = min(w, h) * 0.35
+    cx, cy = w / 2, h / 2
+    draw, ink = sheet.draw, sheet.ink
+    draw.ellipse((cx - radius_px, cy - radius_px, cx + radius_px, cy + radius_px), outline=ink, width=sheet.line_w)
+    draw.ellipse((cx - 4, cy - 4, cx + 4, cy + 4), fill=ink)
+    start = cx - radius_px if diameter else cx
+    draw.line((start, cy, cx + radius_px, cy), fill=ink, width=sheet.line_w)
+    given = f"d = {sheet.length(2 * r)}" if diameter else f"r = {sheet.length(r)}"
+    sheet.label(((start + cx + radius_px) / 2, cy - 20), given)
+    qtype = rng.choice(("circle-area", "circumference"))
+    return qtype, (math.pi * r * r if qtype == "circle-area" else 2 * math.pi * r), 0.01, {}
 
 
 def _options(rng: random.Random, value: float) -> list[str]:
