@@ -1,0 +1,63 @@
+"""The `maestro` command: ask one question, predict over a task file, evaluate and train policies, serve, and
+inspect the registry. This module assembles the command tree; each command lives in a module of its own."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from ..bench.cli import bench_app
+from .ask import ask
+from .cache import cache_clear
+from .calibrate import calibrate
+from .evaluate import evaluate
+from .export import export
+from .library import registry_show, skills_list
+from .predict import predict
+from .profile import registry_profile
+from .reliability import reliability
+from .serve import serve
+from .train import train, train_lm
+
+__all__ = ["app", "main"]
+
+SUMMARY = "Maestro-Graph: answer questions about images by orchestrating expert models with a policy."
+
+app = typer.Typer(help=SUMMARY, no_args_is_help=True, pretty_exceptions_enable=False)
+skills_app = typer.Typer(help="Inspect the skill library.", no_args_is_help=True)
+registry_app = typer.Typer(help="Inspect the model registry and its action space.", no_args_is_help=True)
+cache_app = typer.Typer(help="The persistent cache of expert calls.", no_args_is_help=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        print(f"maestro-graph {version('maestro-graph')}")
+        raise typer.Exit()
+
+
+@app.callback(help=SUMMARY)
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                      help="Print the version and exit.")) -> None:
+    pass
+
+
+for command, name in ((ask, "ask"), (predict, "predict"), (evaluate, "eval"), (calibrate, "calibrate"),
+                      (train, "train"), (serve, "serve"), (reliability, "reliability"), (export, "export"),
+                      (train_lm, "train-lm")):
+    app.command(name)(command)
+skills_app.command("list")(skills_list)
+registry_app.command("show")(registry_show)
+registry_app.command("profile")(registry_profile)
+cache_app.command("clear")(cache_clear)
+app.add_typer(skills_app, name="skills")
+app.add_typer(bench_app, name="bench")
+app.add_typer(registry_app, name="registry")
+app.add_typer(cache_app, name="cache")
+
+
+def main() -> None:
+    """The console entry of `python -m maestro_graph.cli`."""
+    sys.exit(app())

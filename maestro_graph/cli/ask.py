@@ -1,0 +1,124 @@
+"""`maestro ask`: one question about images, answered through the graph, with the steps it took."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from ..errors import MaestroError
+from .common import console, fail, limit_threads, progress, registry as load_registry
+from .options import MaxCostOpt, MaxTurnsOpt, ReachFloorOpt, RegistryOpt
+
+if TYPE_CHECKING:
+    from ..episode.runner import EpisodeResult
+
+__all__ = ["ask"]
+
+POLICY_HELP = ("neural (default: the shipped checkpoint) | rules | random | fixed:MODEL@@SKILL | lm:shipped#choice "
+               "(the paper's LM router as a composite: the neural policy chooses the expert, SmolLM2 decides when to "
+               "answer) | lm:... (docs/lm-router.md)")
+
+
+def ask(
+    question: str = typer.Argument(..., help="The question, e.g. 'How many circles are there?'"),
+    image: list[Path] = typer.Option([], "--image", "-i", help="An image file (repeat for several)."),
+    choice: list[str] = typer.Option([], "--choice", "-c", help="A multiple-choice option (repeat)."),
+    policy: Optional[str] = typer.Option(None, "--policy", "-p", help=POLICY_HELP),
+    registry: Optional[Path] = RegistryOpt,
+    max_turns: int = MaxTurnsOpt,
+    max_cost: float = MaxCostOpt,
+    reach_floor: float = ReachFloorOpt,
+    min_confidence: float = typer.Option(
+        0.0, min=0, max=1, help="Withhold an answer less sure than this (its confidence: the probability that it is "
+        "right): no answer, exit 1, \"I could not find out\"; 0: every answer is given."),
+    as_json: bool = typer.Option(False, "--json", help="Print the answer and trace as JSON."),
+    checkpoint_db: Optional[Path] = typer.Option(None, help="SQLite file to checkpoint the episode in."),
+    thread: Optional[str] = typer.Option(None, help="Thread id for the checkpoint (with --checkpoint-db)."),
+) -> None:
+    """Answer QUESTION about the images and print the answer with a table of the steps taken."""
+    limit_threads()
+    from ..episode.graph import MaestroContext, build_graph
+    from ..episode.runner import run_episode
+    from ..policy import DEFAULT_POLICY, make_policy
+
+    policy = policy or DEFAULT_POLICY
+    _check_input(question, image, checkpoint_db is not None)
+    reg = load_registry(registry)
+    try:
+        pol = make_policy(policy)
+    except MaestroError as exc:
+        fail(str(exc))
+    context = MaestroContext(max_turns=max_turns, max_cost=max_cost, reach_floor=reach_floor,
+                             min_confidence=min_confidence)
+    config, saver, store = {}, None, None
+    if checkpoint_db:
+        from ..episode.storage import sqlite_checkpointer, sqlite_image_store
+
+        saver, store = sqlite_checkpointer(checkpoint_db), sqlite_image_store(checkpoint_db)
+        config = {"configurable": {"thread_id": thread or "default"}}
+    graph = build_graph(reg, pol, checkpointer=saver, store=store)
+    with progress("answering (the first question loads the experts, about 10 s)"):
+        result = run_episode(graph, question, [str(p.resolve()) for p in image], list(choice) or None,
+                             context=context, config=config)
+    if saver is not None:
+        from ..episode.storage import prune_thread
+
+        prune_thread(saver, config["configurable"]["thread_id"])
+    if as_json:
+        _print_json(result, policy)
+    else:
+        _print_table(result)
+
+
+def _check_input(question: str, images: list[Path], threaded: bool) -> None:
+    """Refuse a blank question without images or thread to read it from, a folder given as an image and an image
+    that cannot be read, before any model loads."""
+    from ..core.question_text import clean_question, question_problem
+    from ..images.load import load_image
+
+    problem = question_problem(clean_question(question), image=bool(images) or threaded)
+    if problem:  # a blank question is read from the image (the request's, or its thread's)
+        fail(problem)
+    for path in images:
+        if path.is_dir():
+            fail(f"--image {path}: is a folder, not an image file; name each image in it with its own --image "
+                 f"(e.g. --image {path / 'photo.png'})")
+        try:
+            load_image(str(path))
+        except MaestroError as exc:
+            fail(str(exc))
+
+
+def _print_json(result: EpisodeResult, policy: str) -> None:
+    """The answer and its trace on stdout; exit 1 without an answer."""
+    print(json.dumps({"answer": result.answer, "answer_source": result.answer_source,
+                      "confidence": result.confidence, "policy": policy, "stop_reason": result.stop_reason,
+                      "steps": [s.model_dump() for s in result.steps],
+                      "cost": result.cost, "latency_s": result.latency_s}, ensure_ascii=False, indent=2))
+    if result.answer is None:
+        raise typer.Exit(1)
+
+
+def _print_table(result: EpisodeResult) -> None:
+    """The steps as a table, then the answer with what it rests on; exit 1 (with the reason) without an answer."""
+    from ..episode.confidence import answer_note
+
+    table = Table("#", "model", "skill", "answer", "latency (s)", "cost", "error", title="steps")
+    for i, step in enumerate(result.steps, start=1):
+        table.add_row(str(i), step.model, step.skill, str(step.answer), f"{step.latency_s:.2f}", f"{step.cost:.3f}",
+                      (step.error or "")[:80])
+    table.add_section()
+    note = answer_note(result.answer_source, result.confidence, asked=bool(result.steps))
+    table.add_row("", "", "answer", str(result.answer), "", "", note)
+    console.print(table)
+    if result.answer is None:
+        said = "I could not find out" if result.confidence is not None else "no answer"
+        fail(f"{said} ({result.stop_reason})", code=1)
+    color = "yellow" if result.answer_source in ("guess", "candidate") else "dim"
+    console.print(f"[bold]answer:[/bold] {escape(result.answer)}   [{color}]({escape(note)})[/{color}]"
+                  f"   [dim]({result.stop_reason}, {result.latency_s:.1f}s, cost {result.cost:.3f})[/dim]")

@@ -1,0 +1,35 @@
+"""The options several commands share, written once so that their flags, defaults and help never drift apart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..cache.backends import DEFAULT_TTL_S
+from ..core.configs import MAX_COST, MAX_TURNS, Budget, typer_option
+from ..registry.reach import REACH_FLOOR
+
+__all__ = ["CacheDirOpt", "CacheTtlOpt", "CacheUrlOpt", "ExecutorOpt", "LimitOpt", "MaxCostOpt", "MaxTurnsOpt",
+           "NoCacheOpt", "ReachFloorOpt", "RegistryOpt", "WorkersOpt"]
+
+RegistryOpt = typer.Option(None, "--registry", "-r", help="Registry config YAML (default: the packaged local one).")
+MaxTurnsOpt = typer_option(Budget, "max_turns", min=1, max=MAX_TURNS)
+MaxCostOpt = typer_option(Budget, "max_cost", min=0, max=MAX_COST)
+ReachFloorOpt = typer.Option(
+    REACH_FLOOR, min=0, max=1, help="Stop before the next call when fewer of the 10 most similar calibration questions "
+    "were answered by a pair not yet called than this (the registry's reach, written by `maestro registry profile`; "
+    "a registry without one is never stopped); 0: off (docs/evaluation.md: Knowing when nothing fits).")
+LimitOpt = typer.Option(None, min=1, help="Only the first N items.")
+WorkersOpt = typer.Option(2, min=1, help="Episodes run at once (per-model limits still apply).")
+CacheDirOpt = typer.Option(Path(".maestro-cache"), envvar="MAESTRO_CACHE_DIR",
+                           help="Persistent cache of expert calls and skill steps.")
+NoCacheOpt = typer.Option(False, "--no-cache", help="Call every expert afresh.")
+CacheUrlOpt = typer.Option(None, "--cache-url", help="Shared expert cache on Redis (redis://HOST:PORT/DB), so "
+                           "workers never repeat each other's calls; --cache-dir is its local fallback.")
+CacheTtlOpt = typer.Option(DEFAULT_TTL_S, "--cache-ttl-s", min=0, envvar="MAESTRO_CACHE_TTL_S",
+                           help="Seconds a Redis cache entry lives after it is written; 0: until Redis evicts it "
+                           "(docs/scale.md: The Redis cache).")
+ExecutorOpt = typer.Option("thread", "--executor", help="Where episodes run: thread (--workers threads here) | ray "
+                           "(a local Ray cluster of --workers actors) | ray:ADDRESS (an existing cluster; needs the "
+                           "`ray` extra).")
