@@ -9,6 +9,7 @@ import typer
 
 from ..bench.cli import bench_app
 from .ask import ask
+from .common import help_text
 from .cache import cache_clear
 from .calibrate import calibrate
 from .evaluate import evaluate
@@ -47,11 +48,10 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 for command, name in ((ask, "ask"), (predict, "predict"), (evaluate, "eval"), (calibrate, "calibrate"),
                       (train, "train"), (serve, "serve"), (reliability, "reliability"), (export, "export"),
                       (train_lm, "train-lm")):
-    app.command(name)(command)
-skills_app.command("list")(skills_list)
-registry_app.command("show")(registry_show)
-registry_app.command("profile")(registry_profile)
-cache_app.command("clear")(cache_clear)
+    app.command(name, help=help_text(command.__doc__))(command)
+for group, command, name in ((skills_app, skills_list, "list"), (registry_app, registry_show, "show"),
+                             (registry_app, registry_profile, "profile"), (cache_app, cache_clear, "clear")):
+    group.command(name, help=help_text(command.__doc__))(command)
 app.add_typer(skills_app, name="skills")
 app.add_typer(bench_app, name="bench")
 app.add_typer(registry_app, name="registry")

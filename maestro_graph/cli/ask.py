@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
+from rich import box
 from rich.markup import escape
 from rich.table import Table
 
 from ..errors import MaestroError
-from .common import console, fail, limit_threads, progress, registry as load_registry
+from .common import console, fail, limit_threads, narrow, progress, registry as load_registry
 from .options import MaxCostOpt, MaxTurnsOpt, ReachFloorOpt, RegistryOpt
 
 if TYPE_CHECKING:
@@ -108,17 +109,33 @@ def _print_table(result: EpisodeResult) -> None:
     """The steps as a table, then the answer with what it rests on; exit 1 (with the reason) without an answer."""
     from ..episode.confidence import answer_note
 
-    table = Table("#", "model", "skill", "answer", "latency (s)", "cost", "error", title="steps")
-    for i, step in enumerate(result.steps, start=1):
-        table.add_row(str(i), step.model, step.skill, str(step.answer), f"{step.latency_s:.2f}", f"{step.cost:.3f}",
-                      (step.error or "")[:80])
-    table.add_section()
     note = answer_note(result.answer_source, result.confidence, asked=bool(result.steps))
-    table.add_row("", "", "answer", str(result.answer), "", "", note)
-    console.print(table)
+    console.print(_steps_table(result, note))
+    if narrow():  # what the wide table shows in its error column, each on a line of its own
+        for i, step in enumerate(result.steps, start=1):
+            if step.error:
+                console.print(f"step {i} error: {escape(step.error[:80])}", soft_wrap=False)
+        if result.answer is None:
+            console.print(f"answer: none ({escape(note)})")
     if result.answer is None:
         said = "I could not find out" if result.confidence is not None else "no answer"
         fail(f"{said} ({result.stop_reason})", code=1)
     color = "yellow" if result.answer_source in ("guess", "candidate") else "dim"
     console.print(f"[bold]answer:[/bold] {escape(result.answer)}   [{color}]({escape(note)})[/{color}]"
                   f"   [dim]({result.stop_reason}, {result.latency_s:.1f}s, cost {result.cost:.3f})[/dim]")
+
+
+def _steps_table(result: EpisodeResult, note: str) -> Table:
+    """One row per step and one for the answer; in a narrow terminal (see WIDE_COLUMNS) without borders and the
+    error column, so that model and skill names are never cut."""
+    thin = narrow()
+    heads = ("#", "model", "skill", "answer", "s" if thin else "latency (s)", "cost", *(() if thin else ("error",)))
+    table = Table(*heads, title="steps", box=box.SIMPLE_HEAD if thin else box.HEAVY_HEAD)
+    for column in table.columns[1:3]:
+        column.no_wrap = thin
+    for i, step in enumerate(result.steps, start=1):
+        table.add_row(str(i), step.model, step.skill, escape(str(step.answer)), f"{step.latency_s:.2f}",
+                      f"{step.cost:.3f}", *(() if thin else (escape((step.error or "")[:80]),)))
+    table.add_section()
+    table.add_row("", "", "answer", escape(str(result.answer)), "", "", *(() if thin else (escape(note),)))
+    return table

@@ -22,8 +22,9 @@ def calibrate(
                                      help="Prediction file of other episodes: the fitted model's expected "
                                      "calibration error on them (repeat)."),
 ) -> None:
-    """Fit the confidence model (the probability that an answer is right) on the recorded evidence of scored
-    episodes; a graph built with it (`build_graph(..., confidence=ConfidenceModel.read(OUT))`, or the package's
+    """Fit the confidence model (the probability that an answer is right) on scored episodes.
+
+    It is fitted on the recorded evidence of the episodes; a graph built with it (`build_graph(..., confidence=ConfidenceModel.read(OUT))`, or the package's
     checkpoints/confidence.json) answers with calibrated confidences. Fit on items other than those you report."""
     from ..evaluation.calibration import fit_confidence, judged_answers
 

@@ -4,7 +4,9 @@ the registry and the executor a batch command runs on."""
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
+import re
 from pathlib import Path
 from typing import NoReturn, Optional
 
@@ -15,7 +17,8 @@ from rich.markup import escape
 from ..cache.backends import DEFAULT_TTL_S
 from ..errors import MaestroError
 
-__all__ = ["WIDE_COLUMNS", "console", "err", "executor", "fail", "limit_threads", "narrow", "progress", "registry"]
+__all__ = ["WIDE_COLUMNS", "console", "err", "executor", "fail", "help_text", "limit_threads", "narrow", "progress",
+           "registry"]
 
 console = Console()
 err = Console(stderr=True)
@@ -29,6 +32,15 @@ fields wrapped beside each row's name, so no text is squeezed to a sliver or cut
 def narrow() -> bool:
     """Whether the tables a person reads take their narrow form (see WIDE_COLUMNS)."""
     return console.width < WIDE_COLUMNS
+
+
+def help_text(doc: str) -> str:
+    """A command's docstring as its `--help` shows it: each paragraph one line that the terminal wraps at its own
+    width, except that an item of a list (a line starting with a digit and a space, or `- `) starts a line. Typer's
+    rich help keeps a docstring's source line breaks, so 80 columns showed ragged half-lines; its command list shows
+    the first paragraph, so that paragraph is one short sentence."""
+    paragraphs = inspect.cleandoc(doc).split("\n\n")
+    return "\n\n".join(re.sub(r"\n(?!\d+ |- )", " ", paragraph) for paragraph in paragraphs)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

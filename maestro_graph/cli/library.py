@@ -21,8 +21,9 @@ JsonOpt = typer.Option(False, "--json", help="Print as JSON.")
 
 
 def skills_list(registry: Optional[Path] = RegistryOpt, as_json: bool = JsonOpt) -> None:
-    """List the skills found in the registry's skill folders, each with whether a model here can run it (where
-    none can: why, and how to add one)."""
+    """List the skills found in the registry's skill folders, each with whether a model here can run it.
+
+    Where none can: why, and how to add one."""
     skills = sorted(load_registry(registry).describe()["skills"], key=lambda s: (s["tier"], s["name"]))
     if as_json:
         print(json.dumps(skills, indent=2, ensure_ascii=False))

@@ -27,8 +27,9 @@ def registry_profile(
     workers: int = WorkersOpt,
     cache_dir: Path = CacheDirOpt,
 ) -> None:
-    """Run every pair once on a calibration file and write each pair's accuracy and cost, fingerprinted against
-    the registry; the registry file's `profile:` key makes policies read it (`Pair.profile`)."""
+    """Run every pair once on a calibration file and write each pair's accuracy and cost.
+
+    The profile is fingerprinted against the registry; the registry file's `profile:` key makes policies read it (`Pair.profile`)."""
     from ..batch.measure import measure_pairs
     from ..core.tasks import load_task_files
     from ..registry.config import default_config_path

@@ -25,10 +25,9 @@ def reliability(
     workers: int = typer.Option(4, min=1, help="Episodes run at once."),
     seed: int = typer.Option(0, help="Seed of the injected faults."),
 ) -> None:
-    """Run the expert-fault, bad-input and trust-boundary suites; write a table of faults survived, inputs
-    rejected, attacks held, episodes completed and lost.
+    """Run the expert-fault, bad-input and trust-boundary suites and write their table.
 
-    Needs the `serve` extra (the trust suite attacks a real server). Exits 1 when anything was lost, an input was
+    The table counts faults survived, inputs rejected, attacks held, episodes completed and lost. Needs the `serve` extra (the trust suite attacks a real server). Exits 1 when anything was lost, an input was
     not handled as expected or an attack was not held. A check that cannot run here (LangServe's, without the
     `langserve` extra) is reported as skipped, with the reason, and does not fail the run."""
     limit_threads()

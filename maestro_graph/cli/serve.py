@@ -34,8 +34,9 @@ def serve(
     log_level: str = typer.Option("info", help="Log level of Maestro and uvicorn."),
     log_format: str = typer.Option("json", help="json (one object per line, with request and thread ids) | text."),
 ) -> None:
-    """Serve an OpenAI-compatible endpoint (/v1/chat/completions, model `maestro`), /healthz, and LangServe routes
-    at /maestro when the `langserve` extra is installed. Every ServeSettings field is an option (or a key of
+    """Serve an OpenAI-compatible endpoint (/v1/chat/completions, model `maestro`) and /healthz.
+
+    LangServe routes are served at /maestro when the `langserve` extra is installed. Every ServeSettings field is an option (or a key of
     --config FILE.yaml)."""
     limit_threads()
     if (module := missing_package("fastapi", "uvicorn")) is not None:

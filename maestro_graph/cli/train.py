@@ -36,8 +36,9 @@ def train(
     workers: int = typer.Option(1, min=1, help="Rollout workers (groups sampled at once; with --executor ray, "
                                 "Ray actors)."),
 ) -> None:
-    """Train the neural policy with GRPO on task files (outcome reward only); OUT/policy.safetensors is the result.
-    Every NeuralGRPOConfig field is an option (or a key of --config FILE.yaml), those TRL's GRPOConfig also has under
+    """Train the neural policy with GRPO on task files; OUT/policy.safetensors is the result.
+
+    The reward is the outcome alone. Every NeuralGRPOConfig field is an option (or a key of --config FILE.yaml), those TRL's GRPOConfig also has under
     TRL's names (--num-generations, --learning-rate, --epsilon, --num-iterations, --save-steps); the defaults, and
     configs/recipes/neural-grpo.yaml, are the shipped checkpoint's recipe."""
     limit_threads()
@@ -71,8 +72,9 @@ def train(
 
 @typer_options(LMTrainConfig, flags={"tasks": ("--tasks", "-t"), "out_dir": ("--out-dir", "--out", "-o")})
 def train_lm(config: LMTrainConfig) -> None:
-    """Train the LM router with TRL: optional SFT warm start, then GRPO with episodes run through the graph. Every
-    LMTrainConfig field is an option (or a key of --config FILE.yaml); configs/recipes/lm-router-sft.yaml is the
+    """Train the LM router with TRL: optional SFT warm start, then GRPO with episodes run through the graph.
+
+    Every LMTrainConfig field is an option (or a key of --config FILE.yaml); configs/recipes/lm-router-sft.yaml is the
     shipped router's recipe."""
     limit_threads()
     if (module := missing_package("trl", "datasets")) is not None:
