@@ -83,7 +83,7 @@ def test_the_lm_router_trains_without_the_held_out_cards_and_meets_them_after(tm
                           "--max-turns", "1", "--registry", str(registry), "--cache-dir", str(tmp_path / "cache"),
                           "--lm-config", str(ROOT / "configs" / "recipes" / "lm-router-sft.yaml"), "--lm-set", "sft_steps=1",
                           "steps=0", "sft_min_score=0", "per_device_train_batch_size=2", "num_generations=2",
-                          "max_turns=1", f"eval_tasks={train}", "eval_limit=1",
+                          "max_turns=1",
                           "--steps", "1", "--tasks-per-step", "1", "--num-generations", "2"],
                          env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
