@@ -24,8 +24,9 @@ def calibrate(
 ) -> None:
     """Fit the confidence model (the probability that an answer is right) on scored episodes.
 
-    It is fitted on the recorded evidence of the episodes; a graph built with it (`build_graph(..., confidence=ConfidenceModel.read(OUT))`, or the package's
-    checkpoints/confidence.json) answers with calibrated confidences. Fit on items other than those you report."""
+    It is fitted on the recorded evidence of the episodes; a graph built with it (`build_graph(...,
+    confidence=ConfidenceModel.read(OUT))`, or the package's checkpoints/confidence.json) answers with calibrated
+    confidences. Fit on items other than those you report."""
     from ..evaluation.calibration import fit_confidence, judged_answers
 
     try:

@@ -29,7 +29,8 @@ def registry_profile(
 ) -> None:
     """Run every pair once on a calibration file and write each pair's accuracy and cost.
 
-    The profile is fingerprinted against the registry; the registry file's `profile:` key makes policies read it (`Pair.profile`)."""
+    The profile is fingerprinted against the registry; the registry file's `profile:` key makes policies read it
+    (`Pair.profile`)."""
     from ..batch.measure import measure_pairs
     from ..core.tasks import load_task_files
     from ..registry.config import default_config_path

@@ -27,9 +27,10 @@ def reliability(
 ) -> None:
     """Run the expert-fault, bad-input and trust-boundary suites and write their table.
 
-    The table counts faults survived, inputs rejected, attacks held, episodes completed and lost. Needs the `serve` extra (the trust suite attacks a real server). Exits 1 when anything was lost, an input was
-    not handled as expected or an attack was not held. A check that cannot run here (LangServe's, without the
-    `langserve` extra) is reported as skipped, with the reason, and does not fail the run."""
+    The table counts faults survived, inputs rejected, attacks held, episodes completed and lost. Needs the `serve`
+    extra (the trust suite attacks a real server). Exits 1 when anything was lost, an input was not handled as
+    expected or an attack was not held. A check that cannot run here (LangServe's, without the `langserve` extra) is
+    reported as skipped, with the reason, and does not fail the run."""
     limit_threads()
     if (module := missing_package("fastapi", "uvicorn")) is not None:  # the trust suite attacks a real server
         fail(missing_extra("serve", "`maestro reliability`", module))

@@ -36,8 +36,8 @@ def serve(
 ) -> None:
     """Serve an OpenAI-compatible endpoint (/v1/chat/completions, model `maestro`) and /healthz.
 
-    LangServe routes are served at /maestro when the `langserve` extra is installed. Every ServeSettings field is an option (or a key of
-    --config FILE.yaml)."""
+    LangServe routes are served at /maestro when the `langserve` extra is installed. Every ServeSettings field is an
+    option (or a key of --config FILE.yaml)."""
     limit_threads()
     if (module := missing_package("fastapi", "uvicorn")) is not None:
         fail(missing_extra("serve", "`maestro serve`", module))

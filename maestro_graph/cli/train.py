@@ -38,9 +38,10 @@ def train(
 ) -> None:
     """Train the neural policy with GRPO on task files; OUT/policy.safetensors is the result.
 
-    The reward is the outcome alone. Every NeuralGRPOConfig field is an option (or a key of --config FILE.yaml), those TRL's GRPOConfig also has under
-    TRL's names (--num-generations, --learning-rate, --epsilon, --num-iterations, --save-steps); the defaults, and
-    configs/recipes/neural-grpo.yaml, are the shipped checkpoint's recipe."""
+    The reward is the outcome alone. Every NeuralGRPOConfig field is an option (or a key of --config FILE.yaml),
+    those TRL's GRPOConfig also has under TRL's names (--num-generations, --learning-rate, --epsilon,
+    --num-iterations, --save-steps); the defaults, and configs/recipes/neural-grpo.yaml, are the shipped
+    checkpoint's recipe."""
     limit_threads()
     import torch
 
