@@ -150,7 +150,9 @@ def ask(
     _threads()
     from .core.question_text import clean_question, question_problem
     from .episode.confidence import answer_note
-    from .episode.graph import MaestroContext, build_graph, checkpoint_serde
+    from .episode.context import MaestroContext
+    from .episode.graph import build_graph
+    from .episode.storage import checkpoint_serde
     from .episode.runner import run_episode
     from .images.load import load_image
     from .policy import DEFAULT_POLICY, make_policy
@@ -273,7 +275,7 @@ def predict(
     4 the run lost capacity: workers died or never started, or steps failed on their node (each named on stderr
     and in the metrics file)."""
     _threads()
-    from .episode.graph import MaestroContext
+    from .episode.context import MaestroContext
     from .episode.runner import predict as run_predict
     from .policy import DEFAULT_POLICY, make_policy
 
@@ -330,7 +332,7 @@ def eval_(
 ) -> None:
     """Evaluate several policies through the same graph on the same items; write a report with tables and plots."""
     _threads()
-    from .episode.graph import MaestroContext
+    from .episode.context import MaestroContext
     from .evaluation.evaluate import evaluate
     from .evaluation.report import write_report
     from .policy import TRAINED_POLICIES, make_policy

@@ -35,7 +35,7 @@ from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..core.question_text import clean_question, question_problem
-from ..episode.graph import AnswerSource
+from ..episode.state import AnswerSource
 from .episodes import Episode, EpisodeOutcome, EpisodeService
 from .image_errors import resolve_images
 from .principals import principal_of
