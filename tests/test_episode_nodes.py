@@ -87,7 +87,9 @@ def test_the_router_ends_on_steps_a_command_wrote_wrong(parts):
 def test_the_skill_node_runs_the_call_it_is_sent(parts):
     events: list = []
     call = SkillCall(model="zxing", input="", question=QUESTION, images=[QRCODE], choices=None, history=[])
-    update = run_skill(call, _runtime(events), skill="barcode-reading", parts=parts)
+    command = run_skill(call, _runtime(events), skill="barcode-reading", parts=parts)
+    assert command.goto == ROUTER
+    update = command.update
     [step] = update["steps"]
     assert step["answer"] == "Wikipedia" and step["model"] == "zxing" and step["error"] is None
     assert TypeAdapter(list[StepRecord]).validate_python(update["steps"]) == update["steps"]
@@ -102,15 +104,16 @@ def test_the_skill_node_runs_the_call_it_is_sent(parts):
     (_state(), "call.model: Field required"),  # reached by a Command without a Send: the node gets the state
 ], ids=["text", "images-text", "no-call"])
 def test_the_skill_node_ends_the_episode_on_a_wrong_call(parts, sent, problem):
-    update = run_skill(sent, _runtime([]), skill="barcode-reading", parts=parts)
+    command = run_skill(sent, _runtime([]), skill="barcode-reading", parts=parts)
+    assert command.goto == ANSWER
+    update = command.update
     assert update["stop"] == StopReason.INPUT_ERROR and update["stop_detail"].startswith(problem)
     assert update["answer"] is None and update["steps"].value == []
 
 
 def test_a_command_that_jumps_to_a_skill_node_without_a_call_ends_with_the_input_error(registry):
-    """The whole graph: a thread's next run jumps straight to a skill node (no `Send`, so no call); the router passes
-    the ended episode to the answer node, which reports the input error with the episode emptied, and the thread
-    answers its next question."""
+    """The whole graph: a thread's next run jumps straight to a skill node (no `Send`, so no call); the answer node
+    reports the input error with the episode emptied, and the thread answers its next question."""
     graph = build_graph(registry, make_policy("rules"), checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": "jump"}}
     asked = {"question": QUESTION, "images": [QRCODE]}

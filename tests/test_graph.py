@@ -33,7 +33,7 @@ def test_graph_shape_has_one_node_per_tier1_skill(registry, graph):
     mermaid = graph.get_graph().draw_mermaid()
     for skill in registry.tier1:
         assert f"router -.-> {skill.name};" in mermaid
-        assert f"{skill.name} --> router;" in mermaid
+        assert f"{skill.name} -.-> router;" in mermaid and f"{skill.name} -.-> answer;" in mermaid  # a wrong call
     assert "router -.-> answer;" in mermaid and "answer --> __end__;" in mermaid
     assert "__start__ --> intake;" in mermaid and "intake -.-> router;" in mermaid and "intake -.-> answer;" in mermaid
 

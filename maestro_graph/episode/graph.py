@@ -63,8 +63,7 @@ def build_graph(
     builder.add_node(INTAKE, partial(intake, parts=parts), destinations=(ROUTER, ANSWER))
     builder.add_node(ROUTER, partial(router, parts=parts), destinations=(*skills, ANSWER, ROUTER))
     for skill in skills:
-        builder.add_node(skill, partial(run_skill, skill=skill, parts=parts))
-        builder.add_edge(skill, ROUTER)
+        builder.add_node(skill, partial(run_skill, skill=skill, parts=parts), destinations=(ROUTER, ANSWER))
     builder.add_node(ANSWER, partial(answer, parts=parts))
     builder.add_edge(START, INTAKE)
     builder.add_edge(ANSWER, END)

@@ -38,16 +38,12 @@ class _Turn:
 
 
 def router(state: MaestroState, runtime: Runtime[MaestroContext], *, parts: GraphParts) -> Command[Literal["answer"]]:
-    """One decision: the episode's end when what the state holds cannot be used (an input error), when a skill node
-    ended it (the call it was sent was wrong), or when the graph decides it alone (`_forced`); else the policy's
-    action (`_drawn`): a call sent to its skill's node, an observation of its mistake, or the answer. Each decision
-    is recorded (`types.Decision`) and streamed as a `decision` event."""
+    """One decision: the episode's end when what the state holds cannot be used (an input error) or the graph decides
+    it alone (`_forced`), else the policy's action (`_drawn`): a call sent to its skill's node, an observation of
+    its mistake, or the answer. Each decision is recorded (`types.Decision`) and streamed as a `decision` event."""
     raise_if_cancelled(current_cancel())  # the caller is gone: no further decision, nothing committed
     try:
-        written = read_state(state)
-        if written.get("stop") is not None:  # already ended: the answer node gives its ending
-            return Command(goto=ANSWER)
-        turn = _turn(written, runtime, parts)
+        turn = _turn(read_state(state), runtime, parts)
     except (InputError, ConfigError) as exc:
         return Command(goto=ANSWER, update={"answer": None, **stop_update(StopReason.INPUT_ERROR, exc)})
     space = ActionSpace.build(parts.registry, turn.view)

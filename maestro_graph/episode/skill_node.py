@@ -2,32 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from langgraph.runtime import Runtime
+from langgraph.types import Command
 
 from ..images.sources import ImageRefused
 from ..types import ErrorKind, Invoke, Step
 from .context import MaestroContext
 from .endings import voided
 from .parts import GraphParts
-from .state import step_record
+from .state import ANSWER, ROUTER, step_record
 from .written_state import BadState, read_call
 
 __all__ = ["run_skill"]
 
 
-def run_skill(call: Any, runtime: Runtime[MaestroContext], *, skill: str, parts: GraphParts) -> dict:
+def run_skill(call: Any, runtime: Runtime[MaestroContext], *, skill: str,
+              parts: GraphParts) -> Command[Literal["router", "answer"]]:
     """Run `skill` with the call's model on its input and the episode's question, images, choices and history, and
     hand the step (an expert's fault recorded in it) back to the router. `call` is what was sent (a `SkillCall`,
     checked: a client's `Command` may send anything, or jump here with no call at all); a wrong one ends the
-    episode with the typed input error (the router passes an ended episode to the answer node). Under an
-    image-source policy the images are resolved again: the skill never runs on an image the policy refuses (the
-    step records the refusal)."""
+    episode with the typed input error. Under an image-source policy the images are resolved again: the skill never
+    runs on an image the policy refuses (the step records the refusal)."""
     try:
         sent = read_call(call)
     except BadState as exc:
-        return voided(exc)
+        return Command(goto=ANSWER, update=voided(exc))
     action = Invoke(sent["model"], skill, sent["input"])
     try:
         images = parts.images(sent["images"], runtime.store)
@@ -37,4 +38,4 @@ def run_skill(call: Any, runtime: Runtime[MaestroContext], *, skill: str, parts:
         step = parts.registry.run(action, question=sent["question"], images=images, choices=sent["choices"],
                                   history=sent["history"])
     runtime.stream_writer({"event": "step", **step.model_dump(exclude={"calls"})})
-    return {"steps": [step_record(step)]}
+    return Command(goto=ROUTER, update={"steps": [step_record(step)]})
