@@ -21,7 +21,7 @@ from ..types import Answer, Decision, ErrorKind, InvalidAction, Invoke, Step, St
 from .context import MaestroContext
 from .endings import ending, stop_update
 from .parts import GraphParts
-from .state import ANSWER, ROUTER, MaestroState, SkillCall, decision_record, step_record
+from .state import ANSWER, ROUTER, DecisionRecord, MaestroState, SkillCall, decision_record, step_record
 from .written_state import WrittenState, read_state
 
 __all__ = ["router"]
@@ -132,7 +132,7 @@ def _call(action: Invoke, state: WrittenState) -> SkillCall:
                      history=list(state.get("history") or []))
 
 
-def _observed(step: Step, decided: list, write: StreamWriter) -> Command:
+def _observed(step: Step, decided: list[DecisionRecord], write: StreamWriter) -> Command:
     """A policy's mistake as the step it costs, back to the router."""
     write({"event": "step", **step.model_dump(exclude={"calls"})})
     return Command(goto=ROUTER, update={"steps": [step_record(step)], "decisions": decided})

@@ -157,6 +157,8 @@ class MaestroOutput(TypedDict, total=False):
 
 
 class MaestroState(MaestroInput, MaestroOutput, total=False):
+    """What the nodes share: the input and output fields, and the thread's images."""
+
     thread_images: list[str]
     """The images the thread's latest question with images was about: a later question that sends none is about
     them (episode.conversation). Written by intake only, so a run's input (`images: []`) cannot erase them."""
