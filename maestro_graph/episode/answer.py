@@ -17,7 +17,7 @@ from ..policy import best_candidate
 from ..types import Step, StopReason, stop_text
 from .confidence import confidence_features
 from .context import MaestroContext, episodes_kept
-from .endings import stop_update
+from .endings import stop_update, voided
 from .parts import GraphParts
 from .state import AnswerSource, EpisodeRecord, MaestroState, step_record
 from .written_state import BadState, WrittenState, read_state
@@ -62,7 +62,7 @@ def answer(state: MaestroState, runtime: Runtime[MaestroContext], *, parts: Grap
     except BadState as exc:  # what the state holds is not to be read: the episode ends on the input error, emptied
         written = WrittenState(question=state.get("question") if isinstance(state.get("question"), str) else "",
                                **stop_update(StopReason.INPUT_ERROR, exc))
-        update = {"steps": Overwrite([]), "decisions": Overwrite([]), "stop_detail": str(exc)}
+        update = voided(exc)
     stop = StopReason(written.get("stop") or StopReason.POLICY)
     reason = written.get("stop_reason") or stop_text(stop)
     question, choices, steps = written.get("question") or "", written.get("choices"), written.get("steps") or []
