@@ -45,7 +45,7 @@ from types import ModuleType
 
 from maestro_graph.batch.executors import Executor, RayExecutor, RegistrySource, ThreadExecutor
 from maestro_graph.core.tasks import Task, load_tasks
-from maestro_graph.episode.graph import MaestroContext
+from maestro_graph.episode.context import MaestroContext
 from maestro_graph.episode.runner import EpisodeResult, run_tasks
 from maestro_graph.registry import Registry
 

@@ -50,7 +50,7 @@ from maestro_graph.batch.measure import measure_pairs  # noqa: E402
 from maestro_graph.cache.store import ExpertCache  # noqa: E402
 from maestro_graph.core.configs import add_arguments, from_arguments  # noqa: E402
 from maestro_graph.core.tasks import Task, load_task_files  # noqa: E402
-from maestro_graph.episode.graph import MaestroContext  # noqa: E402
+from maestro_graph.episode.context import MaestroContext  # noqa: E402
 from maestro_graph.policy.ensemble import ENSEMBLE_SEP  # noqa: E402
 from maestro_graph.policy.lm.policy import ROUTER_FILE  # noqa: E402
 from maestro_graph.registry import Registry  # noqa: E402

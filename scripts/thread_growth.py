@@ -22,7 +22,8 @@ from pathlib import Path
 
 from maestro_graph.cache.store import ExpertCache
 from maestro_graph.core.configs import DEFAULT_CHECKPOINTS_KEPT, DEFAULT_EPISODES_KEPT
-from maestro_graph.episode.graph import MaestroContext, build_graph
+from maestro_graph.episode.context import MaestroContext
+from maestro_graph.episode.graph import build_graph
 from maestro_graph.episode.storage import prune_thread, sqlite_checkpointer, sqlite_image_store
 from maestro_graph.images.load import image_to_data_url, load_image
 from maestro_graph.policy import make_policy

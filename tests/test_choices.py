@@ -10,7 +10,9 @@ import pytest
 
 from maestro_graph.choices import YES_NO_GUESS, guess_option, inline_choices, names_option
 from maestro_graph.core.tasks import Task
-from maestro_graph.episode.graph import MaestroContext, build_graph, final_answer
+from maestro_graph.episode.answer import final_answer
+from maestro_graph.episode.context import MaestroContext
+from maestro_graph.episode.graph import build_graph
 from maestro_graph.episode.runner import run_episode
 from maestro_graph.policy import make_policy
 from maestro_graph.types import Step
@@ -147,8 +149,8 @@ def test_a_free_form_question_nothing_answered_stays_without_an_answer(graph):
 
 
 def _ending(question: str, answer: str | None, *answers: str | None) -> tuple[str | None, str | None]:
-    steps = [Step(model="m", skill=f"s{i}", answer=a, confidence=0.5).model_dump() for i, a in enumerate(answers)]
-    return final_answer({"question": question, "answer": answer, "steps": steps})
+    steps = [Step(model="m", skill=f"s{i}", answer=a, confidence=0.5) for i, a in enumerate(answers)]
+    return final_answer(question, None, answer, steps)
 
 
 def test_a_free_form_question_the_policy_left_unanswered_takes_the_best_candidate_of_its_form():
@@ -158,8 +160,8 @@ def test_a_free_form_question_the_policy_left_unanswered_takes_the_best_candidat
     assert _ending("How many circles are there?", None, "seven circles found") == (None, None)
     assert _ending("What is written on the sign?", None, None, "STOP") == ("STOP", "candidate")
     assert _ending("What is written on the sign?", "EXIT", "STOP") == ("EXIT", "policy")
-    errored = Step(model="m", skill="s", answer="12", error="timed out").model_dump()
-    assert final_answer({"question": "How many?", "answer": None, "steps": [errored]}) == (None, None)
+    errored = Step(model="m", skill="s", answer="12", error="timed out")
+    assert final_answer("How many?", None, None, [errored]) == (None, None)
 
 
 def test_an_explicit_yes_or_no_question_never_ends_with_another_form():

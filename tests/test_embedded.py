@@ -21,7 +21,8 @@ from typing_extensions import TypedDict
 
 import maestro_graph.agents as embedded
 from maestro_graph.core.question_text import EMPTY_QUESTION
-from maestro_graph.episode.graph import MaestroContext, build_graph
+from maestro_graph.episode.context import MaestroContext
+from maestro_graph.episode.graph import build_graph
 from maestro_graph.images.sources import ImageSources
 from maestro_graph.policy import make_policy
 

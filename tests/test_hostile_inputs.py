@@ -16,7 +16,8 @@ from servers import EXAMPLES
 
 from maestro_graph.core.question_text import EMPTY_QUESTION, MAX_QUESTION_CHARS, clean_question
 from maestro_graph.core.tasks import load_tasks
-from maestro_graph.episode.graph import MaestroContext, build_graph
+from maestro_graph.episode.context import MaestroContext
+from maestro_graph.episode.graph import build_graph
 from maestro_graph.episode.runner import run_episode
 from maestro_graph.errors import InputError
 from maestro_graph.images.load import load_image

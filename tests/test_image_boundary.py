@@ -36,10 +36,11 @@ def test_a_command_that_skips_intake_reads_no_file_outside_the_image_dirs(tmp_pa
                                                                  "images": [data_url(EXAMPLES / "qrcode.png")]},
                                        context={"policy": "rules"})
         assert first["answer"] == "Wikipedia"
-        pending = {"model": "zxing", "skill": "barcode-reading", "input": ""}
+        call = {"model": "zxing", "input": "", "question": QR_QUESTION, "images": [ref], "choices": None,
+                "history": []}
         return await client.runs.wait(thread, "maestro", context={"policy": "rules"},
-                                      command={"goto": "barcode-reading",
-                                               "update": {"images": [ref], "pending": pending}})
+                                      command={"goto": {"node": "barcode-reading", "input": call},
+                                               "update": {"images": [ref]}})
 
     async def attack(url: str) -> dict[str, dict]:
         client = get_client(url=url)

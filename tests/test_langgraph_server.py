@@ -10,7 +10,7 @@ import pytest
 from servers import data_url, langgraph_dev
 
 from maestro_graph.core.question_text import EMPTY_QUESTION
-from maestro_graph.episode.graph import MAX_TURNS
+from maestro_graph.core.configs import MAX_TURNS
 from maestro_graph.reliability.trust import Listener, PlantedPickle
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -176,8 +176,7 @@ def test_bad_contexts_and_blank_questions_end_with_the_typed_input_error(server_
 
 BAD_COMMANDS = {
     "stop": ({"goto": "answer", "update": {"stop": "bogus"}}, "state.stop: Input should be 'policy'"),
-    "pending": ({"goto": "barcode-reading", "update": {"pending": "x"}}, "state.pending: Input should be a valid "
-                "dictionary (got 'x')"),
+    "call": ({"goto": {"node": "barcode-reading", "input": "x"}}, "call: Input should be a valid dictionary (got 'x')"),
     "steps": ({"goto": "router", "update": {"steps": [{"junk": 1}]}}, "state.steps.1.model: Field required"),
     "steps-text": ({"goto": "answer", "update": {"steps": "x"}}, "state.steps.1: Input should be a valid dictionary"),
 }
@@ -187,7 +186,8 @@ BAD_COMMANDS = {
 def test_a_command_that_writes_bad_state_ends_with_the_typed_input_error(server_url, name):
     """Issue 46, item 7: a `Command` on an answered thread that writes a wrong value into a field a node reads and
     jumps to that node ended the run with an untyped `__error__` (ValueError, AttributeError, ValidationError,
-    TypeError); it ends with the typed input error naming the field, and the thread answers the next question."""
+    TypeError); it ends with the typed input error naming the field, and the thread answers the next question. A
+    skill node is sent its call (`Send`): a wrong call sent to it is named the same way."""
     from langgraph_sdk import get_client
 
     command, reason = BAD_COMMANDS[name]

@@ -16,7 +16,8 @@ import pytest
 from conftest import real_tasks
 
 from maestro_graph.core.tasks import Task
-from maestro_graph.episode.graph import MaestroContext, build_graph
+from maestro_graph.episode.context import MaestroContext
+from maestro_graph.episode.graph import build_graph
 from maestro_graph.episode.runner import EpisodeResult, run_episode
 from maestro_graph.errors import ConfigError
 from maestro_graph.policy import make_policy

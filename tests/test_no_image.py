@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from maestro_graph.cli import app
 from maestro_graph.core.tasks import load_tasks
-from maestro_graph.episode.graph import MaestroContext, build_graph
+from maestro_graph.episode.context import MaestroContext
+from maestro_graph.episode.graph import build_graph
 from maestro_graph.episode.runner import run_episode, run_tasks
 from maestro_graph.features.embeddings import EMBED_DIM
 from maestro_graph.features.state import question_features

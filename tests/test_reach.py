@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 
 from maestro_graph.cli import app
 from maestro_graph.core.tasks import load_task_files
-from maestro_graph.episode.graph import MaestroContext, build_graph
+from maestro_graph.episode.context import MaestroContext
+from maestro_graph.episode.graph import build_graph
 from maestro_graph.episode.runner import run_episode, run_tasks
 from maestro_graph.errors import ConfigError
 from maestro_graph.policy import ActionSpace, Distribution, EpisodeView, make_policy

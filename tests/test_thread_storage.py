@@ -8,7 +8,9 @@ import sqlite3
 
 from servers import EXAMPLES, data_url
 
-from maestro_graph.episode.graph import IMAGE_REF, MaestroContext, build_graph
+from maestro_graph.episode.context import MaestroContext
+from maestro_graph.episode.graph import build_graph
+from maestro_graph.episode.image_refs import IMAGE_REF
 from maestro_graph.episode.runner import run_episode
 from maestro_graph.episode.storage import prune_thread, sqlite_checkpointer, sqlite_image_store
 from maestro_graph.policy import make_policy

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 from vision_double import IMAGE_TOKENS, VisionEndpointDouble
 
 from maestro_graph.cli import app
-from maestro_graph.episode.graph import MaestroContext, build_graph
+from maestro_graph.episode.context import MaestroContext
+from maestro_graph.episode.graph import build_graph
 from maestro_graph.episode.runner import run_episode
 from maestro_graph.errors import ExpertFailure, SkillError
 from maestro_graph.policy import make_policy

@@ -17,7 +17,8 @@ import yaml
 from conftest import real_tasks
 from servers import ROOT, free_port
 
-from maestro_graph.episode.graph import MaestroContext, build_graph
+from maestro_graph.episode.context import MaestroContext
+from maestro_graph.episode.graph import build_graph
 from maestro_graph.episode.runner import run_episode
 from maestro_graph.policy import make_policy
 from maestro_graph.policy.lm import PromptOptions

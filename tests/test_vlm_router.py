@@ -72,7 +72,8 @@ def test_local_vision_language_router_sees_the_questions_image(tiny_vlm, registr
     """`lm:transformers:FOLDER` with a vision-language folder: free generation and the `choice` constraint both put
     the question's image through the vision tower."""
     from maestro_graph.core.tasks import load_task_files
-    from maestro_graph.episode.graph import MaestroContext, build_graph
+    from maestro_graph.episode.context import MaestroContext
+    from maestro_graph.episode.graph import build_graph
     from maestro_graph.episode.runner import run_episode
     from maestro_graph.policy import make_policy
 

@@ -27,7 +27,8 @@ from typing_extensions import TypedDict  # JSON schemas for Studio on Python < 3
 
 from ..core.configs import DEFAULT_MAX_TURNS
 from ..episode.confidence import answer_note
-from ..episode.graph import AnswerSource, MaestroContext
+from ..episode.context import MaestroContext
+from ..episode.state import AnswerSource, StepRecord
 from ..images.sources import ImageRefused, ImageSources
 from ..types import StopReason
 
@@ -59,7 +60,7 @@ class AgentOutput(TypedDict, total=False):
     (no expert answered): an agent can tell "the chart says no" from "nobody could read the chart"."""
     confidence: float | None
     """The probability that the answer is right (calibrated: docs/evaluation.md, "How sure an answer is")."""
-    steps: Annotated[list[dict], operator.add]
+    steps: Annotated[list[StepRecord], operator.add]
     stop_reason: str
 
 

@@ -43,7 +43,8 @@ def ask(
 ) -> None:
     """Answer QUESTION about the images and print the answer with a table of the steps taken."""
     limit_threads()
-    from ..episode.graph import MaestroContext, build_graph
+    from ..episode.context import MaestroContext
+    from ..episode.graph import build_graph
     from ..episode.runner import run_episode
     from ..policy import DEFAULT_POLICY, make_policy
 

@@ -46,7 +46,7 @@ def evaluate(
 ) -> None:
     """Evaluate several policies through the same graph on the same items; write a report with tables and plots."""
     limit_threads()
-    from ..episode.graph import MaestroContext
+    from ..episode.context import MaestroContext
     from ..evaluation.evaluate import evaluate as run_evaluation
     from ..evaluation.report import write_report
     from ..policy import TRAINED_POLICIES, make_policy

@@ -80,7 +80,7 @@ def predict(
     4 the run lost capacity: workers died or never started, or steps failed on their node (each named on stderr
     and in the metrics file)."""
     limit_threads()
-    from ..episode.graph import MaestroContext
+    from ..episode.context import MaestroContext
     from ..episode.runner import predict as run_predict
     from ..policy import DEFAULT_POLICY, make_policy
 

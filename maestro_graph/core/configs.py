@@ -65,9 +65,9 @@ def setting(default: Any, help: str, *, research: bool = False) -> Any:
 
 @dataclasses.dataclass
 class Budget:
-    """The budget of one episode, the first fields of the run context (`graph.MaestroContext`): declared here with
-    their help and bounds so the commands that take a budget build their options from it without loading the
-    graph."""
+    """The budget of one episode, the first fields of the run context (`episode.context.MaestroContext`): declared
+    here with their help and bounds so the commands that take a budget build their options from it without loading
+    the graph."""
 
     max_turns: Annotated[int, Field(ge=1, le=MAX_TURNS)] = setting(
         DEFAULT_MAX_TURNS, "Most expert calls per episode before answering.")

@@ -23,7 +23,9 @@ from ..policy.base import Policy
 from ..registry import Registry
 from ..registry.outcomes import PairOutcomes
 from ..types import Decision, ErrorKind, Step, StopReason, Turn, stop_text
-from .graph import AnswerSource, MaestroContext, build_graph
+from .context import MaestroContext
+from .graph import build_graph
+from .state import AnswerSource
 
 __all__ = ["EpisodeResult", "RECORD_VERSION", "ThreadMode", "episode_finished", "run_episode", "run_tasks", "predict",
            "PredictSummary", "thread_mode"]

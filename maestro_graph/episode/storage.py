@@ -1,19 +1,36 @@
-"""Where a thread lives on one machine: a SQLite file holding LangGraph's checkpoints and, beside them, a store of
-the thread's images kept once per content digest (`graph.IMAGE_NAMESPACE`), so a checkpoint holds references
-instead of the bytes. `maestro ask --checkpoint-db` and `maestro serve --checkpoint-db FILE` open it here."""
+"""Where a thread lives on one machine: a SQLite file holding LangGraph's checkpoints (written with Maestro's
+serializer, `checkpoint_serde`) and, beside them, a store of the thread's images kept once per content digest
+(`image_refs.IMAGE_NAMESPACE`), so a checkpoint holds references instead of the bytes. `maestro ask
+--checkpoint-db` and `maestro serve --checkpoint-db FILE` open it here."""
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
 
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.store.sqlite import SqliteStore
 
 from ..core.configs import DEFAULT_CHECKPOINTS_KEPT
-from .graph import checkpoint_serde
+from ..errors import ExpertFailure
+from ..types import ErrorKind, StopReason
 
-__all__ = ["prune_thread", "sqlite_checkpointer", "sqlite_image_store"]
+__all__ = ["CHECKPOINT_TYPES", "checkpoint_serde", "prune_thread", "sqlite_checkpointer", "sqlite_image_store"]
+
+CHECKPOINT_TYPES: tuple[tuple[str, str], ...] = tuple(
+    (t.__module__, t.__name__) for t in (StopReason, ErrorKind, ExpertFailure))
+"""Maestro's own types that checkpoints written before the state held only plain values carry (`stop`, a step's
+`error_kind`, a call's `failure`; now their strings, so that the Agent Server's checkpointer, which offers no
+msgpack allow-list, reads a thread without warnings); LangGraph's message types are on its built-in allow-list."""
+
+
+def checkpoint_serde() -> JsonPlusSerializer:
+    """The serializer of Maestro's checkpointers (`maestro serve --checkpoint-db`, `maestro ask --checkpoint-db`):
+    LangGraph's, with Maestro's older types registered on its msgpack allow-list. The default serializer loads any
+    type and warns on stderr, once per type, that unregistered ones will be blocked in a future version; this one
+    loads these and LangGraph's safe types, and hands back the raw value of anything else instead of importing it."""
+    return JsonPlusSerializer(allowed_msgpack_modules=CHECKPOINT_TYPES)
 
 
 def sqlite_checkpointer(path: str | Path) -> SqliteSaver:

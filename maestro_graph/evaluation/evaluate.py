@@ -20,7 +20,7 @@ from ..batch.measure import measure_pairs
 from ..batch.metrics import BatchMetrics
 from ..core.calibration import expected_calibration_error, reliability_bins
 from ..core.tasks import Task, TaskProblem, load_task_files
-from ..episode.graph import MaestroContext
+from ..episode.context import MaestroContext
 from ..episode.runner import EpisodeResult, run_tasks
 from ..policy import TRAINED_POLICIES
 from ..policy.base import Policy

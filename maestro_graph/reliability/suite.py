@@ -33,7 +33,8 @@ from PIL import Image
 from ..core.bundled import bundled_dir
 from ..core.question_text import MAX_QUESTION_CHARS
 from ..core.tasks import Task, load_tasks
-from ..episode.graph import MaestroContext, build_graph
+from ..episode.context import MaestroContext
+from ..episode.graph import build_graph
 from ..episode.runner import run_episode, run_tasks
 from ..errors import InputError, SkillError
 from ..images.load import load_image

@@ -440,11 +440,12 @@ def peak_rss_growth_mb(pid: int, action: Callable[[], T], *, settle_s: float = 0
 
 def state_written_images(t: Target) -> TrustCase:
     """A run on an existing thread of the Agent Server graph (as `graphs/served.py` builds it) that writes its own
-    images into the state and jumps past intake straight to a skill (`Command(goto="barcode-reading", ...)`): a
-    QR code outside the allowed directory, /etc/passwd, missing files inside and outside it. None is read, and all
-    get the same reply, so a reply says nothing of what exists; the same QR code inside the directory is read."""
+    images into the state and jumps past intake straight to a skill, sending it a call on them
+    (`Command(goto=Send("barcode-reading", ...))`): a QR code outside the allowed directory, /etc/passwd, missing
+    files inside and outside it. None is read, and all get the same reply, so a reply says nothing of what exists;
+    the same QR code inside the directory is read."""
     from langgraph.checkpoint.memory import InMemorySaver
-    from langgraph.types import Command
+    from langgraph.types import Command, Send
 
     allowed = t.folder / "allowed-images"
     allowed.mkdir(exist_ok=True)
@@ -456,8 +457,8 @@ def state_written_images(t: Target) -> TrustCase:
     def jump(ref: str, thread: str) -> dict:
         config = {"configurable": {"thread_id": thread}}
         graph.invoke({"question": QUESTION, "images": [t.image]}, config)
-        pending = {"model": "zxing", "skill": "barcode-reading", "input": ""}
-        return graph.invoke(Command(goto="barcode-reading", update={"images": [ref], "pending": pending}), config)
+        call = {"model": "zxing", "input": "", "question": QUESTION, "images": [ref], "choices": None, "history": []}
+        return graph.invoke(Command(goto=Send("barcode-reading", call), update={"images": [ref]}), config)
 
     refs = [str(secret), f"file://{secret}", "/etc/passwd", str(t.folder / "no-such.webp"),
             str(allowed / "no-such.webp"), str(allowed / ".." / secret.name)]
@@ -732,16 +733,16 @@ def long_integers(t: Target) -> TrustCase:
 
 def state_written_junk(t: Target) -> TrustCase:
     """Commands on an answered thread of the Agent Server graph that write a wrong type into a field a node reads
-    and jump to that node (`stop: "bogus"`, `pending: "x"`, junk `steps`): each run ends with the typed input error
-    naming the field, and the thread answers its next question."""
+    and jump to that node (`stop: "bogus"`, junk `steps`), or send a skill node a wrong call (`"x"`): each run ends
+    with the typed input error naming the field, and the thread answers its next question."""
     from langgraph.checkpoint.memory import InMemorySaver
-    from langgraph.types import Command
+    from langgraph.types import Command, Send
 
     graph = build_graph(Registry.load(t.registry_file), image_sources=ImageSources(), checkpointer=InMemorySaver())
-    commands = {"stop": Command(goto="answer", update={"stop": "bogus"}),
-                "pending": Command(goto="barcode-reading", update={"pending": "x"}),
-                "steps": Command(goto="router", update={"steps": [{"junk": 1}]}),
-                "steps text": Command(goto="answer", update={"steps": "x"})}
+    commands = {"state.stop": Command(goto="answer", update={"stop": "bogus"}),
+                "call": Command(goto=Send("barcode-reading", "x")),
+                "state.steps": Command(goto="router", update={"steps": [{"junk": 1}]}),
+                "state.steps text": Command(goto="answer", update={"steps": "x"})}
     asked, config = {"question": QUESTION, "images": [t.image]}, {"configurable": {"thread_id": "junk"}}
     context = {"policy": "rules"}
     graph.invoke(asked, config, context=context)
@@ -752,7 +753,7 @@ def state_written_junk(t: Target) -> TrustCase:
         except Exception as exc:  # the untyped error this check looks for: recorded as the outcome
             outcomes[name] = f"{exc.__class__.__name__}: {exc}"
     after = graph.invoke(asked, config, context=context).get("answer")
-    ok = after == "Wikipedia" and all(reason.startswith(f"input error: state.{name.split()[0]}")
+    ok = after == "Wikipedia" and all(reason.startswith(f"input error: {name.split()[0]}")
                                       for name, reason in outcomes.items())
     return TrustCase("a Command that writes a wrong type into the state", "the typed input error naming the field",
                      ok, "; ".join(f"{name}: {reason[:90]!r}" for name, reason in outcomes.items())

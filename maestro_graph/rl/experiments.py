@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..core.tasks import Task
-from ..episode.graph import MaestroContext
+from ..episode.context import MaestroContext
 from ..evaluation.evaluate import evaluate
 from ..evaluation.report import write_report
 from ..registry import Registry

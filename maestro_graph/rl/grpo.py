@@ -20,7 +20,8 @@ from tqdm import tqdm
 from ..batch.executors import Executor, ThreadExecutor
 from ..core.plots import pyplot
 from ..core.tasks import Task
-from ..episode.graph import MaestroContext, build_graph
+from ..episode.context import MaestroContext
+from ..episode.graph import build_graph
 from ..episode.runner import EpisodeResult, run_episode
 from ..errors import ConfigError
 from ..policy.base import ActionSpace, EpisodeView

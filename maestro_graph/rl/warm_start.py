@@ -10,8 +10,8 @@ is valued from the measured steps, and the policy is trained toward the best act
 The first decision's target is the call whose best continuation is worth most; each decision after j weighs by the
 policy's own probability of calling j first, so "stop or go on" is learnt where the policy actually goes, not
 after every pair alike (after an unrelated pair going on is always right). Every ending is scored through the
-graph's final-answer rule (`graph.final_answer`: a marked guess among the options of a choice question, "no" for a
-yes/no question left without an answer), so a value is what the episode would score.
+graph's final-answer rule (`episode.answer.final_answer`: a marked guess among the options of a choice question,
+"no" for a yes/no question left without an answer), so a value is what the episode would score.
 Where no pair helps, every further call is worth less than answering, so the policy learns to stop after one call
 instead of wandering through unrelated pairs. The sampled items see the same registry dropout and card paraphrases
 as GRPO's groups, so values attach to card words, not to names. GRPO then trains the later decisions and the
@@ -28,7 +28,7 @@ from tqdm import tqdm
 from ..batch.executors import Executor
 from ..batch.measure import measure_steps
 from ..core.tasks import Task
-from ..episode.graph import final_answer
+from ..episode.answer import final_answer
 from ..policy.base import ActionSpace, EpisodeView, best_candidate
 from ..policy.neural import NeuralPolicy
 from ..registry import Registry
@@ -55,9 +55,7 @@ class ValuedDecision:
 def _ending(task: Task, steps: list[Step], answer: str | None) -> float:
     """The score of an episode that answers `answer` after `steps`, through the graph's own final-answer rule (the
     marked guess among options or for yes/no included)."""
-    options = task.options
-    final, _ = final_answer({"question": task.question, "choices": options, "answer": answer,
-                             "steps": [s.model_dump() for s in steps]})
+    final, _ = final_answer(task.question, task.options, answer, steps)
     return task.score(final)
 
 

@@ -33,7 +33,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
 from ..core.cancellation import Cancelled, cancellable
-from ..episode.graph import MaestroContext, build_graph, checkpoint_serde
+from ..episode.context import MaestroContext
+from ..episode.graph import build_graph
+from ..episode.storage import checkpoint_serde
 from ..episode.storage import prune_thread, sqlite_checkpointer, sqlite_image_store
 from ..episode.runner import EpisodeResult, ThreadMode, episode_finished, thread_mode
 from ..errors import ServiceUnavailable, import_extra

@@ -22,12 +22,16 @@ import hmac
 from typing import Annotated, Any, AsyncIterator, Callable, Sequence
 from urllib.parse import parse_qs
 
+import orjson
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableGenerator
 from langchain_core.runnables.config import get_config_list, patch_config
 from langchain_core.runnables.utils import AddableDict
+from langgraph.types import Send as SendCall
 from langserve import add_routes
+from langserve.serialization import WellKnownLCSerializer
+from langserve.serialization import default as lc_default
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.json_schema import SkipJsonSchema
 from starlette.concurrency import run_in_threadpool
@@ -35,7 +39,7 @@ from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..core.question_text import clean_question, question_problem
-from ..episode.graph import AnswerSource
+from ..episode.state import AnswerSource
 from .episodes import Episode, EpisodeOutcome, EpisodeService
 from .image_errors import resolve_images
 from .principals import principal_of
@@ -183,6 +187,21 @@ def maestro_runnable(service: EpisodeService) -> Runnable:
     return _MaestroRunnable(service, answer).with_types(input_type=MaestroRequest, output_type=MaestroResponse)
 
 
+class _Serializer(WellKnownLCSerializer):
+    """LangServe's serializer, which also writes a LangGraph `Send` (the router's hand-off of a call to its skill node,
+    in the node output that `stream_log` and `stream_events` report of each inner run) as `{"node", "arg"}`; LangServe's
+    own fails on it, tearing the stream with a 500."""
+
+    def dumps(self, obj: Any) -> bytes:
+        return orjson.dumps(obj, default=_json_default)
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, SendCall):
+        return {"node": obj.node, "arg": obj.arg}
+    return lc_default(obj)
+
+
 def _checked_body(service: EpisodeService) -> Callable[[Request], Any]:
     """A route dependency that refuses a body no route should walk: malformed or too deep JSON, an input that
     fails the schema (also in a batch, which LangServe would report as a 500), a batch above the episode cap."""
@@ -255,7 +274,7 @@ def mount_langserve(app: FastAPI, service: EpisodeService, path: str, auth: Any,
     dependencies: Sequence[Any] = [auth, Depends(_checked_body(service))]
     add_routes(
         app, maestro_runnable(service), path=path, dependencies=dependencies,
-        per_req_config_modifier=_preparing(service, key_cookie),
+        per_req_config_modifier=_preparing(service, key_cookie), serializer=_Serializer(),
         enabled_endpoints=["invoke", "batch", "stream", "stream_log", "stream_events", "input_schema",
                            "output_schema", "config_schema", "playground"],
     )

@@ -1,0 +1,47 @@
+"""A thread's images kept once in the graph's store (`build_graph(store=...)`, the Agent Server's), so that no
+checkpoint repeats an image's bytes: the state holds `IMAGE_REF` references to them."""
+
+from __future__ import annotations
+
+import hashlib
+
+from langgraph.store.base import BaseStore
+
+from ..images.sources import ImageRefused
+
+__all__ = ["IMAGE_NAMESPACE", "IMAGE_REF", "fetched", "stored"]
+
+IMAGE_NAMESPACE = ("maestro", "images")
+"""Where a thread's images are kept, once per content digest."""
+IMAGE_REF = "maestro-image:"
+
+
+def stored(store: BaseStore | None, images: list[str]) -> list[str]:
+    """The images as the state keeps them: with a store, each data URL put there once under its content digest and
+    replaced by its `IMAGE_REF` reference (file paths and URLs are short: kept as they are)."""
+    if store is None:
+        return images
+    refs = []
+    for image in images:
+        if image.startswith("data:"):
+            key = hashlib.sha256(image.encode()).hexdigest()
+            if store.get(IMAGE_NAMESPACE, key) is None:
+                store.put(IMAGE_NAMESPACE, key, {"url": image})
+            image = IMAGE_REF + key
+        refs.append(image)
+    return refs
+
+
+def fetched(store: BaseStore | None, images: list[str]) -> list[str]:
+    """The images with every `IMAGE_REF` reference replaced by the stored image; one no longer stored (the store's
+    retention removed it) is the request's ImageRefused: the image must be sent again."""
+    out = []
+    for i, image in enumerate(images):
+        if image.startswith(IMAGE_REF):
+            item = store.get(IMAGE_NAMESPACE, image.removeprefix(IMAGE_REF)) if store is not None else None
+            if item is None:
+                raise ImageRefused(400, "image_expired", f"image {i} of the conversation is no longer stored (its "
+                                   "retention ran out); send it again", param=f"images.{i}")
+            image = item.value["url"]
+        out.append(image)
+    return out

@@ -1,0 +1,102 @@
+"""The intake node: where every run with input starts an episode, and the input checks every door relies on are
+made before any expert runs."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from langchain_core.messages import HumanMessage
+from langgraph.runtime import Runtime
+from langgraph.types import Command, Overwrite
+from pydantic import ValidationError
+
+from ..choices import inline_choices
+from ..core.question_text import clean_question, is_blank, question_problem
+from ..errors import ConfigError, InputError
+from ..images.sources import ImageRefused
+from ..registry import Registry
+from ..types import StopReason, Turn
+from .context import MaestroContext
+from .conversation import conversation_images, history, human_parts, spoken
+from .endings import stop_update
+from .image_refs import stored
+from .parts import GraphParts
+from .state import ANSWER, ROUTER, MaestroState, step_record
+from .written_state import INPUT_FIELDS, read_state
+
+__all__ = ["intake"]
+
+
+def intake(state: MaestroState, runtime: Runtime[MaestroContext], *,
+           parts: GraphParts) -> Command[Literal["router", "answer"]]:
+    """Start an episode. Every run with input comes here (LangGraph drops an interrupted run's pending work when new
+    input arrives), so the question is this run's: a trailing human message (chat), else `question`; the previous
+    episode's steps, answer and stop reason are cleared (it stays in `episodes`). Control characters leave the
+    question; under an image-source policy every image becomes a verified data URL or the run ends with the
+    refusal. The input checks every door relies on are made here, before any expert runs: what a client wrote
+    (`read_state`, its own `history` included), the run context (`MaestroContext.of`) and the question
+    (`question_problem`: too long, or blank without an image); a failed one ends the run with an input error. A
+    blank question with an image is read from the image (`Registry.read_text`, the episode's first step) and routed
+    on what was read; nothing read is the input error."""
+    messages = state.get("messages") or []
+    chat = bool(messages) and isinstance(messages[-1], HumanMessage)
+    if chat:
+        question, sent = human_parts(messages[-1])
+    else:
+        question, sent = state.get("question") or "", list(state.get("images") or [])
+    question = clean_question(question) if isinstance(question, str) else ""
+    update: dict = {"question": question, "steps": Overwrite([]), "decisions": Overwrite([]),
+                    "answer": None, "answer_source": None, "confidence": None, "confidence_basis": None,
+                    "stop": None, "stop_reason": None, "history": []}
+    try:
+        read_state(state, INPUT_FIELDS)
+        turns = _history(state)
+        update["history"] = spoken(turns)
+        images = conversation_images(sent, turns, messages[:-1] if chat else [], state.get("thread_images") or [])
+        MaestroContext.of(runtime.context)
+        _check(question_problem(question, image=bool(images)))
+    except (InputError, ConfigError) as exc:
+        return Command(goto=ANSWER, update={**update, **stop_update(StopReason.INPUT_ERROR, exc)})
+    try:
+        images = parts.images(images, runtime.store)
+    except ImageRefused as exc:
+        return Command(goto=ANSWER, update={**update, "images": [], **stop_update(StopReason.INPUT_ERROR, exc)})
+    update["images"] = stored(runtime.store, images)
+    if images:
+        update["thread_images"] = update["images"]
+    if is_blank(question):  # the whole question is in the picture: read it, then route on it
+        update |= _read_from(parts.registry, images, runtime)
+        if update.get("stop"):
+            return Command(goto=ANSWER, update=update)
+    if not state.get("choices"):  # options written in the question are its choices
+        update["choices"] = inline_choices(update["question"])
+    return Command(goto=ROUTER, update=update)
+
+
+def _history(state: MaestroState) -> list[Turn]:
+    """The conversation the question continues (`conversation.history`); a client's malformed `history` is an
+    InputError naming its first problems."""
+    try:
+        return history(state)
+    except ValidationError as exc:
+        raise InputError("; ".join(f"history.{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                                   for e in exc.errors()[:3])) from None
+
+
+def _check(problem: str | None) -> None:
+    if problem:
+        raise InputError(problem)
+
+
+def _read_from(registry: Registry, images: list[str], runtime: Runtime[MaestroContext]) -> dict:
+    """The update of a blank question read from its image: the text read becomes the question, the reading the
+    episode's first step; nothing read ends the episode with the input error."""
+    step = registry.read_text(images)
+    runtime.stream_writer({"event": "step", **step.model_dump(exclude={"calls"})})
+    question = "" if step.error else clean_question(step.evidence).strip()
+    update = {"question": question, "steps": Overwrite([step_record(step)])}
+    problem = question_problem(question)
+    if problem:
+        why = f"{problem}; and no question could be read from the image ({step.error or 'no text found'})"
+        update |= stop_update(StopReason.INPUT_ERROR, why)
+    return update

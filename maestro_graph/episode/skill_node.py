@@ -1,0 +1,41 @@
+"""The node of a tier-1 skill: it runs the one call the router sent it (`SkillCall`) and records the step."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from langgraph.runtime import Runtime
+from langgraph.types import Command
+
+from ..images.sources import ImageRefused
+from ..types import ErrorKind, Invoke, Step
+from .context import MaestroContext
+from .endings import voided
+from .parts import GraphParts
+from .state import ANSWER, ROUTER, step_record
+from .written_state import BadState, read_call
+
+__all__ = ["run_skill"]
+
+
+def run_skill(call: Any, runtime: Runtime[MaestroContext], *, skill: str,
+              parts: GraphParts) -> Command[Literal["router", "answer"]]:
+    """Run `skill` with the call's model on its input and the episode's question, images, choices and history, and
+    hand the step (an expert's fault recorded in it) back to the router. `call` is what was sent (a `SkillCall`,
+    checked: a client's `Command` may send anything, or jump here with no call at all); a wrong one ends the
+    episode with the typed input error. Under an image-source policy the images are resolved again: the skill never
+    runs on an image the policy refuses (the step records the refusal)."""
+    try:
+        sent = read_call(call)
+    except BadState as exc:
+        return Command(goto=ANSWER, update=voided(exc))
+    action = Invoke(sent["model"], skill, sent["input"])
+    try:
+        images = parts.images(sent["images"], runtime.store)
+    except ImageRefused as exc:
+        step = Step(model=action.model, skill=skill, input=action.input, error=str(exc), error_kind=ErrorKind.INPUT)
+    else:
+        step = parts.registry.run(action, question=sent["question"], images=images, choices=sent["choices"],
+                                  history=sent["history"])
+    runtime.stream_writer({"event": "step", **step.model_dump(exclude={"calls"})})
+    return Command(goto=ROUTER, update={"steps": [step_record(step)]})

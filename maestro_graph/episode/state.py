@@ -1,0 +1,164 @@
+"""The Maestro graph's state schema: what a run sends (`MaestroInput`), what it returns (`MaestroOutput`), what its
+nodes share (`MaestroState`), what the router hands a skill node (`SkillCall`), and the names of its nodes.
+
+Every value the state holds is plain JSON (strings, numbers, lists, dicts; LangChain messages, which LangGraph's
+serializer knows): a step and a decision are kept as the JSON form of `types.Step` and `types.Decision`
+(`StepRecord`, `DecisionRecord`) and typed enums as their strings, so any checkpointer reads a thread back without
+importing a Maestro type, the Agent Server's too (which offers no msgpack allow-list). Nodes read these fields
+through `episode.written_state`, which validates them into the typed objects: a client's `Command` can write any
+value into any field.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Any, Literal
+
+from langchain_core.messages import AnyMessage
+from langgraph.graph.message import add_messages
+from typing_extensions import TypedDict  # pydantic builds JSON schemas from it on Python < 3.12 (Studio's forms)
+
+from ..types import Decision, Step, StopReason, Turn
+
+__all__ = [
+    "ANSWER", "INTAKE", "ROUTER", "AnswerSource", "DecisionRecord", "EpisodeRecord", "MaestroInput", "MaestroOutput",
+    "MaestroState", "SkillCall", "StepRecord", "appended", "decision_record", "step_record",
+]
+
+INTAKE = "intake"
+ROUTER = "router"
+ANSWER = "answer"
+"""The graph's own nodes; every tier-1 skill adds one more, named as the skill (a skill may not take these names)."""
+
+
+AnswerSource = Literal["policy", "candidate", "guess"]
+"""Who gave an episode's answer: the policy (or the graph for it, once the budget was spent); the graph, choosing the
+best-supported candidate in the question's form because the policy gave no answer (or, for a choice question, named
+no option); or the graph's prior guess (`choices.guess_option`, `choices.YES_NO_GUESS`) because no expert answered
+in the form the question asks for (see `episode.answer.final_answer`)."""
+
+
+class StepRecord(TypedDict):
+    """A `types.Step` as the state keeps it (`step_record`): its JSON form, `error_kind` as the ErrorKind's
+    string."""
+
+    model: str
+    skill: str
+    input: str
+    evidence: str
+    answer: str | None
+    confidence: float
+    cost: float
+    latency_s: float
+    error: str | None
+    error_kind: str | None
+    calls: list[dict[str, Any]]
+    cached: bool
+
+
+class DecisionRecord(TypedDict):
+    """A `types.Decision` as the state keeps it (`decision_record`): its JSON form."""
+
+    turn: int
+    policy: str
+    kind: Literal["invoke", "answer", "invalid"]
+    pair: str | None
+    input: str
+    text: str | None
+    reason: str | None
+    log_prob: float | None
+    entropy: float | None
+    forced: bool
+    latency_s: float | None
+
+
+def step_record(step: Step) -> StepRecord:
+    return StepRecord(**step.model_dump(mode="json"))
+
+
+def decision_record(decision: Decision) -> DecisionRecord:
+    return DecisionRecord(**decision.model_dump(mode="json"))
+
+
+def appended(old: list, new: Any) -> list:
+    """The reducer of the per-episode lists (`steps`, `decisions`): `operator.add`, except that a write that is not
+    a list (a Command's `steps: "x"`) is kept as one item, which `written_state` then names, instead of a TypeError
+    inside LangGraph before any node runs."""
+    return [*old, *new] if isinstance(new, list) else [*old, new]
+
+
+class SkillCall(TypedDict):
+    """One call of a skill with a model, as the router hands it to the skill's node (`Send(skill, SkillCall(...))`,
+    the hand-off of LangGraph's prebuilt ToolNode): the model and input the policy chose, and what the skill reads of
+    the episode (a node reached by `Send` sees its payload, not the state). `images` are the state's (references to
+    the store's images when the graph has a store), resolved again by the node."""
+
+    model: str
+    input: str
+    question: str
+    images: list[str]
+    choices: list[str] | None
+    history: list[Turn]
+
+
+class MaestroInput(TypedDict, total=False):
+    """What a run sends: either `question` (+ `images`, `choices`) or a chat `messages` list whose last human
+    message holds the text and image parts (what LangGraph Studio's chat panel sends). On a thread, every run
+    with input starts a new episode: a trailing human message is its question, else `question`. A question that
+    sends no image is about the conversation's latest one (episode.conversation: an earlier turn's, else the
+    thread's); choices belong to one question only. `history`: the conversation the question continues, when the
+    client keeps it (an OpenAI chat's earlier messages, each user turn with its images); on a thread without it,
+    the thread's finished episodes are the history."""
+
+    question: str
+    images: list[str]
+    choices: list[str] | None
+    history: list[Turn]
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+class EpisodeRecord(TypedDict):
+    """One finished episode of a thread, as `episodes` keeps it."""
+
+    question: str
+    choices: list[str] | None
+    answer: str | None
+    answer_source: AnswerSource | None
+    confidence: float | None
+    stop_reason: str
+    steps: list[StepRecord]
+
+
+class MaestroOutput(TypedDict, total=False):
+    """The current (last) episode's answer, steps and stop reason, every finished episode of the thread in
+    `episodes` (oldest first, the current one last), and the chat `messages` when the run came as chat."""
+
+    answer: str | None
+    answer_source: AnswerSource | None
+    """Who gave the answer (`AnswerSource`); None when there is none."""
+    confidence: float | None
+    """The probability that the answer is right (the graph's `ConfidenceModel` over `confidence_basis`); for an
+    answer withheld below the run's `min_confidence`, the withheld answer's; None when there was no answer."""
+    confidence_basis: dict[str, float] | None
+    """What `confidence` was computed from (`episode.confidence.confidence_features`), recorded so a model can be
+    fitted on scored episodes without re-running them."""
+    steps: Annotated[list[StepRecord], appended]
+    """Every step of the current episode (types.Step): the pair called, its outcome, cost and latency."""
+    decisions: Annotated[list[DecisionRecord], appended]
+    """Every router decision of the current episode (types.Decision): the action and its log-probability."""
+    stop: StopReason | None
+    """Why the episode ended (typed; stored as the StopReason's string, so a checkpoint holds plain values only);
+    `stop_detail` holds an input error's reason, `stop_reason` the text clients see (`policy`, `budget`,
+    `input error: <reason>`...)."""
+    stop_detail: str | None
+    stop_reason: str | None
+    episodes: Annotated[list[EpisodeRecord], operator.add]
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+class MaestroState(MaestroInput, MaestroOutput, total=False):
+    """What the nodes share: the input and output fields, and the thread's images."""
+
+    thread_images: list[str]
+    """The images the thread's latest question with images was about: a later question that sends none is about
+    them (episode.conversation). Written by intake only, so a run's input (`images: []`) cannot erase them."""
