@@ -18,15 +18,9 @@ from maestro_graph.core.tasks import load_tasks
 from maestro_graph.errors import ConfigError
 from maestro_graph.policy.lm import PromptOptions, conversation, final_answer_message, option_pairs, parse_action
 from maestro_graph.policy.lm.weights import cached_hf_folder
-from maestro_graph.rl.trl_train import (
-    LMTrainConfig,
-    episode_tokens,
-    load_train_config,
-    sft_examples,
-    sft_renderings,
-    sft_tokens,
-    turn_tokens,
-)
+from maestro_graph.rl.trl_sft import sft_examples, sft_renderings, sft_tokens
+from maestro_graph.rl.trl_tokens import episode_tokens, turn_tokens
+from maestro_graph.rl.trl_train import LMTrainConfig, load_train_config
 from maestro_graph.types import Invoke, Step
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,11 +160,10 @@ def _trained(folder: Path) -> bool:
 
 
 def _tiny(tmp_path: Path, sft_data: Path, out: str, **overrides) -> LMTrainConfig:
-    """The shipped router's recipe at a tiny size: two SFT steps, one GRPO step, a checkpoint at every step, in fp32
-    (this CPU emulates the recipe's bf16 matrix products: one SFT step took over two minutes in bf16)."""
+    """The shipped router's recipe at a tiny size: two SFT steps, one GRPO step, a checkpoint at every step (in fp32,
+    as the recipe trains on the CPU)."""
     return load_train_config(ROOT / "configs" / "recipes" / "lm-router-sft.yaml", **{
         "tasks": [str(TASKS)], "eval_tasks": str(TASKS), "eval_limit": 2, "sft_data": str(sft_data), "sft_steps": 2,
-        "bf16": False,
         "sft_min_score": 0.0, "steps": 1, "num_generations": 2, "per_device_train_batch_size": 2, "max_turns": 1,
         "save_steps": 1, "out_dir": str(tmp_path / out), "registry": str(ROOT / "configs" / "registry-nolm.yaml"),
         **overrides})
@@ -186,8 +179,8 @@ def test_shrunken_cpu_recipe_learns_saves_an_adapter_evaluates_and_resumes(tmp_p
     """configs/recipes/lm-router-sft.yaml end to end at a tiny size (plus two GRPO steps): a damaged trajectory line
     is named and skipped, SFT and GRPO change the adapter, and the saved router loads as a policy with the prompt
     limits it was trained with and the ranker its `order` names.
-    The same run killed (SIGKILL) after its first SFT checkpoint and started again resumes there: the same
-    second-step loss (same data order) and the same final adapter as the run never interrupted."""
+    The same warm start killed (SIGKILL) after its first checkpoint and started again resumes there: the same
+    second-step loss (same data order) and the same adapter as the run never interrupted."""
     import os
     import signal
     import subprocess
@@ -224,7 +217,8 @@ def test_shrunken_cpu_recipe_learns_saves_an_adapter_evaluates_and_resumes(tmp_p
     assert policy.ranker.name == "neural"
     assert policy.backend._adapter == str(tmp_path / "run" / "final")
 
-    again = replace(config, out_dir=str(tmp_path / "again"), eval_tasks=None, eval_steps=0)  # evaluation changes no weight
+    # the warm start alone (no GRPO), without evaluations: neither changes what the SFT phase writes
+    again = replace(config, out_dir=str(tmp_path / "again"), eval_tasks=None, eval_steps=0, steps=0)
     (tmp_path / "again.yaml").write_text(yaml.safe_dump(asdict(again)))
     child = subprocess.Popen([sys.executable, "-m", "maestro_graph.cli", "train-lm", "--config",
                               str(tmp_path / "again.yaml")], cwd=tmp_path, start_new_session=True,
@@ -240,7 +234,7 @@ def test_shrunken_cpu_recipe_learns_saves_an_adapter_evaluates_and_resumes(tmp_p
     resumed = train_lm(again, progress=False)
     losses = [[h["loss"] for h in s["sft_history"] if "loss" in h] for s in (summary, resumed)]
     assert len(losses[1]) == 2 and losses[1] == pytest.approx(losses[0], abs=1e-5)
-    ours, theirs = _adapter(tmp_path / "run" / "final"), _adapter(tmp_path / "again" / "final")
+    ours, theirs = _adapter(tmp_path / "run" / "sft-final"), _adapter(tmp_path / "again" / "final")
     assert ours.keys() == theirs.keys()
     assert all(torch.allclose(ours[k], theirs[k], atol=1e-6) for k in ours)
 
@@ -253,7 +247,7 @@ def test_gpu_config_code_path_runs_one_step_on_cpu_with_the_tiny_model(tmp_path)
     config = load_train_config(ROOT / "configs" / "train-lm-gpu.yaml", model=str(cached_hf_folder()),
                                tasks=[str(TASKS)], eval_tasks=str(TASKS), eval_limit=1, steps=1, num_generations=2,
                                per_device_train_batch_size=2, gradient_accumulation_steps=1, max_turns=1,
-                               max_new_tokens=12, use_vllm=False, use_cpu=True, bf16=False,
+                               max_new_tokens=12, use_vllm=False, use_cpu=True,
                                registry=str(ROOT / "configs" / "registry-nolm.yaml"), out_dir=str(tmp_path / "run"))
     assert config.constrained is None and config.gradient_checkpointing
     summary = train_lm(config, progress=False)
