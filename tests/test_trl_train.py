@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import REAL
+from tiny_vlm import build_tiny_llama
 from typer.testing import CliRunner
 
 from maestro_graph.cli import app
@@ -241,13 +242,14 @@ def test_shrunken_cpu_recipe_learns_saves_an_adapter_evaluates_and_resumes(tmp_p
 
 def test_gpu_config_code_path_runs_one_step_on_cpu_with_the_tiny_model(tmp_path):
     """configs/train-lm-gpu.yaml (free generation, gradient checkpointing, its extra GRPO args) with only the sizes,
-    the model and the generation backend substituted: a config or TRL API drift fails here, not on a GPU."""
+    the model (a tiny random SmolLM2: this checks the code path, not learning) and the generation backend
+    substituted: a config or TRL API drift fails here, not on a GPU."""
     from maestro_graph.rl.trl_train import train_lm
 
-    config = load_train_config(ROOT / "configs" / "train-lm-gpu.yaml", model=str(cached_hf_folder()),
+    config = load_train_config(ROOT / "configs" / "train-lm-gpu.yaml", model=str(build_tiny_llama(tmp_path / "tiny")),
                                tasks=[str(TASKS)], eval_tasks=str(TASKS), eval_limit=1, steps=1, num_generations=2,
-                               per_device_train_batch_size=2, gradient_accumulation_steps=1, max_turns=1,
-                               max_new_tokens=12, use_vllm=False, use_cpu=True,
+                               per_device_train_batch_size=2, gradient_accumulation_steps=1,
+                               use_vllm=False, use_cpu=True,
                                registry=str(ROOT / "configs" / "registry-nolm.yaml"), out_dir=str(tmp_path / "run"))
     assert config.constrained is None and config.gradient_checkpointing
     summary = train_lm(config, progress=False)

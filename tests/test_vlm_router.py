@@ -90,10 +90,9 @@ def test_train_lm_sft_and_grpo_on_a_tiny_vision_language_model(tmp_path, tiny_vl
     """The GPU recipe (configs/train-lm-gpu.yaml) with the model swapped for a tiny VLM, the engine for the CPU
     (`use_cpu`, no vLLM, fp32), and the run shortened: one SFT step on exported trajectories (the recipe's
     documented warm start), one GRPO step of one group through the graph on two tasks of the CPU registry, episodes
-    of one turn of 32 tokens with cards and observations cut short (a random model writes all 256 tokens of a turn,
-    four turns, eight times, over 3,000-token prompts: over ten minutes here). The rest is the recipe's: free
-    generation, groups of 8, a LoRA adapter, gradient checkpointing, max_length 8192, its learning rate and reward
-    weights. SFT moves the adapter, and in both steps the training tasks' image pixels reach the vision tower in a
+    of one turn of 32 tokens (a random model writes all 256 tokens of a turn, four turns, eight times: over ten
+    minutes here). The rest is the recipe's: its prompts (card and observation lengths), free generation, groups of
+    8, a LoRA adapter, gradient checkpointing, max_length 8192, its learning rate and reward weights. SFT moves the adapter, and in both steps the training tasks' image pixels reach the vision tower in a
     pass with gradients (the loss sees the image, not only the rollout)."""
     from safetensors.torch import load_file
 
@@ -111,7 +110,7 @@ def test_train_lm_sft_and_grpo_on_a_tiny_vision_language_model(tmp_path, tiny_vl
     swapped = {"model": str(tiny_vlm), "use_cpu": True, "use_vllm": False}  # what this machine needs: no GPU, no vLLM
     run = {"tasks": [str(TASKS)], "limit_tasks": 2, "eval_tasks": None, "sft_data": str(trl), "sft_steps": 1,
            "sft_min_score": 0.0, "steps": 1, "gradient_accumulation_steps": 1, "max_turns": 1, "max_new_tokens": 32,
-           "card_chars": 60, "observation_chars": 100, "out_dir": str(tmp_path / "run"),
+           "out_dir": str(tmp_path / "run"),
            "registry": str(ROOT / "configs" / "registry-nolm.yaml")}  # the run's length and data
     config = load_train_config(recipe, **swapped, **run)
     shipped = load_train_config(recipe, tasks=[str(TASKS)])
