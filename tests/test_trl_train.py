@@ -140,6 +140,21 @@ def test_shipped_configs_load_and_extra_args_may_not_repeat_a_field():
     assert info.value.field == "order"
 
 
+def test_the_gpu_recipes_trainer_arguments_are_the_installed_trls(tmp_path):
+    """configs/train-lm-gpu.yaml's GRPO arguments build the installed TRL's `GRPOConfig` (a field TRL renamed or
+    dropped fails here, not at a GPU's first step), with the colocated vLLM engine's context set from `max_length`
+    and no importance-sampling correction, which needs sampling log-probabilities the graph's rollouts do not
+    return. `use_cpu` only because this machine has no GPU for its bf16."""
+    from trl import GRPOConfig
+
+    config = load_train_config(ROOT / "configs" / "train-lm-gpu.yaml", tasks=[str(TASKS)])
+    args = GRPOConfig(**{**config.trl_grpo_args(tmp_path, [1.0, -1.0, -1.0]), "use_cpu": True},
+                      **config.extra_grpo_args)
+    assert args.use_vllm and args.vllm_mode == "colocate" and args.bf16 and args.gradient_checkpointing
+    assert args.vllm_max_model_length == config.max_length == 8192 and args.vllm_gpu_memory_utilization == 0.3
+    assert args.vllm_importance_sampling_correction is False
+
+
 def _export(tmp_path: Path, card_chars: int, observation_chars: int) -> Path:
     """A TRL trajectory file of the rules policy's episodes on two real items, plus a damaged line."""
     runner = CliRunner()

@@ -259,8 +259,12 @@ class LMTrainConfig:
                 "temperature": self.temperature, "beta": self.beta, "reward_weights": reward_weights,
                 "use_vllm": self.use_vllm,
                 # vLLM's context is the longest episode trained on, not the model's own (256K for Qwen3-VL: its KV
-                # cache alone would not fit a colocated memory share)
-                **({"vllm_mode": self.vllm_mode, "vllm_max_model_length": self.max_length} if self.use_vllm else {})}
+                # cache alone would not fit a colocated memory share). No importance-sampling correction: it needs
+                # vLLM's log-probability of every completion token, and a rollout's completion is the episode as the
+                # chat template renders it, the observations between the router's turns included, not what vLLM
+                # sampled (the rollout returns none; TRL would subtract None at the first step)
+                **({"vllm_mode": self.vllm_mode, "vllm_max_model_length": self.max_length,
+                    "vllm_importance_sampling_correction": False} if self.use_vllm else {})}
 
     @property
     def uses_bf16(self) -> bool:
