@@ -92,8 +92,9 @@ def test_train_lm_sft_and_grpo_on_a_tiny_vision_language_model(tmp_path, tiny_vl
     documented warm start), one GRPO step of one group through the graph on two tasks of the CPU registry, episodes
     of one turn of 32 tokens (a random model writes all 256 tokens of a turn, four turns, eight times: over ten
     minutes here). The rest is the recipe's: its prompts (card and observation lengths), free generation, groups of
-    8, a LoRA adapter, gradient checkpointing, max_length 8192, its learning rate and reward weights. SFT moves the adapter, and in both steps the training tasks' image pixels reach the vision tower in a
-    pass with gradients (the loss sees the image, not only the rollout)."""
+    8, a LoRA adapter, gradient checkpointing, max_length 8192, its learning rate and reward weights. SFT moves the
+    adapter, and in both steps the training tasks' image pixels reach the vision tower in a pass with gradients (the
+    loss sees the image, not only the rollout)."""
     from safetensors.torch import load_file
 
     from maestro_graph.core.tasks import load_task_files
@@ -114,7 +115,8 @@ def test_train_lm_sft_and_grpo_on_a_tiny_vision_language_model(tmp_path, tiny_vl
            "registry": str(ROOT / "configs" / "registry-nolm.yaml")}  # the run's length and data
     config = load_train_config(recipe, **swapped, **run)
     shipped = load_train_config(recipe, tasks=[str(TASKS)])
-    assert shipped.lora_r and shipped.uses_bf16 and not config.uses_bf16 and shipped.use_vllm and shipped.constrained is None
+    assert shipped.lora_r and shipped.uses_bf16 and shipped.use_vllm and shipped.constrained is None
+    assert not config.uses_bf16  # fp32 on the CPU
     assert shipped.trl_grpo_args(tmp_path, None)["vllm_max_model_length"] == shipped.max_length == 8192
     tasks = load_task_files([TASKS])[0][:2]
     with VisionTowerInputs() as seen:
