@@ -6,7 +6,16 @@
 # __init__.py, SHA256SUMS and the file's parts (`split -b 50M -d -a 1`), over several calls on one machine: each
 # call's parts are kept in /tmp/gguf-parts, and the package is built in /tmp/site once they are all there (else the
 # tests are skipped, saying why).
-# Prints the figures (argmax agreement, log-probability differences, CPU and GPU decision latency).
+# The recipe check (configs/train-lm-gpu.yaml on a tiny Qwen2.5-VL) also needs what `maestro train-lm` imports beyond
+# such a machine's torch stack; fetched here with
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+#     trl datasets dill multiprocess langgraph langgraph-checkpoint langgraph-prebuilt langgraph-sdk langchain-core \
+#     langsmith jsonpatch jsonpointer ormsgpack orjson tenacity zstandard uuid-utils requests-toolbelt sniffio
+# (the versions of this checkout's .venv: `pip freeze` there). vLLM does not travel in one call (its wheel and the
+# torch it pins are far over 64 MB): where it is not installed, the vLLM checks are skipped, saying so, and the recipe
+# check generates its rollouts with the model instead of TRL's colocated engine.
+# Prints the figures (argmax agreement, log-probability differences, CPU and GPU decision latency, the recipe step).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -26,4 +35,4 @@ if (cd /tmp/gguf-parts && ls *.part* >/dev/null 2>&1); then
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, transformers, peft; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'cuda', torch.cuda.is_available())"
-python3 -m pytest -q -s -rs -m gpu -p no:cacheprovider tests/test_gpu.py "$@"
+timeout 570 python3 -m pytest -q -s -rs -m gpu -p no:cacheprovider tests/test_gpu.py "$@"   # within 10 minutes

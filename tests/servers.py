@@ -1,6 +1,6 @@
 """Real servers on loopback ports chosen at run time, for the serving tests: `maestro serve` (in this process with
-uvicorn in a thread, or as a subprocess that a test may kill), and a registry whose OCR expert is slow (the faulty
-experts of tests/fakes.py) so an episode can be caught mid-way."""
+uvicorn in a thread, or as a subprocess that a test may kill), `langgraph dev`, a vLLM server, and a registry whose
+OCR expert is slow (the faulty experts of tests/fakes.py) so an episode can be caught mid-way."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import base64
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -81,6 +83,28 @@ def langgraph_dev(folder: Path, env: dict[str, str] | None = None) -> Iterator[s
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def vllm_server(command: list[str], port: int, log: Path, *, timeout_s: float,
+                cwd: Path | None = None) -> Iterator[float]:
+    """A vLLM OpenAI server started by `command` (`vllm serve ...`, or a script that runs it) listening on loopback
+    `port`: waits until its `/health` answers, failing with the log's tail if it exits or is not up within
+    `timeout_s` (start-up is minutes on shared cores); yields the seconds start-up took; stops it with SIGTERM, and
+    SIGKILL if it has not exited a minute later."""
+    start = time.perf_counter()
+    with log.open("w") as out:
+        proc = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_until_up(f"http://127.0.0.1:{port}/health", proc=proc, log=log, timeout_s=timeout_s)
+        yield time.perf_counter() - start
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def slow_messages() -> list[dict]:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import REAL
+from tiny_vlm import build_tiny_llama
 from typer.testing import CliRunner
 
 from maestro_graph.cli import app
@@ -18,15 +19,9 @@ from maestro_graph.core.tasks import load_tasks
 from maestro_graph.errors import ConfigError
 from maestro_graph.policy.lm import PromptOptions, conversation, final_answer_message, option_pairs, parse_action
 from maestro_graph.policy.lm.weights import cached_hf_folder
-from maestro_graph.rl.trl_train import (
-    LMTrainConfig,
-    episode_tokens,
-    load_train_config,
-    sft_examples,
-    sft_renderings,
-    sft_tokens,
-    turn_tokens,
-)
+from maestro_graph.rl.trl_sft import sft_examples, sft_renderings, sft_tokens
+from maestro_graph.rl.trl_tokens import episode_tokens, turn_tokens
+from maestro_graph.rl.trl_train import LMTrainConfig, load_train_config
 from maestro_graph.types import Invoke, Step
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,6 +140,21 @@ def test_shipped_configs_load_and_extra_args_may_not_repeat_a_field():
     assert info.value.field == "order"
 
 
+def test_the_gpu_recipes_trainer_arguments_are_the_installed_trls(tmp_path):
+    """configs/train-lm-gpu.yaml's GRPO arguments build the installed TRL's `GRPOConfig` (a field TRL renamed or
+    dropped fails here, not at a GPU's first step), with the colocated vLLM engine's context set from `max_length`
+    and no importance-sampling correction, which needs sampling log-probabilities the graph's rollouts do not
+    return. `use_cpu` only because this machine has no GPU for its bf16."""
+    from trl import GRPOConfig
+
+    config = load_train_config(ROOT / "configs" / "train-lm-gpu.yaml", tasks=[str(TASKS)])
+    args = GRPOConfig(**{**config.trl_grpo_args(tmp_path, [1.0, -1.0, -1.0]), "use_cpu": True},
+                      **config.extra_grpo_args)
+    assert args.use_vllm and args.vllm_mode == "colocate" and args.bf16 and args.gradient_checkpointing
+    assert args.vllm_max_model_length == config.max_length == 8192 and args.vllm_gpu_memory_utilization == 0.3
+    assert args.vllm_importance_sampling_correction is False
+
+
 def _export(tmp_path: Path, card_chars: int, observation_chars: int) -> Path:
     """A TRL trajectory file of the rules policy's episodes on two real items, plus a damaged line."""
     runner = CliRunner()
@@ -166,11 +176,10 @@ def _trained(folder: Path) -> bool:
 
 
 def _tiny(tmp_path: Path, sft_data: Path, out: str, **overrides) -> LMTrainConfig:
-    """The shipped router's recipe at a tiny size: two SFT steps, one GRPO step, a checkpoint at every step, in fp32
-    (this CPU emulates the recipe's bf16 matrix products: one SFT step took over two minutes in bf16)."""
+    """The shipped router's recipe at a tiny size: two SFT steps, one GRPO step, a checkpoint at every step (in fp32,
+    as the recipe trains on the CPU)."""
     return load_train_config(ROOT / "configs" / "recipes" / "lm-router-sft.yaml", **{
         "tasks": [str(TASKS)], "eval_tasks": str(TASKS), "eval_limit": 2, "sft_data": str(sft_data), "sft_steps": 2,
-        "bf16": False,
         "sft_min_score": 0.0, "steps": 1, "num_generations": 2, "per_device_train_batch_size": 2, "max_turns": 1,
         "save_steps": 1, "out_dir": str(tmp_path / out), "registry": str(ROOT / "configs" / "registry-nolm.yaml"),
         **overrides})
@@ -186,8 +195,8 @@ def test_shrunken_cpu_recipe_learns_saves_an_adapter_evaluates_and_resumes(tmp_p
     """configs/recipes/lm-router-sft.yaml end to end at a tiny size (plus two GRPO steps): a damaged trajectory line
     is named and skipped, SFT and GRPO change the adapter, and the saved router loads as a policy with the prompt
     limits it was trained with and the ranker its `order` names.
-    The same run killed (SIGKILL) after its first SFT checkpoint and started again resumes there: the same
-    second-step loss (same data order) and the same final adapter as the run never interrupted."""
+    The same warm start killed (SIGKILL) after its first checkpoint and started again resumes there: the same
+    second-step loss (same data order) and the same adapter as the run never interrupted."""
     import os
     import signal
     import subprocess
@@ -224,7 +233,8 @@ def test_shrunken_cpu_recipe_learns_saves_an_adapter_evaluates_and_resumes(tmp_p
     assert policy.ranker.name == "neural"
     assert policy.backend._adapter == str(tmp_path / "run" / "final")
 
-    again = replace(config, out_dir=str(tmp_path / "again"), eval_tasks=None, eval_steps=0)  # evaluation changes no weight
+    # the warm start alone (no GRPO), without evaluations: neither changes what the SFT phase writes
+    again = replace(config, out_dir=str(tmp_path / "again"), eval_tasks=None, eval_steps=0, steps=0)
     (tmp_path / "again.yaml").write_text(yaml.safe_dump(asdict(again)))
     child = subprocess.Popen([sys.executable, "-m", "maestro_graph.cli", "train-lm", "--config",
                               str(tmp_path / "again.yaml")], cwd=tmp_path, start_new_session=True,
@@ -240,20 +250,21 @@ def test_shrunken_cpu_recipe_learns_saves_an_adapter_evaluates_and_resumes(tmp_p
     resumed = train_lm(again, progress=False)
     losses = [[h["loss"] for h in s["sft_history"] if "loss" in h] for s in (summary, resumed)]
     assert len(losses[1]) == 2 and losses[1] == pytest.approx(losses[0], abs=1e-5)
-    ours, theirs = _adapter(tmp_path / "run" / "final"), _adapter(tmp_path / "again" / "final")
+    ours, theirs = _adapter(tmp_path / "run" / "sft-final"), _adapter(tmp_path / "again" / "final")
     assert ours.keys() == theirs.keys()
     assert all(torch.allclose(ours[k], theirs[k], atol=1e-6) for k in ours)
 
 
 def test_gpu_config_code_path_runs_one_step_on_cpu_with_the_tiny_model(tmp_path):
     """configs/train-lm-gpu.yaml (free generation, gradient checkpointing, its extra GRPO args) with only the sizes,
-    the model and the generation backend substituted: a config or TRL API drift fails here, not on a GPU."""
+    the model (a tiny random SmolLM2: this checks the code path, not learning) and the generation backend
+    substituted: a config or TRL API drift fails here, not on a GPU."""
     from maestro_graph.rl.trl_train import train_lm
 
-    config = load_train_config(ROOT / "configs" / "train-lm-gpu.yaml", model=str(cached_hf_folder()),
+    config = load_train_config(ROOT / "configs" / "train-lm-gpu.yaml", model=str(build_tiny_llama(tmp_path / "tiny")),
                                tasks=[str(TASKS)], eval_tasks=str(TASKS), eval_limit=1, steps=1, num_generations=2,
-                               per_device_train_batch_size=2, gradient_accumulation_steps=1, max_turns=1,
-                               max_new_tokens=12, use_vllm=False, use_cpu=True, bf16=False,
+                               per_device_train_batch_size=2, gradient_accumulation_steps=1,
+                               use_vllm=False, use_cpu=True,
                                registry=str(ROOT / "configs" / "registry-nolm.yaml"), out_dir=str(tmp_path / "run"))
     assert config.constrained is None and config.gradient_checkpointing
     summary = train_lm(config, progress=False)

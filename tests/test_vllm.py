@@ -6,16 +6,13 @@ skill against the same server."""
 from __future__ import annotations
 
 import platform
-import signal
 import subprocess
-import time
 from collections.abc import Iterator
 
-import httpx
 import pytest
 import yaml
 from conftest import real_tasks
-from servers import ROOT, free_port
+from servers import ROOT, free_port, vllm_server
 
 from maestro_graph.episode.context import MaestroContext
 from maestro_graph.episode.graph import build_graph
@@ -42,30 +39,10 @@ def vllm_url(tmp_path_factory) -> Iterator[str]:
     assert setup.returncode == 0, setup.stderr[-3000:]
     port = free_port()
     log = tmp_path_factory.mktemp("vllm") / "serve.log"
-    start = time.perf_counter()
-    with log.open("w") as out:
-        proc = subprocess.Popen(["bash", "scripts/serve-vllm.sh", str(port)], cwd=ROOT, stdout=out,
-                                stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        while True:
-            assert proc.poll() is None, f"vLLM exited with {proc.returncode}: {log.read_text()[-3000:]}"
-            waited = time.perf_counter() - start
-            assert waited < START_TIMEOUT_S, f"vLLM not up in {START_TIMEOUT_S}s: " + log.read_text()[-2000:]
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(1)
-        print(f"vLLM started in {time.perf_counter() - start:.1f}s")
-        yield f"{base}/v1"
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    with vllm_server(["bash", "scripts/serve-vllm.sh", str(port)], port, log, timeout_s=START_TIMEOUT_S,
+                     cwd=ROOT) as seconds:
+        print(f"vLLM started in {seconds:.1f}s")
+        yield f"http://127.0.0.1:{port}/v1"
 
 
 def _episode(url: str, suffix: str, task, turns: int = 2):

@@ -91,11 +91,11 @@ def test_train_lm_sft_and_grpo_on_a_tiny_vision_language_model(tmp_path, tiny_vl
     """The GPU recipe (configs/train-lm-gpu.yaml) with the model swapped for a tiny VLM, the engine for the CPU
     (`use_cpu`, no vLLM, fp32), and the run shortened: one SFT step on exported trajectories (the recipe's
     documented warm start), one GRPO step of one group through the graph on two tasks of the CPU registry, episodes
-    of one turn of 32 tokens with cards and observations cut short (a random model writes all 256 tokens of a turn,
-    four turns, eight times, over 3,000-token prompts: over ten minutes here). The rest is the recipe's: free
-    generation, groups of 8, a LoRA adapter, gradient checkpointing, max_length 8192, its learning rate and reward
-    weights. SFT moves the adapter, and in both steps the training tasks' image pixels reach the vision tower in a
-    pass with gradients (the loss sees the image, not only the rollout)."""
+    of one turn of 32 tokens (a random model writes all 256 tokens of a turn, four turns, eight times: over ten
+    minutes here). The rest is the recipe's: its prompts (card and observation lengths), free generation, groups of
+    8, a LoRA adapter, gradient checkpointing, max_length 8192, its learning rate and reward weights. SFT moves the
+    adapter, and in both steps the training tasks' image pixels reach the vision tower in a pass with gradients (the
+    loss sees the image, not only the rollout)."""
     from safetensors.torch import load_file
 
     from maestro_graph.core.tasks import load_task_files
@@ -109,15 +109,15 @@ def test_train_lm_sft_and_grpo_on_a_tiny_vision_language_model(tmp_path, tiny_vl
         result = runner.invoke(app, args)
         assert result.exit_code == 0, result.output
     recipe = ROOT / "configs" / "train-lm-gpu.yaml"
-    # what this machine needs: no GPU, no vLLM, and fp32 (bf16 matrix products are emulated on this CPU)
-    swapped = {"model": str(tiny_vlm), "use_cpu": True, "use_vllm": False, "bf16": False}
+    swapped = {"model": str(tiny_vlm), "use_cpu": True, "use_vllm": False}  # what this machine needs: no GPU, no vLLM
     run = {"tasks": [str(TASKS)], "limit_tasks": 2, "eval_tasks": None, "sft_data": str(trl), "sft_steps": 1,
            "sft_min_score": 0.0, "steps": 1, "gradient_accumulation_steps": 1, "max_turns": 1, "max_new_tokens": 32,
-           "card_chars": 60, "observation_chars": 100, "out_dir": str(tmp_path / "run"),
+           "out_dir": str(tmp_path / "run"),
            "registry": str(ROOT / "configs" / "registry-nolm.yaml")}  # the run's length and data
     config = load_train_config(recipe, **swapped, **run)
     shipped = load_train_config(recipe, tasks=[str(TASKS)])
-    assert shipped.lora_r and shipped.bf16 and shipped.use_vllm and shipped.constrained is None
+    assert shipped.lora_r and shipped.uses_bf16 and shipped.use_vllm and shipped.constrained is None
+    assert not config.uses_bf16  # fp32 on the CPU
     assert shipped.trl_grpo_args(tmp_path, None)["vllm_max_model_length"] == shipped.max_length == 8192
     tasks = load_task_files([TASKS])[0][:2]
     with VisionTowerInputs() as seen:

@@ -1,5 +1,7 @@
-"""Tiny vision-language models of real architectures, built offline with random weights:
+"""Tiny models of real architectures, built offline with random weights:
 
+- a text router (SmolLM2's Llama architecture at width 64, with SmolLM2's tokenizer): the GPU recipe's text code path
+  at CPU cost (test_trl_train.py);
 - LLaVA (a 2-layer CLIP tower on 32-pixel images, 4 image tokens, and a 2-layer Llama decoder of width 64, SmolLM2's
   own architecture) and its processor (CLIP's image processor with the packaged SmolLM2 tokenizer plus the `<image>`
   token): what `maestro train-lm --model` and `lm:transformers:` load on CPU (test_vlm_router.py);
@@ -28,6 +30,27 @@ TEMPLATE = ("{%- for message in messages %}{{ '<|im_start|>' + message.role + '\
 """SmolLM2's ChatML with an `<image>` per image part (the processor expands it into the image's patch tokens)."""
 
 
+TINY_DECODER = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "max_position_embeddings": 8192, "tie_word_embeddings": True}
+"""SmolLM2's architecture (a Llama decoder) at a tiny size: LLaVA's decoder here, and the whole of the tiny text
+router."""
+
+
+def build_tiny_llama(folder: Path) -> Path:
+    """Save a tiny random SmolLM2 (seed 0; a `TINY_DECODER` Llama) with SmolLM2's own tokenizer and chat template into
+    `folder`; returns `folder`. A text router whose training steps take seconds, where the real 135M model's take a
+    minute and more on 2 cores."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(cached_hf_folder())
+    config = LlamaConfig(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **TINY_DECODER)
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 def build_tiny_llava(folder: Path) -> Path:
     """Save the model (seed 0) and its processor into `folder` with save_pretrained; returns `folder`."""
     from transformers import AutoTokenizer, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
@@ -41,9 +64,7 @@ def build_tiny_llava(folder: Path) -> Path:
                                tokenizer=tokenizer, patch_size=16, vision_feature_select_strategy="default",
                                chat_template=TEMPLATE, num_additional_image_tokens=1)
     config = LlavaConfig(
-        text_config={"model_type": "llama", "vocab_size": len(tokenizer), "hidden_size": 64, "intermediate_size": 128,
-                     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-                     "max_position_embeddings": 8192, "tie_word_embeddings": True},
+        text_config={"model_type": "llama", "vocab_size": len(tokenizer), **TINY_DECODER},
         vision_config={"model_type": "clip_vision_model", "hidden_size": 32, "intermediate_size": 64,
                        "num_hidden_layers": 2, "num_attention_heads": 2, "image_size": 32, "patch_size": 16},
         image_token_id=tokenizer.convert_tokens_to_ids("<image>"), vision_feature_select_strategy="default",

@@ -166,7 +166,10 @@ class LMTrainConfig:
     learning_rate: float = setting(1e-5, "Learning rate of GRPO (and of SFT unless sft_learning_rate is set).")
     beta: float = setting(0.0, "KL weight against the reference model (0: no reference model is kept).")
     use_cpu: bool = setting(True, "Train on the CPU.")
-    bf16: bool = setting(False, "bf16 base weights (the LoRA adapter stays fp32).")
+    bf16: Optional[bool] = setting(
+        None, "bf16 base weights (the LoRA adapter stays fp32); unset: bf16 when training on a GPU (use_cpu false) "
+        "and fp32 on the CPU, as the package loads local models (many CPUs emulate bf16 matrix products: an SFT step "
+        "of a 135M model took 7x as long as in fp32 on the 2-core test machine).")
     gradient_checkpointing: bool = setting(
         False, "Recompute activations in the backward pass to save memory (TRL's default, for large models on a "
         "GPU); off by default because the 135M router on a CPU has memory to spare and checkpointing costs a second "
@@ -245,7 +248,7 @@ class LMTrainConfig:
         return {"output_dir": str(out), "max_steps": steps, "disable_tqdm": not progress,
                 "per_device_train_batch_size": self.per_device_train_batch_size,
                 "gradient_accumulation_steps": self.gradient_accumulation_steps, "learning_rate": self.learning_rate,
-                "use_cpu": self.use_cpu, "bf16": self.bf16, "gradient_checkpointing": self.gradient_checkpointing,
+                "use_cpu": self.use_cpu, "bf16": self.uses_bf16, "gradient_checkpointing": self.gradient_checkpointing,
                 "report_to": "none", "logging_steps": 1, "save_strategy": "steps", "save_steps": self.save_steps,
                 "save_total_limit": 1, "seed": self.seed, "dataloader_num_workers": 0}
 
@@ -256,8 +259,17 @@ class LMTrainConfig:
                 "temperature": self.temperature, "beta": self.beta, "reward_weights": reward_weights,
                 "use_vllm": self.use_vllm,
                 # vLLM's context is the longest episode trained on, not the model's own (256K for Qwen3-VL: its KV
-                # cache alone would not fit a colocated memory share)
-                **({"vllm_mode": self.vllm_mode, "vllm_max_model_length": self.max_length} if self.use_vllm else {})}
+                # cache alone would not fit a colocated memory share). No importance-sampling correction: it needs
+                # vLLM's log-probability of every completion token, and a rollout's completion is the episode as the
+                # chat template renders it, the observations between the router's turns included, not what vLLM
+                # sampled (the rollout returns none; TRL would subtract None at the first step)
+                **({"vllm_mode": self.vllm_mode, "vllm_max_model_length": self.max_length,
+                    "vllm_importance_sampling_correction": False} if self.use_vllm else {})}
+
+    @property
+    def uses_bf16(self) -> bool:
+        """`bf16` resolved: as set, else bf16 exactly where training runs on a GPU."""
+        return self.bf16 if self.bf16 is not None else not self.use_cpu
 
     @property
     def prompt(self) -> "PromptOptions":
