@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core.tasks import Task
-from ..episode.graph import MaestroContext, build_graph
+from ..episode.context import MaestroContext
+from ..episode.graph import build_graph
 from ..episode.runner import run_episode
 from ..errors import ConfigError
 from ..policy.lm.engines import TransformersLM

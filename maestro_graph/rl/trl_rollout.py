@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from ..core.tasks import Task
-from ..episode.graph import MaestroContext, build_graph
+from ..episode.context import MaestroContext
+from ..episode.graph import build_graph
 from ..episode.runner import run_episode
 from ..images.load import load_images
 from ..policy.lm.engines import TransformersLM
