@@ -149,23 +149,38 @@ class Grid:
 
 def color_name(rgb) -> str:
     """The everyday name of an RGB colour (one of COLOR_NAMES)."""
-    return str(_name_pixels(np.asarray(rgb, dtype=np.uint8).reshape(1, 1, 3))[0, 0])
+    return COLOR_NAMES[_name_pixels(np.asarray(rgb, dtype=np.uint8).reshape(1, 1, 3))[0, 0]]
+
+
+_CODE = {name: code for code, name in enumerate(COLOR_NAMES)}
+_NO_COLOR = 255
+"""The code no pixel has: what a colour outside COLOR_NAMES matches."""
+_HUE_DEGREES = np.arange(256, dtype=np.float32) * np.float32(360 / 256)
+"""OpenCV's full-range hue byte in degrees (exact in float32)."""
+_HUE_CODES = np.array([_CODE[next(name for bound, name in _HUE_BINS if hue < bound)] for hue in _HUE_DEGREES],
+                      np.uint8)
+"""The colour of each hue byte when the pixel is saturated."""
+
+
+def _color_code(name: str) -> int:
+    return _CODE.get(name, _NO_COLOR)
 
 
 def _name_pixels(rgb: np.ndarray) -> np.ndarray:
-    """Name every pixel of an HxWx3 uint8 array (vectorised `color_name`)."""
+    """The colour of every pixel of an HxWx3 uint8 array as an index into COLOR_NAMES (vectorised `color_name`).
+    Codes and byte-sized arrays, not names: a 10-megapixel figure would take 320 MB as names and 240 MB more as
+    64-bit copies, per call, and a server runs several calls at once."""
     import cv2
 
-    hsv = cv2.cvtColor(np.ascontiguousarray(rgb), cv2.COLOR_RGB2HSV_FULL).astype(int)
-    hue = hsv[..., 0] * 360 / 256
-    chroma = rgb.max(axis=2).astype(int) - rgb.min(axis=2)
-    value = hsv[..., 2]
-    names = np.select([hue < bound for bound, _ in _HUE_BINS], [name for _, name in _HUE_BINS], "red").astype("<U8")
-    brown = (hue < 45) & (value < 170) & (chroma < 120)
-    names[brown] = "brown"
+    hsv = cv2.cvtColor(np.ascontiguousarray(rgb), cv2.COLOR_RGB2HSV_FULL)
+    hue, value = _HUE_DEGREES[hsv[..., 0]], hsv[..., 2]
+    chroma = rgb.max(axis=2) - rgb.min(axis=2)
+    codes = _HUE_CODES[hsv[..., 0]]
+    codes[(hue < 45) & (value < 170) & (chroma < 120)] = _CODE["brown"]
     grey = chroma < 40
-    names[grey] = np.where(value[grey] < 70, "black", np.where(value[grey] < 215, "gray", "white"))
-    return names
+    codes[grey] = np.where(value[grey] < 70, _CODE["black"], np.where(value[grey] < 215, _CODE["gray"],
+                                                                      _CODE["white"]))
+    return codes
 
 
 class _Figure:
@@ -178,9 +193,11 @@ class _Figure:
         flat = self.rgb.reshape(-1, 3)
         values, counts = np.unique(flat[:: max(1, len(flat) // 50_000)], axis=0, return_counts=True)
         self.background = values[counts.argmax()].astype(int)
-        self.ink = (np.abs(self.rgb.astype(int) - self.background).max(axis=2) > INK_CONTRAST).astype(np.uint8)
+        background = self.background.astype(np.uint8)  # byte-sized difference: a 64-bit one took 480 MB at 10 MP
+        contrast = (np.maximum(self.rgb, background) - np.minimum(self.rgb, background)).max(axis=2)
+        self.ink = (contrast > INK_CONTRAST).astype(np.uint8)
         if color is not None:
-            self.ink &= (_name_pixels(self.rgb) == color).astype(np.uint8)
+            self.ink &= (_name_pixels(self.rgb) == _color_code(color)).astype(np.uint8)
         contours, _ = cv2.findContours(self.ink, cv2.RETR_LIST, cv2.CHAIN_APPROX_NONE)
         perimeter = sum(cv2.arcLength(c, True) for c in contours)
         self.stroke = 2 * float(self.ink.sum()) / perimeter if perimeter else 0.0
@@ -280,15 +297,15 @@ class OpenCVVisionExpert:
         mask = fig.ink.astype(bool)
         if not mask.any():
             return []
-        names = _name_pixels(fig.rgb)[mask]
+        codes = _name_pixels(fig.rgb)[mask]
         pixels = fig.rgb[mask]
         found = []
-        for name in np.unique(names):
-            sel = names == name
+        for code in np.unique(codes):
+            sel = codes == code
             share = float(sel.mean())
             if share >= MIN_COLOR_SHARE:
                 rgb = tuple(int(v) for v in np.median(pixels[sel], axis=0))
-                found.append(Color(str(name), rgb, share))
+                found.append(Color(COLOR_NAMES[code], rgb, share))
         return sorted(found, key=lambda c: -c.share)
 
     def circles(self, image: Image.Image, color: str | None = None) -> list[Circle]:
@@ -443,8 +460,8 @@ class OpenCVVisionExpert:
         import cv2
 
         rgb = np.asarray(image.convert("RGB"))
-        names = _name_pixels(rgb)
-        masks = [(names == c).astype(np.uint8) for c in (color_a, color_b)]
+        codes = _name_pixels(rgb)
+        masks = [(codes == _color_code(c)).astype(np.uint8) for c in (color_a, color_b)]
         widths = []
         for mask in masks:
             contours, _ = cv2.findContours(mask, cv2.RETR_LIST, cv2.CHAIN_APPROX_NONE)
