@@ -75,8 +75,8 @@ def test_a_trickling_image_host_is_cut_off_at_the_fetch_timeout(server):
 
 @pytest.mark.slow
 def test_a_client_that_goes_away_frees_its_work(server):
-    """OpenAI plain and streamed, LangServe stream: a client leaving mid-episode kept its expert work running for
-    minutes; now the episode is cancelled within 1 s, the server's CPU is quiet 2 s later, the next request is as
+    """OpenAI plain and streamed, LangServe /invoke and stream: a client leaving mid-episode kept its expert work
+    running for minutes (LangServe's /invoke until the episode ended, 8 s and more); now the episode is cancelled within 1 s, the server's CPU is quiet 2 s later, the next request is as
     fast as on an idle server, and the log says the client disconnected."""
     url, pid, _, log = server
     _holds(disconnect_case(url, pid, data_url(EXAMPLES / "qrcode.png"), ALICE))

@@ -204,12 +204,14 @@ def _ordinary(url: str, image: str, headers: dict[str, str]) -> tuple[float, htt
 
 def _leave(url: str, door: str, headers: dict[str, str]) -> None:
     """Start a long episode through `door` and go away after a second and a half."""
-    if door == "openai":
+    langserve = {"input": {"question": TRIANGLES, "images": [noise_url()], "policy": "shapes"}}
+    if door in ("openai", "langserve invoke"):
+        path, body = ("/v1/chat/completions", _shapes_chat()) if door == "openai" else ("/maestro/invoke", langserve)
         with contextlib.suppress(httpx.TimeoutException):
-            httpx.post(f"{url}/v1/chat/completions", timeout=1.5, headers=headers, json=_shapes_chat())
+            httpx.post(f"{url}{path}", timeout=1.5, headers=headers, json=body)
         return
     path, body = (("/v1/chat/completions", {**_shapes_chat(), "stream": True}) if door == "openai stream" else
-                  ("/maestro/stream", {"input": {"question": TRIANGLES, "images": [noise_url()], "policy": "shapes"}}))
+                  ("/maestro/stream", langserve))
     leave_at = time.perf_counter() + 1.5
     with contextlib.suppress(httpx.TimeoutException), httpx.stream(
             "POST", f"{url}{path}", json=body, headers=headers, timeout=httpx.Timeout(60, read=1.5)) as response:
@@ -224,7 +226,7 @@ def _shapes_chat() -> dict:
 
 
 def disconnect_case(url: str, pid: int, image: str, headers: dict[str, str] | None = None) -> TrustCase:
-    """Through each door (OpenAI plain and streamed, LangServe's stream where mounted) a client starts an episode
+    """Through each door (OpenAI plain and streamed, LangServe's /invoke and stream where mounted) a client starts an episode
     whose expert work takes many seconds of CPU and goes away: the episode is cancelled within CANCEL_LIMIT_S, the
     server's CPU time stays flat from QUIET_AFTER_S after, and the next ordinary request takes at most twice what
     it takes on an idle server. The server must offer SHAPES_POLICY and give its cards a long timeout."""
@@ -233,7 +235,7 @@ def disconnect_case(url: str, pid: int, image: str, headers: dict[str, str] | No
     idle = sorted(_ordinary(url, image, headers)[0] for _ in range(3))[1]
     doors = ["openai", "openai stream"]
     if httpx.get(f"{url}/healthz", timeout=30, headers=headers).json().get("langserve"):
-        doors.append("langserve stream")
+        doors += ["langserve invoke", "langserve stream"]
     details, ok = [f"idle request {idle:.2f} s"], True
     for door in doors:
         _leave(url, door, headers)

@@ -433,7 +433,7 @@ class EpisodeService:
         `is_disconnected`) is asked every DISCONNECT_POLL_S: a client gone cancels the episode and raises
         ClientDisconnect, which the request-id middleware logs as one line."""
         self.admit(episode.thread_id)
-        future = asyncio.wrap_future(await run_in_threadpool(self.start, episode, emit))
+        future = asyncio.wrap_future(await self._started(episode, emit))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.request_timeout_s
         try:
@@ -470,8 +470,17 @@ class EpisodeService:
         def emit(event: dict[str, Any]) -> None:
             loop.call_soon_threadsafe(events.put_nowait, event)
 
-        future = asyncio.wrap_future(await run_in_threadpool(self.start, episode, emit))
+        future = asyncio.wrap_future(await self._started(episode, emit))
         return self._pump(episode, future, events, loop.time() + self.settings.request_timeout_s)
+
+    async def _started(self, episode: Episode, emit: Emit) -> Future:
+        """`start` off the event loop. A request cancelled meanwhile (its client gone) gets the episode cancelled:
+        the worker thread finishes starting it, and it then runs nothing."""
+        try:
+            return await run_in_threadpool(self.start, episode, emit)
+        except asyncio.CancelledError:
+            episode.cancel.set()
+            raise
 
     async def _pump(self, episode: Episode, future: asyncio.Future, events: asyncio.Queue,
                     deadline: float) -> AsyncIterator[dict[str, Any] | EpisodeOutcome]:
