@@ -36,7 +36,8 @@ from maestro_graph.reliability.traffic import (
     slow_cards_registry,
     trickle_case,
 )
-from maestro_graph.reliability.trust import bomb_request, bomb_urls, peak_rss_growth_mb
+from maestro_graph.reliability.image_checks import bomb_request, bomb_urls
+from maestro_graph.reliability.target import peak_rss_growth_mb
 from maestro_graph.serve.loopback import free_port, wait_until_up
 
 ROOT = Path(__file__).resolve().parents[1]

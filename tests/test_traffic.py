@@ -22,11 +22,13 @@ from maestro_graph.reliability.traffic import (
     image_memory_case,
     ownership_case,
     slow_cards_registry,
+    thread_storage,
     trickle_case,
 )
 from maestro_graph.registry import Registry
 from maestro_graph.reliability.suite import fault_registry
-from maestro_graph.reliability.trust import bomb_request, bomb_urls
+from maestro_graph.reliability.image_checks import bomb_request, bomb_urls
+from maestro_graph.reliability.target import Target
 from maestro_graph.serve import ServeSettings, create_app
 from maestro_graph.serve.loopback import running_app
 
@@ -92,6 +94,14 @@ def test_a_thread_belongs_to_the_key_that_made_it(server):
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=f"{url}/v1", api_key="not-a-key", max_retries=0).models.list()
     assert client.models.list().data[0].id == "maestro"  # the second key is a key
+
+
+def test_a_long_threads_storage_stays_bounded(tmp_path):
+    """One request with 8 history turns added 168 MB to the checkpoint file (every checkpoint held every image);
+    now six questions on a thread, each resending a 1 MB image, grow it by less than the image, the history and
+    checkpoints stay at their settings, and an image past its retention is asked for again (`maestro reliability`'s
+    check, on a server of its own: it sweeps the server's image store)."""
+    _holds(thread_storage(Target("", 0, tmp_path, data_url(EXAMPLES / "qrcode.png"), fault_registry(tmp_path, None))))
 
 
 def test_the_decode_budget_refuses_with_503_and_retry_after_when_full(server):
