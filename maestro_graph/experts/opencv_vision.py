@@ -21,6 +21,7 @@ from PIL import Image
 
 from ..backends.packages import missing_package
 from ..core.cancellation import current_cancel, raise_if_cancelled
+from .colors import COLOR_NAMES, color_code, color_name, name_pixels
 
 __all__ = ["OpenCVVisionExpert", "Color", "Circle", "CirclePair", "Polygon", "Crossing", "Grid", "color_name",
            "shape_kind", "COLOR_NAMES", "POLYGON_SIDES", "SHAPE_NAMES", "CONTACT_TOLERANCE_PX"]
@@ -38,11 +39,6 @@ CONTACT_TOLERANCE_PX = 2.0
 MIN_COLOR_SHARE = 0.01
 """Colours covering less of the ink than this are anti-aliasing noise, not colours of the figure."""
 
-COLOR_NAMES = ("red", "orange", "yellow", "green", "cyan", "blue", "purple", "magenta", "pink", "brown", "black",
-               "gray", "white")
-_HUE_BINS = ((15, "red"), (45, "orange"), (70, "yellow"), (165, "green"), (195, "cyan"), (255, "blue"),
-             (280, "purple"), (320, "magenta"), (345, "pink"), (360, "red"))
-"""Upper hue bounds in degrees for saturated colours; matplotlib's and the web's named colours fall in the bins."""
 POLYGON_SIDES = {"triangle": 3, "square": 4, "pentagon": 5, "hexagon": 6, "heptagon": 7, "octagon": 8,
                  "nonagon": 9, "decagon": 10}
 """Regular polygons by name (the kinds `polygons` finds); circles are the other kind."""
@@ -147,42 +143,6 @@ class Grid:
         return max(len(self.column_rules) - 1, 0)
 
 
-def color_name(rgb) -> str:
-    """The everyday name of an RGB colour (one of COLOR_NAMES)."""
-    return COLOR_NAMES[_name_pixels(np.asarray(rgb, dtype=np.uint8).reshape(1, 1, 3))[0, 0]]
-
-
-_CODE = {name: code for code, name in enumerate(COLOR_NAMES)}
-_NO_COLOR = 255
-"""The code no pixel has: what a colour outside COLOR_NAMES matches."""
-_HUE_DEGREES = np.arange(256, dtype=np.float32) * np.float32(360 / 256)
-"""OpenCV's full-range hue byte in degrees (exact in float32)."""
-_HUE_CODES = np.array([_CODE[next(name for bound, name in _HUE_BINS if hue < bound)] for hue in _HUE_DEGREES],
-                      np.uint8)
-"""The colour of each hue byte when the pixel is saturated."""
-
-
-def _color_code(name: str) -> int:
-    return _CODE.get(name, _NO_COLOR)
-
-
-def _name_pixels(rgb: np.ndarray) -> np.ndarray:
-    """The colour of every pixel of an HxWx3 uint8 array as an index into COLOR_NAMES (vectorised `color_name`).
-    Codes and byte-sized arrays, not names: a 10-megapixel figure would take 320 MB as names and 240 MB more as
-    64-bit copies, per call, and a server runs several calls at once."""
-    import cv2
-
-    hsv = cv2.cvtColor(np.ascontiguousarray(rgb), cv2.COLOR_RGB2HSV_FULL)
-    hue, value = _HUE_DEGREES[hsv[..., 0]], hsv[..., 2]
-    chroma = rgb.max(axis=2) - rgb.min(axis=2)
-    codes = _HUE_CODES[hsv[..., 0]]
-    codes[(hue < 45) & (value < 170) & (chroma < 120)] = _CODE["brown"]
-    grey = chroma < 40
-    codes[grey] = np.where(value[grey] < 70, _CODE["black"], np.where(value[grey] < 215, _CODE["gray"],
-                                                                      _CODE["white"]))
-    return codes
-
-
 class _Figure:
     """One image prepared for analysis: pixels, background, ink mask, stroke width. Built once per call."""
 
@@ -197,7 +157,7 @@ class _Figure:
         contrast = (np.maximum(self.rgb, background) - np.minimum(self.rgb, background)).max(axis=2)
         self.ink = (contrast > INK_CONTRAST).astype(np.uint8)
         if color is not None:
-            self.ink &= (_name_pixels(self.rgb) == _color_code(color)).astype(np.uint8)
+            self.ink &= (name_pixels(self.rgb) == color_code(color)).astype(np.uint8)
         contours, _ = cv2.findContours(self.ink, cv2.RETR_LIST, cv2.CHAIN_APPROX_NONE)
         perimeter = sum(cv2.arcLength(c, True) for c in contours)
         self.stroke = 2 * float(self.ink.sum()) / perimeter if perimeter else 0.0
@@ -297,7 +257,7 @@ class OpenCVVisionExpert:
         mask = fig.ink.astype(bool)
         if not mask.any():
             return []
-        codes = _name_pixels(fig.rgb)[mask]
+        codes = name_pixels(fig.rgb)[mask]
         pixels = fig.rgb[mask]
         found = []
         for code in np.unique(codes):
@@ -460,8 +420,8 @@ class OpenCVVisionExpert:
         import cv2
 
         rgb = np.asarray(image.convert("RGB"))
-        codes = _name_pixels(rgb)
-        masks = [(codes == _color_code(c)).astype(np.uint8) for c in (color_a, color_b)]
+        codes = name_pixels(rgb)
+        masks = [(codes == color_code(c)).astype(np.uint8) for c in (color_a, color_b)]
         widths = []
         for mask in masks:
             contours, _ = cv2.findContours(mask, cv2.RETR_LIST, cv2.CHAIN_APPROX_NONE)
