@@ -34,7 +34,7 @@ __all__ = ["TRAFFIC_CHECKS", "Trickler", "post_at_once", "concurrent_image_memor
            "trickle_case", "client_goes_away", "disconnect_case", "threads_belong_to_their_key", "ownership_case",
            "slow_cards_registry", "webp_bomb_url", "refused_pair_request", "noise_url", "CONCURRENT_REQUESTS",
            "CONCURRENT_MEMORY_LIMIT_MB", "SHAPES_POLICY", "OWNER_KEYS", "TRICKLE_FETCH_TIMEOUT_S", "TRICKLE_SLACK_S",
-           "thread_storage", "database_bytes"]
+           "thread_storage", "database_bytes", "traffic_server_args"]
 
 CONCURRENT_REQUESTS = 16
 """Requests sent at once in the memory check (the issue's figure)."""
@@ -186,6 +186,16 @@ def slow_cards_registry(folder: Path) -> Path:
     return fault_registry(folder, None, timeout_s=60.0)
 
 
+def traffic_server_args(folder: Path, trickler: Trickler, keys_env: str) -> list[str]:
+    """The `maestro serve` arguments of a server every case of this module can run against: the keys in
+    `keys_env`, threads in a SQLite file of `folder`, the trickler allow-listed within TRICKLE_FETCH_TIMEOUT_S, and
+    SHAPES_POLICY offered on cards with a long timeout (`slow_cards_registry`)."""
+    return ["--registry", str(slow_cards_registry(folder)), "--workers", "2", "--api-key-env", keys_env,
+            "--checkpoint-db", str(folder / "threads.sqlite"), "--allow-image-host", f"127.0.0.1:{trickler.port}",
+            "--fetch-timeout-s", str(TRICKLE_FETCH_TIMEOUT_S), "--allow-policy", "neural", "--allow-policy", "rules",
+            "--allow-policy", SHAPES_POLICY, "--log-level", "info"]
+
+
 def _cpu_s(pid: int) -> float:
     """User plus system CPU seconds of process `pid` so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
@@ -231,7 +241,8 @@ def disconnect_case(url: str, pid: int, image: str, headers: dict[str, str] | No
     """Through each door (OpenAI plain and streamed, LangServe's /invoke and stream where mounted) a client starts
     an episode whose expert work takes many seconds of CPU and goes away: the episode is cancelled within
     CANCEL_LIMIT_S, the server's CPU time stays flat from QUIET_AFTER_S after, and the next ordinary request takes at
-    most twice what it takes on an idle server. The server must offer SHAPES_POLICY and give its cards a long timeout."""
+    most twice what it takes on an idle server. The server must offer SHAPES_POLICY and give its cards a long
+    timeout."""
     headers = headers or {}
     _ordinary(url, image, headers)  # experts loaded
     idle = sorted(_ordinary(url, image, headers)[0] for _ in range(3))[1]

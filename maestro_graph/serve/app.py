@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..core.allocator import return_large_buffers
 from ..core.question_text import EMPTY_QUESTION, clean_question, question_problem
 from ..images.load import DECODE_MEMORY
 from ..registry import Registry
@@ -64,6 +65,7 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
     database close with the app."""
     settings = settings or ServeSettings()
     DECODE_MEMORY.configure(settings.decode_memory_mb * 1_000_000)  # process-wide: decoding memory is the process's
+    return_large_buffers()  # process-wide: a freed image goes back to the system, whichever thread held it
     db = settings.checkpoint_db
     service = EpisodeService(
         registry, settings, checkpointer=open_checkpointer(db) if db else None,
