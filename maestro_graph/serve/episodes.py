@@ -402,6 +402,7 @@ class EpisodeService:
     async def _pump(self, episode: Episode, future: asyncio.Future, events: asyncio.Queue,
                     deadline: float) -> AsyncIterator[dict[str, Any] | EpisodeOutcome]:
         loop = asyncio.get_running_loop()
+        getter: asyncio.Future | None = None
         try:
             while not (future.done() and events.empty()):
                 getter = asyncio.ensure_future(events.get())
@@ -416,6 +417,8 @@ class EpisodeService:
                     raise self._timeout(episode)
             yield future.result()
         finally:
+            if getter is not None and not getter.done():  # cancelled while waiting: no task left pending
+                getter.cancel()
             if not future.done():  # the consumer stopped early: its client went away
                 self._client_gone(episode)
 
