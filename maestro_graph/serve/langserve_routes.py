@@ -48,6 +48,9 @@ _EPISODE = "maestro_episode"
 """The config key (under `configurable`) that carries a prepared Episode from the route to the runnable."""
 _OWNER = "maestro_principal"
 """The config key (under `configurable`) that carries the request's principal (serve.principals) to the runnable."""
+_PLAIN_ROUTES = ("invoke", "batch")
+"""The routes that answer once the episodes end: a client leaving them is noticed by `CancelOnDisconnect` (the
+streams notice by themselves)."""
 
 
 def _optional_without_null(schema: dict[str, Any]) -> None:
@@ -265,8 +268,3 @@ def mount_langserve(app: FastAPI, service: EpisodeService, path: str, auth: Any,
                        keys=service.settings.api_keys)
     app.add_middleware(CancelOnDisconnect, watched=lambda route: route.startswith(f"{path}/")
                        and route.rpartition("/")[2] in _PLAIN_ROUTES)
-
-
-_PLAIN_ROUTES = ("invoke", "batch")
-"""The routes that answer once the episodes end: a client leaving them is noticed by `CancelOnDisconnect` (the
-streams notice by themselves)."""
