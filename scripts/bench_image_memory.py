@@ -7,7 +7,7 @@ while it answers, and a few seconds after) above what it held idle, and the time
     # (e.g. git archive HEAD maestro_graph | tar -x -C /tmp/old)
 
 The server runs the packaged registry (or `--registry`) with one worker; the images are those of the trust suite's
-`image_memory` check (`maestro_graph.reliability.trust.bomb_urls`). Prints one JSON object.
+`image_memory` check (`maestro_graph.reliability.image_checks.bomb_urls`). Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from pathlib import Path
 import httpx
 
 from maestro_graph.images.load import image_to_data_url, load_image
-from maestro_graph.reliability.trust import COUNT_QUESTION, SETTLE_S, bomb_request, bomb_urls, peak_rss_growth_mb
+from maestro_graph.reliability.image_checks import COUNT_QUESTION, SETTLE_S, bomb_request, bomb_urls
+from maestro_graph.reliability.target import peak_rss_growth_mb
 from maestro_graph.serve.loopback import free_port, wait_until_up
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -26,27 +26,26 @@ from pathlib import Path
 from maestro_graph.images.load import image_to_data_url, load_image
 from maestro_graph.reliability.traffic import (
     OWNER_KEYS,
-    SHAPES_POLICY,
-    TRICKLE_FETCH_TIMEOUT_S,
     Trickler,
     disconnect_case,
     image_memory_case,
     ownership_case,
     post_at_once,
-    slow_cards_registry,
+    traffic_server_args,
     trickle_case,
 )
-from maestro_graph.reliability.trust import bomb_request, bomb_urls, peak_rss_growth_mb
+from maestro_graph.reliability.image_checks import bomb_request, bomb_urls
+from maestro_graph.reliability.target import peak_rss_growth_mb
 from maestro_graph.serve.loopback import free_port, wait_until_up
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ("memory", "valid", "trickle", "disconnect", "owner")
 
 
-def _valid(url: str, pid: int, headers: dict[str, str]) -> dict:
-    """8 requests at once, each one valid 6300x6300 PNG (different ones): statuses and the RSS peak above a server
-    that has answered one such request (its models loaded)."""
-    bodies = [{**bomb_request([image]), "max_turns": 2} for image in bomb_urls(9)]
+def _valid(url: str, pid: int, headers: dict[str, str], count: int) -> dict:
+    """`count` requests at once, each one valid 6300x6300 PNG (different ones): statuses and the RSS peak above a
+    server that has answered one such request (its models loaded)."""
+    bodies = [{**bomb_request([image]), "max_turns": 2} for image in bomb_urls(count + 1)]
     post_at_once(url, bodies[:1], headers, 600)
     bodies = bodies[1:]
     start = time.perf_counter()
@@ -60,6 +59,7 @@ def main() -> None:
     parser.add_argument("--source", default=str(ROOT), help="the tree whose maestro_graph/ the server runs")
     parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES))
     parser.add_argument("--one-key", action="store_true", help="give the server only the first key")
+    parser.add_argument("--valid-requests", type=int, default=8, help="requests at once in the `valid` case")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench-traffic-"))
     trickler, port = Trickler(), free_port()
@@ -67,11 +67,8 @@ def main() -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": args.source,
            "MAESTRO_BENCH_KEYS": ",".join(keys)}
     maestro = Path(sys.executable).parent / "maestro"
-    command = [str(maestro), "serve", "--port", str(port), "--registry", str(slow_cards_registry(folder)),
-               "--workers", "2", "--api-key-env", "MAESTRO_BENCH_KEYS", "--checkpoint-db",
-               str(folder / "threads.sqlite"), "--allow-image-host", f"127.0.0.1:{trickler.port}",
-               "--fetch-timeout-s", str(TRICKLE_FETCH_TIMEOUT_S), "--allow-policy", "neural", "--allow-policy",
-               "rules", "--allow-policy", SHAPES_POLICY, "--log-level", "info"]
+    command = [str(maestro), "serve", "--port", str(port),
+               *traffic_server_args(folder, trickler, "MAESTRO_BENCH_KEYS")]
     url, headers = f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {OWNER_KEYS[0]}"}
     image = image_to_data_url(load_image(str(ROOT / "examples" / "qrcode.png")))
     with (folder / "serve.log").open("w") as log:
@@ -80,7 +77,7 @@ def main() -> None:
         wait_until_up(f"{url}/healthz", timeout_s=180)
         for name in args.cases:
             if name == "valid":
-                print(json.dumps({"case": name, **_valid(url, server.pid, headers)}), flush=True)
+                print(json.dumps({"case": name, **_valid(url, server.pid, headers, args.valid_requests)}), flush=True)
                 continue
             case = {"memory": lambda: image_memory_case(url, server.pid, headers),
                     "trickle": lambda: trickle_case(url, trickler, headers),

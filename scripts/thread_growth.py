@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 import sys
 import tempfile
 from pathlib import Path
@@ -28,16 +27,10 @@ from maestro_graph.episode.storage import prune_thread, sqlite_checkpointer, sql
 from maestro_graph.images.load import image_to_data_url, load_image
 from maestro_graph.policy import make_policy
 from maestro_graph.registry import Registry
+from maestro_graph.reliability.traffic import database_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLLOW_UPS = ("Are there more than {n} circles?", "Are there fewer than {n} circles?")
-
-
-def database_bytes(path: Path) -> int:
-    """The file's size once its write-ahead log is folded in (what the disk holds for it at rest)."""
-    with sqlite3.connect(path) as conn:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return path.stat().st_size
 
 
 def main() -> None:

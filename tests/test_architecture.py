@@ -197,13 +197,6 @@ MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
 SIZED = ("maestro_graph", "graphs", "skills")
 """The folders whose Python modules the size limits hold for (at the top of the repository)."""
-BEING_SPLIT = {"maestro_graph/reliability/trust.py",
-               "maestro_graph/serve/episodes.py", "maestro_graph/serve/app.py"}
-"""TEMPORARY: modules over a limit (their own size or a function's) that another branch is splitting right now;
-each is removed from this set when that branch merges, and the set goes away when it is empty (a module listed
-here that keeps both limits fails `test_no_module_or_function_outgrows_its_limit`)."""
-
-
 def longer_modules(architecture: str) -> dict[str, str]:
     """The modules allowed more than MAX_MODULE_LINES, each with its reason, as docs/ARCHITECTURE.md's "Size
     limits" section lists them (`- `path`: reason`), so that the reason lives where readers look."""
@@ -234,8 +227,7 @@ def oversized(root: Path, folders: tuple[str, ...], allowed: dict[str, str]) -> 
 def test_no_module_or_function_outgrows_its_limit():
     """A module over 500 lines holds more than one job, and a function over 80 cannot be read on one screen."""
     found = oversized(ROOT, SIZED, longer_modules((ROOT / "docs" / "ARCHITECTURE.md").read_text()))
-    assert [f for f in found if f.split(":")[0] not in BEING_SPLIT] == []
-    assert sorted(BEING_SPLIT - {f.split(":")[0] for f in found}) == [], "split: take it off BEING_SPLIT"
+    assert found == []
 
 
 def test_the_size_check_finds_a_long_module_and_a_long_function(tmp_path):

@@ -20,7 +20,7 @@ from maestro_graph.experts.protocols import Barcode, ChatReply, TextBox
 from maestro_graph.registry import Registry
 from maestro_graph.registry.config import ModelCard
 from maestro_graph.registry.handles import BoundExpert, ExpertHandle, Ledger
-from maestro_graph.reliability.trust import PlantedPickle
+from maestro_graph.reliability.target import PlantedPickle
 from maestro_graph.types import ErrorKind, Invoke, Step
 
 

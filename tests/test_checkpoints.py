@@ -21,7 +21,7 @@ from maestro_graph.policy.neural import (
     read_tensor_file,
     write_tensor_file,
 )
-from maestro_graph.reliability.trust import PlantedPickle
+from maestro_graph.reliability.target import PlantedPickle
 from maestro_graph.rl.grpo import NeuralGRPOConfig, NeuralGRPOTrainer
 from maestro_graph.types import Step
 

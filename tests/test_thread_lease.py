@@ -131,7 +131,7 @@ def test_a_replica_waiting_to_set_up_the_checkpoint_tables_never_stalls_the_one_
     from langgraph.checkpoint.postgres import PostgresSaver
     from psycopg.rows import dict_row
 
-    from maestro_graph.serve.episodes import _SETUP_LOCK, open_checkpointer
+    from maestro_graph.serve.checkpoint_db import _SETUP_LOCK, open_checkpointer
 
     with psycopg.connect(db.url, autocommit=True) as admin:
         admin.execute("CREATE DATABASE setup_race")

@@ -21,6 +21,7 @@ from PIL import Image
 
 from ..backends.packages import missing_package
 from ..core.cancellation import current_cancel, raise_if_cancelled
+from .colors import COLOR_NAMES, color_code, color_name, name_pixels
 
 __all__ = ["OpenCVVisionExpert", "Color", "Circle", "CirclePair", "Polygon", "Crossing", "Grid", "color_name",
            "shape_kind", "COLOR_NAMES", "POLYGON_SIDES", "SHAPE_NAMES", "CONTACT_TOLERANCE_PX"]
@@ -38,11 +39,6 @@ CONTACT_TOLERANCE_PX = 2.0
 MIN_COLOR_SHARE = 0.01
 """Colours covering less of the ink than this are anti-aliasing noise, not colours of the figure."""
 
-COLOR_NAMES = ("red", "orange", "yellow", "green", "cyan", "blue", "purple", "magenta", "pink", "brown", "black",
-               "gray", "white")
-_HUE_BINS = ((15, "red"), (45, "orange"), (70, "yellow"), (165, "green"), (195, "cyan"), (255, "blue"),
-             (280, "purple"), (320, "magenta"), (345, "pink"), (360, "red"))
-"""Upper hue bounds in degrees for saturated colours; matplotlib's and the web's named colours fall in the bins."""
 POLYGON_SIDES = {"triangle": 3, "square": 4, "pentagon": 5, "hexagon": 6, "heptagon": 7, "octagon": 8,
                  "nonagon": 9, "decagon": 10}
 """Regular polygons by name (the kinds `polygons` finds); circles are the other kind."""
@@ -147,27 +143,6 @@ class Grid:
         return max(len(self.column_rules) - 1, 0)
 
 
-def color_name(rgb) -> str:
-    """The everyday name of an RGB colour (one of COLOR_NAMES)."""
-    return str(_name_pixels(np.asarray(rgb, dtype=np.uint8).reshape(1, 1, 3))[0, 0])
-
-
-def _name_pixels(rgb: np.ndarray) -> np.ndarray:
-    """Name every pixel of an HxWx3 uint8 array (vectorised `color_name`)."""
-    import cv2
-
-    hsv = cv2.cvtColor(np.ascontiguousarray(rgb), cv2.COLOR_RGB2HSV_FULL).astype(int)
-    hue = hsv[..., 0] * 360 / 256
-    chroma = rgb.max(axis=2).astype(int) - rgb.min(axis=2)
-    value = hsv[..., 2]
-    names = np.select([hue < bound for bound, _ in _HUE_BINS], [name for _, name in _HUE_BINS], "red").astype("<U8")
-    brown = (hue < 45) & (value < 170) & (chroma < 120)
-    names[brown] = "brown"
-    grey = chroma < 40
-    names[grey] = np.where(value[grey] < 70, "black", np.where(value[grey] < 215, "gray", "white"))
-    return names
-
-
 class _Figure:
     """One image prepared for analysis: pixels, background, ink mask, stroke width. Built once per call."""
 
@@ -178,9 +153,11 @@ class _Figure:
         flat = self.rgb.reshape(-1, 3)
         values, counts = np.unique(flat[:: max(1, len(flat) // 50_000)], axis=0, return_counts=True)
         self.background = values[counts.argmax()].astype(int)
-        self.ink = (np.abs(self.rgb.astype(int) - self.background).max(axis=2) > INK_CONTRAST).astype(np.uint8)
+        background = self.background.astype(np.uint8)  # byte-sized difference: a 64-bit one took 480 MB at 10 MP
+        contrast = (np.maximum(self.rgb, background) - np.minimum(self.rgb, background)).max(axis=2)
+        self.ink = (contrast > INK_CONTRAST).astype(np.uint8)
         if color is not None:
-            self.ink &= (_name_pixels(self.rgb) == color).astype(np.uint8)
+            self.ink &= (name_pixels(self.rgb) == color_code(color)).astype(np.uint8)
         contours, _ = cv2.findContours(self.ink, cv2.RETR_LIST, cv2.CHAIN_APPROX_NONE)
         perimeter = sum(cv2.arcLength(c, True) for c in contours)
         self.stroke = 2 * float(self.ink.sum()) / perimeter if perimeter else 0.0
@@ -280,15 +257,15 @@ class OpenCVVisionExpert:
         mask = fig.ink.astype(bool)
         if not mask.any():
             return []
-        names = _name_pixels(fig.rgb)[mask]
+        codes = name_pixels(fig.rgb)[mask]
         pixels = fig.rgb[mask]
         found = []
-        for name in np.unique(names):
-            sel = names == name
+        for code in np.unique(codes):
+            sel = codes == code
             share = float(sel.mean())
             if share >= MIN_COLOR_SHARE:
                 rgb = tuple(int(v) for v in np.median(pixels[sel], axis=0))
-                found.append(Color(str(name), rgb, share))
+                found.append(Color(COLOR_NAMES[code], rgb, share))
         return sorted(found, key=lambda c: -c.share)
 
     def circles(self, image: Image.Image, color: str | None = None) -> list[Circle]:
@@ -443,8 +420,8 @@ class OpenCVVisionExpert:
         import cv2
 
         rgb = np.asarray(image.convert("RGB"))
-        names = _name_pixels(rgb)
-        masks = [(names == c).astype(np.uint8) for c in (color_a, color_b)]
+        codes = name_pixels(rgb)
+        masks = [(codes == color_code(c)).astype(np.uint8) for c in (color_a, color_b)]
         widths = []
         for mask in masks:
             contours, _ = cv2.findContours(mask, cv2.RETR_LIST, cv2.CHAIN_APPROX_NONE)

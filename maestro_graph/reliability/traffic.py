@@ -11,6 +11,7 @@ import contextlib
 import io
 import os
 import socket
+import sqlite3
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -24,15 +25,16 @@ from PIL import Image
 from ..registry import Registry
 from ..serve import ServeSettings, create_app
 from ..serve.loopback import running_app
+from .image_checks import BOMB_SIDE, COUNT_QUESTION, bomb_urls
 from .registries import fault_registry
-from .trust import (BOMB_SIDE, COUNT_QUESTION, QUESTION, Listener, Target, TrustCase, bomb_urls,
-                    peak_rss_growth_mb)
+from .target import QUESTION, Listener, Target, TrustCase, langserve_mounted, peak_rss_growth_mb
 
 __all__ = ["TRAFFIC_CHECKS", "Trickler", "post_at_once", "concurrent_image_memory", "image_memory_case",
            "trickling_host",
            "trickle_case", "client_goes_away", "disconnect_case", "threads_belong_to_their_key", "ownership_case",
            "slow_cards_registry", "webp_bomb_url", "refused_pair_request", "noise_url", "CONCURRENT_REQUESTS",
-           "CONCURRENT_MEMORY_LIMIT_MB", "SHAPES_POLICY", "OWNER_KEYS", "TRICKLE_FETCH_TIMEOUT_S", "TRICKLE_SLACK_S"]
+           "CONCURRENT_MEMORY_LIMIT_MB", "SHAPES_POLICY", "OWNER_KEYS", "TRICKLE_FETCH_TIMEOUT_S", "TRICKLE_SLACK_S",
+           "thread_storage", "database_bytes", "traffic_server_args"]
 
 CONCURRENT_REQUESTS = 16
 """Requests sent at once in the memory check (the issue's figure)."""
@@ -184,6 +186,16 @@ def slow_cards_registry(folder: Path) -> Path:
     return fault_registry(folder, None, timeout_s=60.0)
 
 
+def traffic_server_args(folder: Path, trickler: Trickler, keys_env: str) -> list[str]:
+    """The `maestro serve` arguments of a server every case of this module can run against: the keys in
+    `keys_env`, threads in a SQLite file of `folder`, the trickler allow-listed within TRICKLE_FETCH_TIMEOUT_S, and
+    SHAPES_POLICY offered on cards with a long timeout (`slow_cards_registry`)."""
+    return ["--registry", str(slow_cards_registry(folder)), "--workers", "2", "--api-key-env", keys_env,
+            "--checkpoint-db", str(folder / "threads.sqlite"), "--allow-image-host", f"127.0.0.1:{trickler.port}",
+            "--fetch-timeout-s", str(TRICKLE_FETCH_TIMEOUT_S), "--allow-policy", "neural", "--allow-policy", "rules",
+            "--allow-policy", SHAPES_POLICY, "--log-level", "info"]
+
+
 def _cpu_s(pid: int) -> float:
     """User plus system CPU seconds of process `pid` so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
@@ -204,12 +216,14 @@ def _ordinary(url: str, image: str, headers: dict[str, str]) -> tuple[float, htt
 
 def _leave(url: str, door: str, headers: dict[str, str]) -> None:
     """Start a long episode through `door` and go away after a second and a half."""
-    if door == "openai":
+    langserve = {"input": {"question": TRIANGLES, "images": [noise_url()], "policy": "shapes"}}
+    if door in ("openai", "langserve invoke"):
+        path, body = ("/v1/chat/completions", _shapes_chat()) if door == "openai" else ("/maestro/invoke", langserve)
         with contextlib.suppress(httpx.TimeoutException):
-            httpx.post(f"{url}/v1/chat/completions", timeout=1.5, headers=headers, json=_shapes_chat())
+            httpx.post(f"{url}{path}", timeout=1.5, headers=headers, json=body)
         return
     path, body = (("/v1/chat/completions", {**_shapes_chat(), "stream": True}) if door == "openai stream" else
-                  ("/maestro/stream", {"input": {"question": TRIANGLES, "images": [noise_url()], "policy": "shapes"}}))
+                  ("/maestro/stream", langserve))
     leave_at = time.perf_counter() + 1.5
     with contextlib.suppress(httpx.TimeoutException), httpx.stream(
             "POST", f"{url}{path}", json=body, headers=headers, timeout=httpx.Timeout(60, read=1.5)) as response:
@@ -224,16 +238,17 @@ def _shapes_chat() -> dict:
 
 
 def disconnect_case(url: str, pid: int, image: str, headers: dict[str, str] | None = None) -> TrustCase:
-    """Through each door (OpenAI plain and streamed, LangServe's stream where mounted) a client starts an episode
-    whose expert work takes many seconds of CPU and goes away: the episode is cancelled within CANCEL_LIMIT_S, the
-    server's CPU time stays flat from QUIET_AFTER_S after, and the next ordinary request takes at most twice what
-    it takes on an idle server. The server must offer SHAPES_POLICY and give its cards a long timeout."""
+    """Through each door (OpenAI plain and streamed, LangServe's /invoke and stream where mounted) a client starts
+    an episode whose expert work takes many seconds of CPU and goes away: the episode is cancelled within
+    CANCEL_LIMIT_S, the server's CPU time stays flat from QUIET_AFTER_S after, and the next ordinary request takes at
+    most twice what it takes on an idle server. The server must offer SHAPES_POLICY and give its cards a long
+    timeout."""
     headers = headers or {}
     _ordinary(url, image, headers)  # experts loaded
     idle = sorted(_ordinary(url, image, headers)[0] for _ in range(3))[1]
     doors = ["openai", "openai stream"]
-    if httpx.get(f"{url}/healthz", timeout=30, headers=headers).json().get("langserve"):
-        doors.append("langserve stream")
+    if langserve_mounted(url, headers):
+        doors += ["langserve invoke", "langserve stream"]
     details, ok = [f"idle request {idle:.2f} s"], True
     for door in doors:
         _leave(url, door, headers)
@@ -284,7 +299,7 @@ def ownership_case(url: str, image: str, keys: tuple[str, str] = OWNER_KEYS) -> 
     read_by_alice = httpx.get(f"{url}/v1/threads/{thread}", headers=alice, timeout=30)
     docs = {path: httpx.get(f"{url}{path}", timeout=30).status_code for path in ("/docs", "/openapi.json")}
     langserve = "not mounted"
-    if httpx.get(f"{url}/healthz", timeout=30).json().get("langserve"):  # a LangServe run's thread is its key's too
+    if langserve_mounted(url):  # a LangServe run's thread is its key's too
         output = httpx.post(f"{url}/maestro/invoke", headers=alice, timeout=120, json={"input": {
             "question": QUESTION, "images": [image]}}).json().get("output", {})
         made_there = output.get("thread_id")
@@ -317,6 +332,73 @@ def threads_belong_to_their_key(t: Target) -> TrustCase:
         os.environ.pop(env, None)
 
 
+# -- a long thread's storage stays bounded --------------------------------------------------------------------------
+STORED_IMAGE_SIDE = 600
+"""The side of the thread's image: RGB noise, so its PNG (about 1 MB) does not compress."""
+THREAD_QUESTIONS = 6
+EPISODES_KEPT, CHECKPOINTS_KEPT = 2, 3
+"""The history and checkpoints the storage check's server keeps per thread."""
+RETENTION_S = 2.0
+"""The image retention of the storage check's server (`image_retention_days`, in seconds). SQLite's clock has
+whole seconds, so the check waits a second more before it sweeps."""
+
+
+def database_bytes(path: Path) -> int:
+    """A SQLite file's size once its write-ahead log is folded in (what the disk holds for it at rest)."""
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return path.stat().st_size
+
+
+def _noise_rgb_url(side: int) -> str:
+    rng = np.random.default_rng(4)
+    buf = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (side, side, 3), dtype=np.uint8), "RGB").save(buf, format="PNG")
+    return f"data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}"
+
+
+def thread_storage(t: Target) -> TrustCase:
+    """THREAD_QUESTIONS questions on one thread, each sending the same 1 MB image (as an OpenAI client resends a
+    conversation), to a server of the suite's own with a SQLite checkpoint database: the file grows by less than one
+    copy of the image after the first question (images stored once by content digest; the checkpoints pruned to
+    CHECKPOINTS_KEPT), the thread's history keeps EPISODES_KEPT episodes, and once the retention has run out and
+    the store is swept, a follow-up that needs the image is a 400 asking for it again. (One request with 8 history
+    turns added 168 MB to the file before: every checkpoint held every image.)"""
+    db = t.folder / f"thread-storage-{time.monotonic_ns()}.sqlite"
+    settings = ServeSettings(checkpoint_db=db, episodes_kept=EPISODES_KEPT, checkpoints_kept=CHECKPOINTS_KEPT,
+                             image_retention_days=RETENTION_S / 86_400)
+    app = create_app(Registry.load(t.registry_file), settings)
+    image, thread = _noise_rgb_url(STORED_IMAGE_SIDE), "thread-storage"
+    image_bytes = len(image) * 3 // 4
+    with running_app(app) as url:
+        def ask(i: int, images: list[str]) -> httpx.Response:  # answered at once (no budget): storage only
+            content = [{"type": "text", "text": f"How many circles are in image {i}?"}]
+            content += [{"type": "image_url", "image_url": {"url": u}} for u in images]
+            return httpx.post(f"{url}/v1/chat/completions", timeout=60, json={
+                "model": "maestro", "thread_id": thread, "max_cost": 0,
+                "messages": [{"role": "user", "content": content}]})
+
+        statuses = [ask(0, [image]).status_code]
+        first = database_bytes(db)
+        statuses += [ask(i, [image]).status_code for i in range(1, THREAD_QUESTIONS)]
+        grown = database_bytes(db) - first
+        history = httpx.get(f"{url}/v1/threads/{thread}", timeout=30).json()
+        time.sleep(RETENTION_S + 1.2)
+        app.state.service.store.sweep_ttl()  # what its sweeper thread does every hour
+        expired = ask(THREAD_QUESTIONS, [])
+    episodes, checkpoints = len(history.get("episodes", [])), len(history.get("checkpoints", []))
+    message = expired.json().get("error", {}).get("message", "") if expired.status_code != 200 else ""
+    ok = (set(statuses) == {200} and grown < image_bytes and episodes <= EPISODES_KEPT
+          and checkpoints <= CHECKPOINTS_KEPT and expired.status_code == 400 and "send it again" in message)
+    return TrustCase(f"{THREAD_QUESTIONS} questions on one thread, each with the same {image_bytes:,}-byte image",
+                     "the checkpoint file grows by less than the image; history and checkpoints bounded; an expired "
+                     "image asked for again", ok,
+                     f"statuses {sorted(set(statuses))}; {first:,} bytes after the first question, {grown:+,} after "
+                     f"{THREAD_QUESTIONS - 1} more ({grown / (THREAD_QUESTIONS - 1):+,.0f} per question); "
+                     f"{episodes} episodes and {checkpoints} checkpoints kept; after the retention: "
+                     f"{expired.status_code} {message[:100]!r}")
+
+
 TRAFFIC_CHECKS: tuple[Callable[[Target], TrustCase], ...] = (
-    concurrent_image_memory, trickling_host, client_goes_away, threads_belong_to_their_key)
+    concurrent_image_memory, trickling_host, client_goes_away, threads_belong_to_their_key, thread_storage)
 """The checks of this module, in the trust suite's TRUST_CHECKS."""

@@ -23,11 +23,13 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..core.allocator import return_large_buffers
 from ..core.question_text import EMPTY_QUESTION, clean_question, question_problem
 from ..images.load import DECODE_MEMORY
 from ..registry import Registry
 from ..types import StopReason
-from .episodes import THREAD_HEADER, Episode, EpisodeOutcome, EpisodeService, open_checkpointer, open_image_store
+from .checkpoint_db import open_checkpointer, open_image_store
+from .episodes import THREAD_HEADER, Episode, EpisodeOutcome, EpisodeService
 from .image_errors import resolve_images
 from .limits import BodyLimitMiddleware
 from .observability import RequestIdMiddleware
@@ -63,6 +65,7 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
     database close with the app."""
     settings = settings or ServeSettings()
     DECODE_MEMORY.configure(settings.decode_memory_mb * 1_000_000)  # process-wide: decoding memory is the process's
+    return_large_buffers()  # process-wide: a freed image goes back to the system, whichever thread held it
     db = settings.checkpoint_db
     service = EpisodeService(
         registry, settings, checkpointer=open_checkpointer(db) if db else None,
@@ -88,6 +91,27 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
         from the playground's `?api_key=` link (a browser cannot send the header)."""
         return principal_of(settings, authorization, cookie_key)
 
+    _add_open_routes(app, service, settings)
+    _add_model_routes(app, settings, Depends(require_key))
+
+    @app.get("/v1/threads/{thread_id}")
+    async def thread(thread_id: str, principal: str | None = Depends(require_key)) -> dict[str, Any]:
+        return await run_in_threadpool(service.history, thread_id, principal)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request, principal: str | None = Depends(require_key)):
+        return await _chat_completion(request, principal, service)
+
+    if langserve_installed():
+        from .langserve_routes import mount_langserve
+
+        mount_langserve(app, service, settings.langserve_path, Depends(require_key), key_cookie=KEY_COOKIE)
+    return app
+
+
+def _add_open_routes(app: FastAPI, service: EpisodeService, settings: ServeSettings) -> None:
+    """`/healthz` and `/metrics`, which need no key."""
+
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
         return {"status": "ok", "episodes_in_flight": service.in_flight, "max_episodes": settings.max_episodes,
@@ -99,13 +123,16 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
         request data)."""
         return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+
+def _add_model_routes(app: FastAPI, settings: ServeSettings, key: Any) -> None:
+    """`/v1/models` and `/v1/models/{id}`: the one model this server serves."""
     model_card = {"id": settings.model_name, "object": "model", "created": 0, "owned_by": "maestro-graph"}
 
-    @app.get("/v1/models", dependencies=[Depends(require_key)])
+    @app.get("/v1/models", dependencies=[key])
     def models() -> dict[str, Any]:
         return {"object": "list", "data": [model_card]}
 
-    @app.get("/v1/models/{model_id}", dependencies=[Depends(require_key)])
+    @app.get("/v1/models/{model_id}", dependencies=[key])
     def model(model_id: str) -> dict[str, Any]:
         if model_id != settings.model_name:
             raise ApiError(404, "model_not_found",
@@ -113,67 +140,60 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
                            param="model")
         return model_card
 
-    @app.get("/v1/threads/{thread_id}")
-    async def thread(thread_id: str, principal: str | None = Depends(require_key)) -> dict[str, Any]:
-        return await run_in_threadpool(service.history, thread_id, principal)
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request, principal: str | None = Depends(require_key)):
-        body = await _json_body(request)
-        try:
-            chat = ChatRequest.model_validate(body)
-        except ValidationError as exc:
-            raise _validation_error(exc) from exc
-        if chat.model != settings.model_name:
-            raise ApiError(404, "model_not_found",
-                           f"model {chat.model!r} does not exist; this server serves {settings.model_name!r}",
-                           param="model")
-        if (unsupported := chat.unsupported_parameter()) is not None:
-            raise unsupported
-        if chat.n != 1:
-            raise ApiError(400, "n_not_supported", f"n={chat.n}: an episode gives one answer; send n=1 (or omit it) "
-                           "and repeat the request for more", param="n")
-        parsed = parse_request(chat)
-        header_thread = request.headers.get(THREAD_HEADER)
-        may_have_image = bool(parsed.image_urls or any(t.get("images") for t in parsed.history)
-                              or chat.thread_id or header_thread)
-        problem = question_problem(clean_question(parsed.question), image=may_have_image)
-        if problem:  # the graph's own check (too long, blank with no image to read), before an episode is admitted
-            raise ApiError(400, _problem_code(problem), problem, param="messages")
-        if header_thread is not None and not re.fullmatch(THREAD_ID_PATTERN, header_thread):
-            raise ApiError(400, "invalid_thread_id", f"{THREAD_HEADER} must match {THREAD_ID_PATTERN}",
-                           param="thread_id")
-        if header_thread and chat.thread_id and header_thread != chat.thread_id:
-            raise ApiError(400, "thread_id_conflict", f"the {THREAD_HEADER} header and `thread_id` differ",
-                           param="thread_id")
-        context = service.context(policy=chat.policy, max_turns=chat.max_turns, max_cost=chat.max_cost)
-        requested_thread = chat.thread_id or header_thread
-        if requested_thread is not None:  # another principal's thread is a 404, before anything else is said of it
-            await run_in_threadpool(service.check_owner, requested_thread, principal)
-        service.check_capacity(1, requested_thread)  # 409/429 before any image is decoded
-        images = await run_in_threadpool(resolve_images, parsed.image_urls, settings)
-        history = [{**turn, "images": await run_in_threadpool(resolve_images, turn["images"], settings)}
-                   if turn.get("images") else turn for turn in parsed.history]
-        episode = Episode(parsed.question, images, chat.choices, context, service.thread_for(requested_thread),
-                          history=history, owner=principal)
-        headers = {THREAD_HEADER: episode.thread_id} if episode.thread_id else {}
-        thread_id_var.set(episode.thread_id)
-        completion_id = new_completion_id()
-        if not chat.stream:
-            outcome = await service.complete(episode, disconnected=request.is_disconnected)
-            _refused(outcome)
-            return JSONResponse(completion_body(completion_id, settings.model_name, outcome.result.answer,
-                                                outcome.trace(), outcome.usage), headers=headers)
-        include_usage = chat.stream_options is not None and chat.stream_options.include_usage
-        stream = _sse(completion_id, settings.model_name, await service.open_stream(episode),
-                      include_usage=include_usage)
-        return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
-
-    if langserve_installed():
-        from .langserve_routes import mount_langserve
-
-        mount_langserve(app, service, settings.langserve_path, Depends(require_key), key_cookie=KEY_COOKIE)
-    return app
+async def _chat_completion(request: Request, principal: str | None, service: EpisodeService) -> Response:
+    """One `/v1/chat/completions` request: checked whole (body, model, parameters, question, thread, owner, a free
+    slot) before any image is decoded, then answered plain or as a stream."""
+    settings = service.settings
+    body = await _json_body(request)
+    try:
+        chat = ChatRequest.model_validate(body)
+    except ValidationError as exc:
+        raise _validation_error(exc) from exc
+    if chat.model != settings.model_name:
+        raise ApiError(404, "model_not_found",
+                       f"model {chat.model!r} does not exist; this server serves {settings.model_name!r}",
+                       param="model")
+    if (unsupported := chat.unsupported_parameter()) is not None:
+        raise unsupported
+    if chat.n != 1:
+        raise ApiError(400, "n_not_supported", f"n={chat.n}: an episode gives one answer; send n=1 (or omit it) "
+                       "and repeat the request for more", param="n")
+    parsed = parse_request(chat)
+    header_thread = request.headers.get(THREAD_HEADER)
+    may_have_image = bool(parsed.image_urls or any(t.get("images") for t in parsed.history)
+                          or chat.thread_id or header_thread)
+    problem = question_problem(clean_question(parsed.question), image=may_have_image)
+    if problem:  # the graph's own check (too long, blank with no image to read), before an episode is admitted
+        raise ApiError(400, _problem_code(problem), problem, param="messages")
+    if header_thread is not None and not re.fullmatch(THREAD_ID_PATTERN, header_thread):
+        raise ApiError(400, "invalid_thread_id", f"{THREAD_HEADER} must match {THREAD_ID_PATTERN}",
+                       param="thread_id")
+    if header_thread and chat.thread_id and header_thread != chat.thread_id:
+        raise ApiError(400, "thread_id_conflict", f"the {THREAD_HEADER} header and `thread_id` differ",
+                       param="thread_id")
+    context = service.context(policy=chat.policy, max_turns=chat.max_turns, max_cost=chat.max_cost)
+    requested_thread = chat.thread_id or header_thread
+    if requested_thread is not None:  # another principal's thread is a 404, before anything else is said of it
+        await run_in_threadpool(service.check_owner, requested_thread, principal)
+    service.check_capacity(1, requested_thread)  # 409/429 before any image is decoded
+    images = await run_in_threadpool(resolve_images, parsed.image_urls, settings)
+    history = [{**turn, "images": await run_in_threadpool(resolve_images, turn["images"], settings)}
+               if turn.get("images") else turn for turn in parsed.history]
+    episode = Episode(parsed.question, images, chat.choices, context, service.thread_for(requested_thread),
+                      history=history, owner=principal)
+    headers = {THREAD_HEADER: episode.thread_id} if episode.thread_id else {}
+    thread_id_var.set(episode.thread_id)
+    completion_id = new_completion_id()
+    if not chat.stream:
+        outcome = await service.complete(episode, disconnected=request.is_disconnected)
+        _refused(outcome)
+        return JSONResponse(completion_body(completion_id, settings.model_name, outcome.result.answer,
+                                            outcome.trace(), outcome.usage), headers=headers)
+    include_usage = chat.stream_options is not None and chat.stream_options.include_usage
+    stream = _sse(completion_id, settings.model_name, await service.open_stream(episode),
+                  include_usage=include_usage)
+    return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
 
 
 def _refused(outcome: EpisodeOutcome) -> None:

@@ -1,0 +1,113 @@
+"""The database of `--checkpoint-db`: a SQLite file of this replica's own (checkpoints, and the thread images kept
+once by content digest beside them), or a Postgres database that several replicas share (checkpoints, and the
+leases that let one replica at a time run a thread). Opening it, and what a lost one raises."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.store.base import BaseStore
+
+from ..episode.storage import checkpoint_serde
+from ..episode.storage import sqlite_checkpointer, sqlite_image_store
+from ..errors import ServiceUnavailable, import_extra
+from .settings import ServeSettings
+from .thread_lease import ThreadLeases
+
+__all__ = ["open_checkpointer", "open_image_store", "open_leases", "store_errors"]
+
+
+def open_checkpointer(location: str | Path) -> BaseCheckpointSaver:
+    """The checkpointer of `--checkpoint-db`: a `postgresql://` URL is a Postgres database that several replicas
+    share (any of them can resume a thread; a pool of connections checked before each use, so one lost while idle is
+    replaced), anything else a SQLite file of this replica's own (SqliteSaver serialises the worker threads with its
+    own lock). An unreachable database is a ServiceUnavailable naming it."""
+    text = str(location)
+    if not text.startswith(_POSTGRES_SCHEMES):
+        return sqlite_checkpointer(location)
+    postgres = import_extra("langgraph.checkpoint.postgres", "postgres", "a Postgres checkpoint database")
+    pool_module = import_extra("psycopg_pool", "postgres", "a Postgres checkpoint database")
+    from psycopg.rows import dict_row
+
+    pool = pool_module.ConnectionPool(text, min_size=1, max_size=_POOL_SIZE, open=False, timeout=_CONNECT_TIMEOUT_S,
+                                      check=pool_module.ConnectionPool.check_connection,
+                                      kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
+                                              "connect_timeout": int(_CONNECT_TIMEOUT_S)})
+    try:
+        pool.open(wait=True, timeout=_CONNECT_TIMEOUT_S)
+        saver = postgres.PostgresSaver(pool, serde=checkpoint_serde())
+        with pool.connection() as conn:  # replicas starting together would race on LangGraph's schema migrations
+            _take_setup_lock(conn)
+            try:
+                saver.setup()
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (_SETUP_LOCK,))
+    except Exception as exc:  # noqa: BLE001 - process boundary: any failure to reach the database stops the start
+        pool.close()
+        raise ServiceUnavailable("Postgres (checkpoints)", _redacted(text), str(exc).splitlines()[0] if str(exc)
+                                 else exc.__class__.__name__) from None
+    return saver
+
+
+def open_image_store(location: str | Path, *, retention_days: float | None = None) -> BaseStore | None:
+    """The store that keeps a thread's images once per content digest beside the checkpoints of `--checkpoint-db`:
+    in a SQLite file, its own table (`episode.storage`); None for Postgres, whose checkpoints keep images inline."""
+    return None if str(location).startswith(_POSTGRES_SCHEMES) else sqlite_image_store(location,
+                                                                                        retention_days=retention_days)
+
+
+def _take_setup_lock(conn) -> None:
+    """Take the set-up lock by polling, never by a blocking `pg_advisory_lock`: a statement waiting for the lock holds
+    a snapshot, LangGraph's migrations build their indexes CONCURRENTLY, and that waits for every open snapshot, so
+    the holder's set-up would wait for the waiter forever (Postgres sees no cycle: the lock is held by the holder's
+    other, idle connection). Between tries this connection is idle and holds none."""
+    deadline = time.monotonic() + _SETUP_WAIT_S
+    while not conn.execute("SELECT pg_try_advisory_lock(%s) AS taken", (_SETUP_LOCK,)).fetchone()["taken"]:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"another replica held the checkpoint set-up lock for over {_SETUP_WAIT_S:g} s")
+        time.sleep(0.1)
+
+
+_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+_POOL_SIZE = 8
+"""Connections a replica holds to the checkpoint database (its episode workers share them)."""
+_SETUP_LOCK = 0x6D61657374726F00
+"""The advisory-lock key that serialises the checkpoint tables' set-up across replicas ("maestro" in ASCII)."""
+_SETUP_WAIT_S = 120.0
+"""How long a replica waits for another one's set-up of the checkpoint tables (migrations take well under a second)."""
+_CONNECT_TIMEOUT_S = 5.0
+"""How long connecting, or waiting for a pooled connection, may take before the database counts as lost."""
+
+
+def _redacted(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    scheme, _, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    return f"{scheme}://{credentials.split(':')[0]}{at}{host}" if at else url
+
+
+def store_errors(checkpointer: BaseCheckpointSaver | None) -> tuple[type[BaseException], ...]:
+    """What a lost checkpoint database raises: a request that meets one is refused with a retryable 503, and its
+    thread, whose last committed step is in the database, resumes on a retry (Postgres only: a SQLite file does not
+    go away)."""
+    if checkpointer is None or not type(checkpointer).__module__.startswith("langgraph.checkpoint.postgres"):
+        return ()
+    import psycopg
+    import psycopg_pool
+
+    return psycopg.OperationalError, psycopg.InterfaceError, psycopg_pool.PoolTimeout
+
+
+def open_leases(checkpointer: BaseCheckpointSaver | None, settings: ServeSettings) -> ThreadLeases | None:
+    """Thread leases in a Postgres checkpoint database, which several replicas share. A SQLite file is one
+    replica's own, so the in-process rule (`_busy_threads`) is all it needs."""
+    location = str(settings.checkpoint_db or "")
+    if checkpointer is None or not location.startswith(_POSTGRES_SCHEMES):
+        return None
+    try:
+        return ThreadLeases(location, lease_s=settings.thread_lease_s, connect_timeout_s=_CONNECT_TIMEOUT_S)
+    except Exception as exc:  # noqa: BLE001 - process boundary: any failure to reach the database stops the start
+        raise ServiceUnavailable("Postgres (thread leases)", _redacted(location), str(exc).splitlines()[0] if str(exc)
+                                 else exc.__class__.__name__) from None

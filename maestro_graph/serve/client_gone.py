@@ -1,0 +1,57 @@
+"""Noticing a client that leaves before a plain (not streamed) response: the ASGI server reports it only to a request
+that reads its body again, and a route awaiting a finished episode never does. So the middleware reads on the
+route's behalf from the moment it starts and, when the client leaves before the response is whole, cancels the
+route's task: its `await` raises CancelledError, and the episode it waits on is cancelled where a stream consumer
+that stops early cancels its own (`EpisodeService._pump`). A stream notices by itself (its write fails)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Callable
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+__all__ = ["CancelOnDisconnect"]
+
+
+class CancelOnDisconnect:
+    """ASGI middleware: POST requests whose path `watched` accepts are cancelled when their client disconnects
+    before the last byte of the response was sent."""
+
+    def __init__(self, app: ASGIApp, *, watched: Callable[[str], bool]):
+        self.app, self.watched = app, watched
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or not self.watched(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        task = asyncio.current_task()
+        inbox: asyncio.Queue[Message] = asyncio.Queue()
+        answered = left = False
+
+        async def listen() -> None:
+            nonlocal left
+            while True:
+                message = await receive()
+                inbox.put_nowait(message)
+                if message["type"] == "http.disconnect":
+                    if not answered and task is not None:
+                        left = True
+                        task.cancel()
+                    return
+
+        async def sent(message: Message) -> None:
+            nonlocal answered
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                answered = True
+            await send(message)
+
+        listener = asyncio.create_task(listen())
+        try:
+            await self.app(scope, inbox.get, sent)
+        except asyncio.CancelledError:
+            if not left:  # the server itself is stopping the request
+                raise
+            task.uncancel()  # type: ignore[union-attr]  # the request ends here, answered by nobody
+        finally:
+            listener.cancel()
