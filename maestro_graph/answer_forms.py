@@ -13,10 +13,11 @@ import re
 from typing import Callable, Literal
 
 from .choices import names_option
-from .scoring import is_yes_no, normalize_text, parse_number
+from .numbers import parse_number
+from .scoring import is_yes_no, normalize_text
 
 __all__ = ["CONTRADICTS_FORM", "FORM_DIM", "HAS_FORM", "Form", "candidate_form", "asks_yes_no", "expected_form",
-           "has_form"]
+           "has_form", "opens_polar"]
 
 Form = Literal["choice", "yesno", "number", "text"]
 
@@ -34,16 +35,24 @@ def expected_form(question: str, choices: list[str] | tuple[str, ...] | None) ->
     then "how many" / "how much"; anything else is free text."""
     if choices:
         return "choice"
-    if _YES_NO_RE.search(question) or _POLAR_RE.search(question):
+    if _YES_NO_RE.search(question) or opens_polar(question):
         return "yesno"
     if _HOW_MANY_RE.search(question):
         return "number"
     return "text"
 
 
-def asks_yes_no(question: str) -> bool:
+def opens_polar(question: str) -> bool:
+    """Whether the question opens with an auxiliary verb ("Is ...", "Are there ...", "Does ..."), as a yes/no
+    question does (and "Is it odd or even?" too: options or an explicit "yes or no" settle which)."""
+    return bool(_POLAR_RE.search(question))
+
+
+def asks_yes_no(question: str, choices: list[str] | tuple[str, ...] | None = None) -> bool:
     """Whether the question itself says to answer yes or no ("Please answer Yes or No", "true or false"), not only
-    opens like a yes/no question (which "Is it odd or even?" does too)."""
+    opens like a yes/no question (which "Is it odd or even?" does too), or its options are exactly Yes and No."""
+    if choices:
+        return sorted(normalize_text(c) for c in choices) == ["no", "yes"]
     return bool(_YES_NO_RE.search(question))
 
 

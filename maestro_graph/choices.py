@@ -23,7 +23,8 @@ from __future__ import annotations
 import hashlib
 import re
 
-from .scoring import choice_label, normalize_text, parse_number, score
+from .numbers import parse_number
+from .scoring import choice_label, normalize_text, score
 
 __all__ = ["MAX_OPTION_CHARS", "MIN_OPTIONS", "YES_NO_GUESS", "guess_option", "inline_choices", "names_option",
            "question_stem"]

@@ -1,6 +1,6 @@
 """Scoring a predicted answer against a task's answer, shared by everything that scores (eval, rewards, oracle).
 
-numbers: relative tolerance after parsing (commas, units, %, $ stripped); yesno: also true/false; choice: by letter
+numbers: relative tolerance after parsing (`numbers.parse_number`: commas, units, %, $ stripped); yesno: also true/false; choice: by letter
 or by option text; pair `(a,b)`: by numbers; text: normalised exact match.
 """
 
@@ -11,13 +11,12 @@ import re
 import unicodedata
 from collections.abc import Sequence
 
-__all__ = ["score", "parse_number", "normalize_text", "choice_label", "label_index", "letters_only", "option_labels",
+from .numbers import numbers_in, parse_number
+
+__all__ = ["score", "normalize_text", "choice_label", "label_index", "letters_only", "option_labels",
            "is_yes_no", "yes_no", "yes_no_in", "DEFAULT_TOLERANCE"]
 
 DEFAULT_TOLERANCE = 0.0
-_NUMBER_RE = re.compile(r"[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?")
-_FRACTION_RE = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)\s*/\s*(\d+(?:\.\d+)?)\s*$")
-_LATEX_FRAC_RE = re.compile(r"\\d?frac\{([^{}]+)\}\{([^{}]+)\}")
 _YES_NO_WORDS = {"yes": "yes", "true": "yes", "no": "no", "false": "no"}
 """The words a yes/no answer is written with, and the reading of each."""
 _YES = {"yes", "true", "y", "correct"}
@@ -32,30 +31,6 @@ def normalize_text(text: str) -> str:
     text = text.replace("$", "").replace("\\", "")
     text = re.sub(r"\s+", " ", text)
     return text.strip(" .,:;!?\"'`{}[]()")
-
-
-def parse_number(text: str | float | int | None) -> float | None:
-    """The number a short answer states: '$1,234.5' -> 1234.5, '45%' -> 45, '3/4' -> 0.75, '{7}' -> 7."""
-    if text is None:
-        return None
-    if isinstance(text, (int, float)):
-        return float(text)
-    s = unicodedata.normalize("NFKC", str(text)).strip()
-    s = _LATEX_FRAC_RE.sub(lambda m: f"{m.group(1)}/{m.group(2)}", s)
-    s = s.replace("−", "-").replace("$", "").replace("%", "").replace("°", "")
-    s = s.strip(" {}()[]\"'")
-    frac = _FRACTION_RE.match(s)
-    if frac:
-        den = float(frac.group(2))
-        return float(frac.group(1)) / den if den else None
-    for match in _NUMBER_RE.finditer(s):
-        token = match.group(0)
-        if any(ch.isdigit() for ch in token):
-            try:
-                return float(token.replace(",", "").replace("−", "-"))
-            except ValueError:
-                return None
-    return None
 
 
 def _numbers_close(pred: float, gold: float, tolerance: float) -> bool:
@@ -122,8 +97,8 @@ def yes_no_in(text: str) -> str | None:
 
 
 def _pair(text: str) -> tuple[float, ...] | None:
-    nums = re.findall(r"-?\d+(?:\.\d+)?", str(text))
-    return tuple(float(n) for n in nums[:2]) if len(nums) >= 2 else None
+    nums = numbers_in(str(text), grouped=False)  # "(100,200)" is two numbers
+    return tuple(float(n.value) for n in nums[:2]) if len(nums) >= 2 else None
 
 
 def _choice(pred: str, gold: str, choices: list[str] | None) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from maestro_graph.answer_forms import FORM_DIM, candidate_form, expected_form
+from maestro_graph.answer_forms import FORM_DIM, asks_yes_no, candidate_form, expected_form, opens_polar
 from maestro_graph.scoring import is_yes_no, yes_no, yes_no_in
 
 
@@ -53,3 +53,24 @@ def test_yes_no_is_read_in_one_place_three_ways(text, scored, plain, found):
     assert (yes_no(text), is_yes_no(text), yes_no_in(text)) == (scored, plain, found)
     if text:
         assert candidate_form(text, "yesno", None)[0] == float(plain)
+
+
+@pytest.mark.parametrize("question, choices, asked", [
+    ("Is the bar above 30? Please answer yes or no.", None, True),
+    ("True or false: the line rises.", None, True),
+    ("Is it odd or even?", None, False),  # opens like a yes/no question, but does not say to answer yes or no
+    ("Does the line rise?", ["Yes", "No"], True),  # options that are Yes and No
+    ("Does the line rise? Answer yes or no.", ["Yes", "No", "Maybe"], False),  # other options: a choice
+    ("Which is larger?", ["yes.", "NO"], True),
+])
+def test_asks_yes_no_reads_the_wording_or_the_options(question, choices, asked):
+    assert asks_yes_no(question, choices) is asked
+
+
+@pytest.mark.parametrize("question, polar", [
+    ("Are there more than 5 circles?", True), ("  could the line cross?", True), ("How many circles?", False),
+    ("Isolate the red bar.", False), ("What is shown? Is it red?", False),
+])
+def test_opens_polar_is_the_auxiliary_verb_opening_expected_form_reads(question, polar):
+    assert opens_polar(question) is polar
+    assert (expected_form(question, None) == "yesno") is polar

@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "maestro_graph"
 LAYERS = [
-    {"errors", "types", "scoring", "choices", "answer_forms", "digests", "core", "images.load"},
+    {"errors", "types", "numbers", "scoring", "choices", "answer_forms", "digests", "core", "images.load"},
     {"backends", "features", "images.sources"},
     {"experts"},
     {"cache"},
@@ -30,7 +30,7 @@ LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
 UNLAYERED = {"__init__", "checkpoints"}
 """The package's own `__init__` and its data folder (skill code, at the top-level `skills/`, is a plug-in loaded by
 path)."""
-SKILL_API = {"errors", "types", "scoring", "choices", "answer_forms", "digests"}
+SKILL_API = {"errors", "types", "numbers", "scoring", "choices", "answer_forms", "digests"}
 """The top-level modules: what skill code imports (beside the experts' result types), kept where they are so that
 skills, whose code is fingerprinted into every profile, never change when the package moves."""
 

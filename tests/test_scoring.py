@@ -2,7 +2,8 @@
 
 import pytest
 
-from maestro_graph.scoring import choice_label, label_index, parse_number, score
+from maestro_graph.numbers import parse_number
+from maestro_graph.scoring import choice_label, label_index, score
 
 
 @pytest.mark.parametrize(

@@ -33,7 +33,8 @@ from ..choices import question_stem
 from ..digests import cache_key
 from ..errors import ExpertRejected
 from ..images.load import FittedImage, fitted_data_url
-from ..scoring import letters_only, normalize_text, option_labels, parse_number, yes_no_in
+from ..numbers import numbers_in, parse_number
+from ..scoring import letters_only, normalize_text, option_labels, yes_no_in
 from ..types import SkillResult
 from .config import ModelCard, OpenAIBackend
 from .image_budget import Budget, fitted_side, image_tokens, text_tokens
@@ -68,8 +69,8 @@ FORM_INSTRUCTIONS: dict[Form, str] = {
 """The last line of the user message: the form the reply must take."""
 
 _ANSWER_IS_RE = re.compile(r"\b(?:final answer|answer)\s*(?:is|:)\s*(.+)", re.I | re.S)
-_NUMBER = r"[-+−]?\d+(?:[.,]\d+)*"
-_PAIR_RE = re.compile(rf"^\(?\s*({_NUMBER})\s*,\s*({_NUMBER})\s*\)?$")
+_PAIR_SHAPE_RE = re.compile(r"\(?\s*,\s*\)?")
+"""What a pair's text is besides its two numbers: "(3, 4)", "3,4"."""
 
 
 class ImageTooLarge(ExpertRejected):
@@ -197,11 +198,10 @@ def parse_reply(reply: str, question: str, choices: Sequence[str] | None) -> str
         return None if found is None else found.capitalize()
     cleaned = stated.strip().rstrip(".").strip("*`\"' ")
     if form == "number":
-        pair = _PAIR_RE.match(cleaned)
-        if pair:
-            first, second = (parse_number(g.replace(",", "")) for g in pair.groups())
-            if first is not None and second is not None:
-                return f"({_number_text(first)},{_number_text(second)})"
+        pair = numbers_in(cleaned, grouped=False)
+        if len(pair) == 2 and _PAIR_SHAPE_RE.fullmatch((cleaned[:pair[0].start] + cleaned[pair[0].end:pair[1].start]
+                                                        + cleaned[pair[1].end:]).strip()):
+            return f"({_number_text(float(pair[0].value))},{_number_text(float(pair[1].value))})"
         value = parse_number(cleaned)
         value = parse_number(reply) if value is None else value
         return None if value is None else _number_text(value)

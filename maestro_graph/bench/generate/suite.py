@@ -23,7 +23,8 @@ from PIL import Image
 from tqdm import tqdm
 
 from ...core.tasks import load_tasks
-from ...scoring import normalize_text, parse_number, score
+from ...numbers import parse_number
+from ...scoring import normalize_text, score
 from .base import Draft
 from .registry import DOMAINS
 
