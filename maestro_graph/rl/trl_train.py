@@ -42,7 +42,7 @@ from ..episode.runner import EpisodeResult, run_episode
 from ..errors import ConfigError, first_validation_problem
 from ..images.load import load_images
 from ..policy.lm.engines import TransformersLM
-from ..policy.lm.policy import ROUTER_FILE, LMPolicy, make_ranker
+from ..policy.lm.policy import ROUTER_FILE, LMPolicy
 from ..policy.lm.prompt import PromptOptions, conversation, with_images
 from ..registry import Registry
 from ..types import StopReason
@@ -251,7 +251,8 @@ class GraphRollout:
                 seed = (cfg.seed * 1_000_003 + self._step) * 1_000_003 + self._calls
                 if key not in chosen:  # a group: one task, one registry view and one numbering for its episodes
                     view = training_view(self.registry, cfg, np.random.default_rng(seed), seed)
-                    policy = LMPolicy(backend, constrained=cfg.constrained, prompt=view.prompt, name="lm:train")
+                    policy = LMPolicy(backend, constrained=cfg.constrained, prompt=view.prompt, name="lm:train",
+                                      ranker=cfg.ranker)
                     chosen[key] = (random.Random(seed).choice(self.by_prompt[key]), view,
                                    build_graph(view.registry, policy))
                 task, view, graph = chosen[key]
@@ -471,7 +472,7 @@ def evaluate_lm(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[
     """Greedy accuracy of the LM router (decoded as in training) through the graph, with its format-error rate."""
     policy = LMPolicy(TransformersLM(model, tokenizer, temperature=0.0, max_new_tokens=config.max_new_tokens),
                       constrained=config.constrained, prompt=config.prompt, name="lm:eval",
-                      ranker=make_ranker(config.order))
+                      ranker=config.ranker)
     graph = build_graph(registry, policy)
     scores, errors, answered = [], 0, 0
     context = MaestroContext(max_turns=config.max_turns, max_cost=config.max_cost, reach_floor=0.0)
