@@ -45,6 +45,10 @@ each field in a column of its own; in a narrower terminal (80 columns) they have
 fields wrapped beside each row's name, so no text is squeezed to a sliver or cut."""
 
 RegistryOpt = typer.Option(None, "--registry", "-r", help="Registry config YAML (default: the packaged local one).")
+POLICY_HELP = ("neural (the shipped checkpoint) | rules | random | fixed:MODEL@@SKILL | lm:shipped#choice "
+               "(the paper's LM router as a composite: the shipped neural policy chooses the expert, SmolLM2 decides "
+               "when to answer) | lm:... (docs/lm-router.md)")
+"""The policy names every command's --policy help starts with."""
 MaxTurnsOpt = typer_option(Budget, "max_turns", min=1, max=MAX_TURNS)
 MaxCostOpt = typer_option(Budget, "max_cost", min=0, max=MAX_COST)
 ReachFloorOpt = typer.Option(
@@ -131,10 +135,7 @@ def ask(
     image: list[Path] = typer.Option([], "--image", "-i", help="An image file (repeat for several)."),
     choice: list[str] = typer.Option([], "--choice", "-c", help="A multiple-choice option (repeat)."),
     policy: Optional[str] = typer.Option(None, "--policy", "-p",
-                                         help="neural (default: the shipped checkpoint) | rules | random | "
-                                              "fixed:MODEL@@SKILL | lm:shipped#choice (the paper's LM router as "
-                                              "a composite: the neural policy chooses the expert, SmolLM2 decides "
-                                              "when to answer) | lm:... (docs/lm-router.md)"),
+                                         help=f"{POLICY_HELP}; default: neural"),
     registry: Optional[Path] = RegistryOpt,
     max_turns: int = MaxTurnsOpt,
     max_cost: float = MaxCostOpt,
@@ -249,8 +250,7 @@ def predict(
     tasks: Path = typer.Option(..., "--tasks", "-t", exists=True, dir_okay=False, help="Task file (JSONL)."),
     out: Path = typer.Option(..., "--out", "-o", help="Prediction file to write (JSONL)."),
     policy: Optional[str] = typer.Option(None, "--policy", "-p",
-                                         help="neural (default: the shipped checkpoint) | rules | random | fixed:MODEL@@SKILL | "
-                                              "lm:... | oracle"),
+                                         help=f"{POLICY_HELP} | oracle; default: neural"),
     registry: Optional[Path] = RegistryOpt,
     max_turns: int = MaxTurnsOpt,
     max_cost: float = MaxCostOpt,
@@ -312,7 +312,7 @@ def predict(
 def eval_(
     tasks: list[Path] = typer.Option(..., "--tasks", "-t", exists=True, dir_okay=False, help="Task file (repeat)."),
     policy: list[str] = typer.Option(..., "--policy", "-p",
-                                     help="rules | random | fixed:MODEL@@SKILL | best-single | knn | classifier | oracle (repeat)"),
+                                     help=f"{POLICY_HELP} | best-single | knn | classifier | oracle (repeat)"),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for results.json, report.md, predictions, plots."),
     train_tasks: list[Path] = typer.Option([], exists=True, dir_okay=False,
                                            help="Training task file for best-single, knn and classifier (repeat)."),
