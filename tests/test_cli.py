@@ -155,6 +155,17 @@ def test_version_skills_json_and_registry_show_text():
     assert "8321" in invoke("serve", "--help").output  # not vLLM's 8000
 
 
+def test_every_policy_help_says_what_the_shipped_lm_router_is():
+    """`ask`, `predict` and `eval` name the shipped LM router as the composite it is: which policy chooses the
+    expert and which decides when to answer."""
+    for command in ("ask", "predict", "eval"):
+        shown = invoke(command, "--help")
+        assert shown.exit_code == 0, shown.output
+        text = " ".join(shown.output.translate(str.maketrans("│╭╮╰╯─", "      ")).split())
+        assert ("lm:shipped#choice (the paper's LM router as a composite: the shipped neural policy chooses the "
+                "expert, SmolLM2 decides when to answer)") in text, command
+
+
 def test_ask_without_an_answer_exits_nonzero_with_the_reason(tmp_path):
     blank = tmp_path / "blank.png"
     from PIL import Image

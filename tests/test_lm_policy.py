@@ -38,7 +38,9 @@ from maestro_graph.policy.lm import (
 )
 from maestro_graph.policy.lm.weights import cached_hf_folder
 from maestro_graph.registry import Registry
+from maestro_graph.rl.config import LMTrainConfig
 from maestro_graph.rl.export import ExportOptions, episode_messages
+from maestro_graph.rl.trl_train import sft_renderings
 from maestro_graph.rl.rewards import format_errors
 from maestro_graph.types import Answer, InvalidAction, Invoke, Step, StopReason
 
@@ -197,6 +199,37 @@ def test_a_router_ranked_by_a_policy_numbers_the_experts_by_its_opening_choice(t
         (tmp_path / "router.yaml").write_text(router + bad)
         with pytest.raises(ConfigError, match=fragment):
             make_policy(f"lm:transformers:{tmp_path}")
+
+
+def test_a_composite_router_is_trained_on_the_ranking_it_is_served_with(tmp_path):
+    """With order `neural`, a rendering of a teacher episode for SFT numbers the options as the served router does:
+    its option 1 is the pair that the router served by `lm:FILE.yaml` (ranked by the shipped neural policy) puts
+    first for the same state, on real math questions where that is not the reach's best, so a router trained on
+    renderings ranked by the reach would read another option 1 (checked too)."""
+    real = Registry.load(Path(__file__).parents[1] / "configs" / "registry-nolm.yaml", cache=None)
+    (tmp_path / "router.yaml").write_text("backend: transformers\norder: neural\ncard_chars: 60\n")
+    served = make_policy(f"lm:{tmp_path / 'router.yaml'}")
+    settings = dict(tasks=["tasks.jsonl"], sft_views=2, card_chars=60, family_dropout=0.0, paraphrase_prob=0.0,
+                    profile_dropout=0.0, max_turns=2)
+    trained = LMTrainConfig(order="neural", **settings)
+    by_reach = LMTrainConfig(order="reach", **settings)
+
+    def first(messages: list[dict]) -> str:
+        return next(x for x in messages[0]["content"].splitlines() if x.startswith("1. "))
+
+    departs = 0
+    for task in real_tasks("math")[:5]:
+        view = EpisodeView.of_task(task, (), trained.max_turns, trained.max_cost)
+        serving = first(served.messages(view, ActionSpace.build(real, view)))
+        model, skill = serving[3:].split(":", 1)[0].split(" by ")[::-1]
+        teacher = {"id": task.id, "answer": task.answer, "stop": "policy", "decisions": [],
+                   "steps": [{"model": model, "skill": skill, "answer": task.answer, "cost": 0.5}]}
+        rendered, problems = sft_renderings([teacher], [task], real, trained)
+        assert not problems and len(rendered) == 2
+        assert all(first(r["messages"]) == serving for r in rendered)
+        assert all(r["messages"][2]["content"] == "<search> 1 </search>" for r in rendered)
+        departs += first(sft_renderings([teacher], [task], real, by_reach)[0][0]["messages"]) != serving
+    assert departs >= 2
 
 
 def test_option_numbers_carry_no_identity_in_training(registry):

@@ -13,23 +13,20 @@ from rich.table import Table
 
 from ..errors import MaestroError
 from .common import console, fail, limit_threads, narrow, progress, registry as load_registry
-from .options import MaxCostOpt, MaxTurnsOpt, ReachFloorOpt, RegistryOpt
+from .options import POLICY_HELP, MaxCostOpt, MaxTurnsOpt, ReachFloorOpt, RegistryOpt
 
 if TYPE_CHECKING:
     from ..episode.runner import EpisodeResult
 
 __all__ = ["ask"]
 
-POLICY_HELP = ("neural (default: the shipped checkpoint) | rules | random | fixed:MODEL@@SKILL | lm:shipped#choice "
-               "(the paper's LM router as a composite: the neural policy chooses the expert, SmolLM2 decides when to "
-               "answer) | lm:... (docs/lm-router.md)")
 
 
 def ask(
     question: str = typer.Argument(..., help="The question, e.g. 'How many circles are there?'"),
     image: list[Path] = typer.Option([], "--image", "-i", help="An image file (repeat for several)."),
     choice: list[str] = typer.Option([], "--choice", "-c", help="A multiple-choice option (repeat)."),
-    policy: Optional[str] = typer.Option(None, "--policy", "-p", help=POLICY_HELP),
+    policy: Optional[str] = typer.Option(None, "--policy", "-p", help=f"{POLICY_HELP}; default: neural"),
     registry: Optional[Path] = RegistryOpt,
     max_turns: int = MaxTurnsOpt,
     max_cost: float = MaxCostOpt,

@@ -13,8 +13,8 @@ from rich.table import Table
 
 from ..errors import MaestroError
 from .common import console, err, executor as open_executor, fail, limit_threads, narrow, registry as load_registry
-from .options import (CacheDirOpt, CacheTtlOpt, CacheUrlOpt, ExecutorOpt, LimitOpt, MaxCostOpt, MaxTurnsOpt,
-                      NoCacheOpt, ReachFloorOpt, RegistryOpt, WorkersOpt)
+from .options import (POLICY_HELP, CacheDirOpt, CacheTtlOpt, CacheUrlOpt, ExecutorOpt, LimitOpt, MaxCostOpt,
+                      MaxTurnsOpt, NoCacheOpt, ReachFloorOpt, RegistryOpt, WorkersOpt)
 from .predict import PredictExit, report_losses
 
 __all__ = ["evaluate"]
@@ -27,8 +27,7 @@ HEADS = {"macro acc": "macro", "accuracy": "acc", "mean cost": "cost", "calls/ep
 
 def evaluate(
     tasks: list[Path] = typer.Option(..., "--tasks", "-t", exists=True, dir_okay=False, help="Task file (repeat)."),
-    policy: list[str] = typer.Option(..., "--policy", "-p", help="rules | random | fixed:MODEL@@SKILL | best-single "
-                                     "| knn | classifier | oracle (repeat)"),
+    policy: list[str] = typer.Option(..., "--policy", "-p", help=f"{POLICY_HELP} | best-single | knn | classifier | oracle (repeat)"),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for results.json, report.md, predictions, plots."),
     train_tasks: list[Path] = typer.Option([], exists=True, dir_okay=False,
                                            help="Training task file for best-single, knn and classifier (repeat)."),

@@ -35,24 +35,25 @@ def export(
                                   "questions (the registry's profile), as a router trained with `measured: true` "
                                   "reads its prompt."),
     order: str = typer.Option("registry", "--order", help="How the options are offered, as a router trained with "
-                              "this `order` reads its prompt: pair-ids, registry (numbered in the registry's order) "
-                              "or reach (numbered, best measured on similar questions first)."),
+                              "this `order` reads its prompt: pair-ids, registry (numbered in the registry's order), "
+                              "reach (numbered, best measured on similar questions first), neural or "
+                              "neural:PATH.safetensors (numbered by that neural policy's opening choice)."),
 ) -> None:
     """Export trajectories for TRL or verl: the router conversation from the cards, with the reward and its parts."""
     limit_threads()
     from ..policy.lm import PromptOptions
-    from ..policy.lm.policy import prompt_order
+    from ..policy.lm.policy import make_ranker, order_problem, prompt_order
     from ..rl.export import ExportOptions, export_file
 
     if fmt not in ("trl", "verl"):
         fail(f"unknown format {fmt!r}; use trl or verl")
-    if order not in ("pair-ids", "registry", "reach"):
-        fail(f"--order {order!r}: export offers pair-ids, registry or reach (a neural policy's order is rendered "
-             "where the router is served, not in exported trajectories)")
+    problem = order_problem(order, measured)
+    if problem:
+        fail(f"--order {order!r} {problem}")
     reg = load_registry(registry)
     lengths = {k: v for k, v in (("card_chars", card_chars), ("observation_chars", observation_chars)) if v is not None}
     options = ExportOptions(max_turns=max_turns, cost_weight=cost_weight, format_weight=format_weight,
-                            tool_calls=tool_calls,
+                            tool_calls=tool_calls, ranker=make_ranker(order),
                             prompt=PromptOptions(order=prompt_order(order), measured=measured, **lengths))
     try:
         count, bad = export_file(from_, tasks, out, fmt, reg, options)

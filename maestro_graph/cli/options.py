@@ -10,9 +10,13 @@ from ..cache.backends import DEFAULT_TTL_S
 from ..core.configs import MAX_COST, MAX_TURNS, Budget, typer_option
 from ..registry.reach import REACH_FLOOR
 
-__all__ = ["CacheDirOpt", "CacheTtlOpt", "CacheUrlOpt", "ExecutorOpt", "LimitOpt", "MaxCostOpt", "MaxTurnsOpt",
+__all__ = ["POLICY_HELP", "CacheDirOpt", "CacheTtlOpt", "CacheUrlOpt", "ExecutorOpt", "LimitOpt", "MaxCostOpt", "MaxTurnsOpt",
            "NoCacheOpt", "ReachFloorOpt", "RegistryOpt", "WorkersOpt"]
 
+POLICY_HELP = ("neural (the shipped checkpoint) | rules | random | fixed:MODEL@@SKILL | lm:shipped#choice "
+               "(the paper's LM router as a composite: the shipped neural policy chooses the expert, SmolLM2 decides "
+               "when to answer) | lm:... (docs/lm-router.md)")
+"""The policy names every command's --policy help starts with."""
 RegistryOpt = typer.Option(None, "--registry", "-r", help="Registry config YAML (default: the packaged local one).")
 MaxTurnsOpt = typer_option(Budget, "max_turns", min=1, max=MAX_TURNS)
 MaxCostOpt = typer_option(Budget, "max_cost", min=0, max=MAX_COST)

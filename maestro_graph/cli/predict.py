@@ -13,8 +13,8 @@ from rich.table import Table
 
 from ..errors import MaestroError
 from .common import console, err, executor as open_executor, fail, limit_threads, registry as load_registry
-from .options import (CacheDirOpt, CacheTtlOpt, CacheUrlOpt, ExecutorOpt, LimitOpt, MaxCostOpt, MaxTurnsOpt,
-                      NoCacheOpt, ReachFloorOpt, RegistryOpt, WorkersOpt)
+from .options import (POLICY_HELP, CacheDirOpt, CacheTtlOpt, CacheUrlOpt, ExecutorOpt, LimitOpt, MaxCostOpt,
+                      MaxTurnsOpt, NoCacheOpt, ReachFloorOpt, RegistryOpt, WorkersOpt)
 
 __all__ = ["PredictExit", "predict", "report_losses"]
 
@@ -56,8 +56,7 @@ def report_losses(lost: list, node_failures: int, cache_errors: int) -> int:
 def predict(
     tasks: Path = typer.Option(..., "--tasks", "-t", exists=True, dir_okay=False, help="Task file (JSONL)."),
     out: Path = typer.Option(..., "--out", "-o", help="Prediction file to write (JSONL)."),
-    policy: Optional[str] = typer.Option(None, "--policy", "-p", help="neural (default: the shipped checkpoint) | "
-                                         "rules | random | fixed:MODEL@@SKILL | lm:... | oracle"),
+    policy: Optional[str] = typer.Option(None, "--policy", "-p", help=f"{POLICY_HELP} | oracle; default: neural"),
     registry: Optional[Path] = RegistryOpt,
     max_turns: int = MaxTurnsOpt,
     max_cost: float = MaxCostOpt,

@@ -7,6 +7,7 @@ train --help` and `maestro train-lm --help` build their options from these field
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Optional
 
@@ -14,6 +15,7 @@ from ..core.configs import DEFAULT_MAX_COST, DEFAULT_MAX_TURNS, setting
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
+    from ..policy.base import Policy
     from ..policy.lm.prompt import PromptOptions
     from .export import ExportOptions
 
@@ -151,8 +153,7 @@ class LMTrainConfig:
                          "`pair-ids`, `registry` (numbered in the registry's order), `reach` (numbered, best measured "
                          "on similar questions first; a pair whose figure is hidden by profile_dropout comes last), "
                          "`neural` or `neural:PATH.safetensors` (numbered in the order of that neural policy's "
-                         "opening choice where the router is served and evaluated; training renders them ranked by "
-                         "the reach, as the teacher's episodes were run).")
+                         "opening choice, in the SFT renderings and GRPO rollouts as where the router is served).")
     measured: bool = setting(False, "Each option of the prompt also shows its pair's measured accuracy on similar "
                              "questions (the registry's reach); hidden per pair with profile_dropout in training.")
     profile_dropout: float = setting(0.25, "With `measured` or a ranked `order`: each pair's figure is hidden with this "
@@ -279,9 +280,17 @@ class LMTrainConfig:
         return PromptOptions(card_chars=self.card_chars, observation_chars=self.observation_chars,
                              order=prompt_order(self.order), measured=self.measured)
 
+    @cached_property
+    def ranker(self) -> "Policy | None":
+        """The policy an `order` naming one ranks the options by (None: the reach or no ranking), loaded once: the
+        SFT renderings, the GRPO rollouts and the evaluations rank by it, as the router it writes is served."""
+        from ..policy.lm.policy import make_ranker
+
+        return make_ranker(self.order)
+
     @property
     def export_options(self) -> "ExportOptions":
         from .export import ExportOptions
 
-        return ExportOptions(max_turns=self.max_turns, cost_weight=self.cost_weight,
-                             format_weight=self.format_weight, prompt=self.prompt)
+        return ExportOptions(max_turns=self.max_turns, max_cost=self.max_cost, cost_weight=self.cost_weight,
+                             format_weight=self.format_weight, prompt=self.prompt, ranker=self.ranker)

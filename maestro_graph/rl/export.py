@@ -26,12 +26,13 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from ..core.configs import DEFAULT_MAX_TURNS
+from ..core.configs import DEFAULT_MAX_COST, DEFAULT_MAX_TURNS
 from ..core.jsonl import read_jsonl
 from ..core.tasks import Task, load_tasks
 from ..episode.runner import EpisodeResult
 from ..errors import ConfigError, first_validation_problem, import_extra
-from ..policy.base import measured_accuracy
+from ..policy.base import ActionSpace, EpisodeView, Policy, measured_accuracy
+from ..policy.lm.policy import opening_ranking
 from ..policy.lm.prompt import PromptOptions, conversation, final_answer_message
 from ..registry import Registry
 from ..types import Step, StopReason
@@ -43,6 +44,7 @@ __all__ = [
     "episode_messages",
     "export_file",
     "load_episodes",
+    "option_scores",
     "trl_record",
     "verl_row",
 ]
@@ -69,10 +71,15 @@ SEARCH_TOOL = {
 class ExportOptions:
     max_turns: int = DEFAULT_MAX_TURNS
     """The turn budget the episodes ran with (shown to the router as turns left)."""
+    max_cost: float = DEFAULT_MAX_COST
+    """The cost budget the episodes ran with (what the `ranker` sees of the opening state)."""
     cost_weight: float = 0.0
     format_weight: float = 0.5
     tool_calls: bool = False
     prompt: PromptOptions = PromptOptions()
+    ranker: Policy | None = None
+    """The policy whose opening choice ranks the options (a composite router's `order: neural`), or None: ranked by
+    the reach where the prompt is ranked."""
 
     @property
     def rewards(self) -> Rewards:
@@ -120,9 +127,18 @@ def _as_tool_calls(messages: list[dict], steps: list[Step]) -> list[dict]:
     return out + messages[2 + 2 * len(steps):]
 
 
+def option_scores(task: Task, registry: Registry, options: ExportOptions) -> dict[str, float] | None:
+    """What ranks (or is shown on) the options of `task`'s prompt: the `ranker`'s opening probabilities, from the
+    state a served router's ranker sees at the first decision (so a rendering's option 1 is the expert the served
+    router's option 1 would be), else the reach's figures where the prompt reads them."""
+    if options.ranker is not None:
+        view = EpisodeView.of_task(task, (), options.max_turns, options.max_cost)
+        return opening_ranking(options.ranker, view, ActionSpace.build(registry, view))
+    return measured_accuracy(registry, task.question, task.images, task.options) if options.prompt.reads_reach else None
+
+
 def episode_messages(task: Task, episode: EpisodeResult, registry: Registry, options: ExportOptions) -> list[dict]:
-    accuracy = (measured_accuracy(registry, task.question, task.images, task.options)
-                if options.prompt.reads_reach else None)
+    accuracy = option_scores(task, registry, options)
     messages = conversation(task.question, task.choices, len(task.images), episode.steps, registry.pairs(),
                             options.max_turns, options.prompt, accuracy)
     gave_up = bool(episode.decisions) and episode.decisions[-1].kind == "answer" and not episode.decisions[-1].forced

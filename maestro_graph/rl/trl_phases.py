@@ -14,7 +14,7 @@ from ..episode.graph import build_graph
 from ..episode.runner import run_episode
 from ..errors import ConfigError
 from ..policy.lm.engines import TransformersLM
-from ..policy.lm.policy import LMPolicy, make_ranker
+from ..policy.lm.policy import LMPolicy
 from ..registry import Registry
 from ..types import StopReason
 from .config import LMTrainConfig
@@ -110,7 +110,7 @@ def evaluate_lm(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[
     """Greedy accuracy of the LM router (decoded as in training) through the graph, with its format-error rate."""
     policy = LMPolicy(TransformersLM(model, tokenizer, temperature=0.0, max_new_tokens=config.max_new_tokens),
                       constrained=config.constrained, prompt=config.prompt, name="lm:eval",
-                      ranker=make_ranker(config.order))
+                      ranker=config.ranker)
     graph = build_graph(registry, policy)
     scores, errors, answered = [], 0, 0
     context = MaestroContext(max_turns=config.max_turns, max_cost=config.max_cost, reach_floor=0.0)

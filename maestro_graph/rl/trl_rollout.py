@@ -158,7 +158,8 @@ class GraphRollout:
                 seed = (cfg.seed * 1_000_003 + self._step) * 1_000_003 + self._calls
                 if key not in chosen:  # a group: one task, one registry view and one numbering for its episodes
                     view = training_view(self.registry, cfg, np.random.default_rng(seed), seed)
-                    policy = LMPolicy(backend, constrained=cfg.constrained, prompt=view.prompt, name="lm:train")
+                    policy = LMPolicy(backend, constrained=cfg.constrained, prompt=view.prompt, name="lm:train",
+                                      ranker=cfg.ranker)
                     chosen[key] = (random.Random(seed).choice(self.by_prompt[key]), view,
                                    build_graph(view.registry, policy))
                 task, view, graph = chosen[key]

@@ -33,7 +33,7 @@ from .parser import answer_text, parse_action, search_text
 from .prompt import PromptOptions, conversation, option_labels, option_pairs
 
 __all__ = ["LM_POLICY_NAMES", "ORDERS", "ROUTER_FILE", "SHIPPED_ROUTER", "LMConfig", "LMPolicy", "action_regex",
-           "make_lm_policy", "make_ranker", "order_problem", "prompt_order"]
+           "make_lm_policy", "make_ranker", "opening_ranking", "order_problem", "prompt_order"]
 
 LM_POLICY_NAMES = ("lm:shipped[#choice]", "lm:transformers[:MODEL_DIR][#choice]",
                    "lm:openai:BASE_URL|MODEL[#choice|#regex]", "lm:FILE.yaml")
@@ -79,6 +79,14 @@ def make_ranker(order: str) -> Policy | None:
     from ..shipped import load_neural
 
     return load_neural(order) if _by_policy(order) else None
+
+
+def opening_ranking(ranker: Policy, view: EpisodeView, space: ActionSpace) -> dict[str, float]:
+    """Pair id -> `ranker`'s probability of opening the episode of `view` with it: what numbers a composite router's
+    options, where it is served (`LMPolicy.ranked_space`) and in its training renderings (rl/export.py), so option
+    1 is the same expert in both for the same state."""
+    opening = ranker.distribution(replace(view, steps=()), space)
+    return {a.pair: float(p) for a, p in zip(opening.actions, opening.probs) if isinstance(a, Invoke)}
 
 
 class LMConfig(BaseModel):
@@ -193,8 +201,7 @@ class LMPolicy:
         key = (view.question, view.images, view.choices)
         ranking = self._rankings.get(key)
         if ranking is None:
-            opening = self.ranker.distribution(replace(view, steps=()), space)
-            ranking = {a.pair: float(p) for a, p in zip(opening.actions, opening.probs) if isinstance(a, Invoke)}
+            ranking = opening_ranking(self.ranker, view, space)
             self._rankings.put(key, ranking)
         return replace(space, accuracy=ranking)
 
