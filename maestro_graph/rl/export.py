@@ -80,6 +80,9 @@ class ExportOptions:
     ranker: Policy | None = None
     """The policy whose opening choice ranks the options (a composite router's `order: neural`), or None: ranked by
     the reach where the prompt is ranked."""
+    served: Registry | None = None
+    """The registry the router is served with, whose cards the `ranker` reads (`opening_ranking`); None: the
+    rendered one."""
 
     @property
     def rewards(self) -> Rewards:
@@ -133,7 +136,7 @@ def option_scores(task: Task, registry: Registry, options: ExportOptions) -> dic
     router's option 1 would be), else the reach's figures where the prompt reads them."""
     if options.ranker is not None:
         view = EpisodeView.of_task(task, (), options.max_turns, options.max_cost)
-        return opening_ranking(options.ranker, view, ActionSpace.build(registry, view))
+        return opening_ranking(options.ranker, view, ActionSpace.build(registry, view), options.served)
     return measured_accuracy(registry, task.question, task.images, task.options) if options.prompt.reads_reach else None
 
 

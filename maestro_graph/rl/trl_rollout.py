@@ -159,7 +159,7 @@ class GraphRollout:
                 if key not in chosen:  # a group: one task, one registry view and one numbering for its episodes
                     view = training_view(self.registry, cfg, np.random.default_rng(seed), seed)
                     policy = LMPolicy(backend, constrained=cfg.constrained, prompt=view.prompt, name="lm:train",
-                                      ranker=cfg.ranker)
+                                      ranker=cfg.ranker, served=self.registry)
                     chosen[key] = (random.Random(seed).choice(self.by_prompt[key]), view,
                                    build_graph(view.registry, policy))
                 task, view, graph = chosen[key]

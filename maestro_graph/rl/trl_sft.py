@@ -55,7 +55,8 @@ def sft_renderings(records: Sequence[dict], tasks: Sequence[Task], registry: Reg
             continue
         for k in range(config.sft_views):
             view = training_view(registry, config, rng, config.seed * 1_000_003 + k, keep=called)
-            out.append(trl_record(task, episode, view.registry, replace(config.export_options, prompt=view.prompt)))
+            options = replace(config.export_options, prompt=view.prompt, served=registry)
+            out.append(trl_record(task, episode, view.registry, options))
     return out, problems
 
 

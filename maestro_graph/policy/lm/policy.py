@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -31,6 +31,9 @@ from ..base import ActionSpace, Distribution, EpisodeView, Policy
 from .engines import BackendError, LMBackend, OpenAILM, ScoringBackend, TransformersLM
 from .parser import answer_text, parse_action, search_text
 from .prompt import PromptOptions, conversation, option_labels, option_pairs
+
+if TYPE_CHECKING:
+    from ...registry import Registry
 
 __all__ = ["LM_POLICY_NAMES", "ORDERS", "ROUTER_FILE", "SHIPPED_ROUTER", "LMConfig", "LMPolicy", "action_regex",
            "make_lm_policy", "make_ranker", "opening_ranking", "order_problem", "prompt_order"]
@@ -81,12 +84,19 @@ def make_ranker(order: str) -> Policy | None:
     return load_neural(order) if _by_policy(order) else None
 
 
-def opening_ranking(ranker: Policy, view: EpisodeView, space: ActionSpace) -> dict[str, float]:
+def opening_ranking(ranker: Policy, view: EpisodeView, space: ActionSpace,
+                    served: Registry | None = None) -> dict[str, float]:
     """Pair id -> `ranker`'s probability of opening the episode of `view` with it: what numbers a composite router's
     options, where it is served (`LMPolicy.ranked_space`) and in its training renderings (rl/export.py), so option
-    1 is the same expert in both for the same state."""
-    opening = ranker.distribution(replace(view, steps=()), space)
-    return {a.pair: float(p) for a, p in zip(opening.actions, opening.probs) if isinstance(a, Invoke)}
+    1 is the same expert in both for the same state. In training, `served` is the registry the router is served
+    with: a training view hides families and paraphrases cards for the LM to learn from, while the ranker reads the
+    served cards, as it will; the ranking keeps the view's pairs (and the served cards' embeddings are computed once,
+    where encoding each paraphrase took most of a training run's time)."""
+    opening_view = replace(view, steps=())
+    opening = ranker.distribution(opening_view, space if served is None else ActionSpace.build(served, opening_view))
+    shown = {p.id for p in space.registry_pairs or space.pairs}
+    return {a.pair: float(p) for a, p in zip(opening.actions, opening.probs) if isinstance(a, Invoke)
+            and a.pair in shown}
 
 
 class LMConfig(BaseModel):
@@ -176,12 +186,14 @@ class LMPolicy:
     stochastic = False
 
     def __init__(self, backend: LMBackend, *, constrained: Literal["choice", "regex"] | None = None,
-                 prompt: PromptOptions = PromptOptions(), name: str = "lm", ranker: Policy | None = None):
+                 prompt: PromptOptions = PromptOptions(), name: str = "lm", ranker: Policy | None = None,
+                 served: Registry | None = None):
         self.backend = backend
         self.constrained = constrained
         self.prompt = prompt
         self.name = name
         self.ranker = ranker
+        self.served = served
         self._rankings: LRU[tuple, dict[str, float]] = LRU(RANKING_MEMO)
 
     @staticmethod
@@ -201,7 +213,7 @@ class LMPolicy:
         key = (view.question, view.images, view.choices)
         ranking = self._rankings.get(key)
         if ranking is None:
-            ranking = opening_ranking(self.ranker, view, space)
+            ranking = opening_ranking(self.ranker, view, space, self.served)
             self._rankings.put(key, ranking)
         return replace(space, accuracy=ranking)
 
