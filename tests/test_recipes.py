@@ -165,8 +165,10 @@ def test_a_yes_no_setting_a_recipe_turns_on_can_be_turned_off_by_a_flag(tmp_path
     seen: list[LMTrainConfig] = []
     app_ = typer.Typer()
     app_.command()(typer_options(LMTrainConfig)(lambda config: seen.append(config)))
-    recipe = str(RECIPES / "lm-router-sft.yaml")  # use_cpu: true, bf16: true
-    for flags, expected in ([], (True, True)), (["--no-use-cpu"], (False, True)), (["--no-bf16", "--use-cpu"], (True, False)):
+    recipe = str(RECIPES / "lm-router-sft.yaml")  # use_cpu: true, bf16 unset (bf16 exactly on a GPU)
+    cases = (([], (True, None, False)), (["--no-use-cpu"], (False, None, True)),
+             (["--bf16"], (True, True, True)), (["--no-bf16", "--no-use-cpu"], (False, False, False)))
+    for flags, expected in cases:
         result = CliRunner().invoke(app_, ["--config", recipe, "--tasks", "t.jsonl", "--sft-data", "s.jsonl", *flags])
         assert result.exit_code == 0, result.output
-        assert (seen[-1].use_cpu, seen[-1].bf16) == expected, flags
+        assert (seen[-1].use_cpu, seen[-1].bf16, seen[-1].uses_bf16) == expected, flags
