@@ -27,7 +27,8 @@ HEADS = {"macro acc": "macro", "accuracy": "acc", "mean cost": "cost", "calls/ep
 
 def evaluate(
     tasks: list[Path] = typer.Option(..., "--tasks", "-t", exists=True, dir_okay=False, help="Task file (repeat)."),
-    policy: list[str] = typer.Option(..., "--policy", "-p", help=f"{POLICY_HELP} | best-single | knn | classifier | oracle (repeat)"),
+    policy: list[str] = typer.Option(..., "--policy", "-p",
+                                     help=f"{POLICY_HELP} | best-single | knn | classifier | oracle (repeat)"),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for results.json, report.md, predictions, plots."),
     train_tasks: list[Path] = typer.Option([], exists=True, dir_okay=False,
                                            help="Training task file for best-single, knn and classifier (repeat)."),
