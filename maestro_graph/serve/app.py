@@ -29,6 +29,7 @@ from ..images.load import DECODE_MEMORY
 from ..registry import Registry
 from ..types import StopReason
 from .checkpoint_db import open_checkpointer, open_image_store
+from .client_gone import CHAT_ROUTE, CancelOnDisconnect, episode_routes
 from .episodes import THREAD_HEADER, Episode, EpisodeOutcome, EpisodeService
 from .image_errors import resolve_images
 from .limits import BodyLimitMiddleware
@@ -82,6 +83,7 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
                   docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None)
     app.state.service = service
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(CancelOnDisconnect, watched=episode_routes(settings.langserve_path))
     app.add_middleware(RequestIdMiddleware)  # added last, so outermost: a refused body gets an id too
     _install_error_handlers(app)
 
@@ -98,7 +100,7 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
     async def thread(thread_id: str, principal: str | None = Depends(require_key)) -> dict[str, Any]:
         return await run_in_threadpool(service.history, thread_id, principal)
 
-    @app.post("/v1/chat/completions")
+    @app.post(CHAT_ROUTE)
     async def chat_completions(request: Request, principal: str | None = Depends(require_key)):
         return await _chat_completion(request, principal, service)
 
@@ -186,7 +188,7 @@ async def _chat_completion(request: Request, principal: str | None, service: Epi
     thread_id_var.set(episode.thread_id)
     completion_id = new_completion_id()
     if not chat.stream:
-        outcome = await service.complete(episode, disconnected=request.is_disconnected)
+        outcome = await service.complete(episode)
         _refused(outcome)
         return JSONResponse(completion_body(completion_id, settings.model_name, outcome.result.answer,
                                             outcome.trace(), outcome.usage), headers=headers)

@@ -1,17 +1,31 @@
-"""Noticing a client that leaves before a plain (not streamed) response: the ASGI server reports it only to a request
-that reads its body again, and a route awaiting a finished episode never does. So the middleware reads on the
-route's behalf from the moment it starts and, when the client leaves before the response is whole, cancels the
-route's task: its `await` raises CancelledError, and the episode it waits on is cancelled where a stream consumer
-that stops early cancels its own (`EpisodeService._pump`). A stream notices by itself (its write fails)."""
+"""Noticing a client that leaves: the ASGI server reports it only to a request that reads its body again, and a
+route awaiting a finished episode never does. So the middleware reads on the route's behalf from the moment it
+starts and, when the client leaves before the response is whole, cancels the route's task: its `await` raises
+CancelledError, and the episode it waits on (or streams) is cancelled at its next step (`EpisodeService.complete`,
+`EpisodeService._pump`). The request then ends as `ClientDisconnect`, which the request-id middleware logs as one
+line. One mechanism for every route that runs an episode: the OpenAI route, plain or streamed (the path cannot tell
+them apart), and LangServe's `/invoke` and `/batch` (its streams notice by themselves: their writes fail)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Callable
 
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["CancelOnDisconnect"]
+__all__ = ["CHAT_ROUTE", "CancelOnDisconnect", "episode_routes"]
+
+CHAT_ROUTE = "/v1/chat/completions"
+_LANGSERVE_PLAIN = ("invoke", "batch")
+"""LangServe's routes that answer once their episodes end."""
+
+
+def episode_routes(langserve_path: str) -> Callable[[str], bool]:
+    """The request paths whose episodes a leaving client cancels."""
+    prefix = f"{langserve_path}/"
+    return lambda route: route == CHAT_ROUTE or (route.startswith(prefix)
+                                                 and route.rpartition("/")[2] in _LANGSERVE_PLAIN)
 
 
 class CancelOnDisconnect:
@@ -52,6 +66,9 @@ class CancelOnDisconnect:
         except asyncio.CancelledError:
             if not left:  # the server itself is stopping the request
                 raise
-            task.uncancel()  # type: ignore[union-attr]  # the request ends here, answered by nobody
         finally:
             listener.cancel()
+            if left:
+                task.uncancel()  # type: ignore[union-attr]  # the cancel was this middleware's, and is handled
+        if left:
+            raise ClientDisconnect()

@@ -23,13 +23,12 @@ import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.store.base import BaseStore
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import ClientDisconnect
 
 from ..core.cancellation import Cancelled, cancellable
 from ..episode.context import MaestroContext
@@ -52,9 +51,6 @@ THREAD_HEADER = "X-Maestro-Thread-Id"
 """Request header naming the thread of an episode (same as the body's `thread_id`); responses echo it."""
 
 log = logging.getLogger("maestro.serve")
-
-DISCONNECT_POLL_S = 0.25
-"""How often a plain (not streamed) request looks whether its client is still there."""
 
 Emit = Callable[[dict[str, Any]], None]
 """Receives each stream event of an episode (decision, step, answer); called from the worker thread."""
@@ -344,30 +340,19 @@ class EpisodeService:
             answer_source=values.get("answer_source"), confidence=values.get("confidence"))
         return EpisodeOutcome(result, episode.thread_id, episode.mode, usage=usage_of(values.get("steps", [])))
 
-    async def complete(self, episode: Episode, emit: Emit = lambda _: None, *,
-                       disconnected: Callable[[], Awaitable[bool]] | None = None) -> EpisodeOutcome:
+    async def complete(self, episode: Episode, emit: Emit = lambda _: None) -> EpisodeOutcome:
         """Admit, run on a worker and wait, within the request timeout (504 after it: the episode stops at its
-        next step and, with checkpoints, can be resumed by its thread id). `disconnected` (the request's
-        `is_disconnected`) is asked every DISCONNECT_POLL_S: a client gone cancels the episode and raises
-        ClientDisconnect, which the request-id middleware logs as one line."""
+        next step and, with checkpoints, can be resumed by its thread id). A request cancelled meanwhile (its client
+        gone: `client_gone.CancelOnDisconnect`; or the server stopping) cancels the episode."""
         self.admit(episode.thread_id)
         future = asyncio.wrap_future(await self._started(episode, emit))
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.request_timeout_s
         try:
-            while True:
-                left = deadline - loop.time()
-                if left <= 0:
-                    episode.cancel.set()
-                    raise self._timeout(episode)
-                done, _ = await asyncio.wait({future}, timeout=min(left, DISCONNECT_POLL_S))
-                if done:
-                    return future.result()
-                if disconnected is not None and await disconnected():
-                    self._client_gone(episode)
-                    raise ClientDisconnect()
-        except asyncio.CancelledError:  # the server is stopping the request: stop the episode at its next step
+            return await asyncio.wait_for(asyncio.shield(future), timeout=self.settings.request_timeout_s)
+        except TimeoutError:
             episode.cancel.set()
+            raise self._timeout(episode) from None
+        except asyncio.CancelledError:
+            self._client_gone(episode)
             raise
 
     @staticmethod

@@ -40,7 +40,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..core.question_text import clean_question, question_problem
 from ..episode.state import AnswerSource
-from .client_gone import CancelOnDisconnect
 from .episodes import Episode, EpisodeOutcome, EpisodeService
 from .image_errors import resolve_images
 from .principals import principal_of
@@ -52,9 +51,6 @@ _EPISODE = "maestro_episode"
 """The config key (under `configurable`) that carries a prepared Episode from the route to the runnable."""
 _OWNER = "maestro_principal"
 """The config key (under `configurable`) that carries the request's principal (serve.principals) to the runnable."""
-_PLAIN_ROUTES = ("invoke", "batch")
-"""The routes that answer once the episodes end: a client leaving them is noticed by `CancelOnDisconnect` (the
-streams notice by themselves)."""
 
 
 def _optional_without_null(schema: dict[str, Any]) -> None:
@@ -285,5 +281,3 @@ def mount_langserve(app: FastAPI, service: EpisodeService, path: str, auth: Any,
     )
     app.add_middleware(_PlaygroundKey, path=path, playground=f"{path}/playground", cookie=key_cookie,
                        keys=service.settings.api_keys)
-    app.add_middleware(CancelOnDisconnect, watched=lambda route: route.startswith(f"{path}/")
-                       and route.rpartition("/")[2] in _PLAIN_ROUTES)
