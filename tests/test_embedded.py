@@ -12,6 +12,7 @@ from typing import Annotated
 import pytest
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
@@ -40,6 +41,20 @@ def test_agent_passes_state_into_maestro_and_reads_its_answer(registry):
     assert out["steps"][0]["model"] == "zxing"
     assert out["report"].startswith("Answer: Wikipedia (via zxing@@barcode-reading; confidence 0.")  # agent's node
     assert out["answer_source"] == "policy" and 0 < out["confidence"] < 1  # Maestro's, in AgentOutput
+
+
+def test_a_second_run_on_the_agents_thread_reports_its_own_steps(registry):
+    """The agent's `steps` added each run's to the thread's earlier ones: the second report named two calls and
+    twice the cost for one."""
+    agent = embedded.build_agent(build_graph(registry, make_policy("rules")), checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "parcel"}}
+    reports = []
+    for _ in range(2):
+        out = agent.invoke({"request": REQUEST, "images": [QR]}, config,
+                           context=embedded.AgentContext(maestro=MaestroContext(max_turns=3)))
+        assert [s["model"] for s in out["steps"]] == ["zxing"]
+        reports.append(out["report"])
+    assert reports[1] == reports[0] and "cost 0.05" in reports[1]
 
 
 @dataclass

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -60,7 +59,8 @@ class AgentOutput(TypedDict, total=False):
     (no expert answered): an agent can tell "the chart says no" from "nobody could read the chart"."""
     confidence: float | None
     """The probability that the answer is right (calibrated: docs/evaluation.md, "How sure an answer is")."""
-    steps: Annotated[list[StepRecord], operator.add]
+    steps: list[StepRecord]
+    """The steps of Maestro's last episode (the subgraph writes them whole, so a thread's next run replaces them)."""
     stop_reason: str
 
 
