@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from langchain_core.tools import StructuredTool, ToolException
 from langgraph.graph import END, START, StateGraph
