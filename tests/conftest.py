@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -11,8 +13,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # rich folds messages at the terminal's width, so a long checkout path would split the words tests look for
 os.environ["COLUMNS"] = "400"
-# the CLI's expert cache (and every subprocess's) goes to a folder of this run, not into the repository
+# the CLI's expert cache (and every subprocess's) goes to a folder of this run, not into the repository, and goes
+# with the run (each xdist worker makes its own)
 os.environ["MAESTRO_CACHE_DIR"] = tempfile.mkdtemp(prefix="maestro-test-cache-")
+atexit.register(shutil.rmtree, os.environ["MAESTRO_CACHE_DIR"], ignore_errors=True)
 
 from pathlib import Path
 
