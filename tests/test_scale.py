@@ -16,7 +16,7 @@ import openai
 import pytest
 import torch
 import yaml
-from servers import ROOT, maestro_serve, slow_messages, slow_registry, stream_slow_episode
+from servers import EXAMPLES, ROOT, data_url, maestro_serve, slow_messages, slow_registry, stream_slow_episode
 from services import postgres_server, ray_cluster, ray_env, redis_server
 from typer.testing import CliRunner
 
@@ -25,6 +25,9 @@ from maestro_graph.cli import app
 from maestro_graph.core.configs import DEFAULT_MAX_COST, DEFAULT_MAX_TURNS
 from maestro_graph.core.tasks import load_tasks
 from maestro_graph.policy.base import ActionSpace, EpisodeView
+from maestro_graph.reliability.suite import fault_registry
+from maestro_graph.reliability.target import Target
+from maestro_graph.reliability.traffic import thread_storage
 from maestro_graph.rl.grpo import NeuralGRPOConfig, NeuralGRPOTrainer
 from maestro_graph.serve.loopback import free_port
 
@@ -206,6 +209,17 @@ def test_a_thread_started_on_one_replica_resumes_on_another_through_postgres(tmp
             assert trace["steps"][0] == before["steps"][0]  # A's finished step is kept, not run again
             assert [s["model"] for s in trace["steps"]] == ["crashing-ocr", "slow-ocr"]  # each step once
             assert httpx.get(f"{url_b}/v1/threads/t-replicas").json()["finished"] is True
+
+
+def test_a_long_thread_in_postgres_keeps_each_image_once_and_is_pruned(tmp_path):
+    """A Postgres checkpoint database kept every image inline in every checkpoint and every checkpoint of a thread
+    (no image store, no pruning): `maestro reliability`'s thread-storage check, which the SQLite file passes, run
+    against Postgres: the database grows by less than the image over five more questions resending it, the history
+    is bounded, and an image past its retention is asked for again."""
+    with postgres_server() as db:
+        case = thread_storage(Target("", 0, tmp_path, data_url(EXAMPLES / "qrcode.png"),
+                                     fault_registry(tmp_path, None)), db.url)
+    assert case.ok, f"{case.must} did not hold: {case.detail}"
 
 
 @pytest.mark.slow

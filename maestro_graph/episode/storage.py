@@ -10,13 +10,14 @@ from pathlib import Path
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.store.base import TTLConfig
 from langgraph.store.sqlite import SqliteStore
 
 from ..core.configs import DEFAULT_CHECKPOINTS_KEPT
 from ..errors import ExpertFailure
 from ..types import ErrorKind, StopReason
 
-__all__ = ["CHECKPOINT_TYPES", "checkpoint_serde", "prune_thread", "sqlite_checkpointer", "sqlite_image_store"]
+__all__ = ["CHECKPOINT_TYPES", "checkpoint_serde", "image_ttl", "prune_thread", "sqlite_checkpointer", "sqlite_image_store"]
 
 CHECKPOINT_TYPES: tuple[tuple[str, str], ...] = tuple(
     (t.__module__, t.__name__) for t in (StopReason, ErrorKind, ExpertFailure))
@@ -43,13 +44,19 @@ def sqlite_checkpointer(path: str | Path) -> SqliteSaver:
     return saver
 
 
+def image_ttl(retention_days: float | None) -> TTLConfig | None:
+    """The store's TTL settings for images kept `retention_days` after their last read (None: kept for good)."""
+    if retention_days is None:
+        return None
+    return {"default_ttl": retention_days * 24 * 60, "refresh_on_read": True, "sweep_interval_minutes": 60}
+
+
 def sqlite_image_store(path: str | Path, *, retention_days: float | None = None) -> SqliteStore:
     """The image store in the SQLite file at `path`, beside its checkpoints. With `retention_days`, a stored image
     not read for that long is deleted by a sweeper thread of the store's own (each read renews it; a thread that
     asks about it later is told to send it again)."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    ttl = None if retention_days is None else {"default_ttl": retention_days * 24 * 60, "refresh_on_read": True,
-                                               "sweep_interval_minutes": 60}
+    ttl = image_ttl(retention_days)
     store = SqliteStore(sqlite3.connect(str(path), check_same_thread=False, isolation_level=None), ttl=ttl)
     store.setup()
     if ttl is not None:

@@ -343,11 +343,21 @@ RETENTION_S = 2.0
 whole seconds, so the check waits a second more before it sweeps."""
 
 
-def database_bytes(path: Path) -> int:
-    """A SQLite file's size once its write-ahead log is folded in (what the disk holds for it at rest)."""
-    with contextlib.closing(sqlite3.connect(path)) as conn:
+def database_bytes(db: Path | str) -> int:
+    """What a checkpoint database holds at rest: a SQLite file's size once its write-ahead log is folded in; a
+    Postgres database's tables with their indexes and TOAST once vacuumed (as autovacuum does within a minute: the
+    rows a prune deleted are then free space, until then they count)."""
+    if str(db).startswith(("postgresql://", "postgres://")):
+        import psycopg
+
+        with psycopg.connect(str(db), autocommit=True) as conn:
+            conn.execute("VACUUM")
+            return int(conn.execute(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c JOIN pg_namespace n "
+                "ON n.oid = c.relnamespace WHERE c.relkind = 'r' AND n.nspname = 'public'").fetchone()[0])
+    with contextlib.closing(sqlite3.connect(db)) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return path.stat().st_size
+    return Path(db).stat().st_size
 
 
 def _noise_rgb_url(side: int) -> str:
@@ -357,14 +367,14 @@ def _noise_rgb_url(side: int) -> str:
     return f"data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}"
 
 
-def thread_storage(t: Target) -> TrustCase:
+def thread_storage(t: Target, db: Path | str | None = None) -> TrustCase:
     """THREAD_QUESTIONS questions on one thread, each sending the same 1 MB image (as an OpenAI client resends a
-    conversation), to a server of the suite's own with a SQLite checkpoint database: the file grows by less than one
-    copy of the image after the first question (images stored once by content digest; the checkpoints pruned to
-    CHECKPOINTS_KEPT), the thread's history keeps EPISODES_KEPT episodes, and once the retention has run out and
-    the store is swept, a follow-up that needs the image is a 400 asking for it again. (One request with 8 history
-    turns added 168 MB to the file before: every checkpoint held every image.)"""
-    db = t.folder / f"thread-storage-{time.monotonic_ns()}.sqlite"
+    conversation), to a server of the suite's own with a checkpoint database (`db`: a new SQLite file by default, or
+    a Postgres URL): the database grows by less than one copy of the image after the first question (images stored
+    once by content digest; the checkpoints pruned), the thread's history keeps EPISODES_KEPT episodes, and once
+    the retention has run out and the store is swept, a follow-up that needs the image is a 400 asking for it
+    again. (One request with 8 history turns added 168 MB to the file before: every checkpoint held every image.)"""
+    db = db or t.folder / f"thread-storage-{time.monotonic_ns()}.sqlite"
     settings = ServeSettings(checkpoint_db=db, episodes_kept=EPISODES_KEPT, checkpoints_kept=CHECKPOINTS_KEPT,
                              image_retention_days=RETENTION_S / 86_400)
     app = create_app(Registry.load(t.registry_file), settings)
@@ -391,7 +401,7 @@ def thread_storage(t: Target) -> TrustCase:
     ok = (set(statuses) == {200} and grown < image_bytes and episodes <= EPISODES_KEPT
           and checkpoints <= CHECKPOINTS_KEPT and expired.status_code == 400 and "send it again" in message)
     return TrustCase(f"{THREAD_QUESTIONS} questions on one thread, each with the same {image_bytes:,}-byte image",
-                     "the checkpoint file grows by less than the image; history and checkpoints bounded; an expired "
+                     "the checkpoint database grows by less than the image; history and checkpoints bounded; an expired "
                      "image asked for again", ok,
                      f"statuses {sorted(set(statuses))}; {first:,} bytes after the first question, {grown:+,} after "
                      f"{THREAD_QUESTIONS - 1} more ({grown / (THREAD_QUESTIONS - 1):+,.0f} per question); "

@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from langgraph.checkpoint.sqlite import SqliteSaver
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
-from ..episode.storage import checkpoint_serde
-from ..episode.storage import sqlite_checkpointer, sqlite_image_store
+from ..episode.storage import checkpoint_serde, image_ttl, prune_thread, sqlite_checkpointer, sqlite_image_store
 from ..errors import ServiceUnavailable, import_extra
 from .settings import ServeSettings
 from .thread_lease import ThreadLeases
 
-__all__ = ["open_checkpointer", "open_image_store", "open_leases", "store_errors"]
+__all__ = ["open_checkpointer", "open_image_store", "open_leases", "prune_finished", "store_errors"]
+
+_Made = TypeVar("_Made")
 
 
 def open_checkpointer(location: str | Path) -> BaseCheckpointSaver:
@@ -28,34 +32,57 @@ def open_checkpointer(location: str | Path) -> BaseCheckpointSaver:
     if not text.startswith(_POSTGRES_SCHEMES):
         return sqlite_checkpointer(location)
     postgres = import_extra("langgraph.checkpoint.postgres", "postgres", "a Postgres checkpoint database")
+    return _on_postgres(text, "checkpoints", lambda pool: postgres.PostgresSaver(pool, serde=checkpoint_serde()))
+
+
+def open_image_store(location: str | Path, *, retention_days: float | None = None) -> BaseStore:
+    """The store that keeps a thread's images once per content digest beside the checkpoints of `--checkpoint-db`
+    (its own table in the SQLite file, LangGraph's store tables in the Postgres database). With `retention_days`, a
+    stored image not read for that long is deleted by the store's sweeper thread (each read renews it)."""
+    text = str(location)
+    if not text.startswith(_POSTGRES_SCHEMES):
+        return sqlite_image_store(location, retention_days=retention_days)
+    postgres = import_extra("langgraph.store.postgres", "postgres", "a Postgres checkpoint database")
+    store = _on_postgres(text, "images", lambda pool: postgres.PostgresStore(pool, ttl=image_ttl(retention_days)))
+    if retention_days is not None:
+        store.start_ttl_sweeper()
+    return store
+
+
+def prune_finished(checkpointer: BaseCheckpointSaver, thread_id: str, *, keep: int) -> None:
+    """Bound a thread's checkpoints between episodes (never while one runs on it): a SQLite thread keeps its `keep`
+    latest, a Postgres one its latest (LangGraph's `prune`, which drops the others' writes and unreferenced blobs)."""
+    if isinstance(checkpointer, SqliteSaver):
+        prune_thread(checkpointer, thread_id, keep=keep)
+    else:
+        checkpointer.prune([thread_id], strategy="keep_latest")
+
+
+def _on_postgres(url: str, what: str, make: Callable[[Any], _Made]) -> _Made:
+    """`make` over a pool of connections to the Postgres database at `url`, its tables set up (under the set-up
+    lock: replicas starting together would race on LangGraph's migrations). An unreachable database is a
+    ServiceUnavailable naming it and `what` was wanted there."""
     pool_module = import_extra("psycopg_pool", "postgres", "a Postgres checkpoint database")
     from psycopg.rows import dict_row
 
-    pool = pool_module.ConnectionPool(text, min_size=1, max_size=_POOL_SIZE, open=False, timeout=_CONNECT_TIMEOUT_S,
+    pool = pool_module.ConnectionPool(url, min_size=1, max_size=_POOL_SIZE, open=False, timeout=_CONNECT_TIMEOUT_S,
                                       check=pool_module.ConnectionPool.check_connection,
                                       kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
                                               "connect_timeout": int(_CONNECT_TIMEOUT_S)})
     try:
         pool.open(wait=True, timeout=_CONNECT_TIMEOUT_S)
-        saver = postgres.PostgresSaver(pool, serde=checkpoint_serde())
-        with pool.connection() as conn:  # replicas starting together would race on LangGraph's schema migrations
+        made = make(pool)
+        with pool.connection() as conn:
             _take_setup_lock(conn)
             try:
-                saver.setup()
+                made.setup()
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (_SETUP_LOCK,))
     except Exception as exc:  # noqa: BLE001 - process boundary: any failure to reach the database stops the start
         pool.close()
-        raise ServiceUnavailable("Postgres (checkpoints)", _redacted(text), str(exc).splitlines()[0] if str(exc)
+        raise ServiceUnavailable(f"Postgres ({what})", _redacted(url), str(exc).splitlines()[0] if str(exc)
                                  else exc.__class__.__name__) from None
-    return saver
-
-
-def open_image_store(location: str | Path, *, retention_days: float | None = None) -> BaseStore | None:
-    """The store that keeps a thread's images once per content digest beside the checkpoints of `--checkpoint-db`:
-    in a SQLite file, its own table (`episode.storage`); None for Postgres, whose checkpoints keep images inline."""
-    return None if str(location).startswith(_POSTGRES_SCHEMES) else sqlite_image_store(location,
-                                                                                        retention_days=retention_days)
+    return made
 
 
 def _take_setup_lock(conn) -> None:

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Iterator
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.store.base import BaseStore
 from starlette.concurrency import run_in_threadpool
 
@@ -34,11 +33,10 @@ from ..core.cancellation import Cancelled, cancellable
 from ..episode.context import MaestroContext
 from ..episode.graph import build_graph
 from ..episode.runner import EpisodeResult, ThreadMode, episode_finished, thread_mode
-from ..episode.storage import prune_thread
 from ..policy import PolicyNotOffered
 from ..registry import Registry
 from ..types import Step, StopReason, Turn
-from .checkpoint_db import open_leases, store_errors
+from .checkpoint_db import open_leases, prune_finished, store_errors
 from .observability import EpisodeMetrics, outcome_label
 from .observability import thread_id as thread_id_var
 from .protocol import ApiError
@@ -286,9 +284,9 @@ class EpisodeService:
         if episode.lease is not None and episode.lease.lost:  # another replica may be running the thread now
             raise self._store_lost(episode, "the connection holding the thread's lease in the checkpoint database "
                                    "was lost, so the episode stopped at its last step")
-        if isinstance(self.checkpointer, SqliteSaver) and episode.thread_id and outcome.result.stop != \
-                StopReason.CANCELLED:  # between episodes: bound the thread's file (ServeSettings.checkpoints_kept)
-            prune_thread(self.checkpointer, episode.thread_id, keep=self.settings.checkpoints_kept)
+        if self.checkpointer is not None and episode.thread_id and outcome.result.stop != StopReason.CANCELLED:
+            # between episodes, the thread's lease still held: bound its storage (ServeSettings.checkpoints_kept)
+            prune_finished(self.checkpointer, episode.thread_id, keep=self.settings.checkpoints_kept)
         self.metrics.observe_outcome(outcome.result, ran)
         log.info("episode %s: %s in %.2f s", outcome_label(outcome.result), outcome.result.stop_reason,
                  outcome.result.latency_s)

@@ -82,9 +82,9 @@ class ServeSettings(BaseModel):
     checkpoints_kept: int = Field(
         DEFAULT_CHECKPOINTS_KEPT, ge=1, description="with a SQLite checkpoint_db: the checkpoints a thread keeps "
         "once an episode ends (the latest; a resumed or replayed question needs only the last), so a long thread's "
-        "file stays bounded")
+        "file stays bounded; a Postgres thread keeps its latest only (LangGraph's prune)")
     image_retention_days: float | None = Field(
-        None, gt=0, description="with a SQLite checkpoint_db, whose threads keep each image once by content digest: "
+        None, gt=0, description="with a checkpoint_db, whose threads keep each image once by content digest: "
         "delete a stored image not read for this many days (a follow-up about it then asks for it again; default: "
         "kept as long as the database)")
     thread_lease_s: int = Field(
