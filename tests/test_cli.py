@@ -133,6 +133,28 @@ def test_predict_exit_status_says_what_went_wrong(tmp_path, items, bad_line, sta
     assert f"{len(items)} items, {int(CORRUPT_ITEM in items)} failed, {int(bad_line)} skipped" in result.output
 
 
+def test_eval_names_each_skipped_line_and_refuses_a_file_of_which_nothing_can_run(tmp_path):
+    """An evaluation whose every line was refused (here, an image outside the task file's folder) printed a report
+    of 0 items and exited 0; a skipped line was only counted."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    shutil.copy(CIRCLES, outside / "c.png")
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    tasks = folder / "tasks.jsonl"
+    tasks.write_text(json.dumps({**GOOD_ITEM, "images": [str(outside / "c.png")]}) + "\n")
+    result = invoke("eval", "--tasks", str(tasks), "-p", "rules", "-o", str(tmp_path / "eval"), "--no-cache")
+    assert result.exit_code == 2, result.output
+    assert "no item of" in result.output and "1 lines skipped" in result.output
+    assert "outside the allowed" in result.output
+    assert not (tmp_path / "eval" / "report.md").exists()
+
+    tasks = _task_file(folder, [GOOD_ITEM], bad_line=True)
+    result = invoke("eval", "--tasks", str(tasks), "-p", "rules", "-o", str(tmp_path / "eval"), "--no-cache")
+    assert result.exit_code == 0, result.output
+    assert f"skipped {tasks}:2" in result.output and "malformed JSON" in result.output
+
+
 def test_registry_show_and_skills_list():
     shown = invoke("registry", "show", "--json")
     assert shown.exit_code == 0

@@ -43,6 +43,12 @@ def help_text(doc: str) -> str:
     return "\n\n".join(re.sub(r"\n(?!\d+ |- )", " ", paragraph) for paragraph in paragraphs)
 
 
+def print_skipped(problems: list) -> None:
+    """Name each task-file line a batch command skipped as bad input (file, line, item id and why) on stderr."""
+    for p in problems:
+        err.print(f"[yellow]skipped[/yellow] {escape(f'{p.file}:{p.line} ({p.id}): {p.error}')}")
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print `error: MESSAGE` on stderr and exit with `code` (2: usage or input error)."""
     # a message's own brackets (`.[ray]`) are text, not markup; one line, whatever the width (the terminal wraps it)

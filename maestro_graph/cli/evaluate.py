@@ -12,7 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import MaestroError
-from .common import console, err, executor as open_executor, fail, limit_threads, narrow, registry as load_registry
+from .common import (console, err, executor as open_executor, fail, limit_threads, narrow, print_skipped,
+                     registry as load_registry)
 from .options import (POLICY_HELP, CacheDirOpt, CacheTtlOpt, CacheUrlOpt, ExecutorOpt, LimitOpt, MaxCostOpt,
                       MaxTurnsOpt, NoCacheOpt, ReachFloorOpt, RegistryOpt, WorkersOpt)
 from .predict import PredictExit, report_losses
@@ -74,6 +75,7 @@ def evaluate(
                   "rerun the command to evaluate again (finished expert calls replay from the cache)")
         raise typer.Exit(130) from None
     _print_summary(write_report(run, out), out)
+    print_skipped(run.skipped)
     if run.skipped:
         console.print(f"[yellow]{len(run.skipped)} items skipped[/yellow] (listed in results.json)")
     losses = report_losses([w for r in run.results for w in r.lost], sum(r.node_failures for r in run.results),

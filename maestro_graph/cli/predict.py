@@ -12,7 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import MaestroError
-from .common import console, err, executor as open_executor, fail, limit_threads, registry as load_registry
+from .common import (console, err, executor as open_executor, fail, limit_threads, print_skipped,
+                     registry as load_registry)
 from .options import (POLICY_HELP, CacheDirOpt, CacheTtlOpt, CacheUrlOpt, ExecutorOpt, LimitOpt, MaxCostOpt,
                       MaxTurnsOpt, NoCacheOpt, ReachFloorOpt, RegistryOpt, WorkersOpt)
 
@@ -98,8 +99,7 @@ def predict(
                               context=MaestroContext(max_turns=max_turns, max_cost=max_cost, reach_floor=reach_floor))
     except MaestroError as exc:  # the cluster gave out mid-run: what finished is in OUT
         fail(f"{exc}; the predictions that finished are in {out}: rerun with --resume to run the rest")
-    for problem in summary.skipped:
-        err.print(f"[yellow]skipped[/yellow] {problem.file}:{problem.line} ({problem.id}): {problem.error}")
+    print_skipped(summary.skipped)
     table = Table("source", "items", "accuracy", title=f"{policy} on {tasks.name}")
     for source, values in sorted(summary.by_source.items()):
         table.add_row(source, str(len(values)), f"{sum(values) / len(values):.3f}")

@@ -139,6 +139,9 @@ def evaluate(
     episode's record is written to `<policy>.jsonl` there as soon as it finishes, so a run that is interrupted or
     crashes keeps what it did (the report does not write them again)."""
     tasks, skipped = load_task_files(task_files)
+    if not tasks:
+        first = f"; the first: {skipped[0].file}:{skipped[0].line}: {skipped[0].error}" if skipped else ""
+        raise ValueError(f"no item of {', '.join(map(str, task_files))} can run ({len(skipped)} lines skipped{first})")
     tasks = [t for t in tasks if select(t)] if select is not None else tasks
     tasks = tasks[:limit] if limit else tasks
     outcomes: PairOutcomes | None = None

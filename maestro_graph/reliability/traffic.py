@@ -401,8 +401,8 @@ def thread_storage(t: Target, db: Path | str | None = None) -> TrustCase:
     ok = (set(statuses) == {200} and grown < image_bytes and episodes <= EPISODES_KEPT
           and checkpoints <= CHECKPOINTS_KEPT and expired.status_code == 400 and "send it again" in message)
     return TrustCase(f"{THREAD_QUESTIONS} questions on one thread, each with the same {image_bytes:,}-byte image",
-                     "the checkpoint database grows by less than the image; history and checkpoints bounded; an expired "
-                     "image asked for again", ok,
+                     "the checkpoint database grows by less than the image; history and checkpoints bounded; an "
+                     "expired image asked for again", ok,
                      f"statuses {sorted(set(statuses))}; {first:,} bytes after the first question, {grown:+,} after "
                      f"{THREAD_QUESTIONS - 1} more ({grown / (THREAD_QUESTIONS - 1):+,.0f} per question); "
                      f"{episodes} episodes and {checkpoints} checkpoints kept; after the retention: "
