@@ -8,9 +8,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from langgraph.checkpoint.sqlite import SqliteSaver
-
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.store.base import BaseStore
 
 from ..episode.storage import checkpoint_serde, image_ttl, prune_thread, sqlite_checkpointer, sqlite_image_store

@@ -286,7 +286,10 @@ class EpisodeService:
                                    "was lost, so the episode stopped at its last step")
         if self.checkpointer is not None and episode.thread_id and outcome.result.stop != StopReason.CANCELLED:
             # between episodes, the thread's lease still held: bound its storage (ServeSettings.checkpoints_kept)
-            prune_finished(self.checkpointer, episode.thread_id, keep=self.settings.checkpoints_kept)
+            try:
+                prune_finished(self.checkpointer, episode.thread_id, keep=self.settings.checkpoints_kept)
+            except self._store_errors as exc:  # housekeeping: the answer stands, and the next episode prunes
+                log.warning("thread not pruned: %s: %s", exc.__class__.__name__, exc)
         self.metrics.observe_outcome(outcome.result, ran)
         log.info("episode %s: %s in %.2f s", outcome_label(outcome.result), outcome.result.stop_reason,
                  outcome.result.latency_s)
