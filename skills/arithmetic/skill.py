@@ -4,9 +4,10 @@ The problem is parsed into quantities (number, money or percent, the words aroun
 question sentence) and the operation is chosen by cue words in a fixed order, most specific first: percentages,
 change from a payment, averages, equal sharing, rates (each / per / an hour), then subtraction or addition. The
 chosen arithmetic becomes one expression for the `calculator` tier-2 skill, so the number is exact and the evidence
-shows the expression. A text whose wording settles no operation (two numbers and no cue word) is declined: a sum
-of whatever numbers a question mentions was right on 3 of the 45 training items it was given for (most of them
-questions about a table or chart, whose numbers are in the image).
+shows the expression. Numbers are read by the skill API (`maestro_graph.numbers`), number words here. A text whose
+wording settles no operation (two numbers and no cue word) is declined: a sum of whatever numbers a question
+mentions is rarely its answer, since such questions are mostly about a table or chart whose numbers are in the image
+(the count: docs/results.md, "The shipped checkpoint").
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 from maestro_graph.choices import inline_choices, question_stem
 from maestro_graph.errors import SkillError
-from maestro_graph.scoring import parse_number
+from maestro_graph.numbers import numbers_in, parse_number
 from maestro_graph.types import SkillResult
 
 _WORD_NUMBERS = {
@@ -25,12 +26,7 @@ _WORD_NUMBERS = {
     "eleven": 11, "twelve": 12, "fifteen": 15, "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "hundred": 100,
     "dozen": 12, "half": 0.5, "twice": 2, "double": 2, "triple": 3,
 }
-_NUMBER_RE = re.compile(
-    r"(?P<cur>[$€£]|\brm\s?)?(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
-    r"\s*(?P<pct>%|percent\b|per cent\b)?"
-    r"|\b(?P<word>" + "|".join(_WORD_NUMBERS) + r")\b",
-    re.I,
-)
+_WORD_RE = re.compile(r"\b(?:" + "|".join(_WORD_NUMBERS) + r")\b", re.I)
 # sentences that only say how to answer ("Round to two decimals.", "Answer with a number.") hold no quantities
 _INSTRUCTION_RE = re.compile(r"^\s*(answer|round|give|reply|respond|please|select|choose|pick|write|express)\b", re.I)
 _RATE_AFTER = re.compile(r"^\s*(?:[a-z-]+\s+){0,3}?(each|apiece|a piece|per|every|"
@@ -117,26 +113,32 @@ def _sentences(text: str) -> list[str]:
     return [s for s in re.split(r"(?<=[.?!])\s+(?=[A-Z$0-9])", text.strip()) if s.strip()]
 
 
+def _numbers(sentence: str) -> list[tuple[int, int, float | str, bool, bool]]:
+    """(start, end, value, money, percent) of each quantity in order: numbers as the skill API reads them (no sign:
+    "5-year-old" has a dash), and number words (the value is then the word, lower case)."""
+    written = [(n.start, n.end, float(n.value), n.currency is not None, n.percent)
+               for n in numbers_in(sentence, signed=False)]
+    words = [(m.start(), m.end(), m.group(0).lower(), False, False) for m in _WORD_RE.finditer(sentence)]
+    return sorted(written + words)
+
+
 def parse_problem(text: str) -> tuple[list[Quantity], str]:
     """The quantities of a word problem and its question sentence (the last one with '?', else the last one)."""
     sentences = [s for s in _sentences(text) if not _INSTRUCTION_RE.match(s)]
     asked = next((s for s in reversed(sentences) if "?" in s), sentences[-1] if sentences else "")
     quantities: list[Quantity] = []
     for sentence in sentences:
-        for m in _NUMBER_RE.finditer(sentence):
-            if m.group("word"):
-                word = m.group("word").lower()
+        for start, end, value, money, percent in _numbers(sentence):
+            if isinstance(value, str):
+                word = value
                 if word in ("half", "double", "twice", "triple") and not quantities:
                     continue  # a multiplier with nothing before it to scale
-                if word == "one" and (_UNIT_WORD_AFTER.match(sentence[m.end():]) or
-                                      _PREPOSITION_BEFORE.search(sentence[:m.start()])):
+                if word == "one" and (_UNIT_WORD_AFTER.match(sentence[end:]) or
+                                      _PREPOSITION_BEFORE.search(sentence[:start])):
                     continue  # "One ticket costs $8", "in one box": naming a unit, not a quantity to compute with
-                value, money, percent = float(_WORD_NUMBERS[word]), False, False
-            else:
-                value = float(m.group("num").replace(",", ""))
-                money, percent = bool(m.group("cur")), bool(m.group("pct"))
-            quantities.append(Quantity(value, m.group(0).strip(), money, percent, sentence[max(0, m.start() - 30):
-                                       m.start()], sentence[m.end():m.end() + 30]))
+                value = float(_WORD_NUMBERS[word])
+            quantities.append(Quantity(value, sentence[start:end].strip(), money, percent,
+                                       sentence[max(0, start - 30):start], sentence[end:end + 30]))
     return quantities, asked
 
 

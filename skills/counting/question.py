@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from maestro_graph.answer_forms import opens_polar
 from maestro_graph.choices import question_stem
 from maestro_graph.experts.opencv_vision import COLOR_NAMES, shape_kind
 
@@ -24,7 +25,6 @@ Comparison = Literal["eq", "gt", "lt", "ge", "le"]
 
 _CONTACT = re.compile(r"\b(touch|overlap|intersect|cross|meet)\w*")
 _LINES = re.compile(r"\b(lines?|curves?|polylines?|paths?)\b")
-_YES_NO = re.compile(r"^\W*(are|is|do|does|did|can|will|has|have)\b")
 _HOW_MANY = re.compile(r"\bhow many\b|\bcount\b|\bnumber of\b")
 _GRID_WORDS = {"row": "rows", "column": "columns", "col": "columns", "cell": "cells"}
 _NUMBER_WORDS = {w: i for i, w in enumerate(
@@ -143,7 +143,7 @@ def parse(question: str, choices: list[str] | None = None) -> Request | None:
     that makes a claim about a count carries it (`Request.claim`); options that all make one ask for the count."""
     q = question.lower()
     stem = question_stem(question).lower()
-    claim = _question_claim(stem) if _YES_NO.search(stem) else None
+    claim = _question_claim(stem) if opens_polar(stem) else None
     counted = bool(_HOW_MANY.search(q)) or claim is not None or _claims(choices) is not None
     braces = "curly" in q or bool(re.search(r"\{\s*\d+\s*\}", q))
     grid_parts = tuple(dict.fromkeys(_GRID_WORDS[m] for m in re.findall(r"\b(row|column|col|cell)s?\b", q)))
@@ -153,7 +153,7 @@ def parse(question: str, choices: list[str] | None = None) -> Request | None:
     if contact and _LINES.search(q):
         return Request("crossings", colors=colors_in(q), braces=braces, claim=claim)
     shape, color = _shape_with_color(q)
-    if contact and shape == "circle" and _YES_NO.search(q):
+    if contact and shape == "circle" and opens_polar(q):
         return Request("contact", overlap=contact.group(1) in ("overlap", "intersect", "cross"), braces=braces)
     if shape and counted:
         return Request("shapes", shape=shape, colors=color, braces=braces, claim=claim)

@@ -8,10 +8,8 @@ and options that are claims ("There are 7 circles") by the one the count makes t
 
 from __future__ import annotations
 
-import re
-
 from maestro_graph.experts.opencv_vision import CONTACT_TOLERANCE_PX
-from maestro_graph.scoring import parse_number
+from maestro_graph.numbers import numbers_in, parse_number
 from maestro_graph.types import SkillResult
 
 from .question import Request, claim_in, parse
@@ -117,9 +115,9 @@ def _as_choice(answer: str, choices: list[str], confidence: float) -> tuple[str,
 
 
 def _key(text: str) -> tuple:
-    numbers = re.findall(r"-?\d+(?:\.\d+)?", text)
+    numbers = numbers_in(text, grouped=False)  # "(3,4)" is a pair
     if len(numbers) >= 2:
-        return tuple(float(n) for n in numbers[:2])
+        return tuple(float(n.value) for n in numbers[:2])
     value = parse_number(text)
     if value is not None:
         return (value,)

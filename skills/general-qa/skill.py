@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import re
 
-from maestro_graph.scoring import choice_label, letters_only, normalize_text, option_labels, parse_number
+from maestro_graph.numbers import first_number
+from maestro_graph.scoring import choice_label, letters_only, normalize_text, option_labels
 from maestro_graph.types import SkillResult
 
 MAX_CONTEXT_CHARS = 1500
@@ -33,7 +34,6 @@ _NUMBER_QUESTION_RE = re.compile(
     r"length|perimeter|average|mean|median|percentage|ratio)|calculate|compute)\b",
     re.I,
 )
-_NUMBER_RE = re.compile(r"[-+]?\$?\d+(?:,\d{3})*(?:\.\d+)?%?")
 _ANSWER_IS_RE = re.compile(r"\b(?:final answer|answer)\s*(?:is|:)\s*(.+)", re.I)
 _RESTATED_RE = re.compile(r"^(?P<subject>.+?)\s+(?:is|are|was|were)\s+(?P<rest>.+)$", re.I)
 _COUNT_RE = re.compile(r"\bhow many (letters|characters|chars|words|digits)\b", re.I)
@@ -79,9 +79,9 @@ def _short_answer(reply: str, question: str) -> str | None:
     if not line:
         return None
     if _NUMBER_QUESTION_RE.search(question):
-        match = _NUMBER_RE.search(line) or _NUMBER_RE.search(text)
-        if match and parse_number(match.group(0)) is not None:
-            return match.group(0).lstrip("$")
+        number = first_number(line) or first_number(text)
+        if number is not None:
+            return number.text.lstrip("$")
     return _drop_restatement(line.rstrip(".").strip(), question) or None
 
 

@@ -13,6 +13,7 @@ import re
 from difflib import SequenceMatcher
 
 from maestro_graph.experts.protocols import TextBox
+from maestro_graph.numbers import numbers_in
 from maestro_graph.types import SkillResult
 
 MIN_SIDE = 640  # smaller images are enlarged to this shorter side before OCR
@@ -24,7 +25,6 @@ SAME_BOX_IOU = 0.5  # boxes from overlapping tiles that overlap this much are on
 MAX_ALL_WORDS = 25  # "what does it say" answers with all text only when there is this little of it
 EVIDENCE_LINES = 8
 
-_NUMBER_RE = re.compile(r"[-+]?\$?\d[\d,]*(?:\.\d+)?%?")
 _POSITIONS = {
     "top": lambda b: b.box[1],
     "bottom": lambda b: -b.box[3],
@@ -101,7 +101,7 @@ def choose(question: str, boxes: list[TextBox], choices: list[str] | None) -> tu
         return scored[0][1], min(0.9, 0.4 + margin)
     pool = boxes
     if re.search(r"\bnumbers?\b|\bdigits?\b|\bhow much\b|\bprice\b|\byear\b", q):
-        numeric = [TextBox(m.group(0), b.box, b.confidence) for b in boxes for m in _NUMBER_RE.finditer(b.text)]
+        numeric = [TextBox(n.text, b.box, b.confidence) for b in boxes for n in numbers_in(b.text)]
         pool = numeric or boxes
 
     def line_of(box: TextBox) -> str:

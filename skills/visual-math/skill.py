@@ -18,7 +18,7 @@ import statistics
 
 from maestro_graph.choices import question_stem
 from maestro_graph.errors import ExpertError
-from maestro_graph.scoring import parse_number
+from maestro_graph.numbers import parse_number
 from maestro_graph.types import SkillResult
 
 from .mathlib import figure as figures

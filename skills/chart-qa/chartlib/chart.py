@@ -9,6 +9,7 @@ from functools import cached_property
 import numpy as np
 
 from maestro_graph.experts.protocols import TextBox
+from maestro_graph.numbers import numbers_in
 
 from . import pixels, text
 
@@ -160,9 +161,10 @@ def close(a: float, b: float, span: float) -> bool:
 
 def stated_number(claim: str) -> float | None:
     """The value a claim states: the last number written with a decimal point or %, else the last non-year number."""
-    found = [m.group(0) for m in re.finditer(r"-?\d[\d,]*(?:\.\d+)?%?", claim)]
-    for pick in (lambda s: "." in s or "%" in s, lambda s: not re.fullmatch(r"(18|19|20)\d\d", s), lambda s: True):
-        chosen = [s for s in found if pick(s)]
+    found = numbers_in(claim)
+    for pick in (lambda n: "." in n.text or n.percent, lambda n: not re.fullmatch(r"(18|19|20)\d\d", n.text),
+                 lambda n: True):
+        chosen = [n for n in found if pick(n)]
         if chosen:
-            return text.parse_number(chosen[-1])
+            return chosen[-1].scaled
     return None

@@ -13,25 +13,19 @@ from difflib import SequenceMatcher
 import numpy as np
 
 from maestro_graph.experts.protocols import TextBox
+from maestro_graph.numbers import whole_number
 
-_NUMBER = re.compile(r"^[(\[]?[-−–+]?[$€£]?(\d{1,3}(?:,\d{3})+|\d*\.?\d+)\s*(%|[kKmMbB])?[)\]]?$")
-_SCALE = {"k": 1e3, "m": 1e6, "b": 1e9}
 MIN_TICKS = 3
 MAX_TICK_RESIDUAL = 0.04  # of the fitted span: tick labels sit on a straight scale
 
 
 def parse_number(text: str) -> float | None:
-    """A label's number ('1,200', '-5', '35%', '2.5M', '$40') or None when the text is not a single number."""
+    """A label's number ('1,200', '-5', '35%', '2.5M', '$40', suffixes applied) or None when the text is not a
+    single number. OCR reads a 0 among digits as the letter O; a label written as a fraction ('3/4') is a category,
+    such as a date, not a value on a scale."""
     t = text.strip().replace("O", "0") if re.fullmatch(r"[\dO.,%-]+", text.strip()) else text.strip()
-    m = _NUMBER.match(t.replace(" ", ""))
-    if not m:
-        return None
-    value = float(m.group(1).replace(",", ""))
-    if t.lstrip("([$€£").startswith(("-", "−", "–")):
-        value = -value
-    if m.group(2) and m.group(2).lower() in _SCALE:
-        value *= _SCALE[m.group(2).lower()]
-    return value
+    number = whole_number(t.replace(" ", ""))
+    return None if number is None or number.fraction else number.scaled
 
 
 def split_tokens(boxes: list[TextBox]) -> list[TextBox]:

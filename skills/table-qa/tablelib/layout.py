@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from maestro_graph.experts.protocols import TextBox
+from maestro_graph.numbers import numbers_in
 
-from .values import parse_number, parse_time
+from .values import TIME_RE, parse_number, parse_time
 
 __all__ = ["Table", "build_table", "merge_readings"]
 
@@ -102,9 +103,16 @@ def _find_columns(rows: list[list[TextBox]]) -> list[tuple[float, float]]:
     return [(c[0], c[1]) for c in supported] or [(0.0, float("inf"))]
 
 
-_TRAILING_VALUE = re.compile(
-    r"\s(?:\d{1,2}\s?[:.]\s?\d{2}\s?[AaPp]\.?\s?[Mm]\.?|[-−]?\$?\d[\d,]*(?:\.\d+)?)$"
-)
+def _trailing_value(cell: str) -> int | None:
+    """Where a value that ends the cell after white space starts (a clock time, else a number), or None."""
+    times = list(TIME_RE.finditer(cell))
+    if times and times[-1].end() == len(cell) and times[-1].start() and cell[times[-1].start() - 1].isspace():
+        return times[-1].start()
+    numbers = numbers_in(cell)
+    last = numbers[-1] if numbers else None
+    if last and last.end == len(cell) and last.start and cell[last.start - 1].isspace():
+        return last.start
+    return None
 
 
 def _split_merged(cells: list[str], numeric: list[bool]) -> list[str]:
@@ -112,9 +120,9 @@ def _split_merged(cells: list[str], numeric: list[bool]) -> list[str]:
     ("Medical research $4" | "", "8:30 A.M. 9:35 A.M." | "")."""
     cells = list(cells)
     for j in range(len(cells) - 2, -1, -1):
-        m = _TRAILING_VALUE.search(cells[j])
-        if m and not cells[j + 1] and numeric[j + 1]:
-            cells[j], cells[j + 1] = cells[j][: m.start()].strip(), m.group(0).strip()
+        start = _trailing_value(cells[j])
+        if start is not None and not cells[j + 1] and numeric[j + 1]:
+            cells[j], cells[j + 1] = cells[j][:start].strip(), cells[j][start:].strip()
     return cells
 
 
@@ -144,8 +152,8 @@ def _is_data(cell: str) -> bool:
     ("Under age 12", "13 to 30 years old") nor a year used as a column name."""
     if parse_time(cell) is not None:
         return True
-    numbers = re.findall(r"\d[\d,.]*", cell)
-    return len(numbers) == 1 and bool(re.match(r"\s*[-−–]?\$?\s?\d", cell)) and not _is_year(cell)
+    numbers = numbers_in(cell)
+    return len(numbers) == 1 and not cell[:numbers[0].start].strip() and not _is_year(cell)
 
 
 def _digits(text: str) -> list[int]:

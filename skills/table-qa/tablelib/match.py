@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from fractions import Fraction
 
-from .values import NUMBER_RE, number_from_match
+from maestro_graph.numbers import first_number
 
 __all__ = ["Mention", "tokens", "find_mentions", "similarity", "contains_words", "quantity_before", "number_condition"]
 
@@ -93,7 +93,7 @@ def quantity_before(question: str, start: int, limit: int) -> Fraction:
     m = _QTY_RE.search(question[limit:start])
     if not m:
         return Fraction(1)
-    return number_from_match(NUMBER_RE.match(m.group(1)))
+    return first_number(m.group(1)).value
 
 
 _CONDITIONS = [
@@ -113,7 +113,7 @@ def number_condition(question: str):
     for pattern, make in _CONDITIONS:
         m = re.search(pattern, text, re.IGNORECASE)
         if m:
-            nums = [NUMBER_RE.search(g) for g in m.groups()]
-            if all(nums):
-                return m.group(0), make(*[number_from_match(n) for n in nums])
+            nums = [first_number(g) for g in m.groups()]
+            if all(n is not None for n in nums):
+                return m.group(0), make(*[n.value for n in nums])
     return None

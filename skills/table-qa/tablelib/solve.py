@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 from statistics import median
 
+from maestro_graph.numbers import first_number, numbers_in
+
 from .layout import Table
 from .match import contains_words, find_mentions, number_condition, quantity_before, similarity
-from .values import NUMBER_RE, format_number, format_time, number_from_match, parse_number, parse_time
+from .values import format_number, format_time, parse_number, parse_time
 
 __all__ = ["Solution", "solve"]
 
@@ -134,10 +136,10 @@ def _each_has(table: Table, q: _Question) -> Solution | None:
     m = re.search(r"each (.+?) (?:has|have|contains?) (\S+) (.+?)\. how many .+? (?:in|on|at) (\S+)", q.lower)
     if not m:
         return None
-    per, count = NUMBER_RE.search(m.group(2)), NUMBER_RE.search(m.group(4))
-    if not per or not count:
+    per, count = first_number(m.group(2)), first_number(m.group(4))
+    if per is None or count is None:
         return None
-    value = number_from_match(per) * number_from_match(count)
+    value = per.value * count.value
     return Solution(format_number(value), f"{m.group(2)} per {m.group(1)} x {m.group(4)} = {value}", 0.85)
 
 
@@ -209,7 +211,7 @@ def _counting(table: Table, q: _Question) -> Solution | None:
         return Solution(format_number(v), "value with the largest count", 0.7)
     if table.values is None and q.has(r"how many"):
         counts = dict(dist)
-        numbers = [number_from_match(m) for m in NUMBER_RE.finditer(q.text[q.lower.rfind("how many"):])]
+        numbers = [n.value for n in numbers_in(q.text[q.lower.rfind("how many"):])]
         asked = numbers[-1] if numbers else None
         if asked in counts:
             return Solution(format_number(counts[asked]), f"frequency of {format_number(asked)}", 0.75)
@@ -371,7 +373,7 @@ def _named_cells(table: Table, q: _Question) -> list[tuple[str, Fraction]] | Non
 
 def _money_in_question(q: _Question) -> Fraction | None:
     m = re.search(r"has (\$\s?[\d,]+(?:\.\d+)?)", q.text)
-    return number_from_match(NUMBER_RE.search(m.group(1))) if m else None
+    return first_number(m.group(1)).value if m else None
 
 
 def _purchase(table: Table, q: _Question) -> Solution | None:

@@ -6,9 +6,10 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from maestro_graph.numbers import numbers_in as written_numbers
+
 __all__ = ["Question", "parse_question", "numbers_in", "inline_options", "listed_options", "without_listed_options"]
 
-_NUMBER = re.compile(r"(?<![A-Za-z_\d.])\d+(?:\.\d+)?(?![\d])")
 # "(a) 90 degrees (b) 135 degrees": options written inside the question (their letters are the choices)
 _INLINE = re.compile(r"\(([a-e])\)\s*([^()]*?)(?=\s*\([a-e]\)|\n|$)")
 # "A. 090°T" / "B: 12" / "(C) 7": options listed one per line in a question or an image
@@ -35,9 +36,12 @@ class Question:
 
 def numbers_in(text: str) -> list[float]:
     """Distinct numbers in order of appearance (point names such as A1 are not numbers)."""
+    text = unicodedata.normalize("NFKC", text)
     values: list[float] = []
-    for match in _NUMBER.finditer(unicodedata.normalize("NFKC", text)):
-        value = float(match.group())
+    for number in written_numbers(text, signed=False, grouped=False):  # "(3,4)" is two numbers, "-" a dash
+        value = float(number.value)
+        if number.start and re.match(r"[A-Za-z_]", text[number.start - 1]):
+            continue  # a point's name ("A1"), not a number
         if value not in values:
             values.append(value)
     return values
