@@ -29,7 +29,7 @@ COMMANDS = _commands(typer.main.get_command(app))
 
 
 def _help(path: tuple[str, ...]) -> list[str]:
-    result = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "80", "TERMINAL_WIDTH": "80"})
+    result = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     return result.output.splitlines()
 
