@@ -24,6 +24,7 @@ from PIL import Image
 
 from ..registry import Registry
 from ..serve import ServeSettings, create_app
+from ..serve.checkpoint_db import is_postgres
 from ..serve.loopback import running_app
 from .image_checks import BOMB_SIDE, COUNT_QUESTION, bomb_urls
 from .registries import fault_registry
@@ -347,7 +348,7 @@ def database_bytes(db: Path | str) -> int:
     """What a checkpoint database holds at rest: a SQLite file's size once its write-ahead log is folded in; a
     Postgres database's tables with their indexes and TOAST once vacuumed (as autovacuum does within a minute: the
     rows a prune deleted are then free space, until then they count)."""
-    if str(db).startswith(("postgresql://", "postgres://")):
+    if is_postgres(db):
         import psycopg
 
         with psycopg.connect(str(db), autocommit=True) as conn:

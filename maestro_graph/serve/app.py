@@ -68,9 +68,10 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
     DECODE_MEMORY.configure(settings.decode_memory_mb * 1_000_000)  # process-wide: decoding memory is the process's
     return_large_buffers()  # process-wide: a freed image goes back to the system, whichever thread held it
     db = settings.checkpoint_db
+    checkpointer = open_checkpointer(db) if db else None
     service = EpisodeService(
-        registry, settings, checkpointer=open_checkpointer(db) if db else None,
-        store=open_image_store(db, retention_days=settings.image_retention_days) if db else None,
+        registry, settings, checkpointer=checkpointer,
+        store=open_image_store(db, checkpointer, retention_days=settings.image_retention_days) if db else None,
     )
 
     @asynccontextmanager

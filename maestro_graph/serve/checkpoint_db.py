@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import TypeVar
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -17,7 +17,7 @@ from ..errors import ServiceUnavailable, import_extra
 from .settings import ServeSettings
 from .thread_lease import ThreadLeases
 
-__all__ = ["open_checkpointer", "open_image_store", "open_leases", "prune_finished", "store_errors"]
+__all__ = ["is_postgres", "open_checkpointer", "open_image_store", "open_leases", "prune_finished", "store_errors"]
 
 _Made = TypeVar("_Made")
 
@@ -27,22 +27,34 @@ def open_checkpointer(location: str | Path) -> BaseCheckpointSaver:
     share (any of them can resume a thread; a pool of connections checked before each use, so one lost while idle is
     replaced), anything else a SQLite file of this replica's own (SqliteSaver serialises the worker threads with its
     own lock). An unreachable database is a ServiceUnavailable naming it."""
-    text = str(location)
-    if not text.startswith(_POSTGRES_SCHEMES):
+    if not is_postgres(location):
         return sqlite_checkpointer(location)
     postgres = import_extra("langgraph.checkpoint.postgres", "postgres", "a Postgres checkpoint database")
-    return _on_postgres(text, "checkpoints", lambda pool: postgres.PostgresSaver(pool, serde=checkpoint_serde()))
+    pool_module = import_extra("psycopg_pool", "postgres", "a Postgres checkpoint database")
+    from psycopg.rows import dict_row
+
+    pool = pool_module.ConnectionPool(str(location), min_size=1, max_size=_POOL_SIZE, open=False,
+                                      timeout=_CONNECT_TIMEOUT_S, check=pool_module.ConnectionPool.check_connection,
+                                      kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
+                                              "connect_timeout": int(_CONNECT_TIMEOUT_S)})
+    try:
+        pool.open(wait=True, timeout=_CONNECT_TIMEOUT_S)
+    except Exception as exc:  # noqa: BLE001 - process boundary: any failure to reach the database stops the start
+        pool.close()
+        raise _unavailable(str(location), "checkpoints", exc) from None
+    return _set_up(postgres.PostgresSaver(pool, serde=checkpoint_serde()), str(location), "checkpoints")
 
 
-def open_image_store(location: str | Path, *, retention_days: float | None = None) -> BaseStore:
+def open_image_store(location: str | Path, checkpointer: BaseCheckpointSaver, *,
+                     retention_days: float | None = None) -> BaseStore:
     """The store that keeps a thread's images once per content digest beside the checkpoints of `--checkpoint-db`
-    (its own table in the SQLite file, LangGraph's store tables in the Postgres database). With `retention_days`, a
+    (its own table in the SQLite file; LangGraph's store tables in the Postgres database, over the pool of
+    connections of `checkpointer`, which `open_checkpointer` opened on the same location). With `retention_days`, a
     stored image not read for that long is deleted by the store's sweeper thread (each read renews it)."""
-    text = str(location)
-    if not text.startswith(_POSTGRES_SCHEMES):
+    if not is_postgres(location):
         return sqlite_image_store(location, retention_days=retention_days)
     postgres = import_extra("langgraph.store.postgres", "postgres", "a Postgres checkpoint database")
-    store = _on_postgres(text, "images", lambda pool: postgres.PostgresStore(pool, ttl=image_ttl(retention_days)))
+    store = _set_up(postgres.PostgresStore(checkpointer.conn, ttl=image_ttl(retention_days)), str(location), "images")
     if retention_days is not None:
         store.start_ttl_sweeper()
     return store
@@ -57,31 +69,31 @@ def prune_finished(checkpointer: BaseCheckpointSaver, thread_id: str, *, keep: i
         checkpointer.prune([thread_id], strategy="keep_latest")
 
 
-def _on_postgres(url: str, what: str, make: Callable[[Any], _Made]) -> _Made:
-    """`make` over a pool of connections to the Postgres database at `url`, its tables set up (under the set-up
-    lock: replicas starting together would race on LangGraph's migrations). An unreachable database is a
-    ServiceUnavailable naming it and `what` was wanted there."""
-    pool_module = import_extra("psycopg_pool", "postgres", "a Postgres checkpoint database")
-    from psycopg.rows import dict_row
+def is_postgres(location: str | Path) -> bool:
+    """Whether a `--checkpoint-db` names a Postgres database (a URL) rather than a SQLite file."""
+    return str(location).startswith(("postgresql://", "postgres://"))
 
-    pool = pool_module.ConnectionPool(url, min_size=1, max_size=_POOL_SIZE, open=False, timeout=_CONNECT_TIMEOUT_S,
-                                      check=pool_module.ConnectionPool.check_connection,
-                                      kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
-                                              "connect_timeout": int(_CONNECT_TIMEOUT_S)})
+
+def _set_up(made: _Made, url: str, what: str) -> _Made:
+    """`made` (a LangGraph saver or store on a Postgres pool) with its tables set up, under the set-up lock: replicas
+    starting together would race on LangGraph's migrations. An unreachable database is a ServiceUnavailable naming
+    it and `what` was wanted there (the pool is closed)."""
     try:
-        pool.open(wait=True, timeout=_CONNECT_TIMEOUT_S)
-        made = make(pool)
-        with pool.connection() as conn:
+        with made.conn.connection() as conn:
             _take_setup_lock(conn)
             try:
                 made.setup()
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (_SETUP_LOCK,))
     except Exception as exc:  # noqa: BLE001 - process boundary: any failure to reach the database stops the start
-        pool.close()
-        raise ServiceUnavailable(f"Postgres ({what})", _redacted(url), str(exc).splitlines()[0] if str(exc)
-                                 else exc.__class__.__name__) from None
+        made.conn.close()
+        raise _unavailable(url, what, exc) from None
     return made
+
+
+def _unavailable(url: str, what: str, exc: Exception) -> ServiceUnavailable:
+    return ServiceUnavailable(f"Postgres ({what})", _redacted(url), str(exc).splitlines()[0] if str(exc)
+                              else exc.__class__.__name__)
 
 
 def _take_setup_lock(conn) -> None:
@@ -96,7 +108,6 @@ def _take_setup_lock(conn) -> None:
         time.sleep(0.1)
 
 
-_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _POOL_SIZE = 8
 """Connections a replica holds to the checkpoint database (its episode workers share them)."""
 _SETUP_LOCK = 0x6D61657374726F00
@@ -130,7 +141,7 @@ def open_leases(checkpointer: BaseCheckpointSaver | None, settings: ServeSetting
     """Thread leases in a Postgres checkpoint database, which several replicas share. A SQLite file is one
     replica's own, so the in-process rule (`_busy_threads`) is all it needs."""
     location = str(settings.checkpoint_db or "")
-    if checkpointer is None or not location.startswith(_POSTGRES_SCHEMES):
+    if checkpointer is None or not is_postgres(location):
         return None
     try:
         return ThreadLeases(location, lease_s=settings.thread_lease_s, connect_timeout_s=_CONNECT_TIMEOUT_S)

@@ -447,11 +447,11 @@ class EpisodeService:
         self._pool.shutdown(wait=False, cancel_futures=True)
         if self._leases is not None:
             self._leases.close()
-        if self.checkpointer is not None:
-            self.checkpointer.conn.close()
-        if self.store is not None:
+        if self.store is not None:  # first: on Postgres it shares the checkpointer's pool
             self.store.stop_ttl_sweeper()
             self.store.conn.close()
+        if self.checkpointer is not None:
+            self.checkpointer.conn.close()
 
 
 _OWNER = "maestro_owner"
