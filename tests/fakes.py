@@ -60,15 +60,20 @@ class DyingOnceBarcodeExpert:
         return ZXingBarcodeExpert().decode(image)
 
 
-class SlowBarcodeExpert:
-    """zxing-cpp's barcode reader taking `delay_s` a call, like a reader behind a busy server: long enough that a
-    test can take a node away while its workers are inside an item."""
+class GatedBarcodeExpert:
+    """zxing-cpp's barcode reader that holds each call until a test opens the gate: a call first writes its
+    process id into `inside` (a folder), then waits for the file `gate`, like a reader behind a busy server. A test
+    sees which worker processes are inside an item, takes a node away, and opens the gate; a gate never opened lets
+    each call through after `max_wait_s`, so a broken test ends instead of hanging."""
 
-    def __init__(self, delay_s: float = 1.0):
-        self.delay_s = delay_s
+    def __init__(self, inside: str, gate: str, max_wait_s: float = 120.0):
+        self.inside, self.gate, self.max_wait_s = Path(inside), Path(gate), max_wait_s
 
     def decode(self, image):
         from maestro_graph.experts.zxing_barcode import ZXingBarcodeExpert
 
-        time.sleep(self.delay_s)
+        (self.inside / str(os.getpid())).touch()
+        deadline = time.monotonic() + self.max_wait_s
+        while not self.gate.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
         return ZXingBarcodeExpert().decode(image)

@@ -65,10 +65,10 @@ def _task_folder(folder: Path) -> Path:
 
 def _own_registry(folder: Path, **expert_options) -> Path:
     """Two barcode readers on copies of the two barcode skills in `folder` (not the package's): the registry file
-    and the skill folders exist on the driver's disk only. With options, the first reader is a slow one."""
+    and the skill folders exist on the driver's disk only. With options, the first reader is a gated one."""
     for skill in ("barcode-reading", "barcode"):
         shutil.copytree(ROOT / "skills" / skill, folder / "skills" / skill)
-    first = ({"type": "python", "entry": "fakes:SlowBarcodeExpert", "options": expert_options} if expert_options else
+    first = ({"type": "python", "entry": "fakes:GatedBarcodeExpert", "options": expert_options} if expert_options else
              {"type": "python", "entry": "maestro_graph.experts.zxing_barcode:ZXingBarcodeExpert"})
     path = folder / "registry.yaml"
     path.write_text(yaml.safe_dump({"skill_dirs": ["skills"], "models": [
@@ -120,10 +120,12 @@ def test_predict_on_a_node_without_the_driver_s_files_writes_the_uncached_thread
     assert sum(by_worker.values()) == 5 and 1 <= len(by_worker) <= 2  # the two workers the cluster could place
 
 
-@pytest.mark.slow  # a third node (about 5 s to join), twelve one-second items on four workers, then two
+@pytest.mark.slow  # a third node (about 5 s to join), twelve items on four workers, then two
 def test_a_node_lost_mid_run_is_named_and_its_items_finish_on_the_other_workers(cluster, tmp_path):
     address, _, _ = cluster
-    registry = _own_registry(tmp_path, delay_s=1.0)
+    inside, gate = tmp_path / "inside", tmp_path / "gate"
+    inside.mkdir()
+    registry = _own_registry(tmp_path, inside=str(inside), gate=str(gate))
     out = tmp_path / "predictions.jsonl"
     with ray_node(address, num_cpus=2) as doomed:
         proc = subprocess.Popen([str(MAESTRO), "predict", "-t", str(BARCODE_TASKS), "-o", str(out), "-p",
@@ -131,12 +133,14 @@ def test_a_node_lost_mid_run_is_named_and_its_items_finish_on_the_other_workers(
                                  str(registry), "--executor", f"ray:{address}"], env={**os.environ, **ray_env()},
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 120
-        while not (out.is_file() and out.read_text().count("\n") >= 4):  # every worker is inside an item by now
+        while len(list(inside.iterdir())) < 4:  # every worker, on either node, is inside an item
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-3000:]
             time.sleep(0.1)
         workers = _actor_pids(doomed.pid)
+        assert workers and workers <= {int(p.name) for p in inside.iterdir()}, workers
         os.killpg(doomed.pid, signal.SIGKILL)
         killed = time.monotonic()
+        gate.touch()
         output = proc.communicate(timeout=300)[0]
     print(f"{len(workers)} workers lost with their node; the run ended {time.monotonic() - killed:.1f} s later")
     assert proc.returncode == 4, output[-3000:]  # PredictExit.LOST_CAPACITY: every item ran, on fewer workers
