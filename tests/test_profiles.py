@@ -128,3 +128,35 @@ def test_a_missing_or_malformed_profile_file_is_a_config_error_naming_it(tmp_pat
     with pytest.raises(ConfigError) as caught:
         Registry.load(_registry_file(tmp_path, [_card(*ZXING)], profile="bad.json"))
     assert "bad.json" in str(caught.value) and "registry" in caught.value.field
+
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED_PROFILES = [ROOT / "maestro_graph" / "default_registry.profile.json", ROOT / "configs" / "registry-nolm.profile.json"]
+
+
+@pytest.mark.parametrize("profile", SHIPPED_PROFILES, ids=lambda p: p.name)
+def test_the_shipped_profiles_generated_rows_are_what_their_recipe_makes(profile, tmp_path):
+    """The shipped profiles were measured on the real dev training half and on 42 generated items (`maestro bench
+    make --n 60 --seed 0`, then `scripts/subset_tasks.py train.jsonl --per-domain 6 --exclude small-text`). The real
+    items are not in the repository; the generated ones are made again here, so a generator change that alters them
+    (which leaves the shipped reach describing items its recipe no longer makes) fails here, not months later."""
+    import subprocess
+    import sys
+
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    from maestro_graph.bench.generate import make_suite
+    from maestro_graph.core.tasks import load_tasks
+    from maestro_graph.features.state import question_features, unit_rows
+    from maestro_graph.registry.reach import reach_path
+
+    assert json.loads(profile.read_text())["calibration"].endswith("runs/bench/train-6.jsonl")
+    make_suite(tmp_path, 60, 0, splits=("train",), progress=False)
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "subset_tasks.py"), str(tmp_path / "train.jsonl"),
+                    "--per-domain", "6", "--exclude", "small-text"], check=True, capture_output=True)
+    tasks = load_tasks(tmp_path / "train-6.jsonl")[0]
+    made = unit_rows(question_features([t.question for t in tasks], [list(t.images) for t in tasks],
+                                       [t.options for t in tasks]))
+    shipped = load_file(reach_path(profile))["features"].astype(np.float32)[-len(tasks):]  # float16 rows
+    assert len(tasks) == 42 and np.abs(made - shipped).max() < 2e-3
