@@ -4,7 +4,6 @@ that fits the terminal it is printed in."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich import box
@@ -12,10 +11,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import MaestroError
-from .common import (console, err, executor as open_executor, fail, limit_threads, narrow, print_skipped,
-                     registry as load_registry)
-from .options import (POLICY_HELP, CacheDirOpt, CacheTtlOpt, CacheUrlOpt, ExecutorOpt, LimitOpt, MaxCostOpt,
-                      MaxTurnsOpt, NoCacheOpt, ReachFloorOpt, RegistryOpt, WorkersOpt)
+from .batch_run import BatchRun, batch_run_options
+from .common import console, err, fail, limit_threads, narrow, print_skipped
+from .options import POLICY_HELP
 from .predict import PredictExit, report_losses
 
 __all__ = ["evaluate"]
@@ -26,6 +24,7 @@ HEADS = {"macro acc": "macro", "accuracy": "acc", "mean cost": "cost", "calls/ep
 """The summary's columns: the head a wide terminal shows, and the one word a narrow one shows (never cut)."""
 
 
+@batch_run_options
 def evaluate(
     tasks: list[Path] = typer.Option(..., "--tasks", "-t", exists=True, dir_okay=False, help="Task file (repeat)."),
     policy: list[str] = typer.Option(..., "--policy", "-p",
@@ -33,27 +32,15 @@ def evaluate(
     out: Path = typer.Option(..., "--out", "-o", help="Folder for results.json, report.md, predictions, plots."),
     train_tasks: list[Path] = typer.Option([], exists=True, dir_okay=False,
                                            help="Training task file for best-single, knn and classifier (repeat)."),
-    registry: Optional[Path] = RegistryOpt,
-    max_turns: int = MaxTurnsOpt,
-    max_cost: float = MaxCostOpt,
-    reach_floor: float = ReachFloorOpt,
-    limit: Optional[int] = LimitOpt,
-    workers: int = WorkersOpt,
-    cache_dir: Path = CacheDirOpt,
-    no_cache: bool = NoCacheOpt,
-    cache_url: Optional[str] = CacheUrlOpt,
-    cache_ttl_s: int = CacheTtlOpt,
-    executor: str = ExecutorOpt,
+    run: BatchRun = None,  # type: ignore[assignment]  # the shared options (batch_run_options)
 ) -> None:
     """Evaluate several policies through the same graph on the same items; write a report with tables and plots."""
     limit_threads()
-    from ..episode.context import MaestroContext
     from ..evaluation.evaluate import evaluate as run_evaluation
     from ..evaluation.report import write_report
     from ..policy import TRAINED_POLICIES, make_policy
 
-    cache_dir, cache_url = (None, None) if no_cache else (cache_dir, cache_url)
-    reg = load_registry(registry, cache_dir, cache_url, cache_ttl_s=cache_ttl_s)
+    reg = run.load_registry()
     for name in policy:
         if name == "oracle" or name in TRAINED_POLICIES:
             continue
@@ -64,22 +51,23 @@ def evaluate(
     if any(p in TRAINED_POLICIES for p in policy) and not train_tasks:
         fail(f"policies {[p for p in policy if p in TRAINED_POLICIES]} are trained: pass --train-tasks FILE")
     try:
-        runner = open_executor(executor, reg, registry, cache_dir, cache_url, workers, cache_ttl_s)
-        run = run_evaluation(reg, tasks, policy, train_tasks=train_tasks, workers=workers, limit=limit,
-                             executor=runner, predictions_dir=out / "predictions",
-                             context=MaestroContext(max_turns=max_turns, max_cost=max_cost, reach_floor=reach_floor))
+        runner = run.open_executor(reg)
+        evaluation = run_evaluation(reg, tasks, policy, train_tasks=train_tasks, workers=run.workers,
+                                    limit=run.limit, executor=runner, predictions_dir=out / "predictions",
+                                    context=run.context())
     except (ValueError, MaestroError) as exc:
         fail(str(exc))
     except KeyboardInterrupt:
         err.print(f"[yellow]interrupted:[/yellow] the episodes that finished are in {out / 'predictions'}; "
                   "rerun the command to evaluate again (finished expert calls replay from the cache)")
         raise typer.Exit(130) from None
-    _print_summary(write_report(run, out), out)
-    print_skipped(run.skipped)
-    if run.skipped:
-        console.print(f"[yellow]{len(run.skipped)} items skipped[/yellow] (listed in results.json)")
-    losses = report_losses([w for r in run.results for w in r.lost], sum(r.node_failures for r in run.results),
-                           sum(r.cache_errors for r in run.results))
+    _print_summary(write_report(evaluation, out), out)
+    print_skipped(evaluation.skipped)
+    if evaluation.skipped:
+        console.print(f"[yellow]{len(evaluation.skipped)} items skipped[/yellow] (listed in results.json)")
+    results = evaluation.results
+    losses = report_losses([w for r in results for w in r.lost], sum(r.node_failures for r in results),
+                           sum(r.cache_errors for r in results))
     if losses:
         raise typer.Exit(PredictExit.LOST_CAPACITY)
 

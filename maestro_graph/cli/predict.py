@@ -12,10 +12,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import MaestroError
-from .common import (console, err, executor as open_executor, fail, limit_threads, print_skipped,
-                     registry as load_registry)
-from .options import (POLICY_HELP, CacheDirOpt, CacheTtlOpt, CacheUrlOpt, ExecutorOpt, LimitOpt, MaxCostOpt,
-                      MaxTurnsOpt, NoCacheOpt, ReachFloorOpt, RegistryOpt, WorkersOpt)
+from .batch_run import BatchRun, batch_run_options
+from .common import console, err, fail, limit_threads, print_skipped
+from .options import POLICY_HELP
 
 __all__ = ["PredictExit", "predict", "report_losses"]
 
@@ -54,21 +53,12 @@ def report_losses(lost: list, node_failures: int, cache_errors: int) -> int:
     return len(lost) + node_failures
 
 
+@batch_run_options
 def predict(
     tasks: Path = typer.Option(..., "--tasks", "-t", exists=True, dir_okay=False, help="Task file (JSONL)."),
     out: Path = typer.Option(..., "--out", "-o", help="Prediction file to write (JSONL)."),
     policy: Optional[str] = typer.Option(None, "--policy", "-p", help=f"{POLICY_HELP} | oracle; default: neural"),
-    registry: Optional[Path] = RegistryOpt,
-    max_turns: int = MaxTurnsOpt,
-    max_cost: float = MaxCostOpt,
-    reach_floor: float = ReachFloorOpt,
-    limit: Optional[int] = LimitOpt,
-    workers: int = WorkersOpt,
-    cache_dir: Path = CacheDirOpt,
-    no_cache: bool = NoCacheOpt,
-    cache_url: Optional[str] = CacheUrlOpt,
-    cache_ttl_s: int = CacheTtlOpt,
-    executor: str = ExecutorOpt,
+    run: BatchRun = None,  # type: ignore[assignment]  # the shared options (batch_run_options)
     resume: bool = typer.Option(False, "--resume", help="Keep the predictions already in OUT; run only the rest."),
 ) -> None:
     """Run POLICY over every item of a task file and write the prediction file; prints accuracy per source.
@@ -80,23 +70,20 @@ def predict(
     4 the run lost capacity: workers died or never started, or steps failed on their node (each named on stderr
     and in the metrics file)."""
     limit_threads()
-    from ..episode.context import MaestroContext
     from ..episode.runner import predict as run_predict
     from ..policy import DEFAULT_POLICY, make_policy
 
     policy = policy or DEFAULT_POLICY
-    cache_dir, cache_url = (None, None) if no_cache else (cache_dir, cache_url)
-    reg = load_registry(registry, cache_dir, cache_url, cache_ttl_s=cache_ttl_s)
+    reg = run.load_registry()
     if policy != "oracle":
         try:
             make_policy(policy)
         except MaestroError as exc:
             fail(str(exc))
-    runner = open_executor(executor, reg, registry, cache_dir, cache_url, workers, cache_ttl_s)
+    runner = run.open_executor(reg)
     try:
-        summary = run_predict(reg, tasks, out, policy=policy, limit=limit, workers=workers, resume=resume,
-                              executor=runner,
-                              context=MaestroContext(max_turns=max_turns, max_cost=max_cost, reach_floor=reach_floor))
+        summary = run_predict(reg, tasks, out, policy=policy, limit=run.limit, workers=run.workers, resume=resume,
+                              executor=runner, context=run.context())
     except MaestroError as exc:  # the cluster gave out mid-run: what finished is in OUT
         fail(f"{exc}; the predictions that finished are in {out}: rerun with --resume to run the rest")
     print_skipped(summary.skipped)
