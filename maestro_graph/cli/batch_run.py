@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .common import executor, registry
+from .common import executor as start_executor, registry as open_registry
 from .options import (CacheDirOpt, CacheTtlOpt, CacheUrlOpt, ExecutorOpt, LimitOpt, MaxCostOpt, MaxTurnsOpt,
                       NoCacheOpt, ReachFloorOpt, RegistryOpt, WorkersOpt)
 
@@ -34,12 +34,12 @@ class BatchRun:
 
     def load_registry(self):
         """The registry with its expert cache, or a usage error naming what is wrong with it."""
-        return registry(self.registry, self.cache_dir, self.cache_url, cache_ttl_s=self.cache_ttl_s)
+        return open_registry(self.registry, self.cache_dir, self.cache_url, cache_ttl_s=self.cache_ttl_s)
 
     def open_executor(self, reg):
         """Where the episodes run (started after the command has checked its own arguments: a Ray cluster takes
         seconds to join)."""
-        return executor(self.executor, reg, self.registry, self.cache_dir, self.cache_url, self.workers,
+        return start_executor(self.executor, reg, self.registry, self.cache_dir, self.cache_url, self.workers,
                         self.cache_ttl_s)
 
     def context(self):
