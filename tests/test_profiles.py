@@ -131,7 +131,10 @@ def test_a_missing_or_malformed_profile_file_is_a_config_error_naming_it(tmp_pat
 
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED_PROFILES = [ROOT / "maestro_graph" / "default_registry.profile.json", ROOT / "configs" / "registry-nolm.profile.json"]
+SHIPPED_PROFILES = [ROOT / "maestro_graph" / "default_registry.profile.json",
+                    ROOT / "configs" / "registry-nolm.profile.json"]
+PROFILED_FONTS = "ae89cb66acc85f13"
+"""The digest of the font file names, in order, that the shipped profiles' generated items were drawn with."""
 
 
 @pytest.mark.parametrize("profile", SHIPPED_PROFILES, ids=lambda p: p.name)
@@ -140,6 +143,7 @@ def test_the_shipped_profiles_generated_rows_are_what_their_recipe_makes(profile
     make --n 60 --seed 0`, then `scripts/subset_tasks.py train.jsonl --per-domain 6 --exclude small-text`). The real
     items are not in the repository; the generated ones are made again here, so a generator change that alters them
     (which leaves the shipped reach describing items its recipe no longer makes) fails here, not months later."""
+    import hashlib
     import subprocess
     import sys
 
@@ -147,11 +151,15 @@ def test_the_shipped_profiles_generated_rows_are_what_their_recipe_makes(profile
     from safetensors.numpy import load_file
 
     from maestro_graph.bench.generate import make_suite
+    from maestro_graph.bench.generate.base import font_paths
     from maestro_graph.core.tasks import load_tasks
     from maestro_graph.features.state import question_features, unit_rows
     from maestro_graph.registry.reach import reach_path
 
     assert json.loads(profile.read_text())["calibration"].endswith("runs/bench/train-6.jsonl")
+    fonts = hashlib.sha256(" ".join(Path(p).name for p in font_paths()).encode()).hexdigest()[:16]
+    if fonts != PROFILED_FONTS:  # the generator draws from the fonts a machine has
+        pytest.skip(f"this machine's fonts (digest {fonts}) are not those the shipped items were made with")
     make_suite(tmp_path, 60, 0, splits=("train",), progress=False)
     subprocess.run([sys.executable, str(ROOT / "scripts" / "subset_tasks.py"), str(tmp_path / "train.jsonl"),
                     "--per-domain", "6", "--exclude", "small-text"], check=True, capture_output=True)

@@ -85,14 +85,16 @@ def fmt_num(value: float, decimals: int = 2) -> str:
 
 @lru_cache(maxsize=1)
 def font_paths() -> tuple[str, ...]:
-    """TrueType fonts available here: matplotlib's bundled DejaVu fonts and every TTF under /usr/share/fonts.
-    Sorted, so that a seed picks the same font on every run; math/symbol fonts without Latin letters are left out."""
+    """TrueType fonts available here: every TTF under /usr/share/fonts, then matplotlib's bundled DejaVu fonts, each
+    part sorted, so that a seed picks the same font on every run wherever the package is installed (a sort of whole
+    paths put the bundled fonts first or last by the install folder's name); math/symbol fonts without Latin letters
+    are left out. A machine with other system fonts makes other items from the same seed."""
     matplotlib = import_extra("matplotlib", "plots", "the benchmark generator")
 
-    found = set(Path(matplotlib.get_data_path(), "fonts", "ttf").glob("*.ttf"))
-    found |= set(Path("/usr/share/fonts").rglob("*.ttf"))
+    system = sorted(Path("/usr/share/fonts").rglob("*.ttf"))
+    bundled = sorted(Path(matplotlib.get_data_path(), "fonts", "ttf").glob("*.ttf"))
     skip = ("Math", "Symbol", "STIX", "cmex", "cmsy", "cmmi", "cmr", "cmb", "cmss", "cmtt", "Display")
-    return tuple(sorted(str(p) for p in found if not any(s in p.name for s in skip)))
+    return tuple(str(p) for p in [*system, *bundled] if not any(s in p.name for s in skip))
 
 
 @lru_cache(maxsize=256)
