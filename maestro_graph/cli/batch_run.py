@@ -73,5 +73,6 @@ def batch_run_options(func: Callable) -> Callable:
             given.update(cache_dir=None, cache_url=None)
         return func(**kwargs, run=BatchRun(**given))
 
-    command.__signature__ = signature.replace(parameters=[*params[:at], *shared, *params[at + 1:]])  # type: ignore[attr-defined]
+    parameters = [*params[:at], *shared, *params[at + 1:]]
+    command.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
     return command
