@@ -73,7 +73,7 @@ def _own_registry(folder: Path, **expert_options) -> Path:
     path = folder / "registry.yaml"
     path.write_text(yaml.safe_dump({"skill_dirs": ["skills"], "models": [
         {"name": "zxing", "description": "zxing-cpp barcode reader.", "capabilities": ["barcode"], "backend": first,
-         "cost": {"per_call": 0.01}},
+         "cost": {"per_call": 0.01}, "timeout_s": 150},  # a gated call waits until every worker has started
         {"name": "opencv-barcode", "description": "OpenCV barcode and QR reader.", "capabilities": ["barcode"],
          "backend": {"type": "python", "entry": "maestro_graph.experts.opencv_barcode:OpenCVBarcodeExpert"},
          "cost": {"per_call": 0.01}}]}))
