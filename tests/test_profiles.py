@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -137,34 +138,41 @@ PROFILED_FONTS = "ae89cb66acc85f13"
 """The digest of the font file names, in order, that the shipped profiles' generated items were drawn with."""
 
 
-@pytest.mark.parametrize("profile", SHIPPED_PROFILES, ids=lambda p: p.name)
-def test_the_shipped_profiles_generated_rows_are_what_their_recipe_makes(profile, tmp_path):
-    """The shipped profiles were measured on the real dev training half and on 42 generated items (`maestro bench
-    make --n 60 --seed 0`, then `scripts/subset_tasks.py train.jsonl --per-domain 6 --exclude small-text`). The real
-    items are not in the repository; the generated ones are made again here, so a generator change that alters them
-    (which leaves the shipped reach describing items its recipe no longer makes) fails here, not months later."""
+@pytest.fixture(scope="module")
+def recipe_features(tmp_path_factory):
+    """The reach's features of the 42 generated items the shipped profiles' recipe makes (`maestro bench make --n 60
+    --seed 0`, then `scripts/subset_tasks.py train.jsonl --per-domain 6 --exclude small-text`), as a profile computes
+    them (`Reach.measure`); made once for both profiles."""
     import hashlib
     import subprocess
     import sys
 
-    import numpy as np
-    from safetensors.numpy import load_file
-
     from maestro_graph.bench.generate import make_suite
     from maestro_graph.bench.generate.base import font_paths
     from maestro_graph.core.tasks import load_tasks
-    from maestro_graph.features.state import question_features, unit_rows
-    from maestro_graph.registry.reach import reach_path
+    from maestro_graph.registry.reach import Reach
 
-    assert json.loads(profile.read_text())["calibration"].endswith("runs/bench/train-6.jsonl")
     fonts = hashlib.sha256(" ".join(Path(p).name for p in font_paths()).encode()).hexdigest()[:16]
     if fonts != PROFILED_FONTS:  # the generator draws from the fonts a machine has
         pytest.skip(f"this machine's fonts (digest {fonts}) are not those the shipped items were made with")
-    make_suite(tmp_path, 60, 0, splits=("train",), progress=False)
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "subset_tasks.py"), str(tmp_path / "train.jsonl"),
+    folder = tmp_path_factory.mktemp("bench")
+    make_suite(folder, 60, 0, splits=("train",), progress=False)
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "subset_tasks.py"), str(folder / "train.jsonl"),
                     "--per-domain", "6", "--exclude", "small-text"], check=True, capture_output=True)
-    tasks = load_tasks(tmp_path / "train-6.jsonl")[0]
-    made = unit_rows(question_features([t.question for t in tasks], [list(t.images) for t in tasks],
-                                       [t.options for t in tasks]))
-    shipped = load_file(reach_path(profile))["features"].astype(np.float32)[-len(tasks):]  # float16 rows
-    assert len(tasks) == 42 and np.abs(made - shipped).max() < 2e-3
+    tasks = load_tasks(folder / "train-6.jsonl")[0]
+    return Reach.measure([t.question for t in tasks], [list(t.images) for t in tasks], [t.options for t in tasks],
+                         np.zeros((len(tasks), 0)), {}).features
+
+
+@pytest.mark.parametrize("profile", SHIPPED_PROFILES, ids=lambda p: p.name)
+def test_the_shipped_profiles_generated_rows_are_what_their_recipe_makes(profile, recipe_features):
+    """The shipped profiles were measured on the real dev training half and on the recipe's 42 generated items. The
+    real items are not in the repository; the generated ones are made again, so a generator change that alters them
+    (which leaves the shipped reach describing items its recipe no longer makes) fails here, not months later."""
+    from safetensors.numpy import load_file
+
+    from maestro_graph.registry.reach import reach_path
+
+    assert json.loads(profile.read_text())["calibration"].endswith("runs/bench/train-6.jsonl")
+    shipped = load_file(reach_path(profile))["features"].astype(np.float32)[-len(recipe_features):]  # float16 rows
+    assert len(recipe_features) == 42 and np.abs(recipe_features - shipped).max() < 2e-3
