@@ -4,12 +4,13 @@ checkpoint repeats an image's bytes: the state holds `IMAGE_REF` references to t
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 from langgraph.store.base import BaseStore
 
 from ..images.sources import ImageRefused
 
-__all__ = ["IMAGE_NAMESPACE", "IMAGE_REF", "fetched", "stored"]
+__all__ = ["IMAGE_NAMESPACE", "IMAGE_REF", "fetched", "stored", "stored_input"]
 
 IMAGE_NAMESPACE = ("maestro", "images")
 """Where a thread's images are kept, once per content digest."""
@@ -30,6 +31,19 @@ def stored(store: BaseStore | None, images: list[str]) -> list[str]:
             image = IMAGE_REF + key
         refs.append(image)
     return refs
+
+
+def stored_input(store: BaseStore | None, graph_input: dict[str, Any]) -> dict[str, Any]:
+    """A run's input with its images, and those of every turn of its `history`, kept in the store as `stored` keeps
+    them: a door hands the graph references, so the checkpoints a run writes before intake (its input, the state
+    that enters intake) hold none of the bytes either, and an image a client resends with each question, or repeats
+    in several turns of its history, is stored once."""
+    if store is None:
+        return graph_input
+    stored_turns = [{**turn, "images": stored(store, turn["images"])} if turn.get("images") else turn
+                    for turn in graph_input.get("history") or []]
+    return {**graph_input, "images": stored(store, graph_input.get("images") or []),
+            **({"history": stored_turns} if stored_turns else {})}
 
 
 def fetched(store: BaseStore | None, images: list[str]) -> list[str]:

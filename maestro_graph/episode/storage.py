@@ -67,12 +67,22 @@ def sqlite_image_store(path: str | Path, *, retention_days: float | None = None)
 def prune_thread(saver: SqliteSaver, thread_id: str, *, keep: int = DEFAULT_CHECKPOINTS_KEPT) -> int:
     """Delete all but the `keep` latest checkpoints of a thread (and their pending writes) from a SQLite
     checkpointer, so a long thread's file stays bounded; call it between episodes, never while one runs on the
-    thread. Returns how many checkpoints went."""
-    with saver.lock, saver.conn:
-        gone = saver.conn.execute(
-            "DELETE FROM checkpoints WHERE thread_id = ? AND checkpoint_id NOT IN (SELECT checkpoint_id FROM "
-            "checkpoints WHERE thread_id = ? ORDER BY checkpoint_id DESC LIMIT ?)", (thread_id, thread_id, keep),
-        ).rowcount
-        saver.conn.execute("DELETE FROM writes WHERE thread_id = ? AND checkpoint_id NOT IN (SELECT checkpoint_id FROM "
-                           "checkpoints WHERE thread_id = ?)", (thread_id, thread_id))
+    thread. The file's write-ahead log (SqliteSaver keeps the file in WAL mode) is then copied into the file and
+    emptied: every step of an episode appends whole pages to it, so without this it grows by about a third of a
+    megabyte per question until SQLite's own checkpoint at 4 MB, and keeps that size. Returns how many checkpoints
+    went."""
+    with saver.lock:
+        with saver.conn:
+            gone = _pruned(saver.conn, thread_id, keep)
+        saver.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # waits (busy timeout) for the image store's writes
+    return gone
+
+
+def _pruned(conn: sqlite3.Connection, thread_id: str, keep: int) -> int:
+    gone = conn.execute(
+        "DELETE FROM checkpoints WHERE thread_id = ? AND checkpoint_id NOT IN (SELECT checkpoint_id FROM "
+        "checkpoints WHERE thread_id = ? ORDER BY checkpoint_id DESC LIMIT ?)", (thread_id, thread_id, keep),
+    ).rowcount
+    conn.execute("DELETE FROM writes WHERE thread_id = ? AND checkpoint_id NOT IN (SELECT checkpoint_id FROM "
+                 "checkpoints WHERE thread_id = ?)", (thread_id, thread_id))
     return gone

@@ -32,6 +32,7 @@ from starlette.concurrency import run_in_threadpool
 from ..core.cancellation import Cancelled, cancellable
 from ..episode.context import MaestroContext
 from ..episode.graph import build_graph
+from ..episode.image_refs import stored_input
 from ..episode.runner import EpisodeResult, ThreadMode, episode_finished, thread_mode
 from ..policy import PolicyNotOffered
 from ..registry import Registry
@@ -300,11 +301,12 @@ class EpisodeService:
         start = time.perf_counter()
         done_before = 0
         config = self._config(episode)
-        graph_input: dict[str, Any] | None = {
-            "question": episode.question, "images": episode.images, "choices": episode.choices,
-            **({"history": episode.history} if episode.history else {}),
-        }
-        if episode.mode != "new":
+        if episode.mode == "new":  # the images as references to the thread's image store (episode.image_refs)
+            graph_input: dict[str, Any] | None = stored_input(self.store, {
+                "question": episode.question, "images": episode.images, "choices": episode.choices,
+                **({"history": episode.history} if episode.history else {}),
+            })
+        else:
             values = self.graph.get_state(config).values
             for step in values.get("steps", []):
                 emit({"event": "step", **_public(step), "restored": True})
