@@ -5,13 +5,14 @@ the pairs of an expert added to a profiled registry.
 `maestro registry profile` measures every pair; when a skill's code changes only its pairs' entries (whose
 fingerprints include the skill's code) go stale, and when an expert is added only its pairs are new. A registry file
 holding just those pairs is profiled, and its entries and reach are merged here: entries replace or join the base's,
-and the reach (registry.reach.Reach.merged) gets the part's outcomes in the base's rows when the part was measured on
-the same calibration files in the same order, else as rows of their own (each pair's estimates then use the items it
-was measured on). The registry's pairs that neither file measured are recorded in the reach as measured on no item,
+and the reach (registry.reach.Reach.merged) gets the part's outcomes in the rows of the calibration items it shares with
+the base (all of them, or a sample for an expert too slow to run on every item), and as rows of their own on other
+items (each pair's estimates then use the items it was measured on). The registry's pairs that neither file measured are recorded in the reach as measured on no item,
 so reading it warns of nothing while its estimates still say nothing while such a pair may be called. A part with
 unmeasured pairs (their calls failed while profiling: `maestro registry profile` exited non-zero) is refused; without
-`--part` the script only does that, carrying a profile over to a registry with more pairs (the packaged default
-registry is the training registry plus the chat model, which is never profiled: minutes per call on a CPU).
+`--part` the script only does that, carrying a profile over to a registry with more pairs. The packaged default
+registry is the training registry plus the chat model, whose pair is measured on a sample of the calibration items
+(seconds per call on a CPU: docs/training.md).
 
     .venv/bin/maestro registry profile --registry PART.yaml --tasks TRAIN.jsonl ... --out part.profile.json
     .venv/bin/python scripts/merge_profile.py --registry configs/registry-nolm.yaml --part part.profile.json \\

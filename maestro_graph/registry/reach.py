@@ -53,6 +53,8 @@ part was left out (the measurements: docs/results.md, "The reach's first version
 PAIR_BAND = 0.05
 """How much less similar than the nearest calibration question a neighbour may be and still count in a pair's
 accuracy on questions like this one (Reach.pair_accuracy)."""
+SAME_FEATURES = 2e-3
+"""The largest difference of one feature between two rows of one calibration item (float16 storage rounds them)."""
 SAME_QUESTION = 0.999
 """The similarity above which a calibration question is this question (features are stored as float16; distinct
 real dev items are at most 0.99 alike)."""
@@ -153,25 +155,39 @@ class Reach:
         return np.nan_to_num(self.right[np.ix_(index, columns)]).max(axis=1, initial=0.0)
 
     def merged(self, part: "Reach") -> "Reach":
-        """This reach with `part`'s pairs measured again or added. Measured on the same calibration items (row for
-        row, as `maestro registry profile` on the same task files gives them), part's columns replace or join these;
-        measured on other items, part's items are new rows, where the pairs only this reach measured were not
-        measured (NaN), and part's pairs count only part's items (an outcome measured before part's run is of
-        another version of the pair)."""
+        """This reach with `part`'s pairs measured again or added. A part item that is one of these calibration
+        items (the same question features: `maestro registry profile` of the same items, or of a subset of them,
+        such as a slow expert measured on a sample) fills that item's row; other part items are new rows, where the
+        pairs only this reach measured were not measured (NaN). Part's pairs count only part's items (an outcome
+        measured before part's run is of another version of the pair), so where part measured a subset of the items
+        the estimate over every pair reads that subset."""
         if part.k != self.k:
             raise ValueError(f"the reaches average over other numbers of neighbours ({self.k} and {part.k})")
-        same = (part.features.shape == self.features.shape
-                and bool(np.isclose(part.features, self.features, atol=2e-3).all()))
-        offset = 0 if same else len(self.features)
-        features = self.features if same else np.vstack([self.features, part.features])
+        rows = self._rows_of(part.features)
+        added = rows < 0
+        rows[added] = len(self.features) + np.arange(int(added.sum()))
+        features = np.vstack([self.features, part.features[added]])
         pairs = {**self.pairs, **part.pairs}
         right = np.full((len(features), len(pairs)), np.nan, np.float32)
         for j, pair in enumerate(pairs):
             if pair in part.pairs:
-                right[offset:offset + len(part.features), j] = part.right[:, list(part.pairs).index(pair)]
+                right[rows, j] = part.right[:, list(part.pairs).index(pair)]
             else:
                 right[: len(self.features), j] = self.right[:, list(self.pairs).index(pair)]
         return Reach(features.astype(np.float32), right, pairs, self.k)
+
+    def _rows_of(self, features: np.ndarray) -> np.ndarray:
+        """For each row of `features`, the index of a distinct calibration item with the same features (within
+        float16 storage's rounding), else -1."""
+        rows = np.full(len(features), -1)
+        taken: set[int] = set()
+        for i, row in enumerate(features):
+            same = np.flatnonzero(np.abs(self.features - row).max(axis=1) <= SAME_FEATURES)
+            free = [int(j) for j in same if int(j) not in taken]
+            if free:
+                rows[i] = free[0]
+                taken.add(free[0])
+        return rows
 
     def with_unmeasured(self, pairs: dict[str, str]) -> "Reach":
         """This reach with `pairs` (fingerprint by id) it never measured recorded as measured on no item (NaN
