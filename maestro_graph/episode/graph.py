@@ -8,7 +8,6 @@ from __future__ import annotations
 from functools import partial
 
 from langgraph.graph import END, START, StateGraph
-from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 from langgraph.types import Checkpointer
 
@@ -23,6 +22,7 @@ from .context import MaestroContext
 from .intake import intake
 from .parts import GraphParts
 from .router import router
+from .run_input import MaestroGraph
 from .skill_node import run_skill
 from .state import ANSWER, INTAKE, ROUTER, MaestroInput, MaestroOutput, MaestroState
 
@@ -39,7 +39,7 @@ def build_graph(
     confidence: ConfidenceModel | None = None,
     store: BaseStore | None = None,
     name: str = "maestro",
-) -> CompiledStateGraph:
+) -> MaestroGraph:
     """Compile the Maestro graph. `policy` is the default (else the catalog's default, else `DEFAULT_POLICY`, the
     shipped checkpoint); a run's context may name another from `policies` (default: an open catalog, for the
     operator's own code). A graph served to clients passes a restricted catalog and `image_sources`: then every node
@@ -49,7 +49,8 @@ def build_graph(
     `MaestroContext.of`, so the graph also runs as a subgraph under any parent's context. `confidence` turns an
     answer's evidence into the probability that it is right (default: the package's, `shipped_confidence`). With a
     `store` (or the one the Agent Server gives every run), a thread's data-URL images are kept there once per content
-    digest (`episode.image_refs`) and its checkpoints hold references."""
+    digest (`episode.image_refs`) and its checkpoints hold references. The compiled graph is a `MaestroGraph`: a run's
+input or `Command` naming what the graph does not have is refused before it starts (`episode.run_input`)."""
     policies = policies or PolicyCatalog.open(DEFAULT_POLICY)
     parts = GraphParts(registry=registry, policy=policy or policies.get(), policies=policies,
                        confidence=confidence or shipped_confidence(), image_sources=image_sources)
@@ -67,4 +68,6 @@ def build_graph(
     builder.add_node(ANSWER, partial(answer, parts=parts))
     builder.add_edge(START, INTAKE)
     builder.add_edge(ANSWER, END)
-    return builder.compile(checkpointer=checkpointer, store=store, name=name)
+    graph = builder.compile(checkpointer=checkpointer, store=store, name=name)
+    graph.__class__ = MaestroGraph  # LangGraph's compiled graph, each run's input checked first (run_input.py)
+    return graph

@@ -43,7 +43,7 @@ def intake(state: MaestroState, runtime: Runtime[MaestroContext], *,
     if chat:
         question, sent = human_parts(messages[-1])
     else:
-        question, sent = state.get("question") or "", list(state.get("images") or [])
+        question, sent = state.get("question") or "", state.get("images") or []  # a list once read_state passed
     question = clean_question(question) if isinstance(question, str) else ""
     update: dict = {"question": question, "steps": Overwrite([]), "decisions": Overwrite([]),
                     "answer": None, "answer_source": None, "confidence": None, "confidence_basis": None,
@@ -56,7 +56,8 @@ def intake(state: MaestroState, runtime: Runtime[MaestroContext], *,
         MaestroContext.of(runtime.context)
         _check(question_problem(question, image=bool(images)))
     except (InputError, ConfigError) as exc:
-        return Command(goto=ANSWER, update={**update, **stop_update(StopReason.INPUT_ERROR, exc)})
+        # `images: []`: a wrong value a client wrote there must not stop the thread's next question too
+        return Command(goto=ANSWER, update={**update, "images": [], **stop_update(StopReason.INPUT_ERROR, exc)})
     try:
         images = parts.images(images, runtime.store)
     except ImageRefused as exc:

@@ -1,0 +1,143 @@
+"""What a run may hand the compiled graph, checked before LangGraph maps it into the state.
+
+A client of the Agent Server sends a run's input, or a `Command`, as JSON, and LangGraph maps it into channels
+without asking the graph: a key that is no input field or channel is dropped with a log line, a `goto` to a node the
+graph lacks and a `resume` when nothing waits for one are ignored, so the run does nothing and returns the previous
+run's answer as if it were this one's; and `messages` that are not messages make LangGraph's own reducer raise
+`NotImplementedError` before any node runs. `MaestroGraph` refuses these with `BadRunInput`, naming the field and
+the value, before the run starts (the SDK reports the run's error as `BadRunInput: <why>`); so does a state update
+(`update_state`, the SDK's `threads.update_state`). A value of the wrong type in a field the graph has is the nodes'
+to name (`episode.written_state`): the run ends with the typed input error, as for any other bad input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import convert_to_messages
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Command, Send, StateUpdate
+
+from ..errors import InputError
+
+__all__ = ["BadRunInput", "MaestroGraph"]
+
+_SHOWN = 80
+"""The most characters of a wrong value that a refusal quotes."""
+_MESSAGES = "messages"
+
+
+class BadRunInput(InputError, ValueError):
+    """A run's input or `Command`, or a state update, names what the graph does not have (a field, a channel, a
+    node, a pending interrupt) or holds chat messages that are not messages; the message says which and what the
+    graph has. A ValueError too: the Agent Server passes a ValueError's message on to the client, and replaces any
+    other exception's by "An internal error occurred"."""
+
+
+class MaestroGraph(CompiledStateGraph):
+    """The compiled Maestro graph: LangGraph's, with every run's input and every state update checked first
+    (`check_run_input`, `check_update`). `stream` and `astream` are where every way of running it passes
+    (`invoke`, the Agent Server's runs, `astream_events`); `bulk_update_state` and `abulk_update_state` where
+    every state update does."""
+
+    def stream(self, input: Any, config: Any = None, **kwargs: Any):  # noqa: A002 - LangGraph's parameter name
+        check_run_input(self, input)
+        return super().stream(input, config, **kwargs)
+
+    def astream(self, input: Any, config: Any = None, **kwargs: Any):  # noqa: A002 - LangGraph's parameter name
+        check_run_input(self, input)
+        return super().astream(input, config, **kwargs)
+
+    def bulk_update_state(self, config: Any, supersteps: Sequence[Sequence[StateUpdate]]) -> Any:
+        _check_supersteps(self, supersteps)
+        return super().bulk_update_state(config, supersteps)
+
+    async def abulk_update_state(self, config: Any, supersteps: Sequence[Sequence[StateUpdate]]) -> Any:
+        _check_supersteps(self, supersteps)
+        return await super().abulk_update_state(config, supersteps)
+
+
+def check_run_input(graph: CompiledStateGraph, run_input: Any) -> None:
+    """Refuse (BadRunInput) a run's input that LangGraph would drop or fail on before any node runs: an input that is
+    not an object, a key that is not an input field, `messages` that are not chat messages; for a `Command`, a
+    `resume` (the graph never interrupts), a `goto` to no node of the graph, an update of no channel."""
+    if run_input is None:
+        return
+    if isinstance(run_input, Command):
+        _check_command(graph, run_input)
+    elif isinstance(run_input, Mapping):
+        _check_keys(run_input, _input_fields(graph), "input")
+    else:
+        raise BadRunInput(f"input: expected an object with the fields {', '.join(sorted(_input_fields(graph)))} "
+                          f"(got {_shown(run_input)})")
+
+
+def check_update(graph: CompiledStateGraph, values: Any, where: str) -> None:
+    """Refuse (BadRunInput) a state update naming no channel of the graph, or writing `messages` that are not chat
+    messages."""
+    if values is None:
+        return
+    if isinstance(values, Mapping):
+        pairs: Iterable[tuple[Any, Any]] = values.items()
+    elif isinstance(values, Sequence) and not isinstance(values, str) and all(
+            isinstance(p, Sequence) and not isinstance(p, str) and len(p) == 2 for p in values):
+        pairs = [tuple(p) for p in values]
+    else:
+        raise BadRunInput(f"{where}: expected an object of channel values (got {_shown(values)})")
+    _check_keys(dict(pairs), _channels(graph), where)
+
+
+def _check_command(graph: CompiledStateGraph, command: Command) -> None:
+    if command.graph is not None:
+        raise BadRunInput(f"command.graph: a run's Command goes to this graph; got {_shown(command.graph)}")
+    if command.resume is not None:
+        raise BadRunInput(f"command.resume: this graph never waits to be resumed (it does not interrupt), so "
+                          f"{_shown(command.resume)} has nothing to resume; send input, or a Command with update or "
+                          "goto")
+    nodes = sorted(name for name in graph.builder.nodes)
+    gotos = command.goto if isinstance(command.goto, (list, tuple)) else [command.goto] if command.goto else []
+    for target in gotos:
+        node = target.node if isinstance(target, Send) else target
+        if node not in nodes:
+            raise BadRunInput(f"command.goto: the graph has no node {_shown(node)}; its nodes are {', '.join(nodes)}")
+    check_update(graph, command.update, "command.update")
+
+
+def _check_supersteps(graph: CompiledStateGraph, supersteps: Sequence[Sequence[StateUpdate]]) -> None:
+    for superstep in supersteps:
+        for update in superstep:
+            check_update(graph, update.values, "update")
+
+
+def _check_keys(values: Mapping[Any, Any], known: set[str], where: str) -> None:
+    unknown = sorted(map(str, set(values) - known))
+    if unknown:
+        raise BadRunInput(f"{where}.{unknown[0][:_SHOWN]}: the graph has no such field; it takes "
+                          f"{', '.join(sorted(known))}")
+    if _MESSAGES in values:
+        _check_messages(values[_MESSAGES], f"{where}.{_MESSAGES}")
+
+
+def _check_messages(value: Any, where: str) -> None:
+    """Chat messages as LangGraph's `add_messages` takes them: a message or a list of them (LangChain messages,
+    role/content objects, (role, content) pairs, strings); anything else would raise inside its reducer."""
+    try:
+        convert_to_messages(value if isinstance(value, list) else [value])
+    except (NotImplementedError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+        raise BadRunInput(f"{where}: expected chat messages (objects with role and content) (got {_shown(value)}: "
+                          f"{first[:_SHOWN * 2]})") from None
+
+
+def _input_fields(graph: CompiledStateGraph) -> set[str]:
+    return set(graph.builder.schemas[graph.builder.input_schema])
+
+
+def _channels(graph: CompiledStateGraph) -> set[str]:
+    return set(graph.builder.channels)
+
+
+def _shown(value: Any) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= _SHOWN else f"{shown[:_SHOWN]}... ({len(shown):,} characters)"

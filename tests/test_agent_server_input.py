@@ -1,0 +1,157 @@
+"""Issue 58, item 4: every field of the Agent Server's run input and of a `Command` update, written with a wrong
+type, is a typed input error that `langgraph_sdk` reports as such (never a TypeError or NotImplementedError from
+inside the graph); a `goto` to no node, an update of no channel and a `resume` (the graph never interrupts) are
+refused instead of returning the previous run's answer. Swept through the SDK against a real `langgraph dev`."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from servers import data_url, langgraph_dev
+
+ROOT = Path(__file__).resolve().parents[1]
+QUESTION = "What text does the QR code encode?"
+CONTEXT = {"policy": "rules"}
+pytestmark = pytest.mark.slow
+
+WRONG = {
+    "question": [5, True, ["x"], {"text": "x"}],
+    "images": [5, True, "data:image/png;base64,AAAA", [5], {"url": "x"}],
+    "choices": [5, True, "A or B", [1, 2]],
+    "history": [5, True, ["x"], [{"question": 5, "answer": "x"}]],
+    "messages": [5, True, [5], [{"role": "nobody", "content": "x"}], [{"role": "human", "content": 5}]],
+}
+"""For each field of the graph's input, values of the wrong type (or of the right container with wrong items)."""
+REFUSED = "BadRunInput"
+"""The error a run gets when its input cannot even be stored (messages that are not messages, no such field)."""
+
+
+@pytest.fixture(scope="module")
+def server_url(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("lg-input")
+    with langgraph_dev(folder) as url:
+        yield url
+    log = (folder / "server.log").read_text()
+    assert "TypeError" not in log and "NotImplementedError" not in log, log[-3000:]
+
+
+async def _stream(client, thread: str | None, **run) -> list:
+    return [c async for c in client.runs.stream(thread, "maestro", context=CONTEXT,
+                                                stream_mode=["custom", "values"], **run)]
+
+
+def _typed(chunks: list) -> str:
+    """What the run said of its input: the typed input error's message (the run ended on it, no step ran), or the
+    refusal `BadRunInput: <why>`. Fails on anything else: an answer, or a run error of another type."""
+    failures = [c.data for c in chunks if c.event == "error"]
+    if failures:
+        assert len(failures) == 1 and failures[0]["error"] == REFUSED, failures
+        assert not [c for c in chunks if c.event == "values"], "a refused run wrote no state"
+        return f"{REFUSED}: {failures[0]['message']}"
+    errors = [c.data for c in chunks if c.event == "custom" and c.data["event"] == "error"]
+    final = [c.data for c in chunks if c.event == "values"][-1]
+    assert errors and errors[0]["kind"] == "input", chunks
+    assert final["answer"] is None and final["steps"] == [] and final["stop_reason"].startswith("input error: ")
+    return errors[0]["message"]
+
+
+def test_every_input_field_of_the_wrong_type_is_a_typed_input_error(server_url):
+    from langgraph_sdk import get_client
+
+    qr = data_url(ROOT / "examples/qrcode.png")
+
+    async def go() -> dict:
+        client = get_client(url=server_url)
+        said = {}
+        for field, values in WRONG.items():
+            for value in values:
+                run_input = {"question": QUESTION, "images": [qr], field: value}
+                said[field, repr(value)] = _typed(await _stream(client, None, input=run_input))
+        return said
+
+    said = asyncio.run(go())
+    for (field, value), message in said.items():
+        assert field in message, f"input.{field} = {value}: {message}"
+    assert said["images", "5"] == "state.images: Input should be a valid list (got 5)"
+    assert said["messages", "5"].startswith(f"{REFUSED}: input.messages: expected chat messages")
+
+
+def test_every_command_update_of_the_wrong_type_is_a_typed_input_error(server_url):
+    """A `Command` writes the wrong value into a field of an answered thread and sends the run to the router, which
+    reads it: the run ends with the typed input error naming the field (or is refused, for messages), and the next
+    question on the thread is answered."""
+    from langgraph_sdk import get_client
+
+    qr = {"question": QUESTION, "images": [data_url(ROOT / "examples/qrcode.png")]}
+
+    async def go() -> tuple[dict, list]:
+        client = get_client(url=server_url)
+        thread = (await client.threads.create())["thread_id"]
+        await client.runs.wait(thread, "maestro", input=qr, context=CONTEXT)
+        said, answers = {}, []
+        for field, values in WRONG.items():
+            for value in values[:3]:
+                command = {"update": {field: value}, "goto": "router"}
+                said[field, repr(value)] = _typed(await _stream(client, thread, command=command))
+                answers.append((await client.runs.wait(thread, "maestro", input=qr, context=CONTEXT))["answer"])
+        return said, answers
+
+    said, answers = asyncio.run(go())
+    for (field, value), message in said.items():
+        assert field in message, f"update.{field} = {value}: {message}"
+    assert answers == ["Wikipedia"] * len(answers)
+
+
+def test_images_written_wrong_by_a_command_are_the_next_questions_typed_input_error(server_url):
+    """The issue's case: `Command(update={"images": 5})` on an answered thread, then a question that sends no image
+    (so the state's `images` is read): the typed input error, not a TypeError; the thread then answers again."""
+    from langgraph_sdk import get_client
+
+    qr = {"question": QUESTION, "images": [data_url(ROOT / "examples/qrcode.png")]}
+
+    async def go() -> tuple[list, dict]:
+        client = get_client(url=server_url)
+        thread = (await client.threads.create())["thread_id"]
+        await client.runs.wait(thread, "maestro", input=qr, context=CONTEXT)
+        await client.runs.wait(thread, "maestro", command={"update": {"images": 5}})
+        chunks = await _stream(client, thread, input={"question": QUESTION})
+        return chunks, await client.runs.wait(thread, "maestro", input={"question": QUESTION}, context=CONTEXT)
+
+    chunks, after = asyncio.run(go())
+    assert _typed(chunks) == "state.images: Input should be a valid list (got 5)"
+    assert after["answer"] == "Wikipedia"  # about the thread's image again
+
+
+@pytest.mark.parametrize("command, refusal", [
+    ({"goto": "nowhere"}, "command.goto: the graph has no node 'nowhere'; its nodes are answer, "),
+    ({"goto": {"node": "nowhere", "input": {}}}, "command.goto: the graph has no node 'nowhere'"),
+    ({"update": {"bogus": 1}, "goto": "router"}, "command.update.bogus: the graph has no such field; it takes "),
+    ({"resume": "junk"}, "command.resume: this graph never waits to be resumed (it does not interrupt)"),
+], ids=["goto", "send", "channel", "resume"])
+def test_a_command_naming_what_the_graph_lacks_is_refused_not_answered_from_the_last_run(server_url, command,
+                                                                                         refusal):
+    from langgraph_sdk import get_client
+
+    qr = {"question": QUESTION, "images": [data_url(ROOT / "examples/qrcode.png")]}
+
+    async def go() -> list:
+        client = get_client(url=server_url)
+        thread = (await client.threads.create())["thread_id"]
+        await client.runs.wait(thread, "maestro", input=qr, context=CONTEXT)
+        return await _stream(client, thread, command=command)
+
+    message = _typed(asyncio.run(go()))
+    assert message.startswith(f"{REFUSED}: {refusal}"), message
+
+
+def test_an_unknown_input_field_is_refused(server_url):
+    from langgraph_sdk import get_client
+
+    async def go() -> list:
+        return await _stream(get_client(url=server_url), None, input={"question": QUESTION, "image": ["x"]})
+
+    message = _typed(asyncio.run(go()))
+    assert message.startswith(f"{REFUSED}: input.image: the graph has no such field; it takes choices, history, "
+                              "images, messages, question"), message
