@@ -14,9 +14,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import StructuredTool, ToolException
 from langgraph.graph import END, START, StateGraph
 from langgraph.pregel.remote import RemoteGraph
@@ -27,12 +28,14 @@ from typing_extensions import TypedDict  # JSON schemas for Studio on Python < 3
 from ..core.configs import DEFAULT_MAX_TURNS
 from ..episode.confidence import answer_note
 from ..episode.context import MaestroContext
+from ..episode.endings import stop_update
 from ..episode.state import AnswerSource, StepRecord
 from ..images.sources import ImageRefused, ImageSources
+from ..errors import ConfigError
 from ..types import StopReason
 
 __all__ = ["AgentContext", "AgentInput", "AgentOutput", "AgentState", "AskMaestro", "build_agent", "remote_agent",
-           "maestro_tool"]
+           "remote_maestro", "maestro_tool"]
 
 
 class AgentInput(TypedDict, total=False):
@@ -122,8 +125,27 @@ def build_agent(maestro: Any, *, checkpointer: Any = None) -> Any:
 
 
 def remote_agent(url: str, *, api_key: str | None = None, assistant: str = "maestro") -> Any:
-    """The same agent, its Maestro node served by an Agent Server (`langgraph dev` / `langgraph up`) at `url`."""
-    return build_agent(RemoteGraph(assistant, url=url, api_key=api_key))
+    """The same agent, its Maestro node served by an Agent Server (`langgraph dev` / `langgraph up`) at `url`. The
+    run's Maestro settings travel with each remote run (`remote_maestro`), as a local subgraph reads them."""
+    return build_agent(remote_maestro(RemoteGraph(assistant, url=url, api_key=api_key)))
+
+
+def remote_maestro(remote: RemoteGraph) -> Any:
+    """A node that runs `remote` with the run's Maestro settings as the remote run's context: a RemoteGraph added
+    as a node sends no context (LangGraph passes a node its config, and the parent's context is not part of what a
+    RemoteGraph sends), so `min_confidence`, `max_turns` and the rest would silently take the server's defaults.
+    The settings are read as a local subgraph reads them (`MaestroContext.of`: the `maestro` namespace of any
+    parent context); a wrong one ends the run with the input error, as it does locally."""
+
+    def maestro(state: AgentState, config: RunnableConfig, runtime: Runtime[Any]) -> dict[str, Any]:
+        try:
+            settings = MaestroContext.of(runtime.context)
+        except ConfigError as exc:
+            return {"answer": None, "answer_source": None, "confidence": None, "steps": [],
+                    **stop_update(StopReason.INPUT_ERROR, exc)}
+        return remote.invoke(state, config, context=asdict(settings))
+
+    return maestro
 
 
 class AskMaestro(BaseModel):

@@ -3,16 +3,18 @@ read the same way whether Maestro runs alone or as a subgraph under a parent gra
 
 from __future__ import annotations
 
+import types
+import typing
 from dataclasses import dataclass, fields
-from typing import Annotated, Mapping
+from typing import Annotated, Any, Mapping, Optional
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, WithJsonSchema
 
-from ..core.configs import DEFAULT_EPISODES_KEPT, MAX_EPISODES_KEPT, Budget
+from ..core.configs import DEFAULT_EPISODES_KEPT, MAX_COST, MAX_EPISODES_KEPT, MAX_TURNS, Budget
 from ..errors import ConfigError, first_validation_problem
 from ..registry.reach import REACH_FLOOR
 
-__all__ = ["CONTEXT_KEY", "MaestroContext", "episodes_kept"]
+__all__ = ["CONTEXT_KEY", "REQUEST_SETTINGS", "MaestroContext", "RunSettings", "episodes_kept"]
 
 
 CONTEXT_KEY = "maestro"
@@ -76,3 +78,40 @@ def episodes_kept(context: object) -> int:
         return MaestroContext.of(context).episodes_kept
     except ConfigError:
         return DEFAULT_EPISODES_KEPT
+
+
+REQUEST_SETTINGS = ("policy", "max_turns", "max_cost", "min_confidence")
+"""The run settings a client of an HTTP door may choose in its request body (the rest of the context is the
+operator's: `maestro serve`'s options)."""
+
+_HINTS = typing.get_type_hints(MaestroContext, include_extras=True)
+
+
+def _requested(name: str) -> Any:
+    """The type of a request's `name`: MaestroContext's own (its bounds), strict (a number is a JSON number, not a
+    string or a boolean) and finite (no NaN or Infinity, which Python's JSON reader accepts), or left out."""
+    hint = _HINTS[name]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    finite = {"allow_inf_nan": False} if name in ("max_cost", "min_confidence") else {}
+    # Optional (an error names the field alone, not a branch of a union) with the schema of the value only (the
+    # LangServe playground's form cannot render a `null` branch)
+    return Annotated[Optional[Annotated[hint, Field(strict=True, **finite)]],
+                     WithJsonSchema(TypeAdapter(hint).json_schema())]
+
+
+class RunSettings(BaseModel):
+    """The run settings of one request, validated the same on every HTTP door (the OpenAI route's body, LangServe's
+    input): each `REQUEST_SETTINGS` field with MaestroContext's type and bounds, so a value out of range, of the
+    wrong type, NaN or infinite is refused where the request enters instead of being ignored or clamped. A field
+    left out takes the server's default (`maestro serve`'s options)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: _requested("policy") = Field(None, description="one of the policies the server offers")
+    max_turns: _requested("max_turns") = Field(
+        None, description=f"most expert calls (1 to {MAX_TURNS}; the server's own limit caps it)")
+    max_cost: _requested("max_cost") = Field(
+        None, description=f"cost budget (0 to {MAX_COST:g}; the server's own limit caps it)")
+    min_confidence: _requested("min_confidence") = Field(
+        None, description="0 to 1: an answer less sure than this is withheld (MaestroContext.min_confidence)")

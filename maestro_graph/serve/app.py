@@ -37,6 +37,7 @@ from .observability import RequestIdMiddleware
 from .observability import thread_id as thread_id_var
 from .principals import principal_of
 from .protocol import (
+    NO_ANSWER,
     THREAD_ID_PATTERN,
     ApiError,
     ChatRequest,
@@ -45,6 +46,7 @@ from .protocol import (
     new_completion_id,
     parse_json,
     parse_request,
+    reply_message,
 )
 from .settings import ServeSettings
 
@@ -175,7 +177,7 @@ async def _chat_completion(request: Request, principal: str | None, service: Epi
     if header_thread and chat.thread_id and header_thread != chat.thread_id:
         raise ApiError(400, "thread_id_conflict", f"the {THREAD_HEADER} header and `thread_id` differ",
                        param="thread_id")
-    context = service.context(policy=chat.policy, max_turns=chat.max_turns, max_cost=chat.max_cost)
+    context = service.context(chat)
     requested_thread = chat.thread_id or header_thread
     if requested_thread is not None:  # another principal's thread is a 404, before anything else is said of it
         await run_in_threadpool(service.check_owner, requested_thread, principal)
@@ -232,8 +234,10 @@ async def _sse(completion_id: str, model: str, stream: AsyncIterator[dict[str, A
                 yield data(chunk_body(completion_id, model, {}, maestro=item))
                 continue
             _refused(item)
-            yield data(chunk_body(completion_id, model, {"content": item.result.answer or ""}))
-            yield data(chunk_body(completion_id, model, {}, finish_reason="stop",
+            answer = item.result.answer
+            said = reply_message(answer, item.result.stop_reason)  # no answer: null content and a refusal
+            yield data(chunk_body(completion_id, model, {k: v for k, v in said.items() if k != "role"}))
+            yield data(chunk_body(completion_id, model, {}, finish_reason="stop" if answer is not None else NO_ANSWER,
                                   maestro={"event": "done", **item.trace()}))
             if include_usage:
                 yield data(chunk_body(completion_id, model, None, usage=item.usage))

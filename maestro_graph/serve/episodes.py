@@ -30,7 +30,7 @@ from langgraph.store.base import BaseStore
 from starlette.concurrency import run_in_threadpool
 
 from ..core.cancellation import Cancelled, cancellable
-from ..episode.context import MaestroContext
+from ..episode.context import MaestroContext, RunSettings
 from ..episode.graph import build_graph
 from ..episode.image_refs import stored_input
 from ..episode.runner import EpisodeResult, ThreadMode, episode_finished, thread_mode
@@ -89,6 +89,7 @@ class EpisodeOutcome:
         """The `maestro` extra field of a completion: the steps without their per-call ledgers."""
         return {
             "thread_id": self.thread_id,
+            "stop": self.result.stop.value,  # why it ended, typed: `policy`, `budget`, `low confidence`...
             "stop_reason": self.result.stop_reason,
             "answer_source": self.result.answer_source,
             "confidence": self.result.confidence,
@@ -127,17 +128,20 @@ class EpisodeService:
     def persistent(self) -> bool:
         return self.checkpointer is not None
 
-    def context(self, *, policy: str | None, max_turns: int | None, max_cost: float | None) -> MaestroContext:
-        """The run context of a request: its own budget within the server's, and one of the offered policies."""
+    def context(self, asked: RunSettings) -> MaestroContext:
+        """The run context of a request (its settings already validated where the request entered, the same on every
+        door): its own budget within the server's, one of the offered policies, its `min_confidence`."""
+        policy = asked.policy
         if policy is not None:
             try:
                 self.policies.check(policy)
             except PolicyNotOffered as exc:  # the client's error; the message lists the offered names only
                 raise ApiError(400, "invalid_policy", str(exc), param="policy") from exc
-        turns = min(max_turns or self.settings.max_turns, self.settings.max_turns)
-        cost = min(self.settings.max_cost if max_cost is None else max_cost, self.settings.max_cost)
+        turns = min(asked.max_turns or self.settings.max_turns, self.settings.max_turns)
+        cost = min(self.settings.max_cost if asked.max_cost is None else asked.max_cost, self.settings.max_cost)
         return MaestroContext(max_turns=turns, max_cost=cost, policy=policy, greedy=True,
-                              reach_floor=self.settings.reach_floor, episodes_kept=self.settings.episodes_kept)
+                              reach_floor=self.settings.reach_floor, episodes_kept=self.settings.episodes_kept,
+                              min_confidence=asked.min_confidence or 0.0)
 
     def thread_for(self, requested: str | None) -> str | None:
         """The thread id of a request: the client's, a new one when checkpointing is on, or None."""

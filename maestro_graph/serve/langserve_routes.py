@@ -39,11 +39,12 @@ from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..core.question_text import clean_question, question_problem
+from ..episode.context import RunSettings
 from ..episode.state import AnswerSource
 from .episodes import Episode, EpisodeOutcome, EpisodeService
 from .image_errors import resolve_images
 from .principals import principal_of
-from .protocol import ApiError, Choices, parse_json
+from .protocol import THREAD_ID_PATTERN, ApiError, Choices, parse_json
 
 __all__ = ["MaestroRequest", "MaestroResponse", "maestro_runnable", "mount_langserve"]
 
@@ -61,33 +62,37 @@ def _optional_without_null(schema: dict[str, Any]) -> None:
             del field["default"]
 
 
-class MaestroRequest(BaseModel):
-    """One question about one or more images. Optional fields are plain types in the JSON schema (no `null`
-    branch, no `null` default), which the playground's form can render."""
+class MaestroRequest(RunSettings):
+    """One question about one or more images, or a follow-up on a thread. The run settings (`policy`, `max_turns`,
+    `max_cost`, `min_confidence`) are validated as on the OpenAI route (`RunSettings`), and any other unknown field
+    is refused. Optional fields are plain types in the JSON schema (no `null` branch, no `null` default), which the
+    playground's form can render."""
 
-    model_config = ConfigDict(json_schema_extra=_optional_without_null)
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_optional_without_null)
 
     question: str = Field(description="the question about the images")
     images: list[str] = Field(
         default_factory=list, description="data:image/...;base64 URLs (or http(s) URLs of allow-listed hosts); at "
-        "least one image, here or as `image_file`")
+        "least one image, here or as `image_file`, unless `thread_id` continues a conversation that has one")
     image_file: str | SkipJsonSchema[None] = Field(
         None, description="an image file as bare base64 (what the playground's upload button sends)",
         json_schema_extra={"extra": {"widget": {"type": "base64file"}}})
     choices: Choices | SkipJsonSchema[None] = None
-    policy: str | SkipJsonSchema[None] = Field(None, description="a policy name overriding the server's")
-    max_turns: Annotated[int, Field(ge=1)] | SkipJsonSchema[None] = Field(
-        None, description="turn budget (capped by the server's)")
+    thread_id: Annotated[str, Field(pattern=THREAD_ID_PATTERN)] | SkipJsonSchema[None] = Field(
+        None, description="continue this conversation (needs the server's --checkpoint-db): a question without "
+        "images is about the thread's latest image, and a follow-up about an earlier answer is answered from it; "
+        "the output's `thread_id` names the thread a run made")
 
     @model_validator(mode="after")
     def _some_image(self) -> "MaestroRequest":
-        """An image, and the graph's own check of the question (too long, or blank: a blank question is read from
-        the image), made where the input enters, as a typed input error."""
+        """An image (or a thread that may hold one), and the graph's own check of the question (too long, or blank:
+        a blank question is read from the image), made where the input enters, as a typed input error."""
         if self.image_file:  # the type is read from the bytes when the image is checked
             self.images = [*self.images, f"data:image/png;base64,{self.image_file}"]
             self.image_file = None
-        if not self.images:
-            raise ValueError("the request has no image: send `images` (data URLs) or `image_file`")
+        if not self.images and self.thread_id is None:
+            raise ValueError("the request has no image: send `images` (data URLs) or `image_file`, or the "
+                             "`thread_id` of a conversation that has one")
         problem = question_problem(clean_question(self.question), image=True)
         if problem:
             raise ValueError(problem)
@@ -116,11 +121,14 @@ async def _prepare(service: EpisodeService, request: MaestroRequest | dict, conf
     """The episode of one input, with its policy checked and its images resolved (an ApiError otherwise); its thread
     belongs to the principal the route put in the config."""
     req = request if isinstance(request, MaestroRequest) else MaestroRequest.model_validate(request)
-    context = service.context(policy=req.policy, max_turns=req.max_turns, max_cost=None)
-    service.check_capacity(1)  # a full server answers 429 before it decodes any image
+    context = service.context(req)
+    owner = config.get("configurable", {}).get(_OWNER)
+    thread = service.thread_for(req.thread_id)  # a thread id without --checkpoint-db is a 400, never ignored
+    if req.thread_id is not None:  # another principal's thread is a 404, before anything else is said of it
+        await run_in_threadpool(service.check_owner, req.thread_id, owner)
+    service.check_capacity(1, req.thread_id)  # a busy thread (409) or a full server (429) before any image decodes
     images = await run_in_threadpool(resolve_images, req.images, service.settings)
-    return Episode(req.question, images, req.choices, context, service.thread_for(None),
-                   owner=config.get("configurable", {}).get(_OWNER))
+    return Episode(req.question, images, req.choices, context, thread, owner=owner)
 
 
 def _with_episode(config: RunnableConfig, episode: Episode) -> RunnableConfig:

@@ -1,7 +1,9 @@
 """The OpenAI chat-completions wire format as far as Maestro speaks it, and the one error type the app returns.
 
-Requests are parsed leniently (unknown OpenAI fields such as `temperature` are ignored) and validated strictly where
-it matters: the last user message must hold text and/or `image_url` parts; other part types are refused; a body
+A body names only fields the door knows, as OpenAI's API does: OpenAI's own parameters (`OPENAI_PARAMETERS`; those
+that do not apply to an episode, such as `temperature`, are accepted and ignored) and Maestro's (`thread_id`,
+`choices`, and the run settings every door validates alike, `episode.context.RunSettings`); any other is a 400
+naming it. The last user message must hold text and/or `image_url` parts; other part types are refused; a body
 nested deeper than `MAX_JSON_DEPTH` or with more choices than the caps is refused before anything runs; and the
 parameters that would change the reply's form (`tools`, `tool_choice`, `response_format`...) are refused, since an
 episode answers in plain text only and silently ignoring them breaks clients that rely on them.
@@ -15,8 +17,9 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from ..episode.context import RunSettings
 from ..types import Turn
 
 __all__ = [
@@ -27,6 +30,8 @@ __all__ = [
     "ParsedRequest",
     "parse_request",
     "completion_body",
+    "NO_ANSWER",
+    "reply_message",
     "chunk_body",
     "new_completion_id",
     "THREAD_ID_PATTERN",
@@ -34,6 +39,7 @@ __all__ = [
     "MAX_CHOICES",
     "MAX_CHOICE_CHARS",
     "Choices",
+    "OPENAI_PARAMETERS",
     "parse_json",
 ]
 
@@ -94,11 +100,24 @@ class StreamOptions(BaseModel):
     """Send a last chunk with `usage` (and no choices) before `[DONE]`, as OpenAI does."""
 
 
-class ChatRequest(BaseModel):
-    """`/v1/chat/completions` body. The Maestro extensions (`thread_id`, `choices`, `policy`, budgets) are optional;
-    OpenAI clients send them through `extra_body`."""
+OPENAI_PARAMETERS = frozenset({
+    "audio", "frequency_penalty", "logit_bias", "logprobs", "max_completion_tokens", "max_tokens", "metadata",
+    "modalities", "parallel_tool_calls", "prediction", "presence_penalty", "prompt_cache_key", "reasoning_effort",
+    "safety_identifier", "seed", "service_tier", "stop", "store", "temperature", "top_logprobs", "top_p", "user",
+    "verbosity", "web_search_options",
+})
+"""OpenAI chat-completions parameters that do not change an episode (it samples no tokens of its own): accepted, so
+any OpenAI client's defaults work, and ignored. Those that would change the reply's form are fields of
+`ChatRequest` and refused when asked for (`unsupported_parameter`)."""
 
-    model_config = ConfigDict(extra="ignore")
+
+class ChatRequest(RunSettings):
+    """`/v1/chat/completions` body. The Maestro extensions (`thread_id`, `choices`, and the run settings `policy`,
+    `max_turns`, `max_cost`, `min_confidence`) are optional; OpenAI clients send them through `extra_body`. Any
+    field that is neither OpenAI's nor Maestro's is refused (`unknown_parameter`), as OpenAI refuses one: a
+    misspelt setting (`min_confidance`) must not be ignored."""
+
+    model_config = ConfigDict(extra="forbid")
 
     model: str
     messages: list[ChatMessage] = Field(min_length=1)
@@ -107,14 +126,25 @@ class ChatRequest(BaseModel):
     n: int = Field(1, ge=1, description="choices to generate; an episode has one answer, so only 1 is served")
     thread_id: str | None = Field(None, pattern=THREAD_ID_PATTERN)
     choices: Choices | None = None
-    policy: str | None = None
-    max_turns: int | None = Field(None, ge=1)
-    max_cost: float | None = Field(None, ge=0)
     tools: Any = None
     functions: Any = None
     tool_choice: Any = None
     function_call: Any = None
     response_format: Any = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields(cls, body: Any) -> Any:
+        """OpenAI's parameters that do not apply are dropped here; any other unknown field is refused with OpenAI's
+        own message for it."""
+        if not isinstance(body, dict):
+            return body
+        unknown = sorted(k for k in body if k not in cls.model_fields and k not in OPENAI_PARAMETERS)
+        if unknown:
+            raise ApiError(400, "unknown_parameter", f"Unrecognized request argument supplied: {unknown[0]} (Maestro "
+                           "takes OpenAI's chat-completions parameters and its own: thread_id, choices, "
+                           f"{', '.join(RunSettings.model_fields)})", param=unknown[0])
+        return {k: v for k, v in body.items() if k in cls.model_fields}
 
     def unsupported_parameter(self) -> ApiError | None:
         """The 400 for a parameter asking for a reply form an episode cannot give (tool calls, JSON output), or None.
@@ -253,9 +283,25 @@ def new_completion_id() -> str:
     return f"chatcmpl-{uuid.uuid4().hex}"
 
 
+NO_ANSWER = "no_answer"
+"""The `finish_reason` of an episode that ended without an answer (its budget spent, its answer withheld below
+`min_confidence`, nothing in reach): the message's `content` is null and its `refusal` says why, as OpenAI's own
+replies do when the model declines; `maestro.stop` and `maestro.stop_reason` give the reason typed and in full."""
+
+
+def reply_message(answer: str | None, stop_reason: str) -> dict[str, Any]:
+    """The assistant message of an episode: its answer as `content`, or, with none, null `content` and a `refusal`
+    naming the stop reason (an empty string would read as an empty answer)."""
+    if answer is not None:
+        return {"role": "assistant", "content": answer}
+    return {"role": "assistant", "content": None,
+            "refusal": f"No answer: the episode ended without one ({stop_reason})"}
+
+
 def completion_body(completion_id: str, model: str, answer: str | None, trace: dict[str, Any],
                     usage: dict[str, int]) -> dict[str, Any]:
-    """A `chat.completion` object; the episode's steps and cost travel in the extra `maestro` field."""
+    """A `chat.completion` object; the episode's steps and cost travel in the extra `maestro` field. An episode
+    without an answer finishes with `NO_ANSWER`."""
     return {
         "id": completion_id,
         "object": "chat.completion",
@@ -263,8 +309,8 @@ def completion_body(completion_id: str, model: str, answer: str | None, trace: d
         "model": model,
         "choices": [{
             "index": 0,
-            "message": {"role": "assistant", "content": answer if answer is not None else ""},
-            "finish_reason": "stop",
+            "message": reply_message(answer, trace["stop_reason"]),
+            "finish_reason": "stop" if answer is not None else NO_ANSWER,
         }],
         "usage": usage,
         "maestro": trace,
