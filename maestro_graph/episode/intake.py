@@ -19,6 +19,7 @@ from ..types import StopReason, Turn
 from .context import MaestroContext
 from .conversation import conversation_images, history, human_parts, spoken
 from .endings import stop_update
+from .followups import Followup, Unresolved, computed, resolve
 from .image_refs import stored
 from .parts import GraphParts
 from .state import ANSWER, ROUTER, MaestroState, step_record
@@ -37,7 +38,9 @@ def intake(state: MaestroState, runtime: Runtime[MaestroContext], *,
     (`read_state`, its own `history` included), the run context (`MaestroContext.of`) and the question
     (`question_problem`: too long, or blank without an image); a failed one ends the run with an input error. A
     blank question with an image is read from the image (`Registry.read_text`, the episode's first step) and routed
-    on what was read; nothing read is the input error."""
+    on what was read; nothing read is the input error. A follow-up about earlier answers ("What is double that
+    number?") is computed from the conversation (`episode.followups`), or refused when it names an answer the
+    conversation cannot supply."""
     messages = state.get("messages") or []
     chat = bool(messages) and isinstance(messages[-1], HumanMessage)
     if chat:
@@ -45,7 +48,7 @@ def intake(state: MaestroState, runtime: Runtime[MaestroContext], *,
     else:
         question, sent = state.get("question") or "", state.get("images") or []  # a list once read_state passed
     question = clean_question(question) if isinstance(question, str) else ""
-    update: dict = {"question": question, "steps": Overwrite([]), "decisions": Overwrite([]),
+    update: dict = {"question": question, "asked": question, "steps": Overwrite([]), "decisions": Overwrite([]),
                     "answer": None, "answer_source": None, "confidence": None, "confidence_basis": None,
                     "stop": None, "stop_reason": None, "history": []}
     try:
@@ -58,6 +61,11 @@ def intake(state: MaestroState, runtime: Runtime[MaestroContext], *,
     except (InputError, ConfigError) as exc:
         # `images: []`: a wrong value a client wrote there must not stop the thread's next question too
         return Command(goto=ANSWER, update={**update, "images": [], **stop_update(StopReason.INPUT_ERROR, exc)})
+    followup = None if is_blank(question) else resolve(question, turns)
+    if isinstance(followup, Unresolved):  # it names an earlier answer the conversation cannot supply: ask back
+        return Command(goto=ANSWER, update={**update, **stop_update(StopReason.INPUT_ERROR, followup.reason)})
+    if followup is not None:  # about what was said, not the image: computed from the conversation
+        return Command(goto=ANSWER, update={**update, **_from_conversation(parts.registry, followup, runtime)})
     try:
         images = parts.images(images, runtime.store)
     except ImageRefused as exc:
@@ -87,6 +95,15 @@ def _history(state: MaestroState) -> list[Turn]:
 def _check(problem: str | None) -> None:
     if problem:
         raise InputError(problem)
+
+
+def _from_conversation(registry: Registry, followup: Followup, runtime: Runtime[MaestroContext]) -> dict:
+    """The update of a follow-up about earlier answers (episode.followups): the resolved question, the calculator's
+    step as the episode's one step, no image; the answer node gives its value as the answer."""
+    step = computed(followup, registry.calculate(followup.expression))
+    runtime.stream_writer({"event": "step", **step.model_dump(exclude={"calls"})})
+    return {"question": followup.question, "images": [], "choices": None, "steps": Overwrite([step_record(step)]),
+            **stop_update(StopReason.POLICY, "answered from the conversation")}
 
 
 def _read_from(registry: Registry, images: list[str], runtime: Runtime[MaestroContext]) -> dict:

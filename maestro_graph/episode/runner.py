@@ -120,7 +120,8 @@ def thread_mode(snapshot: Any, question: str) -> ThreadMode:
     """The thread rule, one for every door (`maestro ask --thread`, `maestro serve`, the graphs): the thread's
     current question asked again resumes it from its last step when unfinished and replays its stored result when
     finished; any other question starts a new episode on the thread, whose earlier episodes become its history."""
-    if not snapshot.values or snapshot.values.get("question") != question:
+    values = snapshot.values
+    if not values or values.get("asked", values.get("question")) != question:
         return "new"
     return "replay" if episode_finished(snapshot) else "resume"
 

@@ -159,6 +159,10 @@ class MaestroOutput(TypedDict, total=False):
 class MaestroState(MaestroInput, MaestroOutput, total=False):
     """What the nodes share: the input and output fields, and the thread's images."""
 
+    asked: str
+    """The question as the client asked it, before intake resolved it (a follow-up about an earlier answer, a
+    question read from the image): what asking the thread's current question again is compared with
+    (`runner.thread_mode`), so a retried follow-up replays instead of being resolved against its own answer."""
     thread_images: list[str]
     """The images the thread's latest question with images was about: a later question that sends none is about
     them (episode.conversation). Written by intake only, so a run's input (`images: []`) cannot erase them."""

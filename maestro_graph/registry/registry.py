@@ -29,13 +29,16 @@ _PASSING_FAILURES = frozenset({ExpertFailure.TIMEOUT, ExpertFailure.UNAVAILABLE,
 answered without that call (visual-math values an option it could not evaluate as unknown), because the next run
 may not meet it. A crash on the input (an expression the calculator cannot read) is part of the outcome."""
 
-__all__ = ["TEXT_READER", "READ_THE_QUESTION", "Registry", "Pair"]
+__all__ = ["TEXT_READER", "CALCULATOR", "READ_THE_QUESTION", "Registry", "Pair"]
 
 TEXT_READER = "ocr"
 """The tier-2 skill that reads every line of text in an image (skills/ocr): what reads a question written only in
 the picture (`Registry.read_text`)."""
 READ_THE_QUESTION = "read the question written in the image"
 """The input of that step, as traces show it."""
+CALCULATOR = "calculator"
+"""The tier-2 skill that evaluates an expression exactly (skills/calculator): what computes a follow-up about an
+earlier answer (`Registry.calculate`)."""
 
 
 def _check_entry(card: ModelCard, index: int, config: RegistryConfig) -> None:
@@ -254,18 +257,34 @@ class Registry:
         first model that can run it (`evidence`: the lines in reading order; no candidate answer). How a blank
         question sent with an image is read (the whole question is in the picture); a failure is recorded like any
         step's, and a registry without the skill or a model for it says so in the step's error."""
+        return self._tier2_step(TEXT_READER, READ_THE_QUESTION, images[:1], "so no text can be read from the image",
+                                lambda spec, c: SkillResult(evidence=spec.run(c).text, confidence=0.0))
+
+    def calculate(self, expression: str) -> Step:
+        """The value of an arithmetic expression or comparison, as a step of the episode: the tier-2 `CALCULATOR`
+        skill (exact) run with the first model that can run it (`answer`: the value as the calculator writes it,
+        `True`/`False` for a comparison). How a follow-up about an earlier answer is computed from the conversation
+        (episode.followups); a failure is recorded like any step's."""
+        def value(spec: SkillSpec, ctx: SkillContext) -> SkillResult:
+            said = str(spec.run(ctx, expression=expression))
+            return SkillResult(answer=said, evidence=f"{expression} = {said}", confidence=1.0)
+
+        return self._tier2_step(CALCULATOR, expression, [], "so nothing can be computed", value)
+
+    def _tier2_step(self, name: str, request: str, images: list[str], missing: str,
+                    entry: Callable[[SkillSpec, SkillContext], SkillResult]) -> Step:
+        """A tier-2 skill run by the graph itself (not by a tier-1 skill) as a step of the episode."""
         start = time.perf_counter()
-        spec = self.skills.get(TEXT_READER)
+        spec = self.skills.get(name)
         handle = self.model_for(spec) if spec is not None else None
         if spec is None or handle is None:
-            return Step(model="", skill=TEXT_READER, input=READ_THE_QUESTION, error_kind=ErrorKind.EXPERT,
-                        error=f"no model of this registry runs the {TEXT_READER!r} skill, so no text can be read "
-                              "from the image")
+            return Step(model="", skill=name, input=request, error_kind=ErrorKind.EXPERT,
+                        error=f"no model of this registry runs the {name!r} skill, {missing}")
         ledger = Ledger(cancel=current_cancel())
         ctx = SkillContext(registry=self, skill=spec, model=BoundExpert(handle, ledger), question="",
-                           image_refs=list(images[:1]), input=READ_THE_QUESTION, ledger=ledger)
-        step = Step(model=handle.card.name, skill=TEXT_READER, input=READ_THE_QUESTION)
-        return self._record(step, ctx, lambda c: SkillResult(evidence=spec.run(c).text, confidence=0.0), start, None)
+                           image_refs=list(images), input=request, ledger=ledger)
+        step = Step(model=handle.card.name, skill=name, input=request)
+        return self._record(step, ctx, lambda c: entry(spec, c), start, None)
 
     def _record(self, step: Step, ctx: SkillContext, entry: Callable[[SkillContext], SkillResult], start: float,
                 key: str | None) -> Step:
