@@ -76,8 +76,8 @@ def answer(state: MaestroState, runtime: Runtime[MaestroContext], *, parts: Grap
         judged = _judged(written, runtime, parts, final, source)
         floor = MaestroContext.of(runtime.context).min_confidence
         if final is not None and judged["confidence"] < floor:  # withheld: the caller escalates
-            withheld = stop_update(StopReason.LOW_CONFIDENCE, f"the answer's confidence {judged['confidence']:.2f} "
-                                                              f"is below min_confidence {floor:g}")
+            withheld = stop_update(StopReason.LOW_CONFIDENCE, f"the answer's confidence "
+                                   f"{_shown_below(judged['confidence'], floor)} is below min_confidence {floor:g}")
             stop, reason, final, source = StopReason.LOW_CONFIDENCE, withheld["stop_reason"], None, None
     runtime.stream_writer({"event": "answer", "answer": final, "answer_source": source,
                            "confidence": judged["confidence"], "stop": stop.value, "stop_reason": reason})
@@ -108,3 +108,13 @@ def _judged(written: WrittenState, runtime: Runtime[MaestroContext], parts: Grap
     basis = confidence_features(parts.registry, written.get("question") or "", images, written.get("choices"),
                                 written.get("steps") or [], final, source)
     return {"confidence": round(parts.confidence.probability(basis), 4), "confidence_basis": basis}
+
+
+def _shown_below(value: float, floor: float) -> str:
+    """`value` with as many decimals as it takes to read as below `floor`: two decimals round 0.986 up to "0.99", and the
+    stop reason read "0.99 is below min_confidence 0.99"."""
+    for digits in range(2, 8):
+        shown = f"{value:.{digits}f}"
+        if float(shown) < floor:
+            return shown
+    return repr(value)

@@ -153,52 +153,53 @@ def decode_bytes(probe: Image.Image) -> int:
     return pixels * per_pixel
 
 
-def _check_declared(probe: Image.Image, name: str) -> None:
+def _check_declared(probe: Image.Image, label: str) -> None:
     width, height = probe.size
     if width * height > MAX_PIXELS:
-        raise PixelCapExceeded(f"image {name}: {width}x{height} pixels is above the cap of {MAX_PIXELS:,} pixels")
+        raise PixelCapExceeded(f"{label}: {width}x{height} pixels is above the cap of {MAX_PIXELS:,} pixels")
     if max(width, height) > MAX_ASPECT * min(width, height):
-        raise InputError(f"image {name}: {width}x{height} has an extreme aspect ratio (above {MAX_ASPECT}:1)")
+        raise InputError(f"{label}: {width}x{height} has an extreme aspect ratio (above {MAX_ASPECT}:1)")
 
 
-def _unreadable(exc: Exception, name: str) -> InputError:
+def _unreadable(exc: Exception, label: str) -> InputError:
     if isinstance(exc, Image.DecompressionBombError):
-        return PixelCapExceeded(f"image {name}: above the cap of {MAX_PIXELS:,} pixels (decompression bomb)")
+        return PixelCapExceeded(f"{label}: above the cap of {MAX_PIXELS:,} pixels (decompression bomb)")
     if isinstance(exc, UnidentifiedImageError):
-        return InputError(f"image {name}: not a readable image ({exc.__class__.__name__})")
-    return InputError(f"image {name}: corrupt or truncated image ({exc})")
+        return InputError(f"{label}: not a readable image ({exc.__class__.__name__})")
+    return InputError(f"{label}: corrupt or truncated image ({exc})")
 
 
 _UNREADABLE = (Image.DecompressionBombError, UnidentifiedImageError, OSError, SyntaxError, ValueError)
 
 
-def image_header(data: bytes, name: str) -> ImageHeader:
+def image_header(data: bytes, label: str) -> ImageHeader:
     """The format and declared size of image bytes, checked against the caps (pixels, aspect ratio) without
-    decoding: a door checks every image of a request this way before it decodes any."""
+    decoding: a door checks every image of a request this way before it decodes any. `label` names the image in
+    the messages, as the caller's own do ("image 0")."""
     if not data:
-        raise InputError(f"image {name}: the file is empty (0 bytes)")
+        raise InputError(f"{label}: the file is empty (0 bytes)")
     try:
         with Image.open(io.BytesIO(data)) as probe:
-            _check_declared(probe, name)
+            _check_declared(probe, label)
             return ImageHeader((probe.format or "png").lower(), *probe.size)
     except _UNREADABLE as exc:
-        raise _unreadable(exc, name) from exc
+        raise _unreadable(exc, label) from exc
 
 
-def _open_bytes(data: bytes, name: str, budget: int = MAX_DECODED_PIXELS, wait_s: float | None = None) -> Image.Image:
+def _open_bytes(data: bytes, label: str, budget: int = MAX_DECODED_PIXELS, wait_s: float | None = None) -> Image.Image:
     if not data:
-        raise InputError(f"image {name}: the file is empty (0 bytes)")
+        raise InputError(f"{label}: the file is empty (0 bytes)")
     try:
         with Image.open(io.BytesIO(data)) as probe:
-            _check_declared(probe, name)
+            _check_declared(probe, label)
             frames = getattr(probe, "n_frames", 1)
             probe.seek(0)
-            with DECODE_MEMORY.hold(decode_bytes(probe), f"image {name}", wait_s=wait_s):
+            with DECODE_MEMORY.hold(decode_bytes(probe), label, wait_s=wait_s):
                 image = _decode(probe, budget)
     except _UNREADABLE as exc:
-        raise _unreadable(exc, name) from exc
+        raise _unreadable(exc, label) from exc
     if frames > 1:
-        image.info["maestro_note"] = f"image {name} has {frames} frames; only the first is read"
+        image.info["maestro_note"] = f"{label} has {frames} frames; only the first is read"
         log.warning(image.info["maestro_note"])
     return image
 
@@ -221,18 +222,21 @@ def read_regular_file(path: str | Path, limit: int) -> bytes | None:
             return None
 
 
-def load_image(ref: str, *, budget: int = MAX_DECODED_PIXELS, wait_s: float | None = None) -> Image.Image:
+def load_image(ref: str, *, budget: int = MAX_DECODED_PIXELS, wait_s: float | None = None,
+               label: str | None = None) -> Image.Image:
     """Load an RGB image from a file path or a `data:image/...;base64,` URL, decoded within `budget` pixels, when
-    `DECODE_MEMORY` has room (waiting at most `wait_s`, then BudgetExhausted; None: until there is room)."""
+    `DECODE_MEMORY` has room (waiting at most `wait_s`, then BudgetExhausted; None: until there is room). Errors
+    name it as `label` (default: "image data URL", or "image PATH")."""
     if ref.startswith("data:"):
+        label = label or "image data URL"
         header, _, payload = ref.partition(",")
         if ";base64" not in header:
-            raise InputError("image data URL: only base64 data URLs are accepted")
+            raise InputError(f"{label}: only base64 data URLs are accepted")
         try:
             data = base64.b64decode(payload, validate=True)
         except (binascii.Error, ValueError) as exc:
-            raise InputError(f"image data URL: invalid base64 ({exc})") from exc
-        return _open_bytes(data, "data URL", budget, wait_s)
+            raise InputError(f"{label}: invalid base64 ({exc})") from exc
+        return _open_bytes(data, label, budget, wait_s)
     if _REMOTE_RE.match(ref):
         raise InputError(f"image {ref}: remote URLs are not fetched here; download the image first, or send it to "
                          "`maestro serve`, which fetches from allow-listed hosts")
@@ -242,7 +246,7 @@ def load_image(ref: str, *, budget: int = MAX_DECODED_PIXELS, wait_s: float | No
         raise InputError(f"image {ref}: {kind}")
     if len(data) > MAX_FILE_BYTES:
         raise InputError(f"image {ref}: larger than the cap of {MAX_FILE_BYTES:,} bytes")
-    return _open_bytes(data, ref, budget, wait_s)
+    return _open_bytes(data, label or f"image {ref}", budget, wait_s)
 
 
 def load_images(refs: list[str] | tuple[str, ...]) -> list[Image.Image]:

@@ -198,13 +198,12 @@ class ImageSources(BaseModel):
         url = f"data:image/{header.format};base64,{base64.b64encode(data).decode()}"
         digest = hashlib.sha256(data).hexdigest()
         if _DECODABLE.get(digest) is None:
-            try:
-                load_image(url, wait_s=self.decode_wait_s)
+            try:  # the errors name the image as `param` does ("image 0: corrupt or truncated image ...")
+                load_image(url, wait_s=self.decode_wait_s, label=param)
             except BudgetExhausted as exc:
-                raise ImageRefused(503, "server_busy", f"{param}: {exc}", param=param,
-                                   retry_after_s=exc.retry_after_s) from exc
+                raise ImageRefused(503, "server_busy", str(exc), param=param, retry_after_s=exc.retry_after_s) from exc
             except InputError as exc:
-                raise ImageRefused(400, "invalid_image", f"{param}: {exc}", param=param) from exc
+                raise ImageRefused(400, "invalid_image", str(exc), param=param) from exc
             _DECODABLE.put(digest, header.format)
         return url
 
