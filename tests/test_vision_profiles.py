@@ -68,6 +68,9 @@ def test_a_stopped_endpoint_is_named_and_not_profiled_as_a_useless_model(tmp_pat
     assert written["pairs"] == []  # no 0.000 for a pair whose calls failed
     assert {u["pair"] for u in written["unmeasured"]} == {"vlm@@chart-qa", "vlm@@table-qa"}
     assert all("9 of 9 calls failed" in u["reason"] for u in written["unmeasured"])
+    # the failure that opened the breaker is the reason, not the breaker's later refusals; no figure is printed
+    assert all("cannot reach" in u["reason"] and "breaker" not in u["reason"] for u in written["unmeasured"])
+    assert "0.000" not in result.output and "policies read it" not in result.output, result.output
     full = tmp_path / "full.yaml"
     full.write_text(f"extends: {registry.name}\nprofile: full.profile.json\n")
     (tmp_path / "full.profile.json").write_text(json.dumps({**written, "unmeasured": []}))

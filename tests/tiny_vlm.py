@@ -7,9 +7,10 @@
   token): what `maestro train-lm --model` and `lm:transformers:` load on CPU (test_vlm_router.py);
 - Qwen2.5-VL (the architecture of the Qwen2.5-VL-7B card: a 2-block vision tower with window attention, patches of
   14 merged 2x2, and a 2-layer decoder of width 128 with multimodal rotary positions), its image processor and the
-  SmolLM2 tokenizer plus Qwen's vision tokens, under Qwen's chat template: what `vllm serve` loads (test_gpu.py). Its
-  processor is written as files, not built: transformers' Qwen-VL processors need torchvision for their video half,
-  which no CPU environment here can load (its PyPI build is linked against CUDA torch).
+  SmolLM2 tokenizer plus Qwen's vision tokens, under Qwen's chat template: what vLLM's CPU build serves
+  (test_vllm_vision.py). Its processor is written as files, not built: transformers' Qwen-VL processors need
+  torchvision for their video half, which `.venv/` lacks (its `+cpu` torch cannot load PyPI's torchvision; only
+  `.venv-vllm/`, with PyPI's torch, has both).
 
 The CPU tests and the GPU ones share them. Imports only torch, transformers and the package's weight loader, so it
 travels to a machine that has only those."""

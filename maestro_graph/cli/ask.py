@@ -15,6 +15,9 @@ from ..errors import MaestroError
 from .common import console, fail, limit_threads, narrow, progress, registry as load_registry
 from .options import POLICY_HELP, MaxCostOpt, MaxTurnsOpt, ReachFloorOpt, RegistryOpt
 
+ERROR_CHARS = 80
+"""Characters of a step's error the table shows; a longer one is printed whole below it (a URL alone can take 80)."""
+
 if TYPE_CHECKING:
     from ..episode.runner import EpisodeResult
 
@@ -109,18 +112,22 @@ def _print_table(result: EpisodeResult) -> None:
 
     note = answer_note(result.answer_source, result.confidence, asked=bool(result.steps))
     console.print(_steps_table(result, note))
-    if narrow():  # what the wide table shows in its error column, each on a line of its own
-        for i, step in enumerate(result.steps, start=1):
-            if step.error:
-                console.print(f"step {i} error: {escape(step.error[:80])}", soft_wrap=False)
-        if result.answer is None:
-            console.print(f"answer: none ({escape(note)})")
+    thin = narrow()
+    for i, step in enumerate(result.steps, start=1):  # an error the table has no room for, whole on a line of its own
+        if step.error and (thin or len(step.error) > ERROR_CHARS):
+            console.print(f"step {i} error: {escape(step.error)}")  # wrapped at the terminal width
+    if thin and result.answer is None:
+        console.print(f"answer: none ({escape(note)})")
     if result.answer is None:
         said = "I could not find out" if result.confidence is not None else "no answer"
         fail(f"{said} ({result.stop_reason})", code=1)
     color = "yellow" if result.answer_source in ("guess", "candidate") else "dim"
     console.print(f"[bold]answer:[/bold] {escape(result.answer)}   [{color}]({escape(note)})[/{color}]"
                   f"   [dim]({result.stop_reason}, {result.latency_s:.1f}s, cost {result.cost:.3f})[/dim]")
+
+
+def _cut(error: str) -> str:
+    return error if len(error) <= ERROR_CHARS else error[:ERROR_CHARS - 1] + "…"
 
 
 def _steps_table(result: EpisodeResult, note: str) -> Table:
@@ -133,7 +140,7 @@ def _steps_table(result: EpisodeResult, note: str) -> Table:
         column.no_wrap = thin
     for i, step in enumerate(result.steps, start=1):
         table.add_row(str(i), step.model, step.skill, escape(str(step.answer)), f"{step.latency_s:.2f}",
-                      f"{step.cost:.3f}", *(() if thin else (escape((step.error or "")[:80]),)))
+                      f"{step.cost:.3f}", *(() if thin else (escape(_cut(step.error or "")),)))
     table.add_section()
     table.add_row("", "", "answer", escape(str(result.answer)), "", "", *(() if thin else (escape(note),)))
     return table

@@ -57,6 +57,10 @@ def registry_profile(
     for row in outcomes.by_source():
         sources.add_row(row.source, str(row.items), row.best_pair, f"{row.best_accuracy:.3f}",
                         f"{row.oracle_accuracy:.3f}")
+    if not profile.pairs:  # every pair's calls failed: no figure to show, and nothing a policy should read
+        fail(f"no pair was measured; wrote {target} listing them as unmeasured:\n"
+             + "\n".join(f"not measured {pair.pair}: {pair.reason}" for pair in profile.unmeasured)
+             + "\nmake their endpoints answer and profile again")
     console.print(sources)
     console.print(f"reach: some pair answered {int(reach.answered.sum())} of {len(reach.answered)} items; an episode "
                   f"stops before a call where fewer of the {reach.k} most similar were answered by a pair not yet "

@@ -5,9 +5,11 @@ under the field it names (`max_tokens`, or `max_completion_tokens` for OpenAI's 
 other), its temperature unless unset, each image part's `detail`, its `extra_body` fields and its headers. Every
 failure becomes an ExpertError that names the URL and what went wrong, with its kind (`ExpertFailure`), so the
 episode records whose fault it was and goes on: the endpoint unreachable or overloaded (unavailable; retried),
-rate-limited (HTTP 429: unavailable; retried), timed out (retried), the request too large for it (HTTP 413: rejected,
-e.g. images above what it takes; not retried, not held against the endpoint), another HTTP error with the server's
-message, or a reply that is not a chat completion (wrong type).
+rate-limited (HTTP 429: unavailable; retried), timed out (retried), the request refused as this request's fault
+(HTTP 400, 413, 422: `RequestRefused`, a rejected input, e.g. more images than `vllm serve --limit-mm-per-prompt`
+takes or a prompt above its context; not retried, and never held against the endpoint: one client's bad request
+must not open the breaker that drops the model for every client), another HTTP error with the server's message, or
+a reply that is not a chat completion (wrong type).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from .protocols import ChatReply
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["OpenAIChatExpert", "DEFAULT_TIMEOUT_S", "MAX_ERROR_BODY"]
+__all__ = ["OpenAIChatExpert", "RequestRefused", "DEFAULT_TIMEOUT_S", "MAX_ERROR_BODY", "REFUSED_STATUS"]
 
 DEFAULT_TIMEOUT_S = 120.0
 """HTTP timeout of one request; the model card's `timeout_s` still bounds the call as the episode sees it."""
@@ -29,11 +31,19 @@ MAX_ERROR_BODY = 300
 """Characters of an error response's body quoted in the ExpertError."""
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 """HTTP statuses the server may not answer next time: the error is transient and the handle retries it."""
+REFUSED_STATUS = frozenset({400, 413, 422})
+"""HTTP statuses that say the request itself cannot be served (vLLM answers 400 to too many images, a prompt above
+its context, an option it does not take): the same request fails the same way, and a healthy endpoint answers it."""
 _STATUS_FAILURE = {408: ExpertFailure.TIMEOUT, 429: ExpertFailure.UNAVAILABLE, 502: ExpertFailure.UNAVAILABLE,
                    503: ExpertFailure.UNAVAILABLE, 504: ExpertFailure.TIMEOUT}
 """What an HTTP status says went wrong; any other is the endpoint's crash (a wrong model name, a server bug)."""
 _STATUS_MEANING = {413: "the request is too large for the endpoint (images above what it takes?)",
                    429: "rate-limited by the endpoint", 503: "the endpoint is overloaded or starting"}
+
+
+class RequestRefused(ExpertRejected):
+    """The endpoint refused this request as malformed or too large for it (HTTP 400, 413, 422), quoting its reason:
+    the request's fault, so it is not retried and the endpoint's breaker does not count it."""
 
 
 class OpenAIChatExpert:
@@ -98,8 +108,8 @@ class OpenAIChatExpert:
         body = response.text.strip().replace("\n", " ")[:MAX_ERROR_BODY]
         meaning = f" ({_STATUS_MEANING[status]})" if status in _STATUS_MEANING else ""
         message = f"POST {self.url} returned HTTP {status} {response.reason_phrase}{meaning}: {body}"
-        if status == 413:
-            return ExpertRejected(message)
+        if status in REFUSED_STATUS:
+            return RequestRefused(message)
         return ExpertError(message, transient=status in RETRYABLE_STATUS, failure=_STATUS_FAILURE.get(status))
 
     def _parse(self, response: "httpx.Response") -> ChatReply:

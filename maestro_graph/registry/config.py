@@ -281,6 +281,9 @@ class ModelCard(_Strict):
     max_model_len: int | None = Field(None, gt=0, description="the served context length in tokens (`vllm serve "
                                       "--max-model-len`): a vision-chat request whose images, text and reply would "
                                       "not fit is sent with smaller images, or refused by name")
+    max_images: int | None = Field(None, gt=0, description="most images one vision-chat request may carry (`vllm "
+                                   "serve --limit-mm-per-prompt`): a question with more is refused by name before "
+                                   "sending (absent: no cap)")
     evaluations: list[Evaluation] = Field(default_factory=list, description="reported accuracy per task family")
     latency_s: float | None = Field(None, ge=0, description="typical seconds per call")
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from .config import ImageTokens
 
-__all__ = ["CHARS_PER_TOKEN", "MAX_ASPECT", "Budget", "fitted_side", "image_tokens", "resized", "text_tokens"]
+__all__ = ["CHARS_PER_TOKEN", "MAX_ASPECT", "Budget", "fitted_side", "image_tokens", "request_spec", "resized",
+           "text_tokens"]
 
 CHARS_PER_TOKEN = 3
 """Characters of text counted as one token: BPE tokenizers average about four on English prose, fewer on numbers."""
@@ -45,6 +46,18 @@ def image_tokens(width: int, height: int, spec: ImageTokens) -> int:
     """The prompt tokens one image of this size takes, its opening and closing tokens included."""
     w_bar, h_bar = resized(width, height, spec)
     return (w_bar // spec.patch_size) * (h_bar // spec.patch_size) // spec.merge_size**2 + spec.extra_tokens
+
+
+def request_spec(spec: ImageTokens, extra_body: Mapping[str, Any]) -> ImageTokens:
+    """The arithmetic the server applies to a request that carries `extra_body`: vLLM's per-request
+    `mm_processor_kwargs` (`min_pixels`, `max_pixels`, or `size: {shortest_edge, longest_edge}` as pixel counts)
+    replace the card's pixel bounds for that request, so a count from the card's values alone would be wrong."""
+    kwargs = extra_body.get("mm_processor_kwargs") or {}
+    size = kwargs.get("size") or {}
+    bounds = {"min_pixels": kwargs.get("min_pixels", size.get("shortest_edge")),
+              "max_pixels": kwargs.get("max_pixels", size.get("longest_edge"))}
+    changed = {field: int(value) for field, value in bounds.items() if value is not None}
+    return ImageTokens.model_validate({**spec.model_dump(), **changed}) if changed else spec
 
 
 def text_tokens(text: str) -> int:
@@ -83,8 +96,16 @@ class Budget:
 
     @property
     def per_image(self) -> int:
-        """The tokens each image may take for the request to fit (text and reply first)."""
-        return (self.max_model_len - self.text - self.reply) // max(1, len(self.images))
+        """The tokens each image may take for the request to fit (text and reply first); 0 when they alone do not
+        fit."""
+        return max(0, self.max_model_len - self.text - self.reply) // max(1, len(self.images))
+
+    def shortfall(self) -> str:
+        """Why the images cannot be made to fit, in the request's own figures."""
+        if self.text + self.reply >= self.max_model_len:
+            return (f"the text and the reply alone take {self.text + self.reply:,} of max_model_len "
+                    f"{self.max_model_len:,}, leaving nothing for the images")
+        return f"the images cannot be made small enough for {self.per_image:,} tokens each"
 
     def describe(self, sizes: Sequence[tuple[int, int]]) -> str:
         shown = ", ".join(f"{w}x{h}: {n:,}" for (w, h), n in zip(sizes, self.images))

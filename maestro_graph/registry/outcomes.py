@@ -56,6 +56,11 @@ class SourceSummary:
     oracle_accuracy: float
 
 
+def _breaker_refusal(failure: str) -> bool:
+    """A call refused by the model's open breaker (`failed_step`'s text): it says nothing of what opened it."""
+    return failure.startswith(f"{ExpertFailure.BREAKER_OPEN}:") or "circuit breaker open" in failure
+
+
 @dataclass
 class PairOutcomes:
     """scores[i, j]: score of pair j on training item i; costs likewise."""
@@ -87,7 +92,9 @@ class PairOutcomes:
         for j, pair in enumerate(self.pairs):
             rows = np.flatnonzero(failed[:, j])
             if len(rows) > MAX_FAILED_SHARE * len(self.task_ids):
-                first = self.failures[rows[0]][j] if self.failures else ""
+                why = [self.failures[i][j] or "" for i in rows] if self.failures else [""]
+                # a breaker refusing calls says nothing new: the failure that opened it is the reason
+                first = next((w for w in why if not _breaker_refusal(w)), why[0])
                 found[pair] = f"{len(rows)} of {len(self.task_ids)} calls failed, first: {first}"
         return found
 
@@ -103,12 +110,19 @@ class PairOutcomes:
         return np.mean([self.scores[idx].mean(axis=0) for idx in self._source_rows().values()], axis=0)
 
     def by_source(self) -> list[SourceSummary]:
+        """Per source, the best measured pair and what any measured pair reaches; none for a source where no pair
+        was measured (a failed call's 0 is not a measurement)."""
+        unmeasured = self.unmeasured()
+        measured = [j for j, pair in enumerate(self.pairs) if pair not in unmeasured]
         rows = []
         for source, idx in self._source_rows().items():
-            acc = self.scores[idx].mean(axis=0)
+            if not measured:
+                continue
+            scores = self.scores[np.ix_(idx, measured)]
+            acc = scores.mean(axis=0)
             best = int(np.argmax(acc))
-            rows.append(SourceSummary(source, len(idx), self.pairs[best], float(acc[best]),
-                                      float(self.scores[idx].max(axis=1).mean())))
+            rows.append(SourceSummary(source, len(idx), self.pairs[measured[best]], float(acc[best]),
+                                      float(scores.max(axis=1).mean())))
         return rows
 
     def best_single(self) -> str:

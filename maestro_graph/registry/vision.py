@@ -37,14 +37,14 @@ from ..numbers import numbers_in, parse_number
 from ..scoring import letters_only, normalize_text, option_labels, yes_no_in
 from ..types import SkillResult
 from .config import ModelCard, OpenAIBackend
-from .image_budget import Budget, fitted_side, image_tokens, text_tokens
+from .image_budget import Budget, fitted_side, image_tokens, request_spec, text_tokens
 from .skills import SkillSpec
 
 if TYPE_CHECKING:
     from .context import SkillContext
 
 __all__ = ["VISION_CHAT", "DEFAULT_MAX_SIDE", "DEFAULT_MAX_IMAGE_BYTES", "CONFIDENCE", "FORM_INSTRUCTIONS",
-           "ImageTooLarge", "TokenBudgetExceeded", "ask", "encode_image", "fit_budget", "parse_reply",
+           "ImageTooLarge", "TokenBudgetExceeded", "TooManyImages", "ask", "encode_image", "fit_budget", "parse_reply",
            "procedure_hash", "vision_messages"]
 
 VISION_CHAT = "vision-chat"
@@ -83,6 +83,11 @@ class TokenBudgetExceeded(ExpertRejected):
     processor's smallest size: refused before sending (the endpoint would answer 400)."""
 
 
+class TooManyImages(ExpertRejected):
+    """A question with more images than the card's `max_images` (the server's `--limit-mm-per-prompt`): refused
+    before sending, as the server would refuse it."""
+
+
 @lru_cache(maxsize=1)
 def _procedure_source_hash() -> str:
     return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
@@ -115,20 +120,25 @@ def fit_budget(card: ModelCard, images: Sequence[Image.Image], text: str) -> lis
     """The images as sent, downscaled where the request (images, `text` and the reply's `max_tokens`) would not fit
     the card's `max_model_len` by its `image_tokens` arithmetic; TokenBudgetExceeded when it cannot fit. Without
     both fields, the images within the card's other limits."""
+    if card.max_images is not None and len(images) > card.max_images:
+        raise TooManyImages(f"model {card.name!r} takes at most {card.max_images} images a request (its card's "
+                            f"max_images) and this question has {len(images)}; send fewer images")
     names = [f"image {i + 1}" for i in range(len(images))]
     fitted = [encode_image(image, card, name) for image, name in zip(images, names)]
     spec, limit = card.image_tokens, card.max_model_len
     if spec is None or limit is None or not images:
         return fitted
-    reply = card.backend.max_tokens if isinstance(card.backend, OpenAIBackend) else 0
+    served = isinstance(card.backend, OpenAIBackend)
+    reply = card.backend.max_tokens if served else 0
+    spec = request_spec(spec, card.backend.extra_body or {}) if served else spec
     budget = Budget(limit, text_tokens(text), reply, tuple(image_tokens(*f.size, spec) for f in fitted))
     if budget.fits:
         return fitted
     sides = [fitted_side(*f.size, spec, budget.per_image) for f in fitted]
     if any(side is None for side in sides):
-        raise TokenBudgetExceeded(f"model {card.name!r}: {budget.describe([f.size for f in fitted])}, and the "
-                                  f"images cannot be made small enough for {budget.per_image:,} tokens each; raise "
-                                  "the card's max_model_len (and the server's --max-model-len) or send fewer images")
+        raise TokenBudgetExceeded(f"model {card.name!r}: {budget.describe([f.size for f in fitted])}, and "
+                                  f"{budget.shortfall()}; raise the card's max_model_len (and the server's "
+                                  "--max-model-len), lower its max_tokens or send fewer images")
     return [encode_image(image, card, name, max_side=side) if side < max(f.size) else f
             for image, name, f, side in zip(images, names, fitted, sides)]
 
