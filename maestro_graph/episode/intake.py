@@ -11,7 +11,7 @@ from langgraph.types import Command, Overwrite
 from pydantic import ValidationError
 
 from ..choices import inline_choices
-from ..core.question_text import clean_question, is_blank, question_problem
+from ..core.question_text import EMPTY_QUESTION, clean_question, is_blank, question_problem
 from ..errors import ConfigError, InputError
 from ..images.sources import ImageRefused
 from ..registry import Registry
@@ -23,6 +23,7 @@ from .followups import Followup, Unresolved, computed, resolve
 from .image_refs import stored
 from .parts import GraphParts
 from .state import ANSWER, ROUTER, MaestroState, step_record
+from .written_question import reads_as_question, written_calculation
 from .written_state import INPUT_FIELDS, read_state
 
 __all__ = ["intake"]
@@ -77,6 +78,8 @@ def intake(state: MaestroState, runtime: Runtime[MaestroContext], *,
         update |= _read_from(parts.registry, images, runtime)
         if update.get("stop"):
             return Command(goto=ANSWER, update=update)
+    if written_calculation(update["question"]):  # it stands alone: routed on its text, the image left out
+        update["images"] = []
     if not state.get("choices"):  # options written in the question are its choices
         update["choices"] = inline_choices(update["question"])
     return Command(goto=ROUTER, update=update)
@@ -108,7 +111,8 @@ def _from_conversation(registry: Registry, followup: Followup, runtime: Runtime[
 
 def _read_from(registry: Registry, images: list[str], runtime: Runtime[MaestroContext]) -> dict:
     """The update of a blank question read from its image: the text read becomes the question, the reading the
-    episode's first step; nothing read ends the episode with the input error."""
+    episode's first step; nothing read, or a text that is no question (`reads_as_question`: the "OOO" read off
+    three circles), ends the episode with the input error."""
     step = registry.read_text(images)
     runtime.stream_writer({"event": "step", **step.model_dump(exclude={"calls"})})
     question = "" if step.error else clean_question(step.evidence).strip()
@@ -116,5 +120,9 @@ def _read_from(registry: Registry, images: list[str], runtime: Runtime[MaestroCo
     problem = question_problem(question)
     if problem:
         why = f"{problem}; and no question could be read from the image ({step.error or 'no text found'})"
+        update |= stop_update(StopReason.INPUT_ERROR, why)
+    elif not reads_as_question(question):
+        why = (f"{EMPTY_QUESTION}; the text read from the image ({question[:80]!r}) is not a question (no question "
+               "mark or word, calculation or options), so it is not taken for one")
         update |= stop_update(StopReason.INPUT_ERROR, why)
     return update
