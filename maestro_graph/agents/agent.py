@@ -135,7 +135,8 @@ def remote_maestro(remote: RemoteGraph) -> Any:
     as a node sends no context (LangGraph passes a node its config, and the parent's context is not part of what a
     RemoteGraph sends), so `min_confidence`, `max_turns` and the rest would silently take the server's defaults.
     The settings are read as a local subgraph reads them (`MaestroContext.of`: the `maestro` namespace of any
-    parent context); a wrong one ends the run with the input error, as it does locally."""
+    parent context); a wrong one ends the run with the input error, as it does locally. The remote run gets
+    Maestro's input only (`question`, `images`, `choices`), not the agent's own keys, which its graph refuses."""
 
     def maestro(state: AgentState, config: RunnableConfig, runtime: Runtime[Any]) -> dict[str, Any]:
         try:
@@ -143,7 +144,8 @@ def remote_maestro(remote: RemoteGraph) -> Any:
         except ConfigError as exc:
             return {"answer": None, "answer_source": None, "confidence": None, "steps": [],
                     **stop_update(StopReason.INPUT_ERROR, exc)}
-        return remote.invoke(state, config, context=asdict(settings))
+        sent = {key: state[key] for key in AgentInput.__annotations__ if key in state and key != "request"}
+        return remote.invoke(sent, config, context=asdict(settings))
 
     return maestro
 
