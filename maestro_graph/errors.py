@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MaestroError",
+    "NoLiveWorker",
     "ConfigError",
     "SkillError",
     "InvalidActionError",
@@ -123,6 +124,16 @@ class ServiceUnavailable(MaestroError):
         self.retryable = retryable
         """The service was reachable before and the request may succeed when retried (a lost connection)."""
         super().__init__(f"{service} at {url} is unreachable: {reason}")
+
+
+class NoLiveWorker(MaestroError):
+    """A batch run on Ray gave up: no worker was alive (none placed yet, or every one lost with its node) for the
+    run's `--worker-wait-s`. The items that finished were handed back, so their records are kept; `finished` says
+    how many."""
+
+    def __init__(self, message: str, *, finished: int):
+        self.finished = finished
+        super().__init__(message)
 
 
 def import_extra(module: str, extra: str, feature: str) -> Any:

@@ -22,6 +22,7 @@ import socket
 import stat
 import tempfile
 import threading
+import time
 from collections import Counter, OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, fields, replace
@@ -32,7 +33,8 @@ from ..cache.backends import DEFAULT_TTL_S
 from ..cache.store import CacheStats, open_cache
 from ..core.memo import LRU
 from ..digests import file_digest
-from ..errors import ConfigError, ServiceUnavailable, import_extra
+from ..core.configs import DEFAULT_WORKER_WAIT_S
+from ..errors import ConfigError, NoLiveWorker, ServiceUnavailable, import_extra
 from ..images.load import MAX_FILE_BYTES, read_regular_file
 from ..registry import Registry
 from .bundle import RegistryBundle
@@ -212,16 +214,18 @@ class RayExecutor:
     failing) is streamed to the driver's terminal, prefixed with the worker. Cache statistics of the workers are
     added to `stats` (the driver's registry cache) after each map, so reports count the cluster's hits, misses and
     errors; `done_by_worker` counts the items each worker ran, `lost` names the workers that died or never
-    started."""
+    started. A map with no worker ready for `worker_wait_s` (none ready yet, or every one lost) gives up with
+    NoLiveWorker; the results it yielded stand."""
 
     def __init__(self, source: RegistrySource, *, workers: int, address: str | None = None,
-                 stats: CacheStats | None = None):
+                 stats: CacheStats | None = None, worker_wait_s: float = DEFAULT_WORKER_WAIT_S):
         if address not in (None, "auto"):
             _probe(address)  # before importing Ray, which reads its settings (authentication) on import
         bundle = source.bundle()  # before starting anything: a registry too large to ship is a usage error
         self.ray = import_extra("ray", "ray", "--executor ray")
         self.stats = stats
         self.workers = workers
+        self.worker_wait_s = worker_wait_s
         if not self.ray.is_initialized():
             try:
                 self.ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False,
@@ -246,7 +250,6 @@ class RayExecutor:
         self._shipped: LRU[str, Any] = LRU(_SHIPPED_IMAGES)
         """Object references of the images sent lately, by content digest: an image several items share (a GRPO
         group, a pair measurement) goes to the object store once."""
-        self._waited_s = 0.0
 
     @property
     def started(self) -> int:
@@ -269,6 +272,7 @@ class RayExecutor:
         running: dict[Any, tuple[Any, int, Any]] = {}
         """(actor, index, item) by the reference of its `run` call."""
         attempts: Counter[int] = Counter()
+        finished, alone_since = 0, None  # items yielded; since when no worker is alive (None: one is)
         try:
             while queue or running:
                 while queue and self._idle:
@@ -279,10 +283,12 @@ class RayExecutor:
                     raise ConfigError(f"no Ray worker is left to run the {len(queue)} items still to do; lost: "
                                       f"{'; '.join(map(str, self.lost[-3:])) or 'none'} (every node needs the "
                                       "package, and its extras for the registry's experts)", field="executor")
-                done, _ = self.ray.wait([*running, *self._starting], num_returns=1,
-                                        timeout=None if running else _PLACEMENT_WAIT_S)
+                alone_since = None if running else alone_since or time.monotonic()  # idle ones would be running
+                done, _ = self.ray.wait([*running, *self._starting], num_returns=1, timeout=None if running else
+                                        max(0.1, min(_PLACEMENT_WAIT_S, alone_since + self.worker_wait_s
+                                                     - time.monotonic())))
                 if not done:
-                    self._report_waiting()
+                    self._report_waiting(time.monotonic() - alone_since, finished, len(items))
                 elif done[0] in self._starting:
                     self._join(done[0])
                 else:
@@ -300,6 +306,7 @@ class RayExecutor:
                         continue
                     self._idle.append(actor)
                     self.done_by_worker[self._names[actor]] += 1
+                    finished += 1
                     yield result
             if self.stats is not None:
                 self._add_stats()
@@ -363,12 +370,18 @@ class RayExecutor:
         self._idle.append(actor)
         log.info("Ray worker %s started (%d of %d)", name, self.started, self.workers)
 
-    def _report_waiting(self) -> None:
-        self._waited_s += _PLACEMENT_WAIT_S
+    def _report_waiting(self, waited_s: float, finished: int, total: int) -> None:
+        """Say on the driver why the map waits; past `worker_wait_s`, give up (NoLiveWorker, naming what ran)."""
+        ran = f"{finished} of {total} items ran"
+        if waited_s >= self.worker_wait_s:
+            raise NoLiveWorker(f"no Ray worker was alive for {waited_s:.0f} s (--worker-wait-s "
+                               f"{self.worker_wait_s:g}), so the run gave up: {ran}; lost: "
+                               f"{'; '.join(map(str, self.lost[-3:])) or 'none'}", finished=finished)
         free = self.ray.available_resources().get("CPU", 0)
-        log.warning("no Ray worker is running yet after %.0f s: the cluster has %g free CPUs and each worker takes "
-                    "one; waiting for nodes to join (an autoscaling cluster adds them for the %d pending workers)",
-                    self._waited_s, free, len(self._starting))
+        log.warning("no Ray worker is running %s after %.0f s (%s; giving up at %g s): the cluster has %g free CPUs "
+                    "and each worker takes one; waiting for nodes to join (an autoscaling cluster adds them for the "
+                    "%d pending workers)", "any more" if finished else "yet", waited_s, ran, self.worker_wait_s,
+                    free, len(self._starting))
 
     def close(self) -> None:
         """Stop every worker, started or not."""
@@ -473,13 +486,15 @@ class _RayWorker:
         self._images.remove()
 
 
-def open_executor(spec: str, *, registry: Registry, source: RegistrySource, workers: int) -> Executor:
+def open_executor(spec: str, *, registry: Registry, source: RegistrySource, workers: int,
+                  worker_wait_s: float = DEFAULT_WORKER_WAIT_S) -> Executor:
     """The executor of a `--executor` value: `thread` (the default: `workers` threads here), `ray` (a local Ray
-    cluster) or `ray:ADDRESS` (an existing one, e.g. `ray:10.0.0.5:6379` or `ray:auto`)."""
+    cluster) or `ray:ADDRESS` (an existing one, e.g. `ray:10.0.0.5:6379` or `ray:auto`), which gives up after
+    `worker_wait_s` with no live worker."""
     kind, _, address = spec.partition(":")
     if kind == "thread" and not address:
         return ThreadExecutor(registry, workers)
     if kind == "ray":
-        return RayExecutor(source, workers=workers, address=address or None,
+        return RayExecutor(source, workers=workers, address=address or None, worker_wait_s=worker_wait_s,
                            stats=registry.cache.stats if registry.cache is not None else None)
     raise ConfigError(f"unknown executor {spec!r}; use thread, ray or ray:ADDRESS", field="executor")

@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 
 from .common import executor as start_executor, registry as open_registry
 from .options import (CacheDirOpt, CacheTtlOpt, CacheUrlOpt, ExecutorOpt, LimitOpt, MaxCostOpt, MaxTurnsOpt,
-                      NoCacheOpt, ReachFloorOpt, RegistryOpt, WorkersOpt)
+                      NoCacheOpt, ReachFloorOpt, RegistryOpt, WorkersOpt, WorkerWaitOpt)
 
 __all__ = ["BatchRun", "batch_run_options"]
 
@@ -31,6 +31,7 @@ class BatchRun:
     cache_url: Optional[str]
     cache_ttl_s: int
     executor: str
+    worker_wait_s: float
 
     def load_registry(self):
         """The registry with its expert cache, or a usage error naming what is wrong with it."""
@@ -40,7 +41,7 @@ class BatchRun:
         """Where the episodes run (started after the command has checked its own arguments: a Ray cluster takes
         seconds to join)."""
         return start_executor(self.executor, reg, self.registry, self.cache_dir, self.cache_url, self.workers,
-                        self.cache_ttl_s)
+                              self.cache_ttl_s, worker_wait_s=self.worker_wait_s)
 
     def context(self):
         """Each episode's budgets."""
@@ -53,7 +54,7 @@ _OPTIONS: list[tuple[str, Any, Any]] = [
     ("registry", Optional[Path], RegistryOpt), ("max_turns", int, MaxTurnsOpt), ("max_cost", float, MaxCostOpt),
     ("reach_floor", float, ReachFloorOpt), ("limit", Optional[int], LimitOpt), ("workers", int, WorkersOpt),
     ("cache_dir", Path, CacheDirOpt), ("no_cache", bool, NoCacheOpt), ("cache_url", Optional[str], CacheUrlOpt),
-    ("cache_ttl_s", int, CacheTtlOpt), ("executor", str, ExecutorOpt)]
+    ("cache_ttl_s", int, CacheTtlOpt), ("executor", str, ExecutorOpt), ("worker_wait_s", float, WorkerWaitOpt)]
 """The options in the order `--help` lists them: name, type, typer option."""
 
 

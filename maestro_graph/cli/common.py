@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..cache.backends import DEFAULT_TTL_S
+from ..core.configs import DEFAULT_WORKER_WAIT_S
 from ..errors import MaestroError
 
 __all__ = ["WIDE_COLUMNS", "console", "err", "executor", "fail", "help_text", "limit_threads", "narrow", "progress",
@@ -73,14 +74,14 @@ def registry(path: Optional[Path], cache_dir: Optional[Path] = None, cache_url: 
 
 
 def executor(spec: str, reg, path: Optional[Path], cache_dir: Optional[Path], cache_url: Optional[str],
-             workers: int, cache_ttl_s: int = DEFAULT_TTL_S):
+             workers: int, cache_ttl_s: int = DEFAULT_TTL_S, *, worker_wait_s: float = DEFAULT_WORKER_WAIT_S):
     """The `--executor` of a batch command; Ray workers build their registries from the same files and URLs."""
     from ..batch.executors import RegistrySource, open_executor
 
     try:
         with progress(f"starting {spec} workers"):
             source = RegistrySource(path, cache_dir, cache_url, cache_ttl_s=cache_ttl_s)
-            return open_executor(spec, registry=reg, source=source, workers=workers)
+            return open_executor(spec, registry=reg, source=source, workers=workers, worker_wait_s=worker_wait_s)
     except MaestroError as exc:
         fail(str(exc))
 

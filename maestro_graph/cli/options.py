@@ -7,11 +7,11 @@ from pathlib import Path
 import typer
 
 from ..cache.backends import DEFAULT_TTL_S
-from ..core.configs import MAX_COST, MAX_TURNS, Budget, typer_option
+from ..core.configs import DEFAULT_WORKER_WAIT_S, MAX_COST, MAX_TURNS, Budget, typer_option
 from ..registry.reach import REACH_FLOOR
 
 __all__ = ["POLICY_HELP", "CacheDirOpt", "CacheTtlOpt", "CacheUrlOpt", "ExecutorOpt", "LimitOpt", "MaxCostOpt", "MaxTurnsOpt",
-           "NoCacheOpt", "ReachFloorOpt", "RegistryOpt", "WorkersOpt"]
+           "NoCacheOpt", "ReachFloorOpt", "RegistryOpt", "WorkersOpt", "WorkerWaitOpt"]
 
 POLICY_HELP = ("neural (the shipped checkpoint) | rules | random | fixed:MODEL@@SKILL | lm:shipped#choice "
                "(the paper's LM router as a composite: the shipped neural policy chooses the expert, SmolLM2 decides "
@@ -37,3 +37,7 @@ CacheTtlOpt = typer.Option(DEFAULT_TTL_S, "--cache-ttl-s", min=0, envvar="MAESTR
 ExecutorOpt = typer.Option("thread", "--executor", help="Where episodes run: thread (--workers threads here) | ray "
                            "(a local Ray cluster of --workers actors) | ray:ADDRESS (an existing cluster; needs the "
                            "`ray` extra).")
+WorkerWaitOpt = typer.Option(DEFAULT_WORKER_WAIT_S, "--worker-wait-s", min=1, help="With --executor ray: give up "
+                             "after this many seconds with no Ray worker ready to take items (none ready yet: a worker "
+                             "still building its registry is not; or every one lost with its node); the records that "
+                             "finished are kept, and the run exits 4 saying how many items ran.")

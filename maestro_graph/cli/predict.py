@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..errors import MaestroError
+from ..errors import MaestroError, NoLiveWorker
 from .batch_run import BatchRun, batch_run_options
 from .common import console, err, fail, limit_threads, print_skipped
 from .options import POLICY_HELP
@@ -68,7 +68,8 @@ def predict(
     1 some episodes failed (recorded in OUT with `failed: true`);
     2 some task-file lines were skipped as bad input, or a usage error stopped the run;
     4 the run lost capacity: workers died or never started, or steps failed on their node (each named on stderr
-    and in the metrics file)."""
+    and in the metrics file), or no Ray worker was alive for --worker-wait-s, and the run gave up (the message says
+    how many items ran; --resume runs the rest)."""
     limit_threads()
     from ..episode.runner import predict as run_predict
     from ..policy import DEFAULT_POLICY, make_policy
@@ -85,7 +86,8 @@ def predict(
         summary = run_predict(reg, tasks, out, policy=policy, limit=run.limit, workers=run.workers, resume=resume,
                               executor=runner, context=run.context())
     except MaestroError as exc:  # the cluster gave out mid-run: what finished is in OUT
-        fail(f"{exc}; the predictions that finished are in {out}: rerun with --resume to run the rest")
+        fail(f"{exc}; the predictions that finished are in {out}: rerun with --resume to run the rest",
+             PredictExit.LOST_CAPACITY if isinstance(exc, NoLiveWorker) else 2)
     print_skipped(summary.skipped)
     table = Table("source", "items", "accuracy", title=f"{policy} on {tasks.name}")
     for source, values in sorted(summary.by_source.items()):

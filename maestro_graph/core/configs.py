@@ -28,7 +28,7 @@ from ..errors import ConfigError
 from .operator_yaml import read_yaml
 
 __all__ = ["DEFAULT_MAX_TURNS", "DEFAULT_MAX_COST", "MAX_TURNS", "MAX_COST", "DEFAULT_EPISODES_KEPT",
-           "MAX_EPISODES_KEPT", "DEFAULT_CHECKPOINTS_KEPT", "Budget", "setting", "help_of",
+           "MAX_EPISODES_KEPT", "DEFAULT_CHECKPOINTS_KEPT", "DEFAULT_WORKER_WAIT_S", "Budget", "setting", "help_of",
            "load_yaml", "build", "add_arguments", "from_arguments", "typer_options", "typer_option"]
 
 C = TypeVar("C")
@@ -51,6 +51,9 @@ only the last, and `/v1/threads/ID` lists them); each episode writes about two a
 state (episode.storage.prune_thread)."""
 MAX_COST = 1_000.0
 """The largest cost budget a run may ask for, in card cost units."""
+DEFAULT_WORKER_WAIT_S = 600.0
+"""How long a batch run on Ray waits with no live worker (none placed yet, or every one lost) before it gives up:
+long enough for an autoscaler to add a node, short enough that a lost cluster ends the run."""
 
 
 def setting(default: Any, help: str, *, research: bool = False) -> Any:
