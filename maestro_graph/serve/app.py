@@ -12,6 +12,7 @@ import importlib.util
 import json
 import logging
 import re
+import time
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
@@ -31,7 +32,7 @@ from ..types import StopReason
 from .checkpoint_db import open_checkpointer, open_image_store
 from .client_gone import CHAT_ROUTE, CancelOnDisconnect, episode_routes
 from .episodes import THREAD_HEADER, Episode, EpisodeOutcome, EpisodeService
-from .image_errors import resolve_images
+from .image_errors import resolve_conversation
 from .limits import BodyLimitMiddleware
 from .observability import RequestIdMiddleware
 from .observability import thread_id as thread_id_var
@@ -148,8 +149,10 @@ def _add_model_routes(app: FastAPI, settings: ServeSettings, key: Any) -> None:
 
 async def _chat_completion(request: Request, principal: str | None, service: EpisodeService) -> Response:
     """One `/v1/chat/completions` request: checked whole (body, model, parameters, question, thread, owner, a free
-    slot) before any image is decoded, then answered plain or as a stream."""
+    slot) before any image is decoded, then answered plain or as a stream, all within the request's deadline
+    (`request_timeout_s`, from its arrival: verifying the images counts)."""
     settings = service.settings
+    deadline = time.monotonic() + settings.request_timeout_s
     body = await _json_body(request)
     try:
         chat = ChatRequest.model_validate(body)
@@ -164,6 +167,10 @@ async def _chat_completion(request: Request, principal: str | None, service: Epi
     if chat.n != 1:
         raise ApiError(400, "n_not_supported", f"n={chat.n}: an episode gives one answer; send n=1 (or omit it) "
                        "and repeat the request for more", param="n")
+    if len(chat.messages) > settings.max_messages:
+        raise ApiError(413, "too_many_messages", f"{len(chat.messages)} messages exceed the cap of "
+                       f"{settings.max_messages} (--max-messages); only a conversation's latest turns are read",
+                       param="messages")
     parsed = parse_request(chat)
     header_thread = request.headers.get(THREAD_HEADER)
     may_have_image = bool(parsed.image_urls or any(t.get("images") for t in parsed.history)
@@ -182,22 +189,21 @@ async def _chat_completion(request: Request, principal: str | None, service: Epi
     if requested_thread is not None:  # another principal's thread is a 404, before anything else is said of it
         await run_in_threadpool(service.check_owner, requested_thread, principal)
     service.check_capacity(1, requested_thread)  # 409/429 before any image is decoded
-    images = await run_in_threadpool(resolve_images, parsed.image_urls, settings)
-    history = [{**turn, "images": await run_in_threadpool(resolve_images, turn["images"], settings)}
-               if turn.get("images") else turn for turn in parsed.history]
+    images, history = await resolve_conversation(parsed.image_urls, parsed.history, settings,
+                                                 within_s=deadline - time.monotonic())
     episode = Episode(parsed.question, images, chat.choices, context, service.thread_for(requested_thread),
                       history=history, owner=principal)
     headers = {THREAD_HEADER: episode.thread_id} if episode.thread_id else {}
     thread_id_var.set(episode.thread_id)
     completion_id = new_completion_id()
     if not chat.stream:
-        outcome = await service.complete(episode)
+        outcome = await service.complete(episode, timeout_s=deadline - time.monotonic())
         _refused(outcome)
         return JSONResponse(completion_body(completion_id, settings.model_name, outcome.result.answer,
                                             outcome.trace(), outcome.usage), headers=headers)
     include_usage = chat.stream_options is not None and chat.stream_options.include_usage
-    stream = _sse(completion_id, settings.model_name, await service.open_stream(episode),
-                  include_usage=include_usage)
+    opened = await service.open_stream(episode, timeout_s=deadline - time.monotonic())
+    stream = _sse(completion_id, settings.model_name, opened, include_usage=include_usage)
     return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
 
 

@@ -49,7 +49,10 @@ class ServeSettings(BaseModel):
         "(MaestroContext.reach_floor; 0: off)")
     max_body_bytes: int = Field(20_000_000, gt=0, description="largest request body (413 above)")
     max_image_bytes: int = Field(8_000_000, gt=0, description="largest decoded image (413 above)")
-    max_images: int = Field(8, ge=1, description="most images in one request (413 above)")
+    max_images: int = Field(8, ge=1, description="most distinct images in one request, its question's and those of "
+                            "the latest 8 turns of its history together (413 above)")
+    max_messages: int = Field(256, ge=1, description="most messages in one chat request, its history included (413 "
+                              "above); only the latest 8 earlier turns are read, the rest are not decoded or stored")
     decode_memory_mb: int = Field(
         DECODE_MEMORY_BYTES // 1_000_000, ge=1, description="memory the images being decoded may take at once, "
         "across every request of the process (each decode holds its estimate, from the size and format the file "
