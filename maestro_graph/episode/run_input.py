@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import convert_to_messages
+from langchain_core.runnables import ensure_config
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Send, StateUpdate
 
@@ -26,6 +27,8 @@ __all__ = ["BadRunInput", "MaestroGraph"]
 _SHOWN = 80
 """The most characters of a wrong value that a refusal quotes."""
 _MESSAGES = "messages"
+_CHECKPOINT_NS = "checkpoint_ns"
+"""The run config's key where LangGraph names the parent task of a nested run (its own constant is private)."""
 
 
 class BadRunInput(InputError, ValueError):
@@ -42,11 +45,11 @@ class MaestroGraph(CompiledStateGraph):
     every state update does."""
 
     def stream(self, input: Any, config: Any = None, **kwargs: Any):  # noqa: A002 - LangGraph's parameter name
-        check_run_input(self, input)
+        check_run_input(self, input, nested=_nested(config))
         return super().stream(input, config, **kwargs)
 
     def astream(self, input: Any, config: Any = None, **kwargs: Any):  # noqa: A002 - LangGraph's parameter name
-        check_run_input(self, input)
+        check_run_input(self, input, nested=_nested(config))
         return super().astream(input, config, **kwargs)
 
     def bulk_update_state(self, config: Any, supersteps: Sequence[Sequence[StateUpdate]]) -> Any:
@@ -58,16 +61,17 @@ class MaestroGraph(CompiledStateGraph):
         return await super().abulk_update_state(config, supersteps)
 
 
-def check_run_input(graph: CompiledStateGraph, run_input: Any) -> None:
+def check_run_input(graph: CompiledStateGraph, run_input: Any, *, nested: bool = False) -> None:
     """Refuse (BadRunInput) a run's input that LangGraph would drop or fail on before any node runs: an input that is
-    not an object, a key that is not an input field, `messages` that are not chat messages; for a `Command`, a
-    `resume` (the graph never interrupts), a `goto` to no node of the graph, an update of no channel."""
+    not an object, a key that is not an input field (unless the graph runs `nested` in a parent graph, whose state,
+    with fields of its own, is the input), `messages` that are not chat messages; for a `Command`, a `resume` (the
+    graph never interrupts), a `goto` to no node of the graph, an update of no channel."""
     if run_input is None:
         return
     if isinstance(run_input, Command):
         _check_command(graph, run_input)
     elif isinstance(run_input, Mapping):
-        _check_keys(run_input, _input_fields(graph), "input")
+        _check_keys(run_input, set(run_input) if nested else _input_fields(graph), "input")
     else:
         raise BadRunInput(f"input: expected an object with the fields {', '.join(sorted(_input_fields(graph)))} "
                           f"(got {_shown(run_input)})")
@@ -128,6 +132,11 @@ def _check_messages(value: Any, where: str) -> None:
         first = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
         raise BadRunInput(f"{where}: expected chat messages (objects with role and content) (got {_shown(value)}: "
                           f"{first[:_SHOWN * 2]})") from None
+
+
+def _nested(config: Any) -> bool:
+    """Whether this run is a parent graph's task (LangGraph names the task in the run's `checkpoint_ns`)."""
+    return bool(ensure_config(config).get("configurable", {}).get(_CHECKPOINT_NS))
 
 
 def _input_fields(graph: CompiledStateGraph) -> set[str]:
