@@ -6,6 +6,7 @@ refused instead of returning the previous run's answer. Swept through the SDK ag
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -155,3 +156,24 @@ def test_an_unknown_input_field_is_refused(server_url):
     message = _typed(asyncio.run(go()))
     assert message.startswith(f"{REFUSED}: input.image: the graph has no such field; it takes choices, history, "
                               "images, messages, question"), message
+
+
+def test_a_threads_checkpoints_hold_image_references_not_data_urls(server_url):
+    """Issue 58, item 2 on the Agent Server's checkpointer: the graph puts a run's input images into the server's
+    store before the run, so no checkpoint of the thread, its input's included, holds an image's bytes; a follow-up
+    that sends no image is still about the thread's image."""
+    from langgraph_sdk import get_client
+
+    qr = data_url(ROOT / "examples/qrcode.png")
+
+    async def go() -> tuple[dict, dict, list]:
+        client = get_client(url=server_url)
+        thread = (await client.threads.create())["thread_id"]
+        first = await client.runs.wait(thread, "maestro", input={"question": QUESTION, "images": [qr]}, context=CONTEXT)
+        again = await client.runs.wait(thread, "maestro", input={"question": "What does the QR code say?"},
+                                       context=CONTEXT)
+        return first, again, await client.threads.get_history(thread, limit=100)
+
+    first, again, history = asyncio.run(go())
+    assert first["answer"] == again["answer"] == "Wikipedia"
+    assert len(history) > 4 and "data:image" not in json.dumps(history)

@@ -37,13 +37,22 @@ def stored_input(store: BaseStore | None, graph_input: dict[str, Any]) -> dict[s
     """A run's input with its images, and those of every turn of its `history`, kept in the store as `stored` keeps
     them: a door hands the graph references, so the checkpoints a run writes before intake (its input, the state
     that enters intake) hold none of the bytes either, and an image a client resends with each question, or repeats
-    in several turns of its history, is stored once."""
+    in several turns of its history, is stored once. A field of the wrong type is left as it is, for intake to name
+    (`written_state`)."""
     if store is None:
         return graph_input
-    stored_turns = [{**turn, "images": stored(store, turn["images"])} if turn.get("images") else turn
-                    for turn in graph_input.get("history") or []]
-    return {**graph_input, "images": stored(store, graph_input.get("images") or []),
-            **({"history": stored_turns} if stored_turns else {})}
+    out = dict(graph_input)
+    if _strings(out.get("images")):
+        out["images"] = stored(store, out["images"])
+    if isinstance(out.get("history"), list):
+        out["history"] = [{**turn, "images": stored(store, turn["images"])}
+                          if isinstance(turn, dict) and _strings(turn.get("images")) else turn
+                          for turn in out["history"]]
+    return out
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
 def fetched(store: BaseStore | None, images: list[str]) -> list[str]:

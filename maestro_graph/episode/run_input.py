@@ -6,13 +6,17 @@ graph lacks and a `resume` when nothing waits for one are ignored, so the run do
 run's answer as if it were this one's; and `messages` that are not messages make LangGraph's own reducer raise
 `NotImplementedError` before any node runs. `MaestroGraph` refuses these with `BadRunInput`, naming the field and
 the value, before the run starts (the SDK reports the run's error as `BadRunInput: <why>`); so does a state update
-(`update_state`, the SDK's `threads.update_state`). A value of the wrong type in a field the graph has is the nodes'
-to name (`episode.written_state`): the run ends with the typed input error, as for any other bad input.
+(`update_state`, the SDK's `threads.update_state`). With a store, it also puts a run's input images there before
+the run (`image_refs.stored_input`), so the run's input checkpoint holds references, not the bytes. A value of the
+wrong type in a field the graph has is the nodes' to name (`episode.written_state`): the run ends with the typed
+input error, as for any other bad input.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import aclosing
 from typing import Any
 
 from langchain_core.messages import convert_to_messages
@@ -21,6 +25,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Send, StateUpdate
 
 from ..errors import InputError
+from .image_refs import stored_input
 
 __all__ = ["BadRunInput", "MaestroGraph"]
 
@@ -45,12 +50,26 @@ class MaestroGraph(CompiledStateGraph):
     every state update does."""
 
     def stream(self, input: Any, config: Any = None, **kwargs: Any):  # noqa: A002 - LangGraph's parameter name
-        check_run_input(self, input, nested=_nested(config))
+        nested = _nested(config)
+        check_run_input(self, input, nested=nested)
+        if self._keeps_images(input, nested):
+            input = stored_input(self.store, dict(input))
         return super().stream(input, config, **kwargs)
 
-    def astream(self, input: Any, config: Any = None, **kwargs: Any):  # noqa: A002 - LangGraph's parameter name
-        check_run_input(self, input, nested=_nested(config))
-        return super().astream(input, config, **kwargs)
+    async def astream(self, input: Any, config: Any = None, **kwargs: Any):  # noqa: A002 - LangGraph's name
+        nested = _nested(config)
+        check_run_input(self, input, nested=nested)
+        if self._keeps_images(input, nested):  # the store's sync calls, off the event loop (as a sync node makes them)
+            input = await asyncio.to_thread(stored_input, self.store, dict(input))
+        async with aclosing(super().astream(input, config, **kwargs)) as chunks:
+            async for chunk in chunks:
+                yield chunk
+
+    def _keeps_images(self, run_input: Any, nested: bool) -> bool:
+        """Whether a run's input images go into the graph's store before the run (`image_refs.stored_input`), so
+        that no checkpoint, the run's input included, holds their bytes: a top-level run's input, with a store (the
+        Agent Server gives the graph its own). A nested run's input is its parent's state, kept by the parent."""
+        return self.store is not None and not nested and isinstance(run_input, Mapping)
 
     def bulk_update_state(self, config: Any, supersteps: Sequence[Sequence[StateUpdate]]) -> Any:
         _check_supersteps(self, supersteps)
