@@ -2,7 +2,7 @@
 real loopback server: the distinct images of the question and of its history's latest turns count toward
 `max_images` together (an image repeated in every turn counts once), turns older than the graph reads are not
 verified, the messages are capped, and verifying the images (here: fetching one from a host that answers late)
-runs inside the request's deadline, a 504 at it."""
+runs inside the request's deadline, a 504 at it (on LangServe's route too, through its RemoteRunnable)."""
 
 from __future__ import annotations
 
@@ -53,22 +53,22 @@ def _served(registry, **settings):
     served = running_app(create_app(registry, ServeSettings(policy="rules", max_images=MAX_IMAGES, max_messages=40,
                                                             **settings)))
     url = served.__enter__()
-    return served, openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
+    return served, url, openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
 
 
 @pytest.fixture(scope="module")
 def client(registry):
-    served, client = _served(registry, request_timeout_s=120)
+    served, _, client = _served(registry, request_timeout_s=120)
     yield client
     served.__exit__(None, None, None)
 
 
 @pytest.fixture(scope="module")
 def hasty(registry, late_host):
-    """A server whose requests have TIMEOUT_S, with the late host allow-listed."""
-    served, client = _served(registry, request_timeout_s=TIMEOUT_S, allowed_image_hosts=(late_host,),
-                             fetch_timeout_s=LATE_S * 2)
-    yield client
+    """A server whose requests have TIMEOUT_S, with the late host allow-listed: (base URL, openai client)."""
+    served, url, client = _served(registry, request_timeout_s=TIMEOUT_S, allowed_image_hosts=(late_host,),
+                                  fetch_timeout_s=LATE_S * 2)
+    yield url, client
     served.__exit__(None, None, None)
 
 
@@ -121,8 +121,21 @@ def test_a_history_of_too_many_messages_is_refused(client):
 def test_verifying_the_images_is_inside_the_request_deadline(hasty, late_host):
     start = time.monotonic()
     with pytest.raises(openai.APIStatusError) as late:
-        _ask(hasty, _turns([f"http://{late_host}/circles.png"]))
+        _ask(hasty[1], _turns([f"http://{late_host}/circles.png"]))
     took = time.monotonic() - start
     assert late.value.status_code == 504 and late.value.body["code"] == "timeout"
     assert "were not verified within its 3 s" in late.value.body["message"]
+    assert took < TIMEOUT_S + 2, f"the 504 came {took:.1f} s after the request, with a {TIMEOUT_S:g} s timeout"
+
+
+def test_verifying_the_images_is_inside_the_deadline_on_langserve_too(hasty, late_host):
+    import httpx
+    from langserve import RemoteRunnable
+
+    remote = RemoteRunnable(f"{hasty[0]}/maestro/")
+    start = time.monotonic()
+    with pytest.raises(httpx.HTTPStatusError) as late:
+        remote.invoke({"question": "How many circles are in the image?", "images": [f"http://{late_host}/c.png"]})
+    took = time.monotonic() - start
+    assert late.value.response.status_code == 504 and late.value.response.json()["error"]["code"] == "timeout"
     assert took < TIMEOUT_S + 2, f"the 504 came {took:.1f} s after the request, with a {TIMEOUT_S:g} s timeout"

@@ -192,17 +192,17 @@ async def _chat_completion(request: Request, principal: str | None, service: Epi
     images, history = await resolve_conversation(parsed.image_urls, parsed.history, settings,
                                                  within_s=deadline - time.monotonic())
     episode = Episode(parsed.question, images, chat.choices, context, service.thread_for(requested_thread),
-                      history=history, owner=principal)
+                      history=history, owner=principal, deadline=deadline)
     headers = {THREAD_HEADER: episode.thread_id} if episode.thread_id else {}
     thread_id_var.set(episode.thread_id)
     completion_id = new_completion_id()
     if not chat.stream:
-        outcome = await service.complete(episode, timeout_s=deadline - time.monotonic())
+        outcome = await service.complete(episode)
         _refused(outcome)
         return JSONResponse(completion_body(completion_id, settings.model_name, outcome.result.answer,
                                             outcome.trace(), outcome.usage), headers=headers)
     include_usage = chat.stream_options is not None and chat.stream_options.include_usage
-    opened = await service.open_stream(episode, timeout_s=deadline - time.monotonic())
+    opened = await service.open_stream(episode)
     stream = _sse(completion_id, settings.model_name, opened, include_usage=include_usage)
     return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
 

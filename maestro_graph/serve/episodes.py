@@ -73,6 +73,9 @@ class Episode:
     owner: str | None = None
     """The principal the request authenticated as (serve.principals; None without API keys): written into every
     checkpoint of the thread's runs, and a thread another principal made is not found."""
+    deadline: float | None = None
+    """When the request must be answered (`time.monotonic()`): its arrival plus `request_timeout_s`, so the time the
+    door took to verify its images counts (None: `request_timeout_s` from when the episode starts)."""
 
 
 @dataclass
@@ -347,15 +350,14 @@ class EpisodeService:
             answer_source=values.get("answer_source"), confidence=values.get("confidence"))
         return EpisodeOutcome(result, episode.thread_id, episode.mode, usage=usage_of(values.get("steps", [])))
 
-    async def complete(self, episode: Episode, emit: Emit = lambda _: None, *,
-                       timeout_s: float | None = None) -> EpisodeOutcome:
+    async def complete(self, episode: Episode, emit: Emit = lambda _: None) -> EpisodeOutcome:
         """Admit, run on a worker and wait, within the request timeout (504 after it: the episode stops at its
         next step and, with checkpoints, can be resumed by its thread id). A request cancelled meanwhile (its client
         gone: `client_gone.CancelOnDisconnect`; or the server stopping) cancels the episode."""
         self.admit(episode.thread_id)
         future = asyncio.wrap_future(await self._started(episode, emit))
         try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout=self._time_left(timeout_s))
+            return await asyncio.wait_for(asyncio.shield(future), timeout=self._time_left(episode))
         except TimeoutError:
             episode.cancel.set()
             raise self._timeout(episode) from None
@@ -370,8 +372,7 @@ class EpisodeService:
             episode.cancel.set()
             log.info("client disconnected: episode cancelled")
 
-    async def open_stream(self, episode: Episode, *,
-                          timeout_s: float | None = None) -> AsyncIterator[dict[str, Any] | EpisodeOutcome]:
+    async def open_stream(self, episode: Episode) -> AsyncIterator[dict[str, Any] | EpisodeOutcome]:
         """Admit and start the episode now (so a refusal is the request's own HTTP error, not a stream chunk),
         then iterate its events as they happen and its EpisodeOutcome last, within the request timeout (the
         iterator raises the 504 ApiError after it). A consumer that stops early, a client gone, cancels it."""
@@ -383,12 +384,12 @@ class EpisodeService:
             loop.call_soon_threadsafe(events.put_nowait, event)
 
         future = asyncio.wrap_future(await self._started(episode, emit))
-        return self._pump(episode, future, events, loop.time() + self._time_left(timeout_s))
+        return self._pump(episode, future, events, loop.time() + self._time_left(episode))
 
-    def _time_left(self, timeout_s: float | None) -> float:
-        """The seconds an episode may take: what is left of its request's deadline (`timeout_s`, after the door
-        verified the images), else the whole request timeout."""
-        return max(0.0, self.settings.request_timeout_s if timeout_s is None else timeout_s)
+    def _time_left(self, episode: Episode) -> float:
+        """The seconds an episode may take: what is left of its request's deadline, else the whole request timeout."""
+        left = self.settings.request_timeout_s if episode.deadline is None else episode.deadline - time.monotonic()
+        return max(0.0, left)
 
     async def _started(self, episode: Episode, emit: Emit) -> Future:
         """`start` off the event loop. A request cancelled meanwhile (its client gone) gets the episode cancelled:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import time
 from typing import Annotated, Any, AsyncIterator, Callable, Sequence
 from urllib.parse import parse_qs
 
@@ -42,7 +43,7 @@ from ..core.question_text import clean_question, question_problem
 from ..episode.context import RunSettings
 from ..episode.state import AnswerSource
 from .episodes import Episode, EpisodeOutcome, EpisodeService
-from .image_errors import resolve_images
+from .image_errors import resolve_conversation
 from .principals import principal_of
 from .protocol import THREAD_ID_PATTERN, ApiError, Choices, parse_json
 
@@ -127,8 +128,9 @@ async def _prepare(service: EpisodeService, request: MaestroRequest | dict, conf
     if req.thread_id is not None:  # another principal's thread is a 404, before anything else is said of it
         await run_in_threadpool(service.check_owner, req.thread_id, owner)
     service.check_capacity(1, req.thread_id)  # a busy thread (409) or a full server (429) before any image decodes
-    images = await run_in_threadpool(resolve_images, req.images, service.settings)
-    return Episode(req.question, images, req.choices, context, thread, owner=owner)
+    deadline = time.monotonic() + service.settings.request_timeout_s  # verifying the images counts
+    images, _ = await resolve_conversation(req.images, [], service.settings, within_s=deadline - time.monotonic())
+    return Episode(req.question, images, req.choices, context, thread, owner=owner, deadline=deadline)
 
 
 def _with_episode(config: RunnableConfig, episode: Episode) -> RunnableConfig:
