@@ -33,8 +33,8 @@ __all__ = ["DEFAULT_POLICY", "PolicyCatalog", "PolicyNotOffered", "SERVED_POLICI
 
 DEFAULT_POLICY = "neural"
 """The one default of every door (`maestro ask`, `predict`, `serve`, the graph, Studio): the shipped checkpoint,
-trained by the project's own `maestro train` (the point of the product; its figures: docs/results.md). Every door
-can still select `rules` (the keyword baseline) or any other policy by name."""
+trained by the project's own `maestro train` (the point of the product; its figures: docs/results.md, "The shipped
+neural router"). Every door can still select `rules` (the keyword baseline) or any other policy by name."""
 SERVED_POLICIES = (DEFAULT_POLICY, "rules")
 """What a served surface offers when the operator says nothing: the shipped trained policy and the keyword rules."""
 OPEN_CACHE = 16

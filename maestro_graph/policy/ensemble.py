@@ -1,9 +1,8 @@
 """Several neural checkpoints deciding together: each action's probability is the mean of theirs.
 
-A GRPO run depends on its seed (docs/results.md measures how much); the mean of several runs' distributions
-depends on no one seed, which is the usual cure (an ensemble of independently trained policies), and picks no seed
-on evaluation items. Named
-`neural:A.safetensors+B.safetensors+...` (`make_policy`).
+A GRPO run depends on its seed (one recipe scored several points apart across seeds); the mean of several
+runs' distributions depends on no one seed, which is the usual cure (an ensemble of independently trained
+policies), and picks no seed on evaluation items. Named `neural:A.safetensors+B.safetensors+...` (`make_policy`).
 """
 
 from __future__ import annotations

@@ -191,8 +191,8 @@ class TransformersLM:
     def score(self, messages: list[dict], continuations: Sequence[str], images: Sequence[str] = ()) -> list[float]:
         """Log-probability of each continuation as the assistant's reply: the sum over its tokens, so the `choice`
         distribution is the model's own sequence distribution restricted to the valid actions, the one SFT and GRPO
-        train (a per-token mean flattens it and favours long, predictable actions; docs/results.md gives both
-        scores' validation figures). The prompt is encoded
+        train (a per-token mean flattens it and favours long, predictable actions: docs/results.md, "What a
+        decision costs"). The prompt is encoded
         once (its system part once per backend, `_head`) and its key/value cache shared by all continuations (one
         batched forward pass). A vision-language model scores each continuation in a forward pass of its own over
         the prompt with its images: its position ids depend on where the image tokens sit, so one key/value cache

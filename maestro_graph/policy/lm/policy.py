@@ -205,7 +205,7 @@ class LMPolicy:
     def ranked_space(self, view: EpisodeView, space: ActionSpace) -> ActionSpace:
         """`space` with what ranks the options: the reach's figures, or with a `ranker` its probability of opening
         the episode with each pair (LMConfig.order). A 135M router calls option 1 first in nearly every episode
-        (docs/results.md, "What the ranked router learned"), so the ranking decides its accuracy; the neural
+        (docs/results.md, "The LM router"), so the ranking decides its accuracy; the neural
         policy's is the better one measured. Taken at the question's first decision and kept (a number means one
         expert all through an episode)."""
         if self.ranker is None:

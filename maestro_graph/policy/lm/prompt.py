@@ -111,7 +111,7 @@ def option_pairs(pairs: Sequence[Pair], question: str, choices: Sequence[str] | 
     (best first, stably; unscored pairs last). The list depends on the question alone, not on the turn, so a
     number means the same expert all through an episode. The pair-id prompt (order `pair-ids`) lists every pair, as
     routers reading it were trained before skills could decline a question and choose otherwise when shown a
-    shorter list (docs/results.md, "The LM router"); the graph still never runs a declined pair, since only valid
+    shorter list; the graph still never runs a declined pair, since only valid
     actions are scored."""
     listed = [p for p in pairs if not (options.numbered and p.skill.declines(question, choices))]
     if options.shuffle is not None:
