@@ -23,7 +23,7 @@ import pytest
 import yaml
 from PIL import Image
 from servers import ROOT, free_port, maestro_serve, vllm_server
-from tiny_vlm import QWEN_MAX_PIXELS, build_tiny_qwen_vl
+from tiny_vlm import QWEN3_MAX_PIXELS, QWEN_MAX_PIXELS, build_tiny_qwen3_vl, build_tiny_qwen_vl
 from typer.testing import CliRunner
 
 from maestro_graph.cli import app
@@ -58,13 +58,22 @@ def vllm_base(tmp_path_factory) -> Iterator[str]:
                            timeout=SETUP_TIMEOUT_S)
     assert setup.returncode == 0, f"bash scripts/setup-vllm.sh failed:\n{setup.stderr[-3000:]}"
     folder = build_tiny_qwen_vl(tmp_path_factory.mktemp("tiny-qwen") / "model")
-    port, log = free_port(), tmp_path_factory.mktemp("vllm-vision") / "serve.log"
-    flags = ["--max-model-len", str(MAX_MODEL_LEN), "--trust-request-mm-kwargs",
-             "--limit-mm-per-prompt", json.dumps({"image": SERVER_IMAGES, "video": 0})]
-    with vllm_server(["bash", "scripts/serve-vllm.sh", str(port), str(folder), NAME, *flags], port, log,
-                     timeout_s=START_TIMEOUT_S, cwd=ROOT) as seconds:
+    port, server = _start(folder, NAME, tmp_path_factory.mktemp("vllm-vision") / "serve.log",
+                          "--trust-request-mm-kwargs")
+    with server as seconds:
         print(f"\nvLLM served the tiny Qwen2.5-VL after {seconds:.0f} s")
         yield f"http://127.0.0.1:{port}/v1"
+
+
+def _start(folder: Path, name: str, log: Path, *flags: str):
+    """scripts/serve-vllm.sh serving `folder` as `name` on a free port with the module's context and image limit;
+    a context manager yielding (base URL, seconds start-up took)."""
+    port = free_port()
+    flags = ("--max-model-len", str(MAX_MODEL_LEN), "--limit-mm-per-prompt",
+             json.dumps({"image": SERVER_IMAGES, "video": 0}), *flags)
+    server = vllm_server(["bash", "scripts/serve-vllm.sh", str(port), str(folder), name, *flags], port, log,
+                         timeout_s=START_TIMEOUT_S, cwd=ROOT)
+    return port, server
 
 
 def _card(base: str, **fields) -> dict:
@@ -210,7 +219,8 @@ def test_profile_measures_the_pairs_and_serve_routes_to_the_profiled_pair(vllm_b
     assert all(e["failures"] == 0 and e["items"] == 9 for e in written["pairs"])
     with maestro_serve(["--registry", str(part), "--insecure", "--cache-dir", str(tmp_path / "cache")],
                        tmp_path / "serve.log") as (_, url):
-        content = [{"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(Path(CHART).read_bytes()).decode()}},
+        chart = "data:image/png;base64," + base64.b64encode(Path(CHART).read_bytes()).decode()
+        content = [{"type": "image_url", "image_url": {"url": chart}},
                    {"type": "text", "text": QUESTION}]
         reply = httpx.post(f"{url}/v1/chat/completions", timeout=300, json={
             "model": "maestro", "messages": [{"role": "user", "content": content}]})
@@ -245,3 +255,20 @@ def test_maestros_overhead_per_vision_call_against_vllm_directly(vllm_base, tmp_
     print(f"\nper vision-chat call: Maestro {maestro_s * 1000:.0f} ms, vLLM directly {direct_s * 1000:.0f} ms, "
           f"ratio {maestro_s / direct_s:.2f}")
     assert maestro_s < 10 * direct_s + 2
+
+
+def test_a_tiny_qwen3_vl_is_served_too_and_counted_by_its_card(vllm_base, tmp_path):
+    """The Qwen3-VL card's architecture (patches of 16, deepstack features), served by the same vLLM build on a second
+    server: a vision-chat pair answers through it, and its card's arithmetic is vLLM's count."""
+    folder = build_tiny_qwen3_vl(tmp_path / "tiny-qwen3")
+    spec = ImageTokens(patch_size=16, merge_size=2, min_pixels=64 * 64, max_pixels=QWEN3_MAX_PIXELS)
+    port, server = _start(folder, NAME, tmp_path / "serve.log")
+    with server as seconds:
+        print(f"\nvLLM served the tiny Qwen3-VL after {seconds:.0f} s")
+        base = f"http://127.0.0.1:{port}/v1"
+        for size in ((20, 20), (160, 120), (30, 600), (1046, 674)):
+            url = "data:image/png;base64," + base64.b64encode(_png(*size)).decode()
+            assert _prompt_tokens(base, [url]) - _prompt_tokens(base, []) == image_tokens(*size, spec), size
+        step = _registry(tmp_path, _card(base, image_tokens=spec.model_dump())).run(
+            Invoke(NAME, "chart-qa"), question=QUESTION, images=[CHART])
+        assert step.error is None and step.calls[0]["completion_tokens"] > 0, step.error

@@ -88,10 +88,13 @@ QWEN_MAX_PIXELS = 28 * 28 * 64
 """The tiny model's image processor bound: at most 64 image tokens per image, so CPU and small GPUs serve it fast."""
 
 
-def build_tiny_qwen_vl(folder: Path) -> Path:
-    """Save a tiny Qwen2.5-VL (seed 0), its tokenizer, image processor and chat template into `folder`; returns
-    `folder`."""
-    from transformers import AutoTokenizer, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+def _save_tiny_qwen(folder: Path, model_class: type, config_class: type, patch_size: int, max_pixels: int, *,
+                    text: dict, vision: dict) -> Path:
+    """Save a tiny Qwen-VL (seed 0) of `model_class` into `folder`: SmolLM2's tokenizer with Qwen's vision tokens
+    and chat template, a 2-layer decoder of width 128 (`text` adds its rotary settings), a 2-block vision tower of
+    width 64 with patches of `patch_size` merged 2x2 (`vision` adds what the architecture has of its own), and the
+    image processor bounded at `max_pixels`; returns `folder`."""
+    from transformers import AutoTokenizer
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     tokenizer = AutoTokenizer.from_pretrained(cached_hf_folder())
@@ -100,20 +103,45 @@ def build_tiny_qwen_vl(folder: Path) -> Path:
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in QWEN_VISION_TOKENS}
     special = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
                "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id}
-    config = Qwen2_5_VLConfig(
+    config = config_class(
         text_config={"vocab_size": len(tokenizer), "hidden_size": 128, "intermediate_size": 256,
                      "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
-                     "max_position_embeddings": 8192, "tie_word_embeddings": True, **special,
-                     "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [8, 12, 12]}},
+                     "max_position_embeddings": 8192, "tie_word_embeddings": True, **special, **text},
         vision_config={"depth": 2, "hidden_size": 64, "intermediate_size": 128, "num_heads": 1, "out_hidden_size": 128,
-                       "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 56,
-                       "fullatt_block_indexes": [1]},
+                       "patch_size": patch_size, "spatial_merge_size": 2, "temporal_patch_size": 2, **vision},
         image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
         tie_word_embeddings=True, **special)
     torch.manual_seed(0)
-    Qwen2_5_VLForConditionalGeneration(config).save_pretrained(folder)
+    model_class(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=QWEN_MAX_PIXELS, patch_size=14, merge_size=2,
-                             temporal_patch_size=2).save_pretrained(folder)
+    Qwen2VLImageProcessorPil(min_pixels=(4 * patch_size) ** 2, max_pixels=max_pixels, patch_size=patch_size,
+                             merge_size=2, temporal_patch_size=2).save_pretrained(folder)
     return folder
+
+
+def build_tiny_qwen_vl(folder: Path) -> Path:
+    """Save a tiny Qwen2.5-VL (seed 0; window attention, patches of 14), its tokenizer, image processor and chat
+    template into `folder`; returns `folder`."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    return _save_tiny_qwen(
+        folder, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLConfig, 14, QWEN_MAX_PIXELS,
+        text={"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [8, 12, 12]}},
+        vision={"window_size": 56, "fullatt_block_indexes": [1]})
+
+
+QWEN3_MAX_PIXELS = 32 * 32 * 64
+"""The tiny Qwen3-VL's image processor bound (patches of 16 merged 2x2): at most 64 image tokens per image."""
+
+
+def build_tiny_qwen3_vl(folder: Path) -> Path:
+    """Save a tiny Qwen3-VL (seed 0; the Qwen3-VL-8B card's architecture: patches of 16, deepstack features,
+    interleaved multimodal rotary positions) like `build_tiny_qwen_vl`; returns `folder`."""
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    return _save_tiny_qwen(
+        folder, Qwen3VLForConditionalGeneration, Qwen3VLConfig, 16, QWEN3_MAX_PIXELS,
+        text={"head_dim": 64, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                                  "mrope_section": [8, 12, 12], "mrope_interleaved": True}},
+        vision={"num_position_embeddings": 256, "deepstack_visual_indexes": [1]})
