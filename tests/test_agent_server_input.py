@@ -1,7 +1,8 @@
 """Issue 58, item 4: every field of the Agent Server's run input and of a `Command` update, written with a wrong
 type, is a typed input error that `langgraph_sdk` reports as such (never a TypeError or NotImplementedError from
-inside the graph); a `goto` to no node, an update of no channel and a `resume` (the graph never interrupts) are
-refused instead of returning the previous run's answer. Swept through the SDK against a real `langgraph dev`."""
+inside the graph); a `goto` to no node, an update of no channel, a write that is not a list to a field that grows
+by lists and a `resume` (the graph never interrupts) are refused instead of returning the previous run's answer or
+failing inside LangGraph. Swept through the SDK against a real `langgraph dev`."""
 
 from __future__ import annotations
 
@@ -130,7 +131,8 @@ def test_images_written_wrong_by_a_command_are_the_next_questions_typed_input_er
     ({"goto": {"node": "nowhere", "input": {}}}, "command.goto: the graph has no node 'nowhere'"),
     ({"update": {"bogus": 1}, "goto": "router"}, "command.update.bogus: the graph has no such field; it takes "),
     ({"resume": "junk"}, "command.resume: this graph never waits to be resumed (it does not interrupt)"),
-], ids=["goto", "send", "channel", "resume"])
+    ({"goto": "answer", "update": {"steps": "x"}}, "command.update.steps: expected a list, whose items are appended"),
+], ids=["goto", "send", "channel", "resume", "list"])
 def test_a_command_naming_what_the_graph_lacks_is_refused_not_answered_from_the_last_run(server_url, command,
                                                                                          refusal):
     from langgraph_sdk import get_client

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.runtime import Runtime
-from langgraph.types import Command, Send
+from langgraph.types import Command, Overwrite, Send
 from pydantic import TypeAdapter
 
 from maestro_graph.episode.confidence import shipped_confidence
@@ -18,8 +18,9 @@ from maestro_graph.episode.context import MaestroContext
 from maestro_graph.episode.graph import build_graph
 from maestro_graph.episode.parts import GraphParts
 from maestro_graph.episode.router import router
+from maestro_graph.episode.run_input import BadRunInput
 from maestro_graph.episode.skill_node import run_skill
-from maestro_graph.episode.state import ANSWER, ROUTER, DecisionRecord, SkillCall, StepRecord
+from maestro_graph.episode.state import ANSWER, ROUTER, DecisionRecord, SkillCall, StepRecord, appended
 from maestro_graph.policy import PolicyCatalog, make_policy
 from maestro_graph.types import Decision, Step, StopReason
 
@@ -121,6 +122,30 @@ def test_a_command_that_jumps_to_a_skill_node_without_a_call_ends_with_the_input
     out = graph.invoke(Command(goto="barcode-reading"), config)
     assert out["answer"] is None and out["steps"] == [] and out["decisions"] == []
     assert out["stop_reason"].startswith("input error: call.model: Field required")
+    assert graph.invoke(asked, config)["answer"] == "Wikipedia"
+
+
+def test_the_list_fields_refuse_a_write_that_is_not_a_list():
+    """`steps`, `decisions` and `episodes` grow by lists: the reducer appends a list's items and refuses anything
+    else with an error saying what to write, and a client's `Command` or state update that writes one is refused
+    before the run, naming the field (an `Overwrite` of a list still replaces the field)."""
+    assert appended([{"a": 1}], [{"b": 2}]) == [{"a": 1}, {"b": 2}]
+    for wrong in ("x", {"junk": 1}, 5):
+        with pytest.raises(TypeError, match=r"must be a list, to append its items.*write \[item\]"):
+            appended([], wrong)
+
+
+def test_a_command_writing_a_list_field_wrong_is_refused_before_the_run(registry):
+    graph = build_graph(registry, make_policy("rules"), checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "lists"}}
+    asked = {"question": QUESTION, "images": [QRCODE]}
+    assert graph.invoke(asked, config)["answer"] == "Wikipedia"
+    with pytest.raises(BadRunInput, match=r"^command\.update\.steps: expected a list, whose items are appended"):
+        graph.invoke(Command(goto=ANSWER, update={"steps": "x"}), config)
+    with pytest.raises(BadRunInput, match=r"^update\.decisions: expected a list"):
+        graph.update_state(config, {"decisions": {"__overwrite__": "x"}})
+    graph.update_state(config, {"episodes": Overwrite([])})  # an Overwrite of a list is a list
+    assert graph.get_state(config).values["episodes"] == []
     assert graph.invoke(asked, config)["answer"] == "Wikipedia"
 
 

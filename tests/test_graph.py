@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.errors import GraphRecursionError
 
 from maestro_graph.episode.context import MaestroContext
 from maestro_graph.episode.graph import build_graph
@@ -33,7 +34,8 @@ def test_graph_shape_has_one_node_per_tier1_skill(registry, graph):
     mermaid = graph.get_graph().draw_mermaid()
     for skill in registry.tier1:
         assert f"router -.-> {skill.name};" in mermaid
-        assert f"{skill.name} -.-> router;" in mermaid and f"{skill.name} -.-> answer;" in mermaid  # a wrong call
+        assert f"{skill.name} -. &nbsp;step&nbsp; .-> router;" in mermaid
+        assert f"{skill.name} -. &nbsp;malformed call&nbsp; .-> answer;" in mermaid  # drawn as what it is
     assert "router -.-> answer;" in mermaid and "answer --> __end__;" in mermaid
     assert "__start__ --> intake;" in mermaid and "intake -.-> router;" in mermaid and "intake -.-> answer;" in mermaid
 
@@ -101,6 +103,19 @@ def test_spent_budget_leaves_the_answer_to_the_policy(registry):
     assert [s.answer for s in result.steps] == ["5", "7"]
     assert result.answer == "5" and result.stop_reason == "budget"
     assert policy.spaces[-1].pairs == () and {a.text for a in policy.spaces[-1].answers} == {"5", "7"}
+
+
+def test_the_step_limit_follows_the_turn_budget(registry):
+    """An episode that spends every turn on a call runs to its budget under `MaestroContext.recursion_limit`; two
+    supersteps a turn alone would stop it first (intake, the last decision and the answer node are steps too)."""
+    context = MaestroContext(max_turns=3)
+    graph = build_graph(registry, _ScriptedPolicy(["sympy@@arithmetic", "opencv-vision@@counting",
+                                                   "rapidocr@@text-reading"]))
+    asked = {"question": "How many circles are in the image? 2 plus 3", "images": [CIRCLES]}
+    out = graph.invoke(asked, {"recursion_limit": context.recursion_limit}, context=context)
+    assert len(out["steps"]) == 3 and out["stop"] == "budget"
+    with pytest.raises(GraphRecursionError):
+        graph.invoke(asked, {"recursion_limit": 2 * context.max_turns}, context=context)
 
 
 def test_a_policy_that_ignores_the_spent_budget_is_overruled_and_logged(registry):

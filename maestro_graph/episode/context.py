@@ -19,6 +19,10 @@ __all__ = ["CONTEXT_KEY", "REQUEST_SETTINGS", "MaestroContext", "RunSettings", "
 
 CONTEXT_KEY = "maestro"
 """The namespace of Maestro's settings in a parent graph's run context (a key of a mapping or an attribute)."""
+_STEPS_PER_TURN = 2
+"""LangGraph supersteps of one turn: the router's decision, then the skill node's call."""
+_STEPS_BESIDE_TURNS = 6
+"""Supersteps outside the turns, with a margin: intake, the decision that answers, the answer node."""
 
 
 @dataclass
@@ -44,6 +48,12 @@ class MaestroContext(Budget):
     """An answer less sure than this (its `confidence`: the probability that it is right) is withheld: the episode
     ends without an answer, stopped for low confidence ("I could not find out"), so a parent graph or a calling
     agent can escalate instead of trusting a guess. 0: every answer is given."""
+
+    @property
+    def recursion_limit(self) -> int:
+        """The run's LangGraph step limit (`recursion_limit`), from the turn budget. LangGraph reads it from the run's
+        config, not from its context, so whoever starts a run passes it there."""
+        return _STEPS_PER_TURN * self.max_turns + _STEPS_BESIDE_TURNS
 
     @classmethod
     def of(cls, context: object) -> "MaestroContext":

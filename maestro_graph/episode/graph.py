@@ -28,6 +28,10 @@ from .state import ANSWER, INTAKE, ROUTER, MaestroInput, MaestroOutput, MaestroS
 
 __all__ = ["build_graph"]
 
+_SKILL_DESTINATIONS = {ROUTER: "step", ANSWER: "malformed call"}
+"""Where a skill node goes, labelled as drawn: its step back to the router, or, for a call that a client's `Command`
+wrote wrong, the answer node, which ends the episode with the input error (`skill_node.run_skill`)."""
+
 
 def build_graph(
     registry: Registry,
@@ -62,9 +66,11 @@ input or `Command` naming what the graph does not have is refused before it star
         MaestroState, context_schema=MaestroContext, input_schema=MaestroInput, output_schema=MaestroOutput
     )
     builder.add_node(INTAKE, partial(intake, parts=parts), destinations=(ROUTER, ANSWER))
+    # named, not read from the nodes' annotations: a partial has none LangGraph reads, and the router's calls go to
+    # the registry's skills by Send
     builder.add_node(ROUTER, partial(router, parts=parts), destinations=(*skills, ANSWER, ROUTER))
     for skill in skills:
-        builder.add_node(skill, partial(run_skill, skill=skill, parts=parts), destinations=(ROUTER, ANSWER))
+        builder.add_node(skill, partial(run_skill, skill=skill, parts=parts), destinations=_SKILL_DESTINATIONS)
     builder.add_node(ANSWER, partial(answer, parts=parts))
     builder.add_edge(START, INTAKE)
     builder.add_edge(ANSWER, END)

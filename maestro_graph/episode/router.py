@@ -37,10 +37,13 @@ class _Turn:
     policy: Policy
 
 
-def router(state: MaestroState, runtime: Runtime[MaestroContext], *, parts: GraphParts) -> Command[Literal["answer"]]:
+def router(state: MaestroState, runtime: Runtime[MaestroContext], *,
+           parts: GraphParts) -> Command[Literal["answer", "router"]]:
     """One decision: the episode's end when what the state holds cannot be used (an input error) or the graph decides
     it alone (`_forced`), else the policy's action (`_drawn`): a call sent to its skill's node, an observation of
-    its mistake, or the answer. Each decision is recorded (`types.Decision`) and streamed as a `decision` event."""
+    its mistake (back to the router), or the answer. Each decision is recorded (`types.Decision`) and streamed as a
+    `decision` event. A call goes by `Send`, which `Command`'s type allows beside the named nodes; the skills'
+    nodes are the registry's, so `build_graph` names them among the router's destinations."""
     raise_if_cancelled(current_cancel())  # the caller is gone: no further decision, nothing committed
     try:
         turn = _turn(read_state(state), runtime, parts)
@@ -66,7 +69,8 @@ def _turn(written: WrittenState, runtime: Runtime[MaestroContext], parts: GraphP
     return _Turn(written, view, context, parts.policy_for(context))
 
 
-def _forced(turn: _Turn, space: ActionSpace, registry: Registry, write: StreamWriter) -> Command | None:
+def _forced(turn: _Turn, space: ActionSpace, registry: Registry,
+            write: StreamWriter) -> Command[Literal["answer"]] | None:
     """The ending the graph decides without asking the policy, or None: the reach says no pair left is likely to
     answer (`_out_of_reach`), or no pair is left and one answer is (budget spent, every pair called or declined,
     or only an image would have helped)."""
@@ -90,7 +94,8 @@ def _forced(turn: _Turn, space: ActionSpace, registry: Registry, write: StreamWr
     return Command(goto=ANSWER, update={"answer": only.text, **ended, "decisions": [decision_record(decision)]})
 
 
-def _drawn(turn: _Turn, space: ActionSpace, parts: GraphParts, runtime: Runtime[MaestroContext]) -> Command:
+def _drawn(turn: _Turn, space: ActionSpace, parts: GraphParts,
+           runtime: Runtime[MaestroContext]) -> Command[Literal["answer", "router"]]:
     """The policy's action, drawn from its distribution (greedy unless the run samples or the policy is
     stochastic), and where it leads. A policy that still calls once the budget is spent is overruled: the graph
     answers the best candidate, and the decision carries no log-probability (the policy never drew it)."""
@@ -132,7 +137,7 @@ def _call(action: Invoke, state: WrittenState) -> SkillCall:
                      history=list(state.get("history") or []))
 
 
-def _observed(step: Step, decided: list[DecisionRecord], write: StreamWriter) -> Command:
+def _observed(step: Step, decided: list[DecisionRecord], write: StreamWriter) -> Command[Literal["router"]]:
     """A policy's mistake as the step it costs, back to the router."""
     write({"event": "step", **step.model_dump(exclude={"calls"})})
     return Command(goto=ROUTER, update={"steps": [step_record(step)], "decisions": decided})

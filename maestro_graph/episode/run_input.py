@@ -3,13 +3,14 @@
 A client of the Agent Server sends a run's input, or a `Command`, as JSON, and LangGraph maps it into channels
 without asking the graph: a key that is no input field or channel is dropped with a log line, a `goto` to a node the
 graph lacks and a `resume` when nothing waits for one are ignored, so the run does nothing and returns the previous
-run's answer as if it were this one's; and `messages` that are not messages make LangGraph's own reducer raise
-`NotImplementedError` before any node runs. `MaestroGraph` refuses these with `BadRunInput`, naming the field and
-the value, before the run starts (the SDK reports the run's error as `BadRunInput: <why>`); so does a state update
-(`update_state`, the SDK's `threads.update_state`). With a store, it also puts a run's input images there before
-the run (`image_refs.stored_input`), so the run's input checkpoint holds references, not the bytes. A value of the
-wrong type in a field the graph has is the nodes' to name (`episode.written_state`): the run ends with the typed
-input error, as for any other bad input.
+run's answer as if it were this one's; `messages` that are not messages make LangGraph's own reducer raise
+`NotImplementedError` before any node runs, and a write that is not a list makes the reducer of `steps`,
+`decisions` and `episodes` (`state.appended`) raise. `MaestroGraph` refuses these with `BadRunInput`, naming the
+field and the value, before the run starts (the SDK reports the run's error as `BadRunInput: <why>`); so does a
+state update (`update_state`, the SDK's `threads.update_state`). With a store, it also puts a run's input images
+there before the run (`image_refs.stored_input`), so the run's input checkpoint holds references, not the bytes.
+Any other value of the wrong type in a field the graph has is the nodes' to name (`episode.written_state`): the run
+ends with the typed input error, as for any other bad input.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from typing import Any
 
 from langchain_core.messages import convert_to_messages
 from langchain_core.runnables import ensure_config
+from langgraph.channels.binop import BinaryOperatorAggregate
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import Command, Send, StateUpdate
+from langgraph.types import Command, Overwrite, Send, StateUpdate
 
 from ..errors import InputError
 from .image_refs import stored_input
+from .state import appended
 
 __all__ = ["BadRunInput", "MaestroGraph"]
 
@@ -34,6 +37,8 @@ _SHOWN = 80
 _MESSAGES = "messages"
 _CHECKPOINT_NS = "checkpoint_ns"
 """The run config's key where LangGraph names the parent task of a nested run (its own constant is private)."""
+_OVERWRITE = "__overwrite__"
+"""How a JSON write marks LangGraph's `Overwrite` of a reduced field (its own constant is private)."""
 
 
 class BadRunInput(InputError, ValueError):
@@ -97,8 +102,8 @@ def check_run_input(graph: CompiledStateGraph, run_input: Any, *, nested: bool =
 
 
 def check_update(graph: CompiledStateGraph, values: Any, where: str) -> None:
-    """Refuse (BadRunInput) a state update naming no channel of the graph, or writing `messages` that are not chat
-    messages."""
+    """Refuse (BadRunInput) a state update naming no channel of the graph, writing `messages` that are not chat
+    messages, or writing what is not a list to a field that grows by lists (`state.appended`)."""
     if values is None:
         return
     if isinstance(values, Mapping):
@@ -108,7 +113,12 @@ def check_update(graph: CompiledStateGraph, values: Any, where: str) -> None:
         pairs = [tuple(p) for p in values]
     else:
         raise BadRunInput(f"{where}: expected an object of channel values (got {_shown(values)})")
-    _check_keys(dict(pairs), _channels(graph), where)
+    written = dict(pairs)
+    _check_keys(written, _channels(graph), where)
+    for name in sorted(_appended(graph) & set(written)):
+        if not isinstance(_overwritten(written[name]), list):
+            raise BadRunInput(f"{where}.{name}: expected a list, whose items are appended to the {name} "
+                              f"(got {_shown(written[name])})")
 
 
 def _check_command(graph: CompiledStateGraph, command: Command) -> None:
@@ -164,6 +174,25 @@ def _input_fields(graph: CompiledStateGraph) -> set[str]:
 
 def _channels(graph: CompiledStateGraph) -> set[str]:
     return set(graph.builder.channels)
+
+
+def _appended(graph: CompiledStateGraph) -> set[str]:
+    """The channels whose reducer is `state.appended`: a write is a list of items to append."""
+    return {name for name, channel in graph.builder.channels.items()
+            if isinstance(channel, BinaryOperatorAggregate) and channel.operator is appended}
+
+
+def _overwritten(value: Any) -> Any:
+    """What a write puts in a reduced field: an `Overwrite`'s value, in any of the forms LangGraph reads (the type,
+    `{"__overwrite__": value}`, or the type's JSON form `{"type": "__overwrite__", "value": value}`), replaces the
+    field; any other value is what is appended."""
+    if isinstance(value, Overwrite):
+        return value.value
+    if isinstance(value, Mapping) and len(value) == 1 and _OVERWRITE in value:
+        return value[_OVERWRITE]
+    if isinstance(value, Mapping) and value.get("type") == _OVERWRITE and "value" in value:
+        return value["value"]
+    return value
 
 
 def _shown(value: Any) -> str:

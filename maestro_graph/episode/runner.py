@@ -143,12 +143,12 @@ def run_episode(
     config: dict | None = None,
     history: list[Turn] | None = None,
 ) -> EpisodeResult:
-    """Run one episode to its end. The recursion limit follows the turn budget (two supersteps per turn). On the
-    checkpointed thread of `config`, `thread_mode` says whether the question resumes the thread, replays its stored
-    result or starts a new episode on it. `history`: the conversation the question continues when the caller keeps
-    it (it overrides the thread's)."""
+    """Run one episode to its end. The recursion limit follows the turn budget (`MaestroContext.recursion_limit`).
+    On the checkpointed thread of `config`, `thread_mode` says whether the question resumes the thread, replays its
+    stored result or starts a new episode on it. `history`: the conversation the question continues when the caller
+    keeps it (it overrides the thread's)."""
     context = context or MaestroContext()
-    run_config = {"recursion_limit": 2 * context.max_turns + 6, **(config or {})}
+    run_config = {"recursion_limit": context.recursion_limit, **(config or {})}
     start = time.perf_counter()
     stored = graph.get_state(run_config) if graph.checkpointer is not None and config else None
     mode = thread_mode(stored, question) if stored is not None else "new"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from langgraph.runtime import Runtime
 from langgraph.types import Command
@@ -12,19 +12,20 @@ from ..types import ErrorKind, Invoke, Step
 from .context import MaestroContext
 from .endings import voided
 from .parts import GraphParts
-from .state import ANSWER, ROUTER, step_record
+from .state import ANSWER, ROUTER, SkillCall, step_record
 from .written_state import BadState, read_call
 
 __all__ = ["run_skill"]
 
 
-def run_skill(call: Any, runtime: Runtime[MaestroContext], *, skill: str,
+def run_skill(call: SkillCall, runtime: Runtime[MaestroContext], *, skill: str,
               parts: GraphParts) -> Command[Literal["router", "answer"]]:
     """Run `skill` with the call's model on its input and the episode's question, images, choices and history, and
-    hand the step (an expert's fault recorded in it) back to the router. `call` is what was sent (a `SkillCall`,
-    checked: a client's `Command` may send anything, or jump here with no call at all); a wrong one ends the
-    episode with the typed input error. Under an image-source policy the images are resolved again: the skill never
-    runs on an image the policy refuses (the step records the refusal)."""
+    hand the step (an expert's fault recorded in it) back to the router. `call` is the `SkillCall` the router sent;
+    it is checked all the same, since a client's `Command` may send anything here, or jump here with no call at
+    all (the node then gets the state): a malformed call goes to the answer node, which ends the episode with the
+    typed input error (the only way a skill node reaches it). Under an image-source policy the images are resolved
+    again: the skill never runs on an image the policy refuses (the step records the refusal)."""
     try:
         sent = read_call(call)
     except BadState as exc:

@@ -11,7 +11,6 @@ value into any field.
 
 from __future__ import annotations
 
-import operator
 from typing import Annotated, Any, Literal
 
 from langchain_core.messages import AnyMessage
@@ -29,6 +28,8 @@ INTAKE = "intake"
 ROUTER = "router"
 ANSWER = "answer"
 """The graph's own nodes; every tier-1 skill adds one more, named as the skill (a skill may not take these names)."""
+_SHOWN = 80
+"""The most characters of a refused write that the reducer's error quotes."""
 
 
 AnswerSource = Literal["policy", "candidate", "guess"]
@@ -80,11 +81,16 @@ def decision_record(decision: Decision) -> DecisionRecord:
     return DecisionRecord(**decision.model_dump(mode="json"))
 
 
-def appended(old: list, new: Any) -> list:
-    """The reducer of the per-episode lists (`steps`, `decisions`): `operator.add`, except that a write that is not
-    a list (a Command's `steps: "x"`) is kept as one item, which `written_state` then names, instead of a TypeError
-    inside LangGraph before any node runs."""
-    return [*old, *new] if isinstance(new, list) else [*old, new]
+def appended(old: list, new: list) -> list:
+    """The reducer of the lists that grow by writes (`steps`, `decisions`, `episodes`): the write's items after the
+    old ones. A write that is not a list is refused: a node that wrote one has a bug, and a client's run input or
+    state update writing one is refused before the run by `run_input.check_update`, which names the field."""
+    if not isinstance(new, list):
+        shown = repr(new)
+        raise TypeError(f"a write to a list field of the state must be a list, to append its items; got "
+                        f"{type(new).__name__} {shown[:_SHOWN]}{'...' if len(shown) > _SHOWN else ''} "
+                        f"(to append one item, write [item])")
+    return [*old, *new]
 
 
 class SkillCall(TypedDict):
@@ -152,7 +158,7 @@ class MaestroOutput(TypedDict, total=False):
     `input error: <reason>`...)."""
     stop_detail: str | None
     stop_reason: str | None
-    episodes: Annotated[list[EpisodeRecord], operator.add]
+    episodes: Annotated[list[EpisodeRecord], appended]
     messages: Annotated[list[AnyMessage], add_messages]
 
 
