@@ -16,10 +16,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from PIL import Image
 from services import ray_env, ray_node, ray_two_nodes
 from test_scale import BARCODE_TASKS, _records
@@ -331,3 +334,90 @@ def test_deploy_files_validate_against_the_kuberay_schemas_and_agree_with_the_im
     assert entrypoint[entrypoint.index("--executor") + 1] == "ray:auto"
     assert "--cache-dir" not in entrypoint  # the default is each node's own folder (a path only the head has is not)
     assert yaml.safe_load(manifests["RayJob"]["spec"]["runtimeEnvYAML"]) == runtime_env  # one runtime env
+
+
+REFERENCES = {  # (where a pod spec names another object, the kind it names)
+    ("persistentVolumeClaim", "claimName"): "PersistentVolumeClaim", ("configMap", "name"): "ConfigMap",
+    ("configMapRef", "name"): "ConfigMap", ("configMapKeyRef", "name"): "ConfigMap", ("secret", "secretName"): "Secret",
+    ("secretRef", "name"): "Secret", ("secretKeyRef", "name"): "Secret", ("authOptions", "secretName"): "Secret",
+}
+
+
+def _references(node, found: set[tuple[str, str]], parent: str = "") -> set[tuple[str, str]]:
+    """Every (kind, name) a manifest refers to (volumes, env, `authOptions`, a pod's service account) and every
+    ("image", reference) of its containers."""
+    if isinstance(node, list):
+        for item in node:
+            _references(item, found, parent)
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            if (parent, key) in REFERENCES:
+                found.add((REFERENCES[parent, key], value))
+            elif key == "serviceAccountName":
+                found.add(("ServiceAccount", value))
+            elif key == "image" and parent == "":
+                found.add(("image", value))
+            _references(value, found, key if isinstance(value, dict) else "")
+    return found
+
+
+def test_a_first_apply_finds_everything_the_manifests_reference():
+    """No Kubernetes runs here (no container engine to run kind, k3d or minikube in), so this is the first apply
+    read from the files: every volume claim, ConfigMap and service account a manifest names is defined in deploy/;
+    every Secret is created by a command docs/scale.md and the manifest give; every image is the one the Dockerfile
+    builds, with the docs' commands to load it into a local cluster or push it; the base image and every package are
+    pinned; every container has resources; the job has a deadline; the task folder is where the docs copy it."""
+    docs = (ROOT / "docs" / "scale.md").read_text()
+    files = {path.name: path.read_text() for path in sorted(DEPLOY.glob("kuberay-*.yaml"))}
+    manifests = {name: list(yaml.safe_load_all(text)) for name, text in files.items()}
+    defined = {(doc["kind"], doc["metadata"]["name"]) for docs_ in manifests.values() for doc in docs_}
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    (tag,) = set(re.findall(r"docker build -f deploy/Dockerfile -t (\S+) \.", dockerfile + docs))
+    for name, docs_ in manifests.items():
+        for kind, ref in sorted(_references(docs_, set())):
+            if kind == "image":
+                assert ref == tag, f"{name}: image {ref} is not the one deploy/Dockerfile builds ({tag})"
+            elif kind == "Secret":
+                create = f"kubectl create secret generic {ref} "
+                assert create in docs and create in files[name], f"{name}: no command creates Secret {ref}"
+            else:
+                assert (kind, ref) in defined, f"{name}: {kind} {ref} is defined in no file of deploy/"
+        # the documented push replaces every image line (`sed 's#image: TAG#image: REGISTRY/TAG#'`)
+        assert files[name].count(f"image: {tag}") == files[name].count("image:"), name
+    for command in (f"kind load docker-image {tag}", f"k3d image import {tag}", f"minikube image load {tag}",
+                    f"docker push REGISTRY/{tag}", f"sed 's#image: {tag}#image: REGISTRY/{tag}#'"):
+        assert command in docs, command
+    assert "no kubernetes cluster runs here" in docs.lower()
+
+    (base,) = re.findall(r"^FROM (\S+)", dockerfile, re.M)
+    assert re.fullmatch(r"[\w./-]+:\d+\.\d+\.\d+[\w.-]*(@sha256:[0-9a-f]{64})?", base), f"base image {base} unpinned"
+    assert "-c deploy/constraints.txt" in dockerfile
+    pins = dict(line.split("==") for line in (DEPLOY / "constraints.txt").read_text().splitlines()
+                if line and not line.startswith("#"))
+    assert all(re.fullmatch(r"[\w.!+-]+", version) for version in pins.values())
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = [*project["dependencies"], *project["optional-dependencies"]["ray"],
+              *project["optional-dependencies"]["redis"], "aiohttp", "opencensus", "py-spy", "virtualenv"]
+    unpinned = [w for w in wanted if canonicalize_name(Requirement(w).name) not in pins]
+    assert unpinned == [], f"deploy/constraints.txt lacks {unpinned}: run scripts/deploy_constraints.py"
+    assert pins["torch"] == "2.13.0" and f"ray[default]=={pins['ray']}" in dockerfile
+
+    job = manifests["kuberay-rayjob.yaml"][0]
+    assert job["spec"]["activeDeadlineSeconds"] > 0
+    pods = [doc["spec"] for docs_ in manifests.values() for doc in docs_ if doc["kind"] == "Pod"]
+    for docs_ in manifests.values():
+        for doc in docs_:
+            spec = doc["spec"].get("rayClusterSpec", doc["spec"])
+            if doc["kind"] == "RayJob":
+                pods.append(doc["spec"]["submitterPodTemplate"]["spec"])
+            if "headGroupSpec" in spec:
+                pods += [spec["headGroupSpec"]["template"]["spec"],
+                         *(g["template"]["spec"] for g in spec["workerGroupSpecs"])]
+    for pod in pods:
+        for container in pod["containers"]:
+            resources = container["resources"]
+            assert {"cpu", "memory"} <= set(resources["requests"]) & set(resources["limits"]), container["name"]
+    tasks = next(job["spec"]["entrypoint"].split()[i + 1] for i, word in enumerate(job["spec"]["entrypoint"].split())
+                 if word == "-t")
+    assert f"maestro-data-loader:{Path(tasks).parent}" in docs and f"maestro-data-loader:{Path(tasks).parent}" \
+        in files["kuberay-data.yaml"]
