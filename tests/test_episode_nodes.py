@@ -5,6 +5,7 @@ decision from a given state and context, the skill node's run of the call it is 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from maestro_graph.episode.router import router
 from maestro_graph.episode.run_input import BadRunInput
 from maestro_graph.episode.skill_node import run_skill
 from maestro_graph.episode.state import ANSWER, ROUTER, DecisionRecord, SkillCall, StepRecord, appended
+from maestro_graph.images.sources import ImageSources
 from maestro_graph.policy import PolicyCatalog, make_policy
 from maestro_graph.types import Decision, Step, StopReason
 
@@ -154,3 +156,33 @@ def test_step_and_decision_records_are_the_json_form_of_their_types():
     without loss (a field added to a type and not to its record fails here)."""
     assert set(StepRecord.__annotations__) == set(Step.model_fields)
     assert set(DecisionRecord.__annotations__) == set(Decision.model_fields)
+
+
+def test_what_a_command_writes_past_intake_is_checked_where_it_enters(registry, tmp_path):
+    """A served graph's client may write its own images (or question) into a thread's state and send a skill node a
+    call on them, skipping intake: the compiled graph checks those writes as intake checks a run's, so the nodes
+    after intake trust the state. A file outside the image directories ends the run on the input error with nothing
+    read and the images unwritten; the same picture inside them is read, and the state holds its verified data URL;
+    a copy of the graph (the Agent Server's, `with_config`) checks alike; a question intake would refuse ends the
+    run the same way; a state update writing a refused image is refused."""
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    inside = str(shutil.copy(QRCODE, allowed / "qr.png"))
+    graph = build_graph(registry, make_policy("rules"), image_sources=ImageSources(allowed_dirs=(allowed,)),
+                        checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "past-intake"}}
+    assert graph.invoke({"question": QUESTION, "images": [inside]}, config)["answer"] == "Wikipedia"
+    call = SkillCall(model="zxing", input="", question=QUESTION, images=[QRCODE], choices=None, history=[])
+    for runs in (graph, graph.with_config(tags=["copy"])):
+        out = runs.invoke(Command(goto=Send("barcode-reading", call), update={"images": [QRCODE]}), config)
+        assert out["answer"] is None and out["stop_reason"].startswith("input error: image 0: local file paths")
+        assert [s["answer"] for s in out["steps"]] == ["Wikipedia"]  # the earlier run's step; nothing read
+        assert graph.get_state(config).values["images"] == []
+    out = graph.invoke(Command(goto=Send("barcode-reading", {**call, "images": [inside]}), update={"images": [inside]}),
+                       config)
+    assert [s["answer"] for s in out["steps"]][:2] == ["Wikipedia", "Wikipedia"] and out["answer"] == "Wikipedia"
+    assert graph.get_state(config).values["images"][0].startswith("data:image/png;base64,")
+    out = graph.invoke(Command(goto="router", update={"question": "x" * 5000}), config)
+    assert out["answer"] is None and out["stop_reason"].startswith("input error: the question has 5,000 characters")
+    with pytest.raises(BadRunInput, match=r"^update: image 0: local file paths"):
+        graph.update_state(config, {"images": [QRCODE]})

@@ -12,12 +12,14 @@ from langgraph.types import Overwrite
 
 from ..answer_forms import asks_yes_no, expected_form, has_form
 from ..choices import YES_NO_GUESS, guess_option
+from ..errors import ConfigError
 from ..images.sources import ImageRefused
 from ..policy import best_candidate
 from ..types import Step, StopReason, stop_text
 from .confidence import confidence_features
-from .context import MaestroContext, episodes_kept
+from .context import MaestroContext
 from .endings import stop_update, voided
+from .image_refs import fetched
 from .parts import GraphParts
 from .state import AnswerSource, EpisodeRecord, MaestroState, step_record
 from .written_state import BadState, WrittenState, read_state
@@ -68,13 +70,14 @@ def answer(state: MaestroState, runtime: Runtime[MaestroContext], *, parts: Grap
     question, choices, steps = written.get("question") or "", written.get("choices"), written.get("steps") or []
     judged: dict = {"confidence": None, "confidence_basis": None}
     withheld: dict = {}
+    context = _settings(runtime, stop)
     if stop == StopReason.INPUT_ERROR:
         runtime.stream_writer({"event": "error", "kind": "input", "message": written.get("stop_detail") or ""})
         final, source = written.get("answer"), None  # the input must be fixed: a guess would hide that
     else:
         final, source = final_answer(question, choices, written.get("answer"), steps)
         judged = _judged(written, runtime, parts, final, source)
-        floor = MaestroContext.of(runtime.context).min_confidence
+        floor = context.min_confidence
         if final is not None and judged["confidence"] < floor:  # withheld: the caller escalates
             withheld = stop_update(StopReason.LOW_CONFIDENCE, f"the answer's confidence "
                                    f"{_shown_below(judged['confidence'], floor)} is below min_confidence {floor:g}")
@@ -83,7 +86,7 @@ def answer(state: MaestroState, runtime: Runtime[MaestroContext], *, parts: Grap
                            "confidence": judged["confidence"], "stop": stop.value, "stop_reason": reason})
     record = EpisodeRecord(question=question, choices=choices, answer=final, answer_source=source,
                            confidence=judged["confidence"], stop_reason=reason, steps=[step_record(s) for s in steps])
-    kept = episodes_kept(runtime.context)
+    kept = context.episodes_kept
     earlier = list(state.get("episodes") or [])
     update |= {"answer": final, "answer_source": source, **judged, **withheld, "stop": stop.value,
                "stop_reason": reason,
@@ -96,14 +99,25 @@ def answer(state: MaestroState, runtime: Runtime[MaestroContext], *, parts: Grap
     return update
 
 
+def _settings(runtime: Runtime[MaestroContext], stop: StopReason) -> MaestroContext:
+    """The run's settings; an episode that ended on an input error may have ended on them (a ConfigError), and is
+    filed under the defaults."""
+    try:
+        return MaestroContext.of(runtime.context)
+    except ConfigError:
+        if stop != StopReason.INPUT_ERROR:
+            raise
+        return MaestroContext()
+
+
 def _judged(written: WrittenState, runtime: Runtime[MaestroContext], parts: GraphParts, final: str | None,
             source: AnswerSource | None) -> dict:
     """The answer's confidence and what it was computed from; nothing for no answer."""
     if final is None:
         return {"confidence": None, "confidence_basis": None}
     try:
-        images = parts.images(written.get("images") or [], runtime.store)
-    except ImageRefused:  # judged without them: their descriptors are then missing from the features
+        images = fetched(runtime.store, written.get("images") or [])
+    except ImageRefused:  # expired from the store: judged without them, their descriptors missing from the features
         images = []
     basis = confidence_features(parts.registry, written.get("question") or "", images, written.get("choices"),
                                 written.get("steps") or [], final, source)

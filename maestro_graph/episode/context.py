@@ -14,7 +14,7 @@ from ..core.configs import DEFAULT_EPISODES_KEPT, MAX_COST, MAX_EPISODES_KEPT, M
 from ..errors import ConfigError, first_validation_problem
 from ..registry.reach import REACH_FLOOR
 
-__all__ = ["CONTEXT_KEY", "REQUEST_SETTINGS", "MaestroContext", "RunSettings", "episodes_kept"]
+__all__ = ["CONTEXT_KEY", "REQUEST_SETTINGS", "MaestroContext", "RunSettings"]
 
 
 CONTEXT_KEY = "maestro"
@@ -80,14 +80,6 @@ class MaestroContext(Budget):
 
 
 _CONTEXT = TypeAdapter(MaestroContext)
-
-
-def episodes_kept(context: object) -> int:
-    """The run's `episodes_kept` (its default when the context is unusable: the run has already ended on it)."""
-    try:
-        return MaestroContext.of(context).episodes_kept
-    except ConfigError:
-        return DEFAULT_EPISODES_KEPT
 
 
 REQUEST_SETTINGS = ("policy", "max_turns", "max_cost", "min_confidence")

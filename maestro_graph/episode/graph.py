@@ -46,15 +46,16 @@ def build_graph(
 ) -> MaestroGraph:
     """Compile the Maestro graph. `policy` is the default (else the catalog's default, else `DEFAULT_POLICY`, the
     shipped checkpoint); a run's context may name another from `policies` (default: an open catalog, for the
-    operator's own code). A graph served to clients passes a restricted catalog and `image_sources`: then every node
-    that reads the images (intake, the router, each skill node) resolves them under that policy (verified data URLs)
-    whatever wrote them, since a client's `Command` can write the state and jump past intake; a refusal ends the run
-    with an input error that reads the same for a missing file and a forbidden one. The run context is read with
-    `MaestroContext.of`, so the graph also runs as a subgraph under any parent's context. `confidence` turns an
-    answer's evidence into the probability that it is right (default: the package's, `shipped_confidence`). With a
-    `store` (or the one the Agent Server gives every run), a thread's data-URL images are kept there once per content
-    digest (`episode.image_refs`) and its checkpoints hold references. The compiled graph is a `MaestroGraph`: a run's
-input or `Command` naming what the graph does not have is refused before it starts (`episode.run_input`)."""
+    operator's own code). A graph served to clients passes a restricted catalog and `image_sources`: then intake
+    resolves a run's images under that policy (verified data URLs) and the compiled graph those that a client's
+    `Command` or state update writes past intake (`episode.past_intake`), so the nodes after intake trust the state;
+    a refusal ends the run with an input error that reads the same for a missing file and a forbidden one. The run
+    context is read with `MaestroContext.of`, so the graph also runs as a subgraph under any parent's context.
+    `confidence` turns an answer's evidence into the probability that it is right (default: the package's,
+    `shipped_confidence`). With a `store` (or the one the Agent Server gives every run), a thread's data-URL images
+    are kept there once per content digest (`episode.image_refs`) and its checkpoints hold references. The compiled
+    graph is a `MaestroGraph`: a run's input or `Command` naming what the graph does not have is refused before it
+    starts (`episode.run_input`)."""
     policies = policies or PolicyCatalog.open(DEFAULT_POLICY)
     parts = GraphParts(registry=registry, policy=policy or policies.get(), policies=policies,
                        confidence=confidence or shipped_confidence(), image_sources=image_sources)
@@ -76,4 +77,5 @@ input or `Command` naming what the graph does not have is refused before it star
     builder.add_edge(ANSWER, END)
     graph = builder.compile(checkpointer=checkpointer, store=store, name=name)
     graph.__class__ = MaestroGraph  # LangGraph's compiled graph, each run's input checked first (run_input.py)
+    graph.image_sources = image_sources
     return graph

@@ -1,5 +1,7 @@
 """A thread's images kept once in the graph's store (`build_graph(store=...)`, the Agent Server's), so that no
-checkpoint repeats an image's bytes: the state holds `IMAGE_REF` references to them."""
+checkpoint repeats an image's bytes: the state holds `IMAGE_REF` references to them. Where images enter an episode
+(intake, and `episode.past_intake` for what a client writes past it) they are `verified`; the nodes after that read
+them back with `fetched` alone."""
 
 from __future__ import annotations
 
@@ -8,9 +10,9 @@ from typing import Any
 
 from langgraph.store.base import BaseStore
 
-from ..images.sources import ImageRefused
+from ..images.sources import ImageRefused, ImageSources
 
-__all__ = ["IMAGE_NAMESPACE", "IMAGE_REF", "fetched", "stored", "stored_input"]
+__all__ = ["IMAGE_NAMESPACE", "IMAGE_REF", "fetched", "image_list", "stored", "stored_input", "verified"]
 
 IMAGE_NAMESPACE = ("maestro", "images")
 """Where a thread's images are kept, once per content digest."""
@@ -42,16 +44,18 @@ def stored_input(store: BaseStore | None, graph_input: dict[str, Any]) -> dict[s
     if store is None:
         return graph_input
     out = dict(graph_input)
-    if _strings(out.get("images")):
+    if image_list(out.get("images")):
         out["images"] = stored(store, out["images"])
     if isinstance(out.get("history"), list):
         out["history"] = [{**turn, "images": stored(store, turn["images"])}
-                          if isinstance(turn, dict) and _strings(turn.get("images")) else turn
+                          if isinstance(turn, dict) and image_list(turn.get("images")) else turn
                           for turn in out["history"]]
     return out
 
 
-def _strings(value: Any) -> bool:
+def image_list(value: Any) -> bool:
+    """Whether `value` is a list of image references (strings), as the state's `images` holds them; anything else is
+    the nodes' to name (`episode.written_state`)."""
     return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
@@ -68,3 +72,11 @@ def fetched(store: BaseStore | None, images: list[str]) -> list[str]:
             image = item.value["url"]
         out.append(image)
     return out
+
+
+def verified(store: BaseStore | None, images: list[str], sources: ImageSources | None) -> list[str]:
+    """The images as an episode takes them in: stored ones fetched, then, under an image-source policy (a graph served
+    to clients), each resolved to a verified data URL (ImageRefused naming the first refused); without one (the
+    operator's own graph) as they are."""
+    found = fetched(store, images)
+    return sources.resolve(found) if sources is not None and found else found

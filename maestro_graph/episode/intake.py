@@ -20,9 +20,9 @@ from .context import MaestroContext
 from .conversation import conversation_images, history, human_parts, spoken
 from .endings import stop_update
 from .followups import Followup, Unresolved, computed, resolve
-from .image_refs import stored
+from .image_refs import stored, verified
 from .parts import GraphParts
-from .state import ANSWER, ROUTER, MaestroState, step_record
+from .state import ANSWER, ROUTER, MaestroState, fresh_run, step_record
 from .written_question import reads_as_question, written_calculation
 from .written_state import INPUT_FIELDS, read_state
 
@@ -33,11 +33,14 @@ def intake(state: MaestroState, runtime: Runtime[MaestroContext], *,
            parts: GraphParts) -> Command[Literal["router", "answer"]]:
     """Start an episode. Every run with input comes here (LangGraph drops an interrupted run's pending work when new
     input arrives), so the question is this run's: a trailing human message (chat), else `question`; the previous
-    episode's steps, answer and stop reason are cleared (it stays in `episodes`). Control characters leave the
-    question; under an image-source policy every image becomes a verified data URL or the run ends with the
-    refusal. The input checks every door relies on are made here, before any expert runs: what a client wrote
-    (`read_state`, its own `history` included), the run context (`MaestroContext.of`) and the question
-    (`question_problem`: too long, or blank without an image); a failed one ends the run with an input error. A
+    episode's steps, answer and stop reason are cleared (`state.fresh_run`; it stays in `episodes`). Control
+    characters leave the question; under an image-source policy every image becomes a verified data URL or the run
+    ends with the refusal. The input checks every door relies on are made here, once, before any expert runs: what a
+    client wrote (`read_state`, its own `history` included), the run context (`MaestroContext.of`: here, since a
+    follow-up and a question read from the image are worked out before any router) and the question
+    (`question_problem`: too long, or blank without an image); a failed one ends the run with an input error. The
+    nodes after intake trust what it wrote (what a client's `Command` writes past it is checked by
+    `episode.past_intake`). A
     blank question with an image is read from the image (`Registry.read_text`, the episode's first step) and routed
     on what was read; nothing read is the input error. A follow-up about earlier answers ("What is double that
     number?") is computed from the conversation (`episode.followups`), or refused when it names an answer the
@@ -49,9 +52,7 @@ def intake(state: MaestroState, runtime: Runtime[MaestroContext], *,
     else:
         question, sent = state.get("question") or "", state.get("images") or []  # a list once read_state passed
     question = clean_question(question) if isinstance(question, str) else ""
-    update: dict = {"question": question, "asked": question, "steps": Overwrite([]), "decisions": Overwrite([]),
-                    "answer": None, "answer_source": None, "confidence": None, "confidence_basis": None,
-                    "stop": None, "stop_reason": None, "history": []}
+    update: dict = dict(fresh_run(question))
     try:
         read_state(state, INPUT_FIELDS)
         turns = _history(state)
@@ -68,7 +69,7 @@ def intake(state: MaestroState, runtime: Runtime[MaestroContext], *,
     if followup is not None:  # about what was said, not the image: computed from the conversation
         return Command(goto=ANSWER, update={**update, **_from_conversation(parts.registry, followup, runtime)})
     try:
-        images = parts.images(images, runtime.store)
+        images = verified(runtime.store, images, parts.image_sources)
     except ImageRefused as exc:
         return Command(goto=ANSWER, update={**update, "images": [], **stop_update(StopReason.INPUT_ERROR, exc)})
     update["images"] = stored(runtime.store, images)

@@ -5,16 +5,12 @@ the parts it needs."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
-
-from langgraph.store.base import BaseStore
 
 from ..core.calibration import ConfidenceModel
 from ..images.sources import ImageSources
 from ..policy import Policy, PolicyCatalog
 from ..registry import Registry
 from .context import MaestroContext
-from .image_refs import fetched
 
 __all__ = ["GraphParts"]
 
@@ -23,20 +19,13 @@ __all__ = ["GraphParts"]
 class GraphParts:
     """The registry the skills run in, the default policy and the catalog a run's context may choose another from,
     the confidence model of answers, and the image-source policy of a graph served to clients (None: the operator's
-    own graph, which reads any image)."""
+    own graph, which reads any image), under which intake takes a run's images in."""
 
     registry: Registry
     policy: Policy
     policies: PolicyCatalog
     confidence: ConfidenceModel
     image_sources: ImageSources | None = None
-
-    def images(self, images: Sequence[str], store: BaseStore | None) -> list[str]:
-        """Images as a node may read them: stored ones fetched, and under an image-source policy resolved again
-        whatever wrote them, since a client's `Command` can write the state and jump past intake (ImageRefused when
-        one is refused; cheap for images that were verified before)."""
-        found = fetched(store, list(images))
-        return self.image_sources.resolve(found) if self.image_sources is not None and found else found
 
     def policy_for(self, context: MaestroContext) -> Policy:
         """The policy that decides this run: the context's choice from the catalog (a ConfigError when the catalog

@@ -13,13 +13,13 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, Send, StreamWriter
 
 from ..core.cancellation import current_cancel, raise_if_cancelled, run_abandonable
-from ..core.question_text import question_problem
 from ..errors import ConfigError, InputError
 from ..policy import ActionSpace, EpisodeView, Policy, best_candidate
 from ..registry import Registry
 from ..types import Answer, Decision, ErrorKind, InvalidAction, Invoke, Step, StopReason
 from .context import MaestroContext
 from .endings import ending, stop_update
+from .image_refs import fetched
 from .parts import GraphParts
 from .state import ANSWER, ROUTER, DecisionRecord, MaestroState, SkillCall, decision_record, step_record
 from .written_state import WrittenState, read_state
@@ -54,18 +54,15 @@ def router(state: MaestroState, runtime: Runtime[MaestroContext], *,
 
 
 def _turn(written: WrittenState, runtime: Runtime[MaestroContext], parts: GraphParts) -> _Turn:
-    """The decision's inputs, read and checked in the order a caller's mistakes are reported (after what a Command
-    wrote): the run context, the images, the question (checked at intake; again for a run that resumed past it),
-    the policy the context names."""
+    """The decision's inputs, in the order a caller's mistakes are reported (after what a Command wrote): the run
+    context, the images (verified where they entered: `image_refs.fetched` only reads stored ones back, and an
+    expired one is the input error), the policy the context names. The question was checked where it entered."""
     context = MaestroContext.of(runtime.context)
-    images = parts.images(written.get("images") or [], runtime.store)
+    images = fetched(runtime.store, written.get("images") or [])
     choices = written.get("choices")
     view = EpisodeView(question=written.get("question") or "", images=tuple(images),
                        choices=tuple(choices) if choices else None, steps=tuple(written.get("steps") or ()),
                        max_turns=context.max_turns, max_cost=context.max_cost)
-    problem = question_problem(view.question)
-    if problem:
-        raise InputError(problem)
     return _Turn(written, view, context, parts.policy_for(context))
 
 

@@ -9,8 +9,10 @@ run's answer as if it were this one's; `messages` that are not messages make Lan
 field and the value, before the run starts (the SDK reports the run's error as `BadRunInput: <why>`); so does a
 state update (`update_state`, the SDK's `threads.update_state`). With a store, it also puts a run's input images
 there before the run (`image_refs.stored_input`), so the run's input checkpoint holds references, not the bytes.
-Any other value of the wrong type in a field the graph has is the nodes' to name (`episode.written_state`): the run
-ends with the typed input error, as for any other bad input.
+What a Command or a state update writes past intake (images, a question) is checked as intake would check it
+(`episode.past_intake`), so the nodes after intake trust the state. Any other value of the wrong type in a field
+the graph has is the nodes' to name (`episode.written_state`): the run ends with the typed input error, as for any
+other bad input.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Overwrite, Send, StateUpdate
 
 from ..errors import InputError
+from ..images.sources import ImageSources
 from .image_refs import stored_input
+from .past_intake import checked_command, checked_values, targets
 from .state import appended
 
 __all__ = ["BadRunInput", "MaestroGraph"]
@@ -50,25 +54,37 @@ class BadRunInput(InputError, ValueError):
 
 class MaestroGraph(CompiledStateGraph):
     """The compiled Maestro graph: LangGraph's, with every run's input and every state update checked first
-    (`check_run_input`, `check_update`). `stream` and `astream` are where every way of running it passes
-    (`invoke`, the Agent Server's runs, `astream_events`); `bulk_update_state` and `abulk_update_state` where
-    every state update does."""
+    (`check_run_input`, `check_update`), and what a Command or an update writes past intake checked under the
+    graph's `image_sources` (`episode.past_intake`). `stream` and `astream` are where every way of running it
+    passes (`invoke`, the Agent Server's runs, `astream_events`); `bulk_update_state` and `abulk_update_state`
+    where every state update does."""
+
+    image_sources: ImageSources | None = None
+    """The image-source policy intake resolves a run's images under (`build_graph(image_sources=...)`)."""
+
+    def __init__(self, *, image_sources: ImageSources | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)  # LangGraph's `copy` (the Agent Server's, `with_config`) passes every attribute
+        self.image_sources = image_sources
 
     def stream(self, input: Any, config: Any = None, **kwargs: Any):  # noqa: A002 - LangGraph's parameter name
-        nested = _nested(config)
-        check_run_input(self, input, nested=nested)
-        if self._keeps_images(input, nested):
-            input = stored_input(self.store, dict(input))
-        return super().stream(input, config, **kwargs)
+        return super().stream(self._taken(input, _nested(config)), config, **kwargs)
 
     async def astream(self, input: Any, config: Any = None, **kwargs: Any):  # noqa: A002 - LangGraph's name
-        nested = _nested(config)
-        check_run_input(self, input, nested=nested)
-        if self._keeps_images(input, nested):  # the store's sync calls, off the event loop (as a sync node makes them)
-            input = await asyncio.to_thread(stored_input, self.store, dict(input))
-        async with aclosing(super().astream(input, config, **kwargs)) as chunks:
+        # the store's sync calls and the images' decoding, off the event loop (as a sync node makes them)
+        taken = await asyncio.to_thread(self._taken, input, _nested(config))
+        async with aclosing(super().astream(taken, config, **kwargs)) as chunks:
             async for chunk in chunks:
                 yield chunk
+
+    def _taken(self, run_input: Any, nested: bool) -> Any:
+        """The run's input as the graph takes it: checked (`check_run_input`); a Command's writes past intake
+        checked (`past_intake.checked_command`); a top-level input's images put in the store (`_keeps_images`)."""
+        check_run_input(self, run_input, nested=nested)
+        if isinstance(run_input, Command):
+            return checked_command(run_input, self.image_sources, self.store)
+        if self._keeps_images(run_input, nested):
+            return stored_input(self.store, dict(run_input))
+        return run_input
 
     def _keeps_images(self, run_input: Any, nested: bool) -> bool:
         """Whether a run's input images go into the graph's store before the run (`image_refs.stored_input`), so
@@ -77,12 +93,21 @@ class MaestroGraph(CompiledStateGraph):
         return self.store is not None and not nested and isinstance(run_input, Mapping)
 
     def bulk_update_state(self, config: Any, supersteps: Sequence[Sequence[StateUpdate]]) -> Any:
-        _check_supersteps(self, supersteps)
-        return super().bulk_update_state(config, supersteps)
+        return super().bulk_update_state(config, self._checked_supersteps(supersteps))
 
     async def abulk_update_state(self, config: Any, supersteps: Sequence[Sequence[StateUpdate]]) -> Any:
+        checked = await asyncio.to_thread(self._checked_supersteps, supersteps)
+        return await super().abulk_update_state(config, checked)
+
+    def _checked_supersteps(self, supersteps: Sequence[Sequence[StateUpdate]]) -> list[list[StateUpdate]]:
+        """The updates once checked (`check_update`), what each writes past intake checked too
+        (`past_intake.checked_values`): BadRunInput names the first problem."""
         _check_supersteps(self, supersteps)
-        return await super().abulk_update_state(config, supersteps)
+        try:
+            return [[u._replace(values=checked_values(_as_values(u.values), self.image_sources, self.store))
+                     for u in superstep] for superstep in supersteps]
+        except InputError as exc:
+            raise BadRunInput(f"update: {exc}") from None
 
 
 def check_run_input(graph: CompiledStateGraph, run_input: Any, *, nested: bool = False) -> None:
@@ -129,8 +154,7 @@ def _check_command(graph: CompiledStateGraph, command: Command) -> None:
                           f"{_shown(command.resume)} has nothing to resume; send input, or a Command with update or "
                           "goto")
     nodes = sorted(name for name in graph.builder.nodes)
-    gotos = command.goto if isinstance(command.goto, (list, tuple)) else [command.goto] if command.goto else []
-    for target in gotos:
+    for target in targets(command):
         node = target.node if isinstance(target, Send) else target
         if node not in nodes:
             raise BadRunInput(f"command.goto: the graph has no node {_shown(node)}; its nodes are {', '.join(nodes)}")
@@ -161,6 +185,11 @@ def _check_messages(value: Any, where: str) -> None:
         first = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
         raise BadRunInput(f"{where}: expected chat messages (objects with role and content) (got {_shown(value)}: "
                           f"{first[:_SHOWN * 2]})") from None
+
+
+def _as_values(values: Any) -> Any:
+    """An update's values as a mapping where `check_update` accepted (channel, value) pairs."""
+    return values if values is None or isinstance(values, Mapping) else dict(values)
 
 
 def _nested(config: Any) -> bool:

@@ -11,6 +11,7 @@ from ..images.sources import ImageRefused
 from ..types import ErrorKind, Invoke, Step
 from .context import MaestroContext
 from .endings import voided
+from .image_refs import fetched
 from .parts import GraphParts
 from .state import ANSWER, ROUTER, SkillCall, step_record
 from .written_state import BadState, read_call
@@ -24,15 +25,16 @@ def run_skill(call: SkillCall, runtime: Runtime[MaestroContext], *, skill: str,
     hand the step (an expert's fault recorded in it) back to the router. `call` is the `SkillCall` the router sent;
     it is checked all the same, since a client's `Command` may send anything here, or jump here with no call at
     all (the node then gets the state): a malformed call goes to the answer node, which ends the episode with the
-    typed input error (the only way a skill node reaches it). Under an image-source policy the images are resolved
-    again: the skill never runs on an image the policy refuses (the step records the refusal)."""
+    typed input error (the only way a skill node reaches it). The call's images were verified where they entered
+    (intake, or `episode.past_intake` for a client's `Send`); a stored one that has expired is the step's input
+    error."""
     try:
         sent = read_call(call)
     except BadState as exc:
         return Command(goto=ANSWER, update=voided(exc))
     action = Invoke(sent["model"], skill, sent["input"])
     try:
-        images = parts.images(sent["images"], runtime.store)
+        images = fetched(runtime.store, sent["images"])
     except ImageRefused as exc:
         step = Step(model=action.model, skill=skill, input=action.input, error=str(exc), error_kind=ErrorKind.INPUT)
     else:

@@ -15,13 +15,15 @@ from typing import Annotated, Any, Literal
 
 from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
+from langgraph.types import Overwrite
 from typing_extensions import TypedDict  # pydantic builds JSON schemas from it on Python < 3.12 (Studio's forms)
 
 from ..types import Decision, Step, StopReason, Turn
 
 __all__ = [
-    "ANSWER", "INTAKE", "ROUTER", "AnswerSource", "DecisionRecord", "EpisodeRecord", "MaestroInput", "MaestroOutput",
-    "MaestroState", "SkillCall", "StepRecord", "appended", "decision_record", "step_record",
+    "ANSWER", "INTAKE", "ROUTER", "AnswerSource", "DecisionRecord", "EpisodeRecord", "FreshRun", "MaestroInput",
+    "MaestroOutput", "MaestroState", "SkillCall", "StepRecord", "appended", "decision_record", "fresh_run",
+    "step_record",
 ]
 
 INTAKE = "intake"
@@ -172,3 +174,30 @@ class MaestroState(MaestroInput, MaestroOutput, total=False):
     thread_images: list[str]
     """The images the thread's latest question with images was about: a later question that sends none is about
     them (episode.conversation). Written by intake only, so a run's input (`images: []`) cannot erase them."""
+
+
+class FreshRun(TypedDict):
+    """What intake writes first on every run with input: the run's question, and the previous episode's outcome
+    cleared, which a client reading the state's values mid-run would otherwise take for this run's until the answer
+    node writes its own. The steps and decisions are replaced (`Overwrite`), since their reducer appends; the
+    finished episodes stay (`episodes`, the thread's history)."""
+
+    question: str
+    asked: str
+    steps: Overwrite
+    decisions: Overwrite
+    answer: None
+    answer_source: None
+    confidence: None
+    confidence_basis: None
+    stop: None
+    stop_detail: None
+    stop_reason: None
+    history: list[Turn]
+
+
+def fresh_run(question: str) -> FreshRun:
+    """The start of a run asking `question` (intake then resolves it and writes what else it reads)."""
+    return FreshRun(question=question, asked=question, steps=Overwrite([]), decisions=Overwrite([]), answer=None,
+                    answer_source=None, confidence=None, confidence_basis=None, stop=None, stop_detail=None,
+                    stop_reason=None, history=[])

@@ -13,9 +13,10 @@ readable regular file (missing, a directory, a FIFO, a device) gets the very sam
 whether a file exists. A file inside them is read no further than the byte cap. Every image of a request is read and
 its header checked before any is decoded.
 
-The graph resolves the images of a served run at every node that reads them (`build_graph(image_sources=...)`),
-not only when the run starts: a run may write the state directly (a `Command` that jumps to a skill node). So
-resolving must be cheap when repeated: the bytes that decoded once are remembered by their digest (`_DECODABLE`).
+A served graph (`build_graph(image_sources=...)`) resolves a run's images where they enter it: at intake, and, for
+the images a client's `Command` or state update writes past intake, before that run (`episode.past_intake`). A
+thread's image is resent with each question, so resolving must be cheap when repeated: the bytes that decoded once
+are remembered by their digest (`_DECODABLE`).
 """
 
 from __future__ import annotations
@@ -77,8 +78,8 @@ DECODE_WAIT_S = 10.0
 (503 at `maestro serve`); the decodes of admitted work wait until there is room."""
 
 _DECODABLE: LRU[str, str] = LRU(1024)
-"""The format of image bytes that decoded fully, by their SHA-256: a served run's nodes re-resolve its images at
-every step, and a digest costs milliseconds where a decode of a 40-megapixel PNG costs seconds."""
+"""The format of image bytes that decoded fully, by their SHA-256: a thread's image comes again with its next
+questions, and a digest costs milliseconds where a decode of a 40-megapixel PNG costs seconds."""
 
 
 class ImageRefused(InputError):
