@@ -2,7 +2,8 @@
 type, is a typed input error that `langgraph_sdk` reports as such (never a TypeError or NotImplementedError from
 inside the graph); a `goto` to no node, an update of no channel, a write that is not a list to a field that grows
 by lists and a `resume` (the graph never interrupts) are refused instead of returning the previous run's answer or
-failing inside LangGraph. Swept through the SDK against a real `langgraph dev`."""
+failing inside LangGraph. Swept through the SDK against a real `langgraph dev`, with the values, commands and rule of
+`maestro reliability`'s check (`maestro_graph.reliability.agent_input`), which the last test runs as the suite does."""
 
 from __future__ import annotations
 
@@ -10,24 +11,20 @@ import asyncio
 import json
 from pathlib import Path
 
+import os
+
 import pytest
 from servers import data_url, langgraph_dev
+
+from maestro_graph.reliability.agent_input import (COMMAND_REFUSALS, REFUSED, WRONG_INPUT, agent_server_input,
+                                                   typed_input_error)
+from maestro_graph.reliability.registries import fault_registry
+from maestro_graph.reliability.target import Target
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "What text does the QR code encode?"
 CONTEXT = {"policy": "rules"}
 pytestmark = pytest.mark.slow
-
-WRONG = {
-    "question": [5, True, ["x"], {"text": "x"}],
-    "images": [5, True, "data:image/png;base64,AAAA", [5], {"url": "x"}],
-    "choices": [5, True, "A or B", [1, 2]],
-    "history": [5, True, ["x"], [{"question": 5, "answer": "x"}]],
-    "messages": [5, True, [5], [{"role": "nobody", "content": "x"}], [{"role": "human", "content": 5}]],
-}
-"""For each field of the graph's input, values of the wrong type (or of the right container with wrong items)."""
-REFUSED = "BadRunInput"
-"""The error a run gets when its input cannot even be stored (messages that are not messages, no such field)."""
 
 
 @pytest.fixture(scope="module")
@@ -45,18 +42,11 @@ async def _stream(client, thread: str | None, **run) -> list:
 
 
 def _typed(chunks: list) -> str:
-    """What the run said of its input: the typed input error's message (the run ended on it, no step ran), or the
-    refusal `BadRunInput: <why>`. Fails on anything else: an answer, or a run error of another type."""
-    failures = [c.data for c in chunks if c.event == "error"]
-    if failures:
-        assert len(failures) == 1 and failures[0]["error"] == REFUSED, failures
-        assert not [c for c in chunks if c.event == "values"], "a refused run wrote no state"
-        return f"{REFUSED}: {failures[0]['message']}"
-    errors = [c.data for c in chunks if c.event == "custom" and c.data["event"] == "error"]
-    final = [c.data for c in chunks if c.event == "values"][-1]
-    assert errors and errors[0]["kind"] == "input", chunks
-    assert final["answer"] is None and final["steps"] == [] and final["stop_reason"].startswith("input error: ")
-    return errors[0]["message"]
+    """What the run said of its input, judged by the reliability suite's rule (`typed_input_error`): the typed
+    input error's message, or the refusal `BadRunInput: <why>`. Fails on anything else."""
+    typed, said = typed_input_error([(c.event, c.data) for c in chunks])
+    assert typed, (said, chunks)
+    return said
 
 
 def test_every_input_field_of_the_wrong_type_is_a_typed_input_error(server_url):
@@ -67,7 +57,7 @@ def test_every_input_field_of_the_wrong_type_is_a_typed_input_error(server_url):
     async def go() -> dict:
         client = get_client(url=server_url)
         said = {}
-        for field, values in WRONG.items():
+        for field, values in WRONG_INPUT.items():
             for value in values:
                 run_input = {"question": QUESTION, "images": [qr], field: value}
                 said[field, repr(value)] = _typed(await _stream(client, None, input=run_input))
@@ -93,7 +83,7 @@ def test_every_command_update_of_the_wrong_type_is_a_typed_input_error(server_ur
         thread = (await client.threads.create())["thread_id"]
         await client.runs.wait(thread, "maestro", input=qr, context=CONTEXT)
         said, answers = {}, []
-        for field, values in WRONG.items():
+        for field, values in WRONG_INPUT.items():
             for value in values[:3]:
                 command = {"update": {field: value}, "goto": "router"}
                 said[field, repr(value)] = _typed(await _stream(client, thread, command=command))
@@ -126,13 +116,7 @@ def test_images_written_wrong_by_a_command_are_the_next_questions_typed_input_er
     assert after["answer"] == "Wikipedia"  # about the thread's image again
 
 
-@pytest.mark.parametrize("command, refusal", [
-    ({"goto": "nowhere"}, "command.goto: the graph has no node 'nowhere'; its nodes are answer, "),
-    ({"goto": {"node": "nowhere", "input": {}}}, "command.goto: the graph has no node 'nowhere'"),
-    ({"update": {"bogus": 1}, "goto": "router"}, "command.update.bogus: the graph has no such field; it takes "),
-    ({"resume": "junk"}, "command.resume: this graph never waits to be resumed (it does not interrupt)"),
-    ({"goto": "answer", "update": {"steps": "x"}}, "command.update.steps: expected a list, whose items are appended"),
-], ids=["goto", "send", "channel", "resume", "list"])
+@pytest.mark.parametrize("command, refusal", COMMAND_REFUSALS.values(), ids=COMMAND_REFUSALS.keys())
 def test_a_command_naming_what_the_graph_lacks_is_refused_not_answered_from_the_last_run(server_url, command,
                                                                                          refusal):
     from langgraph_sdk import get_client
@@ -179,3 +163,11 @@ def test_a_threads_checkpoints_hold_image_references_not_data_urls(server_url):
     first, again, history = asyncio.run(go())
     assert first["answer"] == again["answer"] == "Wikipedia"
     assert len(history) > 4 and "data:image" not in json.dumps(history)
+
+
+def test_the_reliability_suites_input_check_holds(tmp_path):
+    """`maestro reliability`'s check (`agent_server_input`): the same values and commands, through the Agent Server
+    graph in its own process, on the suite's registry of fast experts."""
+    target = Target("", os.getpid(), tmp_path, data_url(ROOT / "examples/qrcode.png"), fault_registry(tmp_path, None))
+    case = agent_server_input(target)
+    assert case.ok, case.detail

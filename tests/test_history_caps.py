@@ -2,25 +2,29 @@
 real loopback server: the distinct images of the question and of its history's latest turns count toward
 `max_images` together (an image repeated in every turn counts once), turns older than the graph reads are not
 verified, the messages are capped, and verifying the images (here: fetching one from a host that answers late)
-runs inside the request's deadline, a 504 at it (on LangServe's route too, through its RemoteRunnable)."""
+runs inside the request's deadline, a 504 at it (on LangServe's route too, through its RemoteRunnable). The
+histories are built by `maestro reliability`'s history check, which the last test runs as the suite does."""
 
 from __future__ import annotations
 
+import base64
 import http.server
-import io
+import os
 import threading
 import time
-import base64
 
 import openai
 import pytest
-from PIL import Image
 from servers import EXAMPLES, data_url
 
+from maestro_graph.reliability.conversation import (HISTORY_MAX_IMAGES, HISTORY_MAX_MESSAGES, history_caps,
+                                                    history_turns, shifted_circles_url)
+from maestro_graph.reliability.registries import fault_registry
+from maestro_graph.reliability.target import Target
 from maestro_graph.serve import ServeSettings, create_app
 from maestro_graph.serve.loopback import running_app
 
-MAX_IMAGES = 4
+MAX_IMAGES = HISTORY_MAX_IMAGES
 TIMEOUT_S = 3.0
 LATE_S = 20.0
 
@@ -50,8 +54,8 @@ def late_host():
 
 
 def _served(registry, **settings):
-    served = running_app(create_app(registry, ServeSettings(policy="rules", max_images=MAX_IMAGES, max_messages=40,
-                                                            **settings)))
+    served = running_app(create_app(registry, ServeSettings(policy="rules", max_images=MAX_IMAGES,
+                                                            max_messages=HISTORY_MAX_MESSAGES, **settings)))
     url = served.__enter__()
     return served, url, openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
 
@@ -72,35 +76,20 @@ def hasty(registry, late_host):
     served.__exit__(None, None, None)
 
 
-def _circles(turn: int) -> str:
-    """The example circles, shifted by `turn` pixels: a different image for each turn."""
-    image = Image.open(EXAMPLES / "circles.png").convert("RGB").rotate(0, translate=(turn, 0), fillcolor="white")
-    out = io.BytesIO()
-    image.save(out, "PNG")
-    return f"data:image/png;base64,{base64.b64encode(out.getvalue()).decode()}"
-
-
-def _turns(images: list[str]) -> list[dict]:
-    return [m for i, url in enumerate(images) for m in (
-        {"role": "user", "content": [{"type": "text", "text": f"Question {i} about it?"},
-                                     {"type": "image_url", "image_url": {"url": url}}]},
-        {"role": "assistant", "content": "I do not know."})]
-
-
 def _ask(client, history: list[dict], question: str = "How many circles are in the image?"):
     return client.chat.completions.create(model="maestro", messages=[*history, {"role": "user", "content": question}])
 
 
 def test_distinct_images_across_the_history_count_toward_the_cap(client):
     with pytest.raises(openai.APIStatusError) as refused:
-        _ask(client, _turns([_circles(turn) for turn in range(MAX_IMAGES + 1)]))
+        _ask(client, history_turns([shifted_circles_url(turn) for turn in range(MAX_IMAGES + 1)]))
     assert refused.value.status_code == 413
     assert refused.value.body["code"] == "too_many_images"
     assert refused.value.body["message"].startswith(f"{MAX_IMAGES + 1} distinct images in the question and the latest")
 
 
 def test_an_image_repeated_in_every_turn_counts_once(client):
-    reply = _ask(client, _turns([data_url(EXAMPLES / "circles.png")] * 8))
+    reply = _ask(client, history_turns([data_url(EXAMPLES / "circles.png")] * 8))
     assert reply.choices[0].message.content == "7"
 
 
@@ -108,20 +97,21 @@ def test_turns_older_than_the_graph_reads_are_not_verified(client):
     """Nine turns of distinct images: the oldest one (a broken image) is beyond the 8 the graph reads, so it is not
     verified and does not count; the follow-up is about the latest turn's image."""
     broken = "data:image/png;base64," + base64.b64encode(b"not a png").decode()
-    history = _turns([broken, *([data_url(EXAMPLES / "circles.png")] * 8)])
+    history = history_turns([broken, *([data_url(EXAMPLES / "circles.png")] * 8)])
     assert _ask(client, history).choices[0].message.content == "7"
 
 
 def test_a_history_of_too_many_messages_is_refused(client):
     with pytest.raises(openai.APIStatusError) as refused:
-        _ask(client, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}] * 20)
+        _ask(client, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+             * (HISTORY_MAX_MESSAGES // 2))
     assert refused.value.status_code == 413 and refused.value.body["code"] == "too_many_messages"
 
 
 def test_verifying_the_images_is_inside_the_request_deadline(hasty, late_host):
     start = time.monotonic()
     with pytest.raises(openai.APIStatusError) as late:
-        _ask(hasty[1], _turns([f"http://{late_host}/circles.png"]))
+        _ask(hasty[1], history_turns([f"http://{late_host}/circles.png"]))
     took = time.monotonic() - start
     assert late.value.status_code == 504 and late.value.body["code"] == "timeout"
     assert "were not verified within its 3 s" in late.value.body["message"]
@@ -139,3 +129,11 @@ def test_verifying_the_images_is_inside_the_deadline_on_langserve_too(hasty, lat
     took = time.monotonic() - start
     assert late.value.response.status_code == 504 and late.value.response.json()["error"]["code"] == "timeout"
     assert took < TIMEOUT_S + 2, f"the 504 came {took:.1f} s after the request, with a {TIMEOUT_S:g} s timeout"
+
+
+def test_the_reliability_suites_history_check_holds(tmp_path):
+    """`maestro reliability`'s check, as the suite runs it (on its registry of fast experts): its own server, a
+    trickling image host, a 10 s deadline."""
+    registry_file = fault_registry(tmp_path, None)
+    case = history_caps(Target("", os.getpid(), tmp_path, data_url(EXAMPLES / "qrcode.png"), registry_file))
+    assert case.ok, case.detail
