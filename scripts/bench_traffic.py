@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from maestro_graph.core.environment import BENCH_KEYS
 from maestro_graph.images.load import image_to_data_url, load_image
 from maestro_graph.reliability.traffic import (
     OWNER_KEYS,
@@ -65,10 +66,10 @@ def main() -> None:
     trickler, port = Trickler(), free_port()
     keys = OWNER_KEYS[:1] if args.one_key else OWNER_KEYS
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": args.source,
-           "MAESTRO_BENCH_KEYS": ",".join(keys)}
+           BENCH_KEYS.name: ",".join(keys)}
     maestro = Path(sys.executable).parent / "maestro"
     command = [str(maestro), "serve", "--port", str(port),
-               *traffic_server_args(folder, trickler, "MAESTRO_BENCH_KEYS")]
+               *traffic_server_args(folder, trickler, BENCH_KEYS.name)]
     url, headers = f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {OWNER_KEYS[0]}"}
     image = image_to_data_url(load_image(str(ROOT / "examples" / "qrcode.png")))
     with (folder / "serve.log").open("w") as log:

@@ -8,9 +8,9 @@ server brings its own. The registry comes from `MAESTRO_REGISTRY` (a YAML path) 
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from ..core.environment import REGISTRY
 from ..episode.graph import build_graph
 from ..images.sources import ImageSources
 from ..policy import PolicyCatalog
@@ -21,5 +21,5 @@ __all__ = ["served_maestro"]
 
 def served_maestro() -> Any:
     """Compile the served Maestro graph from the environment (loads the registry and builds the offered policies)."""
-    return build_graph(Registry.load(os.environ.get("MAESTRO_REGISTRY") or None), policies=PolicyCatalog.from_env(),
+    return build_graph(Registry.load(REGISTRY.read() or None), policies=PolicyCatalog.from_env(),
                        image_sources=ImageSources.from_env())

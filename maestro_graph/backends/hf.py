@@ -23,6 +23,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ..core.environment import DEVICE, MODELS_DIR
 from ..digests import file_digest
 from ..errors import ExpertError
 from .packages import missing_package
@@ -74,14 +75,14 @@ def resolve_model_source(model: str | None, gguf_package: str | None,
 
 
 def models_dir() -> Path:
-    return Path(os.environ.get("MAESTRO_MODELS_DIR", Path.home() / ".cache" / "maestro-graph" / "models"))
+    return Path(MODELS_DIR.read()).expanduser()
 
 
 def default_device() -> str:
     """Where local models run: `$MAESTRO_DEVICE`, or `auto` (unset): `cuda` when torch sees a GPU, else `cpu`."""
     import torch
 
-    chosen = os.environ.get("MAESTRO_DEVICE", "auto")
+    chosen = DEVICE.read()
     if chosen == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return chosen

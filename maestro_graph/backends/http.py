@@ -3,9 +3,10 @@ backend."""
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import TYPE_CHECKING
+
+from ..core.environment import named
 
 if TYPE_CHECKING:
     import httpx
@@ -20,7 +21,7 @@ def http_client(api_key_env: str | None, timeout_s: float) -> "httpx.Client":
 
     headers = {}
     if api_key_env:
-        key = os.environ.get(api_key_env)
+        key = named(api_key_env)
         if not key:
             raise KeyError(f"environment variable {api_key_env} (the API key) is not set")
         headers["Authorization"] = f"Bearer {key}"

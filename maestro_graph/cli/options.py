@@ -8,6 +8,7 @@ import typer
 
 from ..cache.backends import DEFAULT_TTL_S
 from ..core.configs import DEFAULT_WORKER_WAIT_S, MAX_COST, MAX_TURNS, Budget, typer_option
+from ..core.environment import CACHE_DIR, CACHE_TTL_S
 from ..registry.reach import REACH_FLOOR
 
 __all__ = ["POLICY_HELP", "CacheDirOpt", "CacheTtlOpt", "CacheUrlOpt", "ExecutorOpt", "LimitOpt", "MaxCostOpt", "MaxTurnsOpt",
@@ -26,12 +27,12 @@ ReachFloorOpt = typer.Option(
     "a registry without one is never stopped); 0: off (docs/evaluation.md: Knowing when nothing fits).")
 LimitOpt = typer.Option(None, min=1, help="Only the first N items.")
 WorkersOpt = typer.Option(2, min=1, help="Episodes run at once (per-model limits still apply).")
-CacheDirOpt = typer.Option(Path(".maestro-cache"), envvar="MAESTRO_CACHE_DIR",
+CacheDirOpt = typer.Option(Path(CACHE_DIR.default), envvar=CACHE_DIR.name,
                            help="Persistent cache of expert calls and skill steps.")
 NoCacheOpt = typer.Option(False, "--no-cache", help="Call every expert afresh.")
 CacheUrlOpt = typer.Option(None, "--cache-url", help="Shared expert cache on Redis (redis://HOST:PORT/DB), so "
                            "workers never repeat each other's calls; --cache-dir is its local fallback.")
-CacheTtlOpt = typer.Option(DEFAULT_TTL_S, "--cache-ttl-s", min=0, envvar="MAESTRO_CACHE_TTL_S",
+CacheTtlOpt = typer.Option(DEFAULT_TTL_S, "--cache-ttl-s", min=0, envvar=CACHE_TTL_S.name,
                            help="Seconds a Redis cache entry lives after it is written; 0: until Redis evicts it "
                            "(docs/scale.md: The Redis cache).")
 ExecutorOpt = typer.Option("thread", "--executor", help="Where episodes run: thread (--workers threads here) | ray "

@@ -34,17 +34,13 @@ from urllib.parse import urlsplit
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ..core.environment import IMAGE_DIRS, IMAGE_HOSTS
 from ..core.memo import LRU
 from ..core.shared_budget import BudgetExhausted
 from ..errors import InputError
 from .load import ImageHeader, PixelCapExceeded, image_header, load_image, read_regular_file
 
-__all__ = ["ImageRefused", "ImageSources", "IMAGE_DIRS_ENV", "IMAGE_HOSTS_ENV", "DECODE_WAIT_S", "host_entry"]
-
-IMAGE_DIRS_ENV = "MAESTRO_IMAGE_DIRS"
-"""Directories (os.pathsep-separated) whose files the Agent Server graphs and the tool may read for a client."""
-IMAGE_HOSTS_ENV = "MAESTRO_IMAGE_HOSTS"
-"""Hosts (comma-separated, `name` or `name:port`) whose http(s) image URLs they may fetch."""
+__all__ = ["ImageRefused", "ImageSources", "DECODE_WAIT_S", "host_entry"]
 
 
 def host_entry(entry: str) -> str:
@@ -112,9 +108,8 @@ class ImageSources(BaseModel):
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "ImageSources":
         """`MAESTRO_IMAGE_DIRS` and `MAESTRO_IMAGE_HOSTS` (both empty by default: data URLs only)."""
-        env = os.environ if environ is None else environ
-        dirs = tuple(Path(d) for d in env.get(IMAGE_DIRS_ENV, "").split(os.pathsep) if d.strip())
-        hosts = tuple(h.strip() for h in env.get(IMAGE_HOSTS_ENV, "").split(",") if h.strip())
+        dirs = tuple(Path(d) for d in IMAGE_DIRS.read(environ).split(os.pathsep) if d.strip())
+        hosts = tuple(h.strip() for h in IMAGE_HOSTS.read(environ).split(",") if h.strip())
         return cls(allowed_dirs=dirs, allowed_hosts=hosts)
 
     def resolve(self, refs: list[str]) -> list[str]:

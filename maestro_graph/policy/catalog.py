@@ -15,11 +15,11 @@ most `OPEN_CACHE` in an open one, least recently used first out, so no stream of
 from __future__ import annotations
 
 import difflib
-import os
 import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Iterable, Mapping
 
+from ..core.environment import POLICIES, POLICY
 from ..errors import ConfigError
 from .base import Policy
 from .shipped import load_neural
@@ -28,8 +28,8 @@ from .simple import FixedPolicy, RandomPolicy, RulesPolicy
 if TYPE_CHECKING:
     from ..registry.outcomes import PairOutcomes
 
-__all__ = ["DEFAULT_POLICY", "PolicyCatalog", "PolicyNotOffered", "SERVED_POLICIES", "OPEN_CACHE", "POLICIES_ENV",
-           "POLICY_ENV", "POLICY_NAMES", "TRAINED_POLICIES", "make_policy"]
+__all__ = ["DEFAULT_POLICY", "PolicyCatalog", "PolicyNotOffered", "SERVED_POLICIES", "OPEN_CACHE",
+           "POLICY_NAMES", "TRAINED_POLICIES", "make_policy"]
 
 DEFAULT_POLICY = "neural"
 """The one default of every door (`maestro ask`, `predict`, `serve`, the graph, Studio): the shipped checkpoint,
@@ -39,10 +39,6 @@ SERVED_POLICIES = (DEFAULT_POLICY, "rules")
 """What a served surface offers when the operator says nothing: the shipped trained policy and the keyword rules."""
 OPEN_CACHE = 16
 """Most policies an open catalog keeps built at once."""
-POLICIES_ENV = "MAESTRO_POLICIES"
-"""Environment variable of the Agent Server graphs: comma-separated offered names, each `NAME` or `NAME=SPEC`."""
-POLICY_ENV = "MAESTRO_POLICY"
-"""Environment variable of the Agent Server graphs: the default policy (must be offered)."""
 
 TRAINED_POLICIES = ("best-single", "knn", "classifier")
 POLICY_NAMES = ("neural", "neural:CHECKPOINT", "neural:CHECKPOINT+CHECKPOINT...", "rules", "random",
@@ -132,9 +128,8 @@ class PolicyCatalog:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "PolicyCatalog":
         """The Agent Server graphs' catalog: `MAESTRO_POLICIES` (default: neural, rules), `MAESTRO_POLICY` (default:
         the first offered, so `DEFAULT_POLICY` unless the operator offers otherwise)."""
-        env = os.environ if environ is None else environ
-        items = [i for i in env.get(POLICIES_ENV, ",".join(SERVED_POLICIES)).split(",") if i.strip()]
-        return cls.parse(items, default=env.get(POLICY_ENV) or None)
+        items = [i for i in POLICIES.read(environ).split(",") if i.strip()]
+        return cls.parse(items, default=POLICY.read(environ) or None)
 
     @property
     def restricted(self) -> bool:

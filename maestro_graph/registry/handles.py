@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import os
 import random
 import threading
 import time
@@ -41,6 +40,7 @@ from typing import Any
 
 from ..cache.store import ExpertCache
 from ..core.cancellation import cancellable, wait_result
+from ..core.environment import named
 from ..digests import Uncacheable, cache_key
 from ..errors import Cancelled, ConfigError, ExpertError, ExpertFailure, ExpertTimeout, ExpertUnavailable
 from ..experts.protocols import ChatReply
@@ -228,7 +228,7 @@ class ExpertHandle:
             check = getattr(cls, "unavailable_reason", None)
             return check(**backend.options) if callable(check) else None
         if isinstance(backend, OpenAIBackend):
-            if backend.api_key_env and not os.environ.get(backend.api_key_env):
+            if backend.api_key_env and not named(backend.api_key_env):
                 return f"environment variable {backend.api_key_env} (the API key) is not set"
             return None
         if isinstance(backend, TransformersBackend):

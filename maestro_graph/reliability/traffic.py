@@ -22,6 +22,7 @@ import httpx
 import numpy as np
 from PIL import Image
 
+from ..core.environment import SUITE_OWNER_KEYS
 from ..registry import Registry
 from ..serve import ServeSettings, create_app
 from ..serve.checkpoint_db import is_postgres
@@ -323,7 +324,7 @@ def ownership_case(url: str, image: str, keys: tuple[str, str] = OWNER_KEYS) -> 
 
 def threads_belong_to_their_key(t: Target) -> TrustCase:
     """`ownership_case` against a server of the suite's own with two keys and a checkpoint database."""
-    env = "MAESTRO_SUITE_OWNER_KEYS"
+    env = SUITE_OWNER_KEYS.name
     os.environ[env] = ",".join(OWNER_KEYS)
     try:
         settings = ServeSettings(api_key_env=env, checkpoint_db=t.folder / "owner-threads.sqlite")

@@ -23,6 +23,7 @@ import yaml
 
 from ..backends.packages import missing_package
 from ..cache.store import ExpertCache
+from ..core.environment import TRUST_SUITE_UNSET_KEY
 from ..digests import cache_key
 from ..episode.graph import build_graph
 from ..errors import ConfigError, ExpertTimeout, missing_extra
@@ -250,7 +251,7 @@ def _png_bytes(data_url: str) -> bytes:
 
 
 def unauthenticated_start(t: Target) -> TrustCase:
-    env = "MAESTRO_TRUST_SUITE_UNSET_KEY"
+    env = TRUST_SUITE_UNSET_KEY.name
     os.environ.pop(env, None)
     named = startup_problem(ServeSettings(api_key_env=env), "127.0.0.1", key_env_named=True)
     public = startup_problem(ServeSettings(api_key_env=env), "0.0.0.0", key_env_named=False)

@@ -4,13 +4,13 @@ each field is an option of `maestro serve` (configs.typer_options), declared now
 from __future__ import annotations
 
 import ipaddress
-import os
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..core.configs import (DEFAULT_CHECKPOINTS_KEPT, DEFAULT_EPISODES_KEPT, DEFAULT_MAX_COST, DEFAULT_MAX_TURNS, MAX_COST,
                             MAX_EPISODES_KEPT, MAX_TURNS)
+from ..core.environment import API_KEY, named
 from ..images.load import DECODE_MEMORY_BYTES
 from ..images.sources import DECODE_WAIT_S, ImageSources, host_entry
 from ..policy.catalog import DEFAULT_POLICY, SERVED_POLICIES, PolicyCatalog
@@ -26,7 +26,7 @@ class ServeSettings(BaseModel):
 
     model_name: str = Field("maestro", min_length=1, description="the model id clients send and /v1/models lists")
     api_key_env: str = Field(
-        "MAESTRO_API_KEY",
+        API_KEY.name,
         description="environment variable holding the API key, or several separated by commas (one per client); "
         "when it is set and non-empty every /v1 and /maestro request needs `Authorization: Bearer <key>`, and a "
         "thread belongs to the key that made it (another key gets 404)",
@@ -133,7 +133,7 @@ class ServeSettings(BaseModel):
     def api_keys(self) -> tuple[str, ...]:
         """The keys from the environment (empty: no key needed), read per request so a restart is not needed to
         rotate them."""
-        return tuple(k.strip() for k in os.environ.get(self.api_key_env, "").split(",") if k.strip())
+        return tuple(k.strip() for k in named(self.api_key_env).split(",") if k.strip())
 
 
 def startup_problem(settings: ServeSettings, host: str, *, key_env_named: bool) -> str | None:
