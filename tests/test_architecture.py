@@ -252,3 +252,26 @@ def test_the_size_check_finds_a_long_module_and_a_long_function(tmp_path):
     (tmp_path / "pkg" / "short.py").write_text("def outer():\n" + function("inner", MAX_FUNCTION_LINES, "    "))
     assert [f.split(" ")[1] for f in oversized(tmp_path, ("pkg",), longer_modules(doc))
             if f.startswith("pkg/short.py")] == ["outer():", "inner():"]
+
+
+def test_the_path_of_a_question_names_files_that_exist():
+    """docs/ARCHITECTURE.md walks a question from `langgraph.json` to its answer in at most ten files, one to a step;
+    a file moved or renamed without the walk following is caught here."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    section = text.split("\n## The path of a question\n", 1)[1].split("\n## ", 1)[0]
+    steps = re.findall(r"^\d+\. `([^`]+)`", section, re.M)
+    named = re.findall(r"`((?:maestro_graph|graphs|skills)/[\w./-]+\.py)`", section)
+    assert 0 < len(steps) <= 10 and set(steps) <= set(named)
+    assert [path for path in named if not (ROOT / path).is_file()] == []
+
+
+def test_the_package_docstring_places_every_subpackage_once():
+    """The package's docstring sorts its subpackages by role (the core, beneath it, the doors, training, operations),
+    so a newcomer opening `maestro_graph/` sees the core apart; a new subpackage must be given a place there."""
+    import maestro_graph
+
+    roles = "\n".join(block for block in maestro_graph.__doc__.split("\n\n") if block.startswith("- "))
+    placed = re.findall(r"`(\w+)` \(|`(\w+)`[,;.]", roles)  # a name, then what it holds or the next name
+    names = [a or b for a, b in placed]
+    subpackages = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+    assert sorted(names) == subpackages
