@@ -98,8 +98,8 @@ def appended(old: list, new: list) -> list:
 class SkillCall(TypedDict):
     """One call of a skill with a model, as the router hands it to the skill's node (`Send(skill, SkillCall(...))`,
     the hand-off of LangGraph's prebuilt ToolNode): the model and input the policy chose, and what the skill reads of
-    the episode (a node reached by `Send` sees its payload, not the state). `images` are the state's (references to
-    the store's images when the graph has a store), resolved again by the node."""
+    the episode (a node reached by `Send` sees its payload, not the state). `images` are the state's, verified where
+    they entered (references to the store's images when the graph has a store, which the node reads back)."""
 
     model: str
     input: str

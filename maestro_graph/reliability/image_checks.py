@@ -1,5 +1,5 @@
-"""The trust suite's checks of images and operator files (issue 33, items 1, 5 and 7): every node that reads an
-image goes through the image-source policy, whatever wrote the state; what an image may make a worker hold is bounded
+"""The trust suite's checks of images and operator files (issue 33, items 1, 5 and 7): every image a node reads has
+been through the image-source policy, whatever wrote the state; what an image may make a worker hold is bounded
 by what is decoded, not by what the file declares; the episode cap answers before anything is decoded; files in the
 operator's folders are read no further than the cap, and only regular ones; a SKILL.md cannot hang start-up."""
 
