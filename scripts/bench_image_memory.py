@@ -1,34 +1,127 @@
-"""What a request of small files declaring huge images costs a real `maestro serve`: its RSS (sampled from /proc
-while it answers, and a few seconds after) above what it held idle, and the time to answer.
+"""What small files declaring huge images cost a real `maestro serve`: its RSS (sampled from /proc while it
+answers, and a few seconds after) above what it held idle, and the time to answer.
 
     .venv/bin/python scripts/bench_image_memory.py                 # 8 images of 6300x6300 (40 MP, ~10 KB each)
     .venv/bin/python scripts/bench_image_memory.py --images 1
+    .venv/bin/python scripts/bench_image_memory.py --concurrent 16   # issue 58, item 1 (below)
     .venv/bin/python scripts/bench_image_memory.py --source /tmp/old   # the server's package from another tree
     # (e.g. git archive HEAD maestro_graph | tar -x -C /tmp/old)
 
 The server runs the packaged registry (or `--registry`) with one worker; the images are those of the trust suite's
 `image_memory` check (`maestro_graph.reliability.image_checks.bomb_urls`). Prints one JSON object.
+
+With `--concurrent N`, each of four images of 6300x6300 pixels (a flat one, seven circles and a small noise patch,
+and a busy one, a noise-textured tile repeated, each as a lossy WebP and as a PNG) goes to a fresh server with its
+default settings (two workers): first one request of it alone, then N at once, each "How many circles are in the
+image?"; one JSON line per image with the RSS peak above idle, the statuses and answers, and the wall time.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import io
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import httpx
+import numpy as np
+from PIL import Image, ImageDraw
 
 from maestro_graph.images.load import image_to_data_url, load_image
-from maestro_graph.reliability.image_checks import COUNT_QUESTION, SETTLE_S, bomb_request, bomb_urls
+from maestro_graph.reliability.image_checks import BOMB_SIDE, COUNT_QUESTION, SETTLE_S, bomb_request, bomb_urls
 from maestro_graph.reliability.target import peak_rss_growth_mb
+from maestro_graph.reliability.traffic import webp_bomb_url
 from maestro_graph.serve.loopback import free_port, wait_until_up
 
 ROOT = Path(__file__).resolve().parents[1]
+TILE, GRAIN = 150, 5
+"""The busy image's texture: noise of TILE/GRAIN cells a side, enlarged to a TILE-pixel tile that repeats, so its
+PNG (1.5 MB) and WebP (2.1 MB) stay under the server's 8 MB cap."""
+
+
+def _flat() -> str:
+    """Seven circles on white with a 200x200 noise patch, as the issue's image (a PNG data URL)."""
+    image = Image.new("RGB", (BOMB_SIDE, BOMB_SIDE), "white")
+    draw = ImageDraw.Draw(image)
+    for i in range(7):
+        draw.ellipse((300 + 800 * i, 2900, 1000 + 800 * i, 3600), outline="black", width=14)
+    rng = np.random.default_rng(0)
+    image.paste(Image.fromarray(rng.integers(0, 256, (200, 200, 3), dtype=np.uint8)), (100, 100))
+    return _png_url(image)
+
+
+def _busy() -> str:
+    """A noise-textured tile repeated over the whole image, with seven circles drawn over it (a PNG data URL): every
+    expert finds edges and shapes everywhere."""
+    rng = np.random.default_rng(1)
+    cells = Image.fromarray(rng.integers(96, 256, (TILE // GRAIN, TILE // GRAIN), dtype=np.uint8))
+    tile = np.asarray(cells.resize((TILE, TILE), Image.BILINEAR))
+    image = Image.fromarray(np.tile(tile, (BOMB_SIDE // TILE, BOMB_SIDE // TILE))).convert("RGB")
+    draw = ImageDraw.Draw(image)
+    for i in range(7):
+        draw.ellipse((300 + 800 * i, 2900, 1000 + 800 * i, 3600), outline="black", width=14)
+    return _png_url(image)
+
+
+def _png_url(image: Image.Image) -> str:
+    out = io.BytesIO()
+    image.save(out, "PNG", optimize=True)
+    return f"data:image/png;base64,{base64.b64encode(out.getvalue()).decode()}"
+
+
+@contextmanager
+def _server(args: argparse.Namespace, workers: int) -> Iterator[tuple[str, int]]:
+    """A fresh `maestro serve` of `--source` on a free port: (its URL, its pid)."""
+    port = free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-m", "maestro_graph.cli", "serve", "--port", str(port), "--workers", str(workers),
+               "--timeout-s", str(args.timeout_s), "--log-level", "warning"]
+    if args.registry:
+        command += ["--registry", args.registry]
+    with tempfile.TemporaryFile() as log:
+        server = subprocess.Popen(command, cwd=args.source, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_until_up(f"http://127.0.0.1:{port}/healthz", timeout_s=300)
+            yield f"http://127.0.0.1:{port}", server.pid
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+
+
+def concurrent(args: argparse.Namespace) -> None:
+    """Issue 58, item 1: one request, then `--concurrent` at once, of each image, on a fresh server each."""
+    flat, busy = _flat(), _busy()
+    images = {"WebP flat": webp_bomb_url(flat), "WebP busy": webp_bomb_url(busy), "PNG flat": flat, "PNG busy": busy}
+    warm = image_to_data_url(load_image(str(ROOT / "examples" / "circles.png")))
+    for name, image in images.items():
+        with _server(args, workers=2) as (url, pid), httpx.Client(timeout=args.timeout_s + 30) as client:
+            client.post(f"{url}/v1/chat/completions", json=bomb_request([warm]))  # the experts loaded: the baseline
+            row: dict = {"image": name, "bytes": len(image) * 3 // 4, "server": args.source}
+            for count in (1, args.concurrent):
+                def send(_: int) -> httpx.Response:
+                    return client.post(f"{url}/v1/chat/completions", json=bomb_request([image]))
+
+                def all_at_once() -> list[httpx.Response]:
+                    with ThreadPoolExecutor(count) as pool:
+                        return list(pool.map(send, range(count)))
+
+                start = time.perf_counter()
+                idle, grown, replies = peak_rss_growth_mb(pid, all_at_once, settle_s=SETTLE_S)
+                answers = Counter(r.json()["choices"][0]["message"]["content"] if r.status_code == 200
+                                  else f"{r.status_code} {r.json().get('error', {}).get('code')}" for r in replies)
+                row[f"x{count}"] = {"idle_rss_mb": round(idle), "peak_growth_mb": round(grown),
+                                    "answers": dict(answers), "wall_s": round(time.perf_counter() - start - SETTLE_S)}
+            print(json.dumps(row), flush=True)
 
 
 def main() -> None:
@@ -38,38 +131,28 @@ def main() -> None:
     parser.add_argument("--source", default=str(ROOT), help="the tree whose maestro_graph/ the server runs (its "
                         "working directory, first on its import path)")
     parser.add_argument("--timeout-s", type=float, default=600.0, help="the server's request timeout")
+    parser.add_argument("--concurrent", type=int, default=0, help="issue 58, item 1: one request of each large "
+                        "image, then this many at once, on a fresh server each (0: the one request of --images)")
     args = parser.parse_args()
+    if args.concurrent:
+        concurrent(args)
+        return
 
-    port = free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    command = [sys.executable, "-m", "maestro_graph.cli", "serve", "--port", str(port), "--workers", "1",
-               "--timeout-s", str(args.timeout_s), "--log-level", "warning"]
-    if args.registry:
-        command += ["--registry", args.registry]
-    url = f"http://127.0.0.1:{port}"
-    with tempfile.TemporaryFile() as log:
-        server = subprocess.Popen(command, cwd=args.source, env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            wait_until_up(f"{url}/healthz", timeout_s=300)
-            images = bomb_urls(args.images)
-            warm = image_to_data_url(load_image(str(ROOT / "examples" / "circles.png")))
-            with httpx.Client(timeout=args.timeout_s + 30) as client:
-                send = lambda refs: client.post(f"{url}/v1/chat/completions", json=bomb_request(refs))  # noqa: E731
-                send([warm])  # the experts loaded: the baseline
-                start = time.perf_counter()
-                idle, grown, reply = peak_rss_growth_mb(server.pid, lambda: send(images), settle_s=SETTLE_S)
-                took = time.perf_counter() - start - SETTLE_S
-            body = reply.json()
-            answer = body["choices"][0]["message"]["content"] if reply.status_code == 200 else body.get("error")
-            print(json.dumps({
-                "images": args.images, "question": COUNT_QUESTION, "status": reply.status_code, "answer": answer,
-                "idle_rss_mb": round(idle), "peak_growth_mb": round(grown),
-                "latency_s": round(took, 1), "server": args.source,
-            }))
-        finally:
-            server.terminate()
-            server.wait(timeout=60)
-
+    images = bomb_urls(args.images)
+    warm = image_to_data_url(load_image(str(ROOT / "examples" / "circles.png")))
+    with _server(args, workers=1) as (url, pid), httpx.Client(timeout=args.timeout_s + 30) as client:
+        send = lambda refs: client.post(f"{url}/v1/chat/completions", json=bomb_request(refs))  # noqa: E731
+        send([warm])  # the experts loaded: the baseline
+        start = time.perf_counter()
+        idle, grown, reply = peak_rss_growth_mb(pid, lambda: send(images), settle_s=SETTLE_S)
+        took = time.perf_counter() - start - SETTLE_S
+    body = reply.json()
+    answer = body["choices"][0]["message"]["content"] if reply.status_code == 200 else body.get("error")
+    print(json.dumps({
+        "images": args.images, "question": COUNT_QUESTION, "status": reply.status_code, "answer": answer,
+        "idle_rss_mb": round(idle), "peak_growth_mb": round(grown),
+        "latency_s": round(took, 1), "server": args.source,
+    }))
 
 if __name__ == "__main__":
     main()

@@ -1,19 +1,27 @@
 """A process-wide budget of something held briefly by many threads at once (the memory of images being decoded):
 a weighted semaphore whose holders wait for room (a door, which can answer "busy", for a bounded time; work already
 admitted until there is room), and give up at once when their episode is cancelled. A single holder larger than the
-whole budget is let in alone, so nothing is refused for its size here (size caps are the callers' job)."""
+whole budget is let in alone, so nothing is refused for its size here (size caps are the callers' job).
+
+A piece of work that holds room for all it will do (an episode, for what its experts hold of its images) reserves
+it (`reserve`): what it then holds of the same budget, on its own thread or on the threads it hands work to with its
+context, is inside the reservation and takes nothing more, so work never waits for room it holds itself."""
 
 from __future__ import annotations
 
 import threading
 import time
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Iterator
 
 from ..errors import MaestroError
 from .cancellation import POLL_S, current_cancel, raise_if_cancelled
 
 __all__ = ["SharedBudget", "BudgetExhausted"]
+
+_RESERVED: ContextVar[tuple[int, ...]] = ContextVar("maestro_reserved_budgets", default=())
+"""The budgets (by `id`) a reservation of the current context already holds room in."""
 
 
 class BudgetExhausted(MaestroError):
@@ -34,6 +42,8 @@ class SharedBudget:
         self._used = 0
         self.peak = 0
         """The most units held at once since the budget was made (for tests and reports)."""
+        self.waited = 0
+        """How many holders found no room at first and waited (for tests and reports)."""
         self.configure(limit)
 
     def configure(self, limit: int) -> None:
@@ -53,16 +63,20 @@ class SharedBudget:
         """Hold `units` (at most the whole limit) while the block runs. Waits for room until there is some (None), or
         at most `wait_s` and BudgetExhausted then; Cancelled as soon as the current episode is cancelled
         (core.cancellation)."""
+        if id(self) in _RESERVED.get():  # inside a reservation of this budget: its room is already held
+            yield
+            return
         cancel = current_cancel()
         deadline = None if wait_s is None else time.monotonic() + wait_s
         with self._room:
             units = max(0, min(units, self.limit))
+            self.waited += self._used + units > self.limit
             while self._used + units > self.limit:
                 raise_if_cancelled(cancel)
                 left = POLL_S if deadline is None else deadline - time.monotonic()
                 if left <= 0:
                     raise BudgetExhausted(
-                        f"{what}: the server is decoding other images ({self._used:,} of {self.limit:,} {self.unit} "
+                        f"{what}: the server is working on other images ({self._used:,} of {self.limit:,} {self.unit} "
                         f"in use, {units:,} needed) and found no room within {wait_s:g} s; retry shortly",
                         retry_after_s=max(1, round(wait_s or 1)))
                 self._room.wait(min(left, POLL_S))
@@ -74,3 +88,14 @@ class SharedBudget:
             with self._room:
                 self._used -= units
                 self._room.notify_all()
+
+    @contextmanager
+    def reserve(self, units: int, what: str, *, wait_s: float | None = None) -> Iterator[None]:
+        """`hold(units)` for a whole piece of work: inside the block, and in the contexts copied from it, holding
+        this budget again takes nothing (the reservation covers it)."""
+        with self.hold(units, what, wait_s=wait_s):
+            token = _RESERVED.set((*_RESERVED.get(), id(self)))
+            try:
+                yield
+            finally:
+                _RESERVED.reset(token)

@@ -42,8 +42,8 @@ from ..errors import InputError
 
 __all__ = ["MAX_PIXELS", "MAX_ASPECT", "MAX_DECODED_PIXELS", "MAX_FILE_BYTES", "REQUEST_DECODED_PIXELS",
            "DECODE_MEMORY", "DECODE_MEMORY_BYTES", "ImageHeader", "PixelCapExceeded",
-           "decode_bytes", "image_header", "load_image", "load_images", "image_to_data_url", "fitted_data_url",
-           "FittedImage", "read_regular_file"]
+           "WORKING_BYTES_PER_PIXEL", "decode_bytes", "working_set_bytes", "image_header", "load_image", "load_images",
+           "image_to_data_url", "fitted_data_url", "FittedImage", "read_regular_file"]
 
 MAX_PIXELS = 40_000_000
 """Images declaring more pixels than this are refused (decompression-bomb guard)."""
@@ -61,10 +61,16 @@ MAX_FILE_BYTES = 64_000_000
 far lower (`ImageSources.max_image_bytes`)."""
 
 DECODE_MEMORY_BYTES = 512_000_000
-"""The default memory that decodes in flight may take together, across every thread of the process: one image at
-the pixel cap at a time in the worst format (WebP), two or three PNGs."""
+"""The default memory that decodes in flight and the episodes working on images may take together, across every
+thread of the process: one image at the pixel cap at a time in the worst format (WebP), two or three PNGs."""
 DECODE_MEMORY = SharedBudget(DECODE_MEMORY_BYTES, unit="bytes")
-"""The process's decode budget, in bytes of the `decode_bytes` estimate (`maestro serve` configures it)."""
+"""The process's image memory budget, in bytes of the `decode_bytes` and `working_set_bytes` estimates (`maestro
+serve` configures it): a door's decode holds its estimate while it decodes, a served episode its working set while
+it runs (`SharedBudget.reserve`: its own decodes are inside it)."""
+WORKING_BYTES_PER_PIXEL = 16
+"""What the experts of one episode hold at once per decoded pixel of its images, the decoded RGB image (3 bytes)
+included: the OpenCV analyser's byte-sized copies (greyscale, blurred, thresholded, edges, labels: 129 MB at the
+3150x3150 a 40-megapixel image is decoded to, 13 a pixel), or OCR's resized and normalised copies."""
 
 log = logging.getLogger("maestro.images")
 _REMOTE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -151,6 +157,28 @@ def decode_bytes(probe: Image.Image) -> int:
         bands = 3 if probe.mode in ("P", "PA", "1") else len(probe.getbands())
         per_pixel = 2 * bands + 1
     return pixels * per_pixel
+
+
+def working_set_bytes(refs: list[str] | tuple[str, ...]) -> int:
+    """The memory an episode on these images holds at its peak, estimated from what they declare: its largest
+    decode (`decode_bytes`: the full-size pixels exist while one decodes) and, for each image, its decoded pixels
+    (within its share of `REQUEST_DECODED_PIXELS`) at `WORKING_BYTES_PER_PIXEL`. A reference whose header cannot be
+    read here (not a data URL, or not an image) counts as an image at the pixel cap in the worst format."""
+    share = min(MAX_DECODED_PIXELS, REQUEST_DECODED_PIXELS // max(1, len(refs)))
+    decodes, working = [0], 0
+    for ref in refs:
+        try:
+            header, _, payload = ref.partition(",")
+            if not header.startswith("data:") or ";base64" not in header:
+                raise InputError("not a data URL")
+            with Image.open(io.BytesIO(base64.b64decode(payload))) as probe:
+                decodes.append(decode_bytes(probe))
+                pixels = probe.size[0] * probe.size[1]
+        except (*_UNREADABLE, InputError, ValueError, binascii.Error):
+            decodes.append(MAX_PIXELS * _BYTES_PER_PIXEL["WEBP"])
+            pixels = MAX_PIXELS
+        working += min(pixels, share) * WORKING_BYTES_PER_PIXEL
+    return max(decodes) + working
 
 
 def _check_declared(probe: Image.Image, label: str) -> None:

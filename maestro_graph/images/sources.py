@@ -27,6 +27,7 @@ import binascii
 import hashlib
 import ipaddress
 import os
+import threading
 from pathlib import Path
 from typing import Mapping
 from urllib.parse import urlsplit
@@ -76,6 +77,9 @@ DECODE_WAIT_S = 10.0
 _DECODABLE: LRU[str, str] = LRU(1024)
 """The format of image bytes that decoded fully, by their SHA-256: a thread's image comes again with its next
 questions, and a digest costs milliseconds where a decode of a 40-megapixel PNG costs seconds."""
+_VERIFYING = tuple(threading.Lock() for _ in range(64))
+"""Locks by digest (striped): held while an image's bytes are decoded to verify them, so the requests of one image
+sent at once decode it once."""
 
 
 class ImageRefused(InputError):
@@ -193,14 +197,27 @@ class ImageSources(BaseModel):
         budget), so truncated or corrupt files fail here, not inside a skill; once per content (`_DECODABLE`)."""
         url = f"data:image/{header.format};base64,{base64.b64encode(data).decode()}"
         digest = hashlib.sha256(data).hexdigest()
-        if _DECODABLE.get(digest) is None:
-            try:  # the errors name the image as `param` does ("image 0: corrupt or truncated image ...")
-                load_image(url, wait_s=self.decode_wait_s, label=param)
-            except BudgetExhausted as exc:
-                raise ImageRefused(503, "server_busy", str(exc), param=param, retry_after_s=exc.retry_after_s) from exc
-            except InputError as exc:
-                raise ImageRefused(400, "invalid_image", str(exc), param=param) from exc
-            _DECODABLE.put(digest, header.format)
+        if _DECODABLE.get(digest) is not None:
+            return url
+        # one decode of the same bytes at a time: requests sending an image another is verifying wait for its verdict
+        # (within the decode wait) instead of decoding it again
+        same = _VERIFYING[int(digest[:8], 16) % len(_VERIFYING)]
+        if not same.acquire(timeout=self.decode_wait_s):
+            raise ImageRefused(503, "server_busy", f"{param}: the server is verifying the same image for another "
+                               f"request and it took longer than {self.decode_wait_s:g} s; retry shortly",
+                               param=param, retry_after_s=max(1, round(self.decode_wait_s)))
+        try:
+            if _DECODABLE.get(digest) is None:
+                try:  # the errors name the image as `param` does ("image 0: corrupt or truncated image ...")
+                    load_image(url, wait_s=self.decode_wait_s, label=param)
+                except BudgetExhausted as exc:
+                    raise ImageRefused(503, "server_busy", str(exc), param=param,
+                                       retry_after_s=exc.retry_after_s) from exc
+                except InputError as exc:
+                    raise ImageRefused(400, "invalid_image", str(exc), param=param) from exc
+                _DECODABLE.put(digest, header.format)
+        finally:
+            same.release()
         return url
 
     def _fetch(self, url: str, param: str) -> bytes:

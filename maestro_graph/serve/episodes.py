@@ -34,6 +34,7 @@ from ..episode.context import MaestroContext, RunSettings
 from ..episode.graph import build_graph
 from ..episode.image_refs import stored_input
 from ..episode.runner import EpisodeResult, ThreadMode, episode_finished, thread_mode
+from ..images.load import DECODE_MEMORY, working_set_bytes
 from ..policy import PolicyNotOffered
 from ..registry import Registry
 from ..types import Step, StopReason, Turn
@@ -329,7 +330,12 @@ class EpisodeService:
             durability = {"durability": "sync"} if self.persistent else {}
             # cancelling abandons a waiting expert call or skill step: the node raises Cancelled and commits
             # nothing, so a resumed thread runs that step again
-            with cancellable(episode.cancel), contextlib.suppress(Cancelled):
+            # the episode holds its images' working set (a follow-up's: its history's) in the process's image memory,
+            # waiting for room as long as its request may; its own decodes are inside it
+            images = episode.images or list(dict.fromkeys(i for turn in episode.history
+                                                          for i in turn.get("images", [])))
+            with cancellable(episode.cancel), contextlib.suppress(Cancelled), \
+                    DECODE_MEMORY.reserve(working_set_bytes(images), "the episode's images"):
                 for mode, chunk in self.graph.stream(graph_input, config, context=episode.context,
                                                      stream_mode=["custom", "values"], **durability):
                     if mode == "custom":  # emitted from inside a node: its step is not committed yet

@@ -1,0 +1,126 @@
+"""Issue 58, item 1: a served episode holds an estimate of its whole working set (the largest decode of its images
+and what its experts hold per decoded pixel) in the process's image memory budget while it runs, the budget the
+doors' decodes hold too, so episodes on large images take turns with each other and with decoding instead of
+adding up; the episode's own decodes, on whatever thread they run, are inside its reservation."""
+
+from __future__ import annotations
+
+import base64
+import contextvars
+import io
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from PIL import Image
+from servers import EXAMPLES, data_url
+
+from maestro_graph.core.shared_budget import SharedBudget
+from maestro_graph.images.load import (DECODE_MEMORY, MAX_DECODED_PIXELS, WORKING_BYTES_PER_PIXEL, decode_bytes,
+                                       working_set_bytes)
+from maestro_graph.reliability.image_checks import bomb_urls
+from maestro_graph.reliability.traffic import SHAPES_POLICY, webp_bomb_url
+from maestro_graph.serve import ServeSettings, create_app
+from maestro_graph.serve.loopback import running_app
+
+
+def _held_within(budget: SharedBudget, units: int, context: contextvars.Context | None, wait_s: float) -> bool:
+    """Whether a hold of `units` on another thread (in `context`, or a fresh one) got room within `wait_s`."""
+    got = threading.Event()
+
+    def hold() -> None:
+        with budget.hold(units, "test"):
+            got.set()
+
+    thread = threading.Thread(target=(lambda: context.run(hold)) if context else hold, daemon=True)
+    thread.start()
+    return got.wait(wait_s)
+
+
+def test_a_reservation_covers_its_own_holds_and_others_wait_for_it():
+    budget = SharedBudget(100, unit="bytes")
+    with budget.reserve(80, "episode"):
+        with budget.hold(50, "its own decode"):  # 130 > 100: would wait forever without the reservation
+            assert budget.used == 80
+        assert _held_within(budget, 50, contextvars.copy_context(), 1.0)  # an expert thread it hands work to
+        waiting = threading.Event()
+        outsider = threading.Thread(target=lambda: waiting.set() if _held_within(budget, 50, None, 5.0) else None)
+        outsider.start()
+        time.sleep(0.5)
+        assert not waiting.is_set()  # another request's decode waits for the episode
+    outsider.join()
+    assert waiting.is_set() and budget.used == 0 and budget.waited == 1
+
+
+def _png(side: int) -> str:
+    image = Image.open(EXAMPLES / "circles.png").convert("RGB").resize((side, side))
+    out = io.BytesIO()
+    image.save(out, "PNG")
+    return f"data:image/png;base64,{base64.b64encode(out.getvalue()).decode()}"
+
+
+def test_the_working_set_counts_the_largest_decode_and_every_decoded_pixel():
+    webp = webp_bomb_url(bomb_urls(1)[0])
+    with Image.open(io.BytesIO(base64.b64decode(webp.partition(",")[2]))) as probe:
+        decode = decode_bytes(probe)
+        assert probe.size == (6300, 6300)
+    assert working_set_bytes([webp]) == decode + MAX_DECODED_PIXELS * WORKING_BYTES_PER_PIXEL
+    assert working_set_bytes([webp, webp]) == decode + 2 * MAX_DECODED_PIXELS * WORKING_BYTES_PER_PIXEL
+    small = working_set_bytes([data_url(EXAMPLES / "circles.png")])
+    assert 0 < small < 10_000_000
+    assert working_set_bytes(["maestro-image:abc"]) >= decode  # unknown: counted as the worst image
+
+
+@pytest.fixture()
+def image_memory():
+    """Give the process's image memory budget its limit back after a test's server configured it."""
+    limit = DECODE_MEMORY.limit
+    yield DECODE_MEMORY
+    DECODE_MEMORY.configure(limit)
+
+
+def test_concurrent_episodes_on_large_images_take_turns_and_are_all_answered(registry, image_memory):
+    image = _png(600)  # working set 8.3 MB: one episode at a time in a 10 MB budget, and no decode beside it
+    assert 8_000_000 < working_set_bytes([image]) < 10_000_000
+    settings = ServeSettings(decode_memory_mb=10, workers=2, policy="shapes", policies=(SHAPES_POLICY,),
+                             request_timeout_s=120)
+    body = {"model": "maestro", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "How many circles are in the image?"},
+        {"type": "image_url", "image_url": {"url": image}}]}]}
+    with running_app(create_app(registry, settings)) as url:
+        waited = image_memory.waited
+        with ThreadPoolExecutor(3) as pool:
+            replies = list(pool.map(lambda _: httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120),
+                                    range(3)))
+    assert [r.status_code for r in replies] == [200] * 3  # admitted and answered, not refused
+    assert [r.json()["choices"][0]["message"]["content"] for r in replies] == ["7"] * 3
+    assert image_memory.waited > waited  # a second episode (or a decode) waited for the first's working set
+    assert image_memory.peak <= image_memory.limit and image_memory.used == 0
+
+
+def test_requests_sending_one_image_at_once_decode_it_once(monkeypatch):
+    """The door verifies an image by decoding it; 8 requests of the same new image at once decode it once (the
+    others wait for its verdict), so they do not queue behind each other's decodes into 503s."""
+    import numpy as np
+
+    import maestro_graph.images.sources as sources
+
+    decodes = []
+
+    def counted(*args, **kwargs):
+        decodes.append(args[0][:40])
+        time.sleep(0.3)  # a large image's decode: the others arrive while it runs
+        return real(*args, **kwargs)
+
+    real = sources.load_image
+    monkeypatch.setattr(sources, "load_image", counted)
+    rng = np.random.default_rng(int(time.time_ns() % 2**32))  # bytes no earlier test verified
+    out = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(out, "PNG")
+    url = f"data:image/png;base64,{base64.b64encode(out.getvalue()).decode()}"
+    policy = sources.ImageSources()
+    with ThreadPoolExecutor(8) as pool:
+        verified = list(pool.map(lambda _: policy.resolve([url]), range(8)))
+    assert verified == [[url]] * 8 and len(decodes) == 1
