@@ -54,9 +54,10 @@ class ServeSettings(BaseModel):
     max_messages: int = Field(256, ge=1, description="most messages in one chat request, its history included (413 "
                               "above); only the latest 8 earlier turns are read, the rest are not decoded or stored")
     decode_memory_mb: int = Field(
-        DECODE_MEMORY_BYTES // 1_000_000, ge=1, description="memory the images being decoded may take at once, "
-        "across every request of the process (each decode holds its estimate, from the size and format the file "
-        "declares; one image larger than this decodes alone)")
+        DECODE_MEMORY_BYTES // 1_000_000, ge=1, description="memory the images being decoded and the episodes "
+        "working on images may take at once, across every request of the process (a decode holds its estimate, from "
+        "the size and format the file declares; a running episode its working set, images.load.working_set_bytes; "
+        "one larger than this runs alone)")
     decode_wait_s: float = Field(
         DECODE_WAIT_S, ge=0, description="how long checking a request's image waits for room in decode_memory_mb "
         "before the request is answered 503 `server_busy` with Retry-After (admitted episodes wait for room)")
