@@ -146,7 +146,8 @@ def long_integers(t: Target) -> TrustCase:
 def state_written_junk(t: Target) -> TrustCase:
     """Commands on an answered thread of the Agent Server graph that write a wrong type into a field a node reads
     and jump to that node (`stop: "bogus"`, junk `steps`), or send a skill node a wrong call (`"x"`): each run ends
-    with the typed input error naming the field, and the thread answers its next question."""
+    with the typed input error naming the field, or is refused before it starts (`BadRunInput` naming the field: a
+    write that is not a list where the state keeps a list), and the thread answers its next question."""
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.types import Command, Send
 
@@ -165,11 +166,16 @@ def state_written_junk(t: Target) -> TrustCase:
         except Exception as exc:  # the untyped error this check looks for: recorded as the outcome
             outcomes[name] = f"{exc.__class__.__name__}: {exc}"
     after = graph.invoke(asked, config, context=context).get("answer")
-    ok = after == "Wikipedia" and all(reason.startswith(f"input error: {name.split()[0]}")
-                                      for name, reason in outcomes.items())
+    ok = after == "Wikipedia" and all(_typed(name.split()[0], reason) for name, reason in outcomes.items())
     return TrustCase("a Command that writes a wrong type into the state", "the typed input error naming the field",
                      ok, "; ".join(f"{name}: {reason[:90]!r}" for name, reason in outcomes.items())
                      + f"; the next question answered {after!r}")
+
+
+def _typed(field: str, outcome: str) -> bool:
+    """Whether a run's outcome is the typed refusal of `field`: its input error, or BadRunInput before the run."""
+    return outcome.startswith(f"input error: {field}") or (
+        outcome.startswith("BadRunInput: ") and field.split(".")[-1] in outcome)
 
 
 def operator_yaml(t: Target) -> TrustCase:
