@@ -38,8 +38,7 @@ def test_blank_means_nothing_left_to_read(text, blank):
 
 def test_a_blank_question_is_read_from_the_image_then_routed(registry, tmp_path):
     """The text read from the picture is the question every later step answers: the arithmetic skill computes the
-    calculation it was never sent as text. (Which skill a policy picks for it is the policy's: the shipped neural
-    policy sends this read question to general-qa since its skill head reads measured accuracy, docs/results.md.)"""
+    calculation it was never sent as text. (Which skill a policy picks for it is the policy's.)"""
     policy = make_policy("fixed:sympy@@arithmetic")
     result = run_episode(build_graph(registry, policy), INVISIBLE, [written_question(tmp_path)])
     assert [s.skill for s in result.steps] == ["ocr", "arithmetic"], result.steps
