@@ -6,7 +6,7 @@ a repository can carry).
 
     .venv/bin/python scripts/subset_tasks.py runs/bench/train.jsonl --per-domain 6 --exclude small-text
     .venv/bin/python scripts/subset_tasks.py runs/real-dev/test.jsonl --per-domain 4 --by source --seed 7 \\
-        --out tests/data/real/routing/tasks.jsonl
+        --out tests/data/routing/tasks.jsonl
 """
 
 from __future__ import annotations

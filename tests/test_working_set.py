@@ -75,8 +75,10 @@ def test_the_working_set_counts_the_largest_decode_and_every_decoded_pixel():
 
 @pytest.fixture()
 def image_memory():
-    """Give the process's image memory budget its limit back after a test's server configured it."""
+    """The process's image memory budget with its peak counted from this test on (earlier tests in the same worker
+    held more under the default limit), and its limit given back after the test's server configured it."""
     limit = DECODE_MEMORY.limit
+    DECODE_MEMORY.peak = 0
     yield DECODE_MEMORY
     DECODE_MEMORY.configure(limit)
 
