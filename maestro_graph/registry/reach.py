@@ -60,7 +60,7 @@ SAME_QUESTION = 0.999
 real dev items are at most 0.99 alike)."""
 REACH_FLOOR = 0.35
 """The default floor below which an episode stops before its next call (MaestroContext.reach_floor; 0: off), for a
-registry with a reach (one without, like the packaged default with its unprofiled chat model, is never stopped).
+registry with a reach (one without is never stopped, nor is one while a pair it never measured may be called).
 Chosen as the largest floor that cost the validation split's policies no accuracy (the measurements, and what it
 costs and saves on the test half: docs/results.md, "The reach at every turn"). Training runs whole episodes
 (floor 0)."""
@@ -191,9 +191,8 @@ class Reach:
 
     def with_unmeasured(self, pairs: dict[str, str]) -> "Reach":
         """This reach with `pairs` (fingerprint by id) it never measured recorded as measured on no item (NaN
-        columns): a registry that ships a pair it did not profile (the packaged default's chat model) says so in its
-        file, so reading it warns of nothing, while the reach still says nothing while such a pair may be called
-        and ranks it as unmeasured."""
+        columns): a registry that ships a pair it did not profile says so in its file, so reading it warns of
+        nothing, while the reach still says nothing while such a pair may be called and ranks it as unmeasured."""
         new = {pair: fp for pair, fp in pairs.items() if pair not in self.pairs}
         right = np.hstack([self.right, np.full((len(self.features), len(new)), np.nan, np.float32)])
         return Reach(self.features, right, {**self.pairs, **new}, self.k)
