@@ -56,6 +56,33 @@ def test_ask_says_when_the_answer_is_a_guess():
     assert "I could not find out (low confidence: the answer's confidence" in withheld.output
 
 
+def test_a_withheld_answer_says_why_on_stdout_and_in_json():
+    """`--min-confidence` above the answer's: stdout names the reason (not a bare "none (confidence 0.93)"), and the
+    JSON carries the typed `stop` beside its text."""
+    args = ("ask", "How many circles are in the image?", "--image", CIRCLES, "--min-confidence", "0.999")
+    table = invoke(*args)
+    assert table.exit_code == 1
+    said = [line for line in table.stdout.splitlines() if line.startswith("answer: none")]
+    assert said and "low confidence: the answer's confidence" in said[0] and "below min_confidence 0.999" in said[0]
+    shown = invoke(*args, "--json")
+    assert shown.exit_code == 1
+    data = json.loads(shown.stdout)
+    assert data["answer"] is None and data["stop"] == "low confidence"
+    assert data["stop_reason"].startswith("low confidence: the answer's confidence") and data["confidence"] < 0.999
+    answered = json.loads(invoke("ask", "How many circles are in the image?", "--image", CIRCLES, "--json").stdout)
+    assert answered["stop"] == "policy"
+
+
+def test_thread_without_a_checkpoint_db_is_refused(tmp_path):
+    """`--thread` alone would keep nothing (exit 0, the conversation forgotten): it is a usage error naming the fix."""
+    result = invoke("ask", "How many circles are in the image?", "--image", CIRCLES, "--thread", "t1")
+    assert result.exit_code == 2
+    assert "--checkpoint-db" in " ".join(result.output.split()) and "answer:" not in result.output
+    kept = invoke("ask", "How many circles are in the image?", "--image", CIRCLES, "--thread", "t1",
+                  "--checkpoint-db", str(tmp_path / "threads.sqlite"))
+    assert kept.exit_code == 0, kept.output
+
+
 @pytest.mark.slow
 def test_ask_from_a_fresh_process_prints_nothing_but_the_answer():
     """As a script calls it: JSON on stdout, and no model-loading progress bar on stderr on first use."""

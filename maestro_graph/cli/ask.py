@@ -39,7 +39,8 @@ def ask(
         "right): no answer, exit 1, \"I could not find out\"; 0: every answer is given."),
     as_json: bool = typer.Option(False, "--json", help="Print the answer and trace as JSON."),
     checkpoint_db: Optional[Path] = typer.Option(None, help="SQLite file to checkpoint the episode in."),
-    thread: Optional[str] = typer.Option(None, help="Thread id for the checkpoint (with --checkpoint-db)."),
+    thread: Optional[str] = typer.Option(None, help="Thread id for the checkpoint; needs --checkpoint-db (a thread "
+                                         "lives in the checkpoint database, so without one it is refused)."),
 ) -> None:
     """Answer QUESTION about the images and print the answer with a table of the steps taken."""
     limit_threads()
@@ -49,6 +50,9 @@ def ask(
     from ..policy import DEFAULT_POLICY, make_policy
 
     policy = policy or DEFAULT_POLICY
+    if thread is not None and checkpoint_db is None:
+        fail(f"--thread {thread}: a thread is kept in a checkpoint database, and none was named, so the conversation "
+             "would be forgotten; add --checkpoint-db FILE (e.g. --checkpoint-db threads.sqlite)")
     _check_input(question, image, checkpoint_db is not None)
     reg = load_registry(registry)
     try:
@@ -99,7 +103,8 @@ def _check_input(question: str, images: list[Path], threaded: bool) -> None:
 def _print_json(result: EpisodeResult, policy: str) -> None:
     """The answer and its trace on stdout; exit 1 without an answer."""
     print(json.dumps({"answer": result.answer, "answer_source": result.answer_source,
-                      "confidence": result.confidence, "policy": policy, "stop_reason": result.stop_reason,
+                      "confidence": result.confidence, "policy": policy, "stop": result.stop.value,
+                      "stop_reason": result.stop_reason,
                       "steps": [s.model_dump() for s in result.steps],
                       "cost": result.cost, "latency_s": result.latency_s}, ensure_ascii=False, indent=2))
     if result.answer is None:
@@ -116,9 +121,8 @@ def _print_table(result: EpisodeResult) -> None:
     for i, step in enumerate(result.steps, start=1):  # an error the table has no room for, whole on a line of its own
         if step.error and (thin or len(step.error) > ERROR_CHARS):
             console.print(f"step {i} error: {escape(step.error)}")  # wrapped at the terminal width
-    if thin and result.answer is None:
-        console.print(f"answer: none ({escape(note)})")
-    if result.answer is None:
+    if result.answer is None:  # why there is none, on stdout too (a withheld answer's confidence is in the reason)
+        console.print(f"[bold]answer:[/bold] none   ({escape(result.stop_reason)})")
         said = "I could not find out" if result.confidence is not None else "no answer"
         fail(f"{said} ({result.stop_reason})", code=1)
     color = "yellow" if result.answer_source in ("guess", "candidate") else "dim"
