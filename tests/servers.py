@@ -107,6 +107,33 @@ def vllm_server(command: list[str], port: int, log: Path, *, timeout_s: float,
             proc.wait()
 
 
+def processes() -> dict[int, tuple[int, int]]:
+    """Every live process of this machine (zombies left out) as pid -> (parent pid, session id), read from /proc."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # it exited while being read
+            continue
+        state, parent, _group, session = text[text.rindex(")") + 2:].split()[:4]
+        if state != "Z":
+            found[int(stat.parent.name)] = (int(parent), int(session))
+    return found
+
+
+def descendants(pid: int) -> set[int]:
+    """The live processes started by `pid`, their children, and so on."""
+    tree = processes()
+    found: set[int] = set()
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = {child for child, (ppid, _) in tree.items() if ppid == parent} - found
+        found |= children
+        frontier.extend(children)
+    return found
+
+
 def slow_messages() -> list[dict]:
     """The chat request of a `slow_registry` episode: the slow question about an example image."""
     return [{"role": "user", "content": [{"type": "text", "text": SLOW_QUESTION},

@@ -244,16 +244,17 @@ def test_serve_vlm_starts_a_vllm_server_per_loopback_vision_card():
     assert all(w[w.index("--gpu-memory-utilization") + 1] == "0.9" for w in two)
 
 
-@pytest.mark.slow
-def test_serve_vlm_starts_the_servers_a_registry_names_and_the_card_answers_through_them(tmp_path):
-    """The GPU page's command at CPU size: scripts/serve-vlm.sh starts one server per loopback vision card (here the
-    test double standing in for `vllm serve`, through the script's `VLLM` variable, taking a second to start as vLLM
-    takes minutes), one after another: the second starts once the first answers /v1/models. The card's pairs reach
-    it with the image, and SIGTERM stops every server."""
+def test_serve_vlm_starts_servers_one_after_another_and_sigterm_to_it_stops_them_all(tmp_path):
+    """scripts/serve-vlm.sh on a registry with two loopback vision cards, its `VLLM` a named fake (tests/vision_double.py
+    run as `vllm serve`, taking a second to start where vLLM takes minutes): the second server starts once the first
+    answers /v1/models, and SIGTERM to the script alone stops both. A real server started by the script, asked with
+    an image and stopped with no process left, is tests/test_docs_vision.py's."""
     import os
     import signal
     import subprocess
     import sys
+
+    from servers import descendants, processes
 
     from maestro_graph.serve.loopback import free_port
 
@@ -273,25 +274,25 @@ def test_serve_vlm_starts_the_servers_a_registry_names_and_the_card_answers_thro
                               env={**os.environ, "PYTHON": sys.executable, "VLLM": str(vllm), "GPUS": "1",
                                    "LOG_DIR": str(logs), "DOUBLE_STARTUP_S": "1"},
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    port = ports[0]
     try:
         lines = []
         for line in script.stdout:
             lines.append(line)
             if "servers are up" in line:
                 break
-        assert f"vlm0: {vllm} serve vlm-double --host 127.0.0.1 --port {port}" in lines[0], lines
-        assert all(f"vlm{i} is up on http://127.0.0.1:{p}/v1" in "".join(lines) for i, p in enumerate(ports))
-        first, second = ([json.loads(line) for line in (logs / f"vlm{i}.log").read_text().splitlines()]
-                         for i in range(2))
-        assert second[0]["started"] >= first[1]["listening"]  # one after another
-        assert all(log[0]["argv"][log[0]["argv"].index("--gpu-memory-utilization") + 1] == "0.45"
-                   for log in (first, second))
-        step = Registry.load(registry).run(Invoke("vlm0", "counting"), question="How many circles are there?",
-                                           images=[str(ROOT / "examples" / "circles.png")])
-        assert step.answer == "7" and step.error is None
+        started = descendants(script.pid)
     finally:
-        os.killpg(script.pid, signal.SIGTERM)
+        script.send_signal(signal.SIGTERM)  # the script alone, not its process group: it stops its servers
         script.wait(timeout=30)
-    with pytest.raises(OSError):  # the server went with the script
-        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    assert f"vlm0: {vllm} serve vlm-double --host 127.0.0.1 --port {ports[0]}" in lines[0], lines
+    assert all(f"vlm{i} is up on http://127.0.0.1:{p}/v1" in "".join(lines) for i, p in enumerate(ports)), lines
+    first, second = ([json.loads(line) for line in (logs / f"vlm{i}.log").read_text().splitlines()] for i in range(2))
+    assert second[0]["started"] >= first[1]["listening"]  # one after another
+    assert all(log[0]["argv"][log[0]["argv"].index("--gpu-memory-utilization") + 1] == "0.45" for log in (first, second))
+    servers = {first[0]["pid"], second[0]["pid"]}
+    assert servers <= started, (servers, started)
+    assert script.returncode == 128 + signal.SIGTERM
+    assert not started & set(processes()), "a server outlived the script"
+    for port in ports:
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()

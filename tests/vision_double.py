@@ -306,7 +306,7 @@ class VisionEndpointDouble:
 
 def _serve_like_vllm() -> None:
     """`vllm serve MODEL --port PORT ...` as scripts/serve-vlm.sh runs it, answering `--reply` until SIGTERM. It
-    first prints when it started, its arguments and CUDA_VISIBLE_DEVICES as one JSON line, and, like vLLM loading
+    first prints when it started, its process id, its arguments and CUDA_VISIBLE_DEVICES as one JSON line, and, like vLLM loading
     a model, takes `--startup-s` before it listens."""
     import argparse
     import os
@@ -321,7 +321,7 @@ def _serve_like_vllm() -> None:
     parser.add_argument("--reply", default="7")
     parser.add_argument("--startup-s", type=float, default=float(os.environ.get("DOUBLE_STARTUP_S", "0")))
     args, _vllm_options = parser.parse_known_args()
-    print(json.dumps({"started": time.time(), "argv": sys.argv[1:],
+    print(json.dumps({"started": time.time(), "pid": os.getpid(), "argv": sys.argv[1:],
                       "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}), flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
