@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 from typing_extensions import NotRequired, TypedDict  # pydantic builds JSON schemas from it on Python < 3.12
 
-__all__ = ["PAIR_SEP", "ErrorKind", "StopReason", "stop_text", "Decision", "Invoke", "Answer", "Action", "InvalidAction", "SkillResult", "Step", "Turn", "pair_id", "split_pair"]
+__all__ = ["PAIR_SEP", "ErrorKind", "StopReason", "stop_text", "Decision", "Invoke", "Answer", "Action", "InvalidAction", "SkillResult", "Step", "Turn", "Probability", "pair_id", "split_pair"]
 
 PAIR_SEP = "@@"
 
@@ -105,15 +105,22 @@ class SkillResult:
     details: dict = field(default_factory=dict)
 
 
+Probability = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+"""A probability as clients may write one (a confidence): a finite number in [0, 1]."""
+
+
 class Turn(TypedDict):
     """One earlier exchange of a conversation: a question asked before and the answer it got (None: none). A
     follow-up ("How many letters does it have?") means something only next to these. `images`: those sent with
     that question, when the client keeps the conversation (an OpenAI chat's earlier user message): the latest of
-    them is the conversation's image for a follow-up that sends none (episode.conversation)."""
+    them is the conversation's image for a follow-up that sends none (episode.conversation). `confidence`: how sure
+    that answer was, where it is known (a thread's finished episodes): an answer computed from it is no surer
+    (episode.followups)."""
 
     question: str
     answer: str | None
     images: NotRequired[list[str]]
+    confidence: NotRequired[Probability | None]
 
 
 class Step(BaseModel):

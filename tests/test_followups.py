@@ -92,6 +92,25 @@ def test_the_graph_answers_a_follow_up_from_the_conversation_without_the_image(g
     assert result.confidence is not None and result.confidence > 0.5
 
 
+def test_a_follow_up_is_capped_at_the_confidence_of_the_answers_it_came_from():
+    """The arithmetic is exact, its inputs only as sure as the answers they were: the cap is the latest answer's
+    confidence (the least of those summed for a total); a client's history without confidences puts none."""
+    sure = [Turn(question="a", answer="7", confidence=0.9), Turn(question="b", answer="3", confidence=0.4)]
+    assert resolve(DOUBLE, sure).confidence_cap == 0.4
+    assert resolve(DOUBLE, sure[:1]).confidence_cap == 0.9
+    assert resolve("and the total?", [*sure, Turn(question="c", answer="red", confidence=0.1)]).confidence_cap == 0.4
+    assert resolve(DOUBLE, _turns("7")).confidence_cap is None
+
+
+def test_the_graph_gives_a_follow_up_no_more_confidence_than_its_earlier_answer(graph):
+    unsure = [Turn(question=COUNT, answer="7", images=[CIRCLES], confidence=0.31)]
+    capped = run_episode(graph, DOUBLE, [], history=unsure)
+    free = run_episode(graph, DOUBLE, [], history=[Turn(question=COUNT, answer="7", images=[CIRCLES])])
+    assert capped.answer == free.answer == "14"
+    assert free.confidence > 0.31 and capped.confidence == 0.31  # the cap, not the calculator's own certainty
+    assert capped.confidence_basis == free.confidence_basis  # what the model saw is recorded unchanged
+
+
 def test_the_graph_refuses_a_follow_up_it_cannot_resolve(graph):
     result = run_episode(graph, DOUBLE, [CIRCLES], history=[Turn(question="What text?", answer="Wikipedia")])
     assert result.answer is None and result.confidence is None and result.stop == StopReason.INPUT_ERROR
@@ -141,6 +160,28 @@ def test_a_maestro_serve_thread_carries_the_earlier_answers(base_url):
     again = ask(DOUBLE)  # a retried follow-up replays its answer, not double the 14
     assert again["answer"] == "14" and again["replayed"] is True
     assert ask("and the total?")["answer"] == "21"  # 7 + 14, the earlier answers that are numbers
+
+
+@pytest.mark.slow
+def test_a_thread_follow_up_is_no_surer_than_its_answer_and_the_thread_view_says_so(base_url):
+    """On a `maestro serve` thread (the `openai` client): the follow-up's confidence is capped at the earlier
+    answer's, and `GET /v1/threads/ID` gives the latest answer's source and confidence at the top level, as the
+    chat response's `maestro` field does."""
+    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=300)
+
+    def ask(*message: str) -> dict:
+        reply = client.chat.completions.create(model="maestro", messages=[_user(*message)],
+                                               extra_body={"thread_id": "circles-confidence"})
+        return {"answer": reply.choices[0].message.content, **reply.model_extra["maestro"]}
+
+    count, double = ask(COUNT, CIRCLES), ask(DOUBLE)
+    assert (count["answer"], double["answer"]) == ("7", "14")
+    assert 0 < double["confidence"] <= count["confidence"] < 1
+    view = client.get("/threads/circles-confidence", cast_to=httpx.Response).json()
+    assert (view["answer"], view["answer_source"], view["confidence"]) == ("14", double["answer_source"],
+                                                                          double["confidence"])
+    assert view["stop"] == "policy" and [e["confidence"] for e in view["episodes"]] == [count["confidence"],
+                                                                                        double["confidence"]]
 
 
 @pytest.mark.slow

@@ -112,7 +112,8 @@ def _settings(runtime: Runtime[MaestroContext], stop: StopReason) -> MaestroCont
 
 def _judged(written: WrittenState, runtime: Runtime[MaestroContext], parts: GraphParts, final: str | None,
             source: AnswerSource | None) -> dict:
-    """The answer's confidence and what it was computed from; nothing for no answer."""
+    """The answer's confidence and what it was computed from, at most the episode's `confidence_cap`; nothing for no
+    answer."""
     if final is None:
         return {"confidence": None, "confidence_basis": None}
     try:
@@ -121,7 +122,9 @@ def _judged(written: WrittenState, runtime: Runtime[MaestroContext], parts: Grap
         images = []
     basis = confidence_features(parts.registry, written.get("question") or "", images, written.get("choices"),
                                 written.get("steps") or [], final, source)
-    return {"confidence": round(parts.confidence.probability(basis), 4), "confidence_basis": basis}
+    judged = parts.confidence.probability(basis)
+    cap = written.get("confidence_cap")  # a follow-up's answer is no surer than the earlier answers it came from
+    return {"confidence": round(judged if cap is None else min(judged, cap), 4), "confidence_basis": basis}
 
 
 def _shown_below(value: float, floor: float) -> str:

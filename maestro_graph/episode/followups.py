@@ -11,7 +11,9 @@ A follow-up is resolved when its whole question is arithmetic on earlier answers
 
 The resolved question is self-contained ("What is 7 * 2?"), and the graph computes it exactly with the registry's
 calculator (`Registry.calculate`) as the episode's one step, without calling the policy or looking at an image: the
-follow-up is about what was said. A follow-up that names an earlier answer ("that number", "the answer", "the
+follow-up is about what was said. The arithmetic is exact, but its inputs are only as sure as the answers they came
+from: the answer's confidence is capped at the least confidence of the earlier answers it was computed from, where
+the conversation knows them (`Followup.confidence_cap`; a thread's episodes do, a client's history does not). A follow-up that names an earlier answer ("that number", "the answer", "the
 total") that the conversation cannot supply (no earlier answer, or one that is not a number) is refused with a
 question back ("which number do you mean?"), never guessed from the image; a bare `it` with no earlier number is
 left to the experts (it may be something in the image). Anything else is not a follow-up of this kind and goes on
@@ -66,6 +68,8 @@ class Followup:
     question: str
     expression: str
     answer: Callable[[Fraction], str]
+    confidence_cap: float | None = None
+    """The least confidence of the earlier answers the follow-up was computed from (None: none of them has one)."""
 
 
 @dataclass(frozen=True)
@@ -102,9 +106,11 @@ def resolve(question: str, turns: Sequence[Turn]) -> Followup | Unresolved | Non
     an earlier answer the conversation cannot supply, or None when it is not such a follow-up."""
     asked = _LEAD.sub("", question.strip().rstrip("?!. ").strip()).strip()
     asked = re.sub(r"\s+", " ", asked)
-    answers = [t.get("answer") for t in turns if t.get("answer")]
+    answered = [t for t in turns if t.get("answer")]
+    answers = [t["answer"] for t in answered]
     if (m := _TOTAL.match(asked)) is not None:
-        values = [v for v in map(_number, answers) if v is not None]
+        summed = [(v, t) for t in answered if (v := _number(t["answer"])) is not None]
+        values = [v for v, _ in summed]
         if len(values) < 2 and not (values or "of" in asked.lower().split()):
             return None  # "What is the total?" with no earlier numbers is a question about the image
         if len(values) < 2:
@@ -112,7 +118,7 @@ def resolve(question: str, turns: Sequence[Turn]) -> Followup | Unresolved | Non
                               f"and the conversation has {len(values) or 'no'} earlier answer(s) that are numbers; "
                               "ask with the numbers, or ask about the image")
         expression = " + ".join(_written(v) for v in values)
-        return Followup(f"What is {expression}?", expression, _written)
+        return Followup(f"What is {expression}?", expression, _written, _least([t for _, t in summed]))
     shaped = _shape(asked)
     if shaped is None:
         return None
@@ -125,7 +131,13 @@ def resolve(question: str, turns: Sequence[Turn]) -> Followup | Unresolved | Non
         return Unresolved(f"which number do you mean? {question.strip()!r} refers to an earlier answer, and {said}; "
                           "ask with the number")
     value = _written(latest)
-    return Followup(question_of(value), expression_of(value), answer)
+    return Followup(question_of(value), expression_of(value), answer, _least(answered[-1:]))
+
+
+def _least(turns: Sequence[Turn]) -> float | None:
+    """The least confidence among `turns`' answers that have one (None when none has)."""
+    known = [t["confidence"] for t in turns if t.get("confidence") is not None]
+    return min(known) if known else None
 
 
 def _shape(asked: str) -> tuple[Callable[[str], str], Callable[[str], str], Callable[[Fraction], str], str] | None:

@@ -103,10 +103,12 @@ def _check(problem: str | None) -> None:
 
 def _from_conversation(registry: Registry, followup: Followup, runtime: Runtime[MaestroContext]) -> dict:
     """The update of a follow-up about earlier answers (episode.followups): the resolved question, the calculator's
-    step as the episode's one step, no image; the answer node gives its value as the answer."""
+    step as the episode's one step, no image; the answer node gives its value as the answer, no surer than the
+    earlier answers it was computed from (`confidence_cap`)."""
     step = computed(followup, registry.calculate(followup.expression))
     runtime.stream_writer({"event": "step", **step.model_dump(exclude={"calls"})})
     return {"question": followup.question, "images": [], "choices": None, "steps": Overwrite([step_record(step)]),
+            "confidence_cap": followup.confidence_cap,
             **stop_update(StopReason.POLICY, "answered from the conversation")}
 
 

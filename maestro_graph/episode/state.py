@@ -171,6 +171,9 @@ class MaestroState(MaestroInput, MaestroOutput, total=False):
     """The question as the client asked it, before intake resolved it (a follow-up about an earlier answer, a
     question read from the image): what asking the thread's current question again is compared with
     (`runner.thread_mode`), so a retried follow-up replays instead of being resolved against its own answer."""
+    confidence_cap: float | None
+    """The most confidence this episode's answer may have: a follow-up computed from earlier answers is no surer than
+    the least sure of them (episode.followups); None: no cap. Written by intake, cleared on every run."""
     thread_images: list[str]
     """The images the thread's latest question with images was about: a later question that sends none is about
     them (episode.conversation). Written by intake only, so a run's input (`images: []`) cannot erase them."""
@@ -190,6 +193,7 @@ class FreshRun(TypedDict):
     answer_source: None
     confidence: None
     confidence_basis: None
+    confidence_cap: None
     stop: None
     stop_detail: None
     stop_reason: None
@@ -199,5 +203,5 @@ class FreshRun(TypedDict):
 def fresh_run(question: str) -> FreshRun:
     """The start of a run asking `question` (intake then resolves it and writes what else it reads)."""
     return FreshRun(question=question, asked=question, steps=Overwrite([]), decisions=Overwrite([]), answer=None,
-                    answer_source=None, confidence=None, confidence_basis=None, stop=None, stop_detail=None,
+                    answer_source=None, confidence=None, confidence_basis=None, confidence_cap=None, stop=None, stop_detail=None,
                     stop_reason=None, history=[])

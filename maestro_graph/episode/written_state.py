@@ -15,10 +15,10 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from pydantic import TypeAdapter, ValidationError
-from typing_extensions import TypedDict  # pydantic validates TypedDicts from typing_extensions on Python < 3.12
+from typing_extensions import NotRequired, TypedDict  # pydantic validates TypedDicts from typing_extensions on Python < 3.12
 
 from ..errors import InputError
-from ..types import Decision, Step, StopReason, Turn
+from ..types import Decision, Probability, Step, StopReason, Turn
 from .state import AnswerSource, SkillCall
 
 __all__ = ["INPUT_FIELDS", "BadState", "WrittenState", "read_call", "read_state"]
@@ -30,6 +30,7 @@ _SHOWN = 120
 class _Finished(TypedDict):
     question: str
     answer: str | None
+    confidence: NotRequired[Probability | None]
 
 
 class WrittenState(TypedDict, total=False):
@@ -46,6 +47,7 @@ class WrittenState(TypedDict, total=False):
     stop_reason: str | None
     answer: str | None
     answer_source: AnswerSource | None
+    confidence_cap: Probability | None
     episodes: list[_Finished]
 
 

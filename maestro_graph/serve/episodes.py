@@ -438,7 +438,8 @@ class EpisodeService:
                         headers={THREAD_HEADER: episode.thread_id} if episode.thread_id else None)
 
     def history(self, thread_id: str, principal: str | None) -> dict[str, Any]:
-        """A thread's current result and its checkpoints, newest first (404 when unknown, or another principal's)."""
+        """A thread's current result (its answer with who gave it and how sure it is, as the chat response's
+        `maestro` field has them) and its checkpoints, newest first (404 when unknown, or another principal's)."""
         if not self.persistent:
             raise ApiError(400, "persistence_disabled", "thread history needs --checkpoint-db")
         config = {"configurable": {"thread_id": thread_id}}
@@ -453,6 +454,9 @@ class EpisodeService:
             "next": list(snapshot.next),
             "question": values.get("question"),
             "answer": values.get("answer"),
+            "answer_source": values.get("answer_source"),
+            "confidence": values.get("confidence"),
+            "stop": values.get("stop"),
             "stop_reason": values.get("stop_reason"),
             "steps": [_public(s) for s in values.get("steps", [])],
             "episodes": [{**e, "steps": [_public(s) for s in e.get("steps", [])]} for e in values.get("episodes", [])],
