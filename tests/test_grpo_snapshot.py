@@ -1,8 +1,8 @@
 """A snapshot of one neural GRPO step: on a fixed seed the step's statistics and the updated weights match those
 recorded in tests/data/grpo_step_snapshot.json (per tensor its sum, its norm and its first values). It catches any
 change to what a step does, intended or not; tests/test_grpo_update.py says whether an update goes the right way.
-When a change is meant to alter the step, rewrite the snapshot with the same setup and say why in docs/results.md
-("The GRPO step snapshot")."""
+When a change is meant to alter the step, rewrite the snapshot with the same setup and say why in the commit that
+does."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ glibc's malloc serves a large request from a mapping of its own, returned to the
 that threshold (up to 32 MB) each time such a buffer is freed, so the next images and arrays of a thread land in its
 arena, and an arena keeps what it once held: a server whose worker, door and expert threads each decoded or analysed
 an image at the pixel cap would hold all of it at once, long after. With the threshold fixed, what the process
-holds follows what its threads use (docs/results.md, "The experts' working memory under traffic"). Other C
+holds follows what its threads use (docs/results.md, "The doors under traffic"). Other C
 libraries keep their own policy.
 """
 
