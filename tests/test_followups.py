@@ -202,6 +202,19 @@ def test_langserve_continues_a_thread_by_its_id(base_url, registry):
 
 
 @pytest.mark.slow
+def test_a_langserve_follow_up_without_an_image_is_about_the_threads_image(base_url):
+    """A question about the image, sent without one on a LangServe thread that has it: answered from the thread's
+    image (was a 400 before LangServe kept threads), through LangServe's own client."""
+    from langserve import RemoteRunnable
+
+    remote = RemoteRunnable(f"{base_url}/maestro/", timeout=300)
+    first = remote.invoke({"question": COUNT, "images": [CIRCLES], "thread_id": "langserve-image"})
+    again = remote.invoke({"question": "How many circles are there?", "thread_id": "langserve-image"})
+    assert first["answer"] == again["answer"] == "7", again
+    assert [s["skill"] for s in again["steps"]] == ["counting"] and again["thread_id"] == "langserve-image"
+
+
+@pytest.mark.slow
 def test_a_cli_thread_carries_the_earlier_answer(tmp_path):
     maestro = str(Path(sys.executable).parent / "maestro")
     db = ["--checkpoint-db", str(tmp_path / "threads.sqlite"), "--thread", "cli-circles", "--json"]
