@@ -3,7 +3,7 @@ answers, and a few seconds after) above what it held idle, and the time to answe
 
     .venv/bin/python scripts/bench_image_memory.py                 # 8 images of 6300x6300 (40 MP, ~10 KB each)
     .venv/bin/python scripts/bench_image_memory.py --images 1
-    .venv/bin/python scripts/bench_image_memory.py --concurrent 16   # issue 58, item 1 (below)
+    .venv/bin/python scripts/bench_image_memory.py --concurrent 16   # one request, then 16 at once (below)
     .venv/bin/python scripts/bench_image_memory.py --source /tmp/old   # the server's package from another tree
     # (e.g. git archive HEAD maestro_graph | tar -x -C /tmp/old)
 
@@ -50,7 +50,7 @@ PNG (1.5 MB) and WebP (2.1 MB) stay under the server's 8 MB cap."""
 
 
 def _flat() -> str:
-    """Seven circles on white with a 200x200 noise patch, as the issue's image (a PNG data URL)."""
+    """Seven circles on white with a 200x200 noise patch (a PNG data URL)."""
     image = Image.new("RGB", (BOMB_SIDE, BOMB_SIDE), "white")
     draw = ImageDraw.Draw(image)
     for i in range(7):
@@ -99,7 +99,7 @@ def _server(args: argparse.Namespace, workers: int) -> Iterator[tuple[str, int]]
 
 
 def concurrent(args: argparse.Namespace) -> None:
-    """Issue 58, item 1: one request, then `--concurrent` at once, of each image, on a fresh server each."""
+    """One request, then `--concurrent` at once, of each image, on a fresh server each."""
     flat, busy = _flat(), _busy()
     images = {"WebP flat": webp_bomb_url(flat), "WebP busy": webp_bomb_url(busy), "PNG flat": flat, "PNG busy": busy}
     warm = image_to_data_url(load_image(str(ROOT / "examples" / "circles.png")))
@@ -131,7 +131,7 @@ def main() -> None:
     parser.add_argument("--source", default=str(ROOT), help="the tree whose maestro_graph/ the server runs (its "
                         "working directory, first on its import path)")
     parser.add_argument("--timeout-s", type=float, default=600.0, help="the server's request timeout")
-    parser.add_argument("--concurrent", type=int, default=0, help="issue 58, item 1: one request of each large "
+    parser.add_argument("--concurrent", type=int, default=0, help="one request of each large "
                         "image, then this many at once, on a fresh server each (0: the one request of --images)")
     args = parser.parse_args()
     if args.concurrent:

@@ -1,4 +1,4 @@
-"""A real `maestro serve` under the traffic of issue 46: the trust suite's traffic checks (16 requests at once of
+"""A real `maestro serve` under traffic: the trust suite's traffic checks (16 requests at once of
 images at the pixel cap, a trickling image host, clients that go away, another key's thread) and 8 valid requests
 of a 40-megapixel PNG at once, against a server running the package of any tree.
 

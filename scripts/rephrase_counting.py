@@ -1,5 +1,5 @@
 """Rephrase the counting items of a task file, to measure whether a counting question is answered however it is
-phrased (issue 33, item 16): each item that asks "How many <things> ..." with a whole-number answer becomes
+phrased: each item that asks "How many <things> ..." with a whole-number answer becomes
 
 - a statement question: "Which statement is true?" with four options "There are N <things>" (the true count among
   them; "There are no <things>" for 0), written in the question as "A. ...; B. ..." in a shuffled order;

@@ -1,4 +1,4 @@
-"""The trust suite's check of the Agent Server graph's run input (issue 58, item 4): every input field and every
+"""The trust suite's check of the Agent Server graph's run input: every input field and every
 `Command` update written with a wrong type is a typed input error, and a `Command` naming what the graph lacks (a
 node, a channel, a resume) is refused instead of answering with the previous run's answer. The values and the rule
 that judges a run are the ones tests/test_agent_server_input.py sends through `langgraph_sdk` to a real `langgraph

@@ -1,4 +1,4 @@
-"""The trust suite's checks of what a conversation holds (issue 58): an image resent with every question is stored
+"""The trust suite's checks of what a conversation holds: an image resent with every question is stored
 once in a SQLite thread, a chat history is held to the per-request limits and the deadline (and, in
 CONVERSATION_CHECKS, the Agent Server's run input is typed: `agent_input`). The tests of these
 features (tests/test_thread_images.py, tests/test_history_caps.py) run the same scenarios and judge them by the
@@ -31,7 +31,7 @@ __all__ = ["MB", "RESENT_QUESTIONS", "ONE_THREAD_LIMIT_BYTES", "NEW_THREADS_LIMI
 
 MB = 1_000_000
 RESENT_QUESTIONS = 20
-"""Questions on one thread, then new threads, each resending the same image (issue 58's figures)."""
+"""Questions on one thread, then new threads, each resending the same image."""
 ONE_THREAD_LIMIT_BYTES = 2 * MB
 """What RESENT_QUESTIONS questions on one thread may add to the SQLite file: the image once (1.44 MB as a data URL)
 and the questions' checkpoints."""
@@ -121,7 +121,8 @@ def resent_image_growth(registry: Registry, db: Path, questions: int = RESENT_QU
 
 
 def resent_image_storage(t: Target) -> TrustCase:
-    """`resent_image_growth` on a new SQLite file (issue 58, item 2: the file grew 15 MB over 20 questions)."""
+    """`resent_image_growth` on a new SQLite file (an image stored with every checkpoint grew it 15 MB over 20
+    questions)."""
     growth = resent_image_growth(Registry.load(t.registry_file), t.folder / f"resent-{time.monotonic_ns()}.sqlite")
     return TrustCase(f"{RESENT_QUESTIONS} questions on one SQLite thread, then {RESENT_QUESTIONS} new threads, each "
                      "resending a 1.08 MB PNG", f"one thread grows the file at most {ONE_THREAD_LIMIT_BYTES / MB:g} "
@@ -169,7 +170,7 @@ class HistoryCase:
 
 def history_cases(late_image_url: str, timeout_s: float, max_images: int = HISTORY_MAX_IMAGES,
                   max_messages: int = HISTORY_MAX_MESSAGES) -> list[HistoryCase]:
-    """The cases of issue 58, item 3, for a server with these limits and `late_image_url` allow-listed (a host that
+    """The history cases for a server with these limits and `late_image_url` allow-listed (a host that
     answers after the deadline): distinct images across the turns count toward `max_images`, an image repeated in
     every turn counts once, the messages are capped, and verifying the history's images is inside the deadline."""
     question = {"role": "user", "content": COUNT_QUESTION}
@@ -195,7 +196,7 @@ def history_problem(case: HistoryCase, status: int, code: str | None, answer: st
 
 def history_caps(t: Target) -> TrustCase:
     """`history_cases` against a server of the suite's own with a 10 s deadline and a trickling host allow-listed
-    (issue 58, item 3: a history of 40 large images was accepted and answered after 503 s)."""
+    (uncapped, a history of 40 large images was accepted and answered after 503 s)."""
     timeout_s, trickler = 10.0, Trickler()
     host = f"127.0.0.1:{trickler.port}"
     settings = ServeSettings(policy="rules", max_images=HISTORY_MAX_IMAGES, max_messages=HISTORY_MAX_MESSAGES,

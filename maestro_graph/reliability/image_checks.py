@@ -1,4 +1,4 @@
-"""The trust suite's checks of images and operator files (issue 33, items 1, 5 and 7): every image a node reads has
+"""The trust suite's checks of images and operator files: every image a node reads has
 been through the image-source policy, whatever wrote the state; what an image may make a worker hold is bounded
 by what is decoded, not by what the file declares; the episode cap answers before anything is decoded; files in the
 operator's folders are read no further than the cap, and only regular ones; a SKILL.md cannot hang start-up."""
@@ -53,7 +53,7 @@ FRONT_MATTER_MESSAGE_CHARS = 2_000
 
 
 def secret_qr(path: Path) -> Path:
-    """A QR code of SECRET_TEXT saved at `path` (WebP, as in the issue): a file whose content would show in a reply
+    """A QR code of SECRET_TEXT saved at `path` (WebP): a file whose content would show in a reply
     if a skill read it."""
     code = zxingcpp.write_barcode_to_image(zxingcpp.create_barcode(SECRET_TEXT, zxingcpp.BarcodeFormat.QRCode),
                                            scale=6)

@@ -1,9 +1,9 @@
 """The trust suite's checks of what a client sends and what an operator's files hold: a body no valid request
 resembles (nested past the JSON depth cap, options of megabytes, an integer longer than Python converts) is refused
 at once in the route's JSON error shape; a LangServe batch or stream that is refused starts no episode and leaves
-none running (issue 33, items 3 and 6); a `Command` writing a wrong type into a field a node reads ends the run with
+none running; a `Command` writing a wrong type into a field a node reads ends the run with
 the typed input error; operator YAML cannot exhaust the stack or the memory; a question of only invisible
-characters is blank (issue 46, items 5-8)."""
+characters is blank."""
 
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ HTTP_DOOR_CHECKS: tuple[Callable[[Target], TrustCase], ...] = (hostile_bodies, r
 """The checks of this block, in TRUST_CHECKS."""
 
 
-# == Long integers, state written by a Command, operator YAML (issue 46, items 5, 7 and 8) =========================
+# == Long integers, state written by a Command, operator YAML =====================================================
 # An integer longer than Python converts was a 500 on every route; a Command writing a wrong type into a field a
 # node reads ended the run with an untyped error; operator YAML could exhaust the stack (nesting), the memory (a
 # huge SKILL.md read whole, an alias bomb in a registry file).
@@ -226,7 +226,8 @@ def operator_yaml(t: Target) -> TrustCase:
 
 
 INVISIBLE = "\u200b\u2060\u3164\u200d\u180e"
-"""Zero-width space, word joiner, Hangul filler, zero-width joiner, Mongolian vowel separator: issue 46's question."""
+"""Zero-width space, word joiner, Hangul filler, zero-width joiner, Mongolian vowel separator: a question of only
+these is blank."""
 
 
 def invisible_question(t: Target) -> TrustCase:

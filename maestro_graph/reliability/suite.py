@@ -157,7 +157,8 @@ def _expect_error(case: InputCase, func: Callable[[], object], error: type[Excep
 
 
 def bad_input_suite(folder: Path, registry: Registry) -> list[InputCase]:
-    """Every hostile input of the issue, checked at its loader and through a whole episode."""
+    """Every hostile input the suite knows (images, questions, task files), checked at its loader and through a whole
+    episode."""
     images = hostile_images(folder / "images")
     graph = build_graph(registry, make_policy("rules"))
     cases: list[InputCase] = []

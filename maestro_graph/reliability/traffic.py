@@ -1,4 +1,4 @@
-"""The trust suite's checks of a server under real traffic (issue 46): many requests at once, clients that go away,
+"""The trust suite's checks of a server under real traffic: many requests at once, clients that go away,
 hosts that trickle bytes, and threads that belong to their key. Each check runs against a real server on loopback
 (`Target`) and measures what must not happen directly: the process's RSS, the time a fetch takes, the CPU time a
 server spends after its client left, another key's view of a thread.
@@ -39,7 +39,7 @@ __all__ = ["TRAFFIC_CHECKS", "Trickler", "post_at_once", "concurrent_image_memor
            "thread_storage", "database_bytes", "traffic_server_args"]
 
 CONCURRENT_REQUESTS = 16
-"""Requests sent at once in the memory check (the issue's figure)."""
+"""Requests sent at once in the memory check (a burst a single client can send)."""
 CONCURRENT_MEMORY_LIMIT_MB = 1024.0
 """What CONCURRENT_REQUESTS requests of an image at the pixel cap may add to the server's RSS, together."""
 TRICKLE_BYTES, TRICKLE_EVERY_S = 10, 0.5
