@@ -1,6 +1,8 @@
 """The README is a product page a new user can read, and the documents stay inside the repository: the README is
 short and starts with its set-up command, every relative link of the README and of docs/ resolves (file and
 heading), nothing points at a folder a clone does not have, and the README's drawing of the graph is the graph's own.
+The docs are reference, not a diary: results.md holds the current figures within a page budget, there is no history
+page, and neither the docs nor the code's docstrings and comments name the issue or session a change came from.
 """
 
 from __future__ import annotations
@@ -22,6 +24,14 @@ FIRST_SCREEN = 40
 SETUP_COMMANDS = ("scripts/setup.sh && .venv/bin/maestro ask ", "scripts/setup.sh && .venv/bin/python -m pytest -q -n 2")
 OUTSIDE = ("../shared", "DESIGN.md", "STYLE.md")
 """Documents that live beside the repository, not in it: a clone has none of them."""
+RESULTS = ROOT / "docs" / "results.md"
+MAX_RESULTS_LINES = 400
+"""results.md holds what the shipped product measures now, each figure with its command; git keeps the rest."""
+HISTORY_REFERENCE = re.compile(r"\b(issue|session)s? #?\d+|\b\w+(th|st|nd|rd) session\b", re.I)
+""""issue 46", "sessions 3", "fourteenth session": where a change came from, which git records. A GitHub link
+(`.../issues/123`) has no space before its number and is not one."""
+DOC_REFERENCE = re.compile(r'docs/([\w.-]+\.md),? \(?"([^"]+)"')
+"""How a docstring or comment points into a document: `docs/results.md, "Priors in the code"`."""
 
 
 def _prose(text: str) -> str:
@@ -110,3 +120,51 @@ def test_the_readme_draws_the_real_graph():
     drawn = re.search(r"```mermaid\n(.*?)```", README.read_text(), flags=re.S)
     assert drawn, "README.md has no mermaid drawing of the graph"
     assert drawn.group(1).strip() == build_graph(Registry.load()).get_graph().draw_mermaid().strip()
+
+
+def test_results_holds_the_current_figures_within_its_budget():
+    lines = len(RESULTS.read_text().splitlines())
+    assert lines <= MAX_RESULTS_LINES, (f"docs/results.md has {lines} lines, at most {MAX_RESULTS_LINES}: keep the "
+                                        "current figures and their commands, and let git keep superseded ones")
+
+
+def test_there_is_no_history_page():
+    assert not (ROOT / "docs" / "history.md").exists(), "superseded figures live in git, not in docs/history.md"
+
+
+def _history_references(text: str) -> list[str]:
+    return [m.group(0) for m in HISTORY_REFERENCE.finditer(text)]
+
+
+def test_the_history_pattern_tells_history_from_code():
+    assert _history_references("(issue 46, items 1, 2 and 9) the fourteenth session; Issue #58; sessions 3") == [
+        "issue 46", "fourteenth session", "Issue #58", "sessions 3"]
+    assert not _history_references("https://github.com/o/r/issues/123, an ONNX session, the session's lock, "
+                                   "sessions of 2 workers")
+
+
+def test_no_document_or_code_names_an_issue_or_a_session():
+    """Docs and docstrings say what holds and why; which issue or session asked for it is git's to record."""
+    files = [*DOCS, README, *(p for folder in ("maestro_graph", "scripts") for p in (ROOT / folder).rglob("*.py"))]
+    found = [f"{p.relative_to(ROOT)}: {ref}" for p in files for ref in _history_references(p.read_text())]
+    assert not found, found
+
+
+def _lead_ins(page: Path) -> set[str]:
+    """A page's headings and the bold lead-ins of its paragraphs (`**Decision time.**`), as a docstring names them."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.S | re.M)
+    headings = re.findall(r"^#{1,6} +(.+?) *#*$", text, flags=re.M)
+    return {h.replace("`", "") for h in headings} | set(re.findall(r"\*\*([^*]+?)\.\*\*", text))
+
+
+def test_every_section_the_code_names_exists():
+    """A docstring or comment that points at `docs/X.md, "Section"` names a heading (or bold lead-in) X has now."""
+    files = [p for folder in ("maestro_graph", "scripts", "tests", "configs") for p in (ROOT / folder).rglob("*")
+             if p.is_file() and p.suffix in {".py", ".sh", ".yaml", ".yml"} and p != Path(__file__).resolve()]
+    broken = []
+    for path in files:
+        for m in DOC_REFERENCE.finditer(path.read_text(errors="replace")):
+            page, section = ROOT / "docs" / m.group(1), re.sub(r"\s*\n\s*#?\s*", " ", m.group(2))
+            if not page.exists() or section not in _lead_ins(page):
+                broken.append(f"{path.relative_to(ROOT)}: docs/{m.group(1)}, {section!r}")
+    assert not broken, broken
