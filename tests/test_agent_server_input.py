@@ -1,4 +1,4 @@
-"""Issue 58, item 4: every field of the Agent Server's run input and of a `Command` update, written with a wrong
+"""Every field of the Agent Server's run input and of a `Command` update, written with a wrong
 type, is a typed input error that `langgraph_sdk` reports as such (never a TypeError or NotImplementedError from
 inside the graph); a `goto` to no node, an update of no channel, a write that is not a list to a field that grows
 by lists and a `resume` (the graph never interrupts) are refused instead of returning the previous run's answer or
@@ -97,7 +97,7 @@ def test_every_command_update_of_the_wrong_type_is_a_typed_input_error(server_ur
 
 
 def test_images_written_wrong_by_a_command_are_the_next_questions_typed_input_error(server_url):
-    """The issue's case: `Command(update={"images": 5})` on an answered thread, then a question that sends no image
+    """The case: `Command(update={"images": 5})` on an answered thread, then a question that sends no image
     (so the state's `images` is read): the typed input error, not a TypeError; the thread then answers again."""
     from langgraph_sdk import get_client
 
@@ -145,7 +145,7 @@ def test_an_unknown_input_field_is_refused(server_url):
 
 
 def test_a_threads_checkpoints_hold_image_references_not_data_urls(server_url):
-    """Issue 58, item 2 on the Agent Server's checkpointer: the graph puts a run's input images into the server's
+    """On the Agent Server's checkpointer: the graph puts a run's input images into the server's
     store before the run, so no checkpoint of the thread, its input's included, holds an image's bytes; a follow-up
     that sends no image is still about the thread's image."""
     from langgraph_sdk import get_client

@@ -1,4 +1,4 @@
-"""Issue 48, item 4 and issue 46, item 6: blank means blank to a reader (no space, format or filler character is a
+"""Blank means blank to a reader (no space, format or filler character is a
 question); a blank question with an image is read from the image, as the episode's first step, and routed on."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from maestro_graph.policy import make_policy
 
 INVISIBLE = "\u200b\u2060\u3164\u200d\u180e \u00a0\u3000\ufeff\u2800\ufe0f"
 """Zero-width space, word joiner, Hangul filler, zero-width joiner, Mongolian vowel separator, spaces, BOM, the
-blank braille pattern, a variation selector: what issue 46 sent as questions."""
+blank braille pattern, a variation selector: what hostile clients send as questions."""
 
 
 def written_question(folder: Path, text: str = "What is 17 * 23?") -> str:

@@ -27,7 +27,7 @@ from maestro_graph.errors import ConfigError
 redis = pytest.importorskip("redis", reason="the `redis` extra is not installed (pip install -e '.[redis]')")
 
 BACK_WITHIN_S = 30.0
-"""The issue's promise: a replica writes to Redis again within this after the server is back."""
+"""The promise: a replica writes to Redis again within this after the server is back."""
 BARCODE_TASKS = ROOT / "tests" / "data" / "real" / "barcode" / "tasks.jsonl"
 
 

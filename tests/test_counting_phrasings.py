@@ -1,5 +1,5 @@
-"""A counting question is one however it is phrased, and no skill answers from relations among the options alone
-(issue 33, item 16). Real skills, real experts, the real graph with the shipped policy, on the example picture of
+"""A counting question is one however it is phrased, and no skill answers from relations among the options alone.
+Real skills, real experts, the real graph with the shipped policy, on the example picture of
 7 circles."""
 
 from __future__ import annotations

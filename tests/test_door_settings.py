@@ -1,4 +1,4 @@
-"""Every door honours the same run settings or refuses them (issue 57, item 5): `min_confidence`, `max_turns`,
+"""Every door honours the same run settings or refuses them: `min_confidence`, `max_turns`,
 `max_cost` and `policy` through the OpenAI route (the `openai` client), LangServe (`RemoteRunnable`), `remote_agent`
 and a bare `RemoteGraph` against `langgraph dev`, next to the local agent they must agree with; a bad value is a 400
 in OpenAI's error shape on both HTTP doors, and so is an unknown body field."""

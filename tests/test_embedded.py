@@ -81,7 +81,7 @@ class ParentState(TypedDict, total=False):
 
 
 def test_any_parent_context_runs_maestro_as_a_subgraph_and_as_a_tool(registry):
-    """The crash of issue 19: a parent with its own context schema ran Maestro into `'MyCtx' object has no
+    """A crash this guards against: a parent with its own context schema ran Maestro into `'MyCtx' object has no
     attribute 'max_turns'`. Maestro reads only what it knows (defaults otherwise), both as a node and as a tool;
     a wrong-typed field in its namespace ends the run with an input error that names it."""
     maestro = build_graph(registry, make_policy("rules"))
@@ -157,10 +157,10 @@ def _blank_page() -> str:
 
 
 def test_a_blank_question_or_a_bad_context_is_refused_by_the_graph_and_the_tool(registry):
-    """Issue 33, items 4 and 9, and issue 46, item 6, in-process: the graph's intake refuses a question of invisible
+    """In-process: the graph's intake refuses a question of invisible
     characters without an image, and a run context whose fields are wrong (a MaestroContext built without
     validation, as the Agent Server builds it), with the typed input error before any expert runs; a blank question
-    with an image is read from the image first (issue 48, item 4), and refused when nothing can be read; the tool
+    with an image is read from the image first, and refused when nothing can be read; the tool
     hands the reason back to the calling model."""
     graph = build_graph(registry, make_policy("rules"))
     blank = graph.invoke({"question": " \t\u200b\u2060\u3164\u200d\u180e", "images": []})
@@ -188,7 +188,7 @@ GUESS_NOTE = "guess: no expert answered in the form the question asks for; confi
 
 
 def test_a_guess_reaches_the_agent_and_the_tool_marked_and_with_its_confidence(registry):
-    """Issue 48, item 5: the agent's output and the tool's reply tell "the image says no" from "nobody could
+    """The agent's output and the tool's reply tell "the image says no" from "nobody could
     read it"; below `min_confidence` the graph withholds the answer (a parent can escalate) and the tool raises."""
     maestro = build_graph(registry, make_policy("fixed:opencv-vision@@counting"))
     out = embedded.build_agent(maestro).invoke({"question": GUESS, "images": [CIRCLES]})

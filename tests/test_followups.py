@@ -1,4 +1,4 @@
-"""Conversations carry facts (issue 57, item 3): a follow-up about an earlier answer ("What is double that number?"
+"""Conversations carry facts: a follow-up about an earlier answer ("What is double that number?"
 after "How many circles are in the image?" -> "7") is 14, worked out from the conversation, on every door that keeps
 one: an OpenAI `messages` history and a `maestro serve` thread (the `openai` client), a LangServe thread
 (`RemoteRunnable` with `thread_id`), a CLI thread (`maestro ask --thread`) and an Agent Server thread

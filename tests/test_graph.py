@@ -159,7 +159,7 @@ def test_missing_image_and_empty_request(graph, tmp_path):
 
 def test_a_question_without_an_image_is_offered_no_pair_that_needs_one(graph):
     """The rules' keywords (price, cost, enough, left) would send this text-only word problem to `table-qa` first;
-    without an image that pair is not an action (issue 48, item 3), so the arithmetic pair answers it in one call."""
+    without an image that pair is not an action, so the arithmetic pair answers it in one call."""
     question = ("A mug costs $32 in the price table. How much do 9 mugs cost? Is $300 enough to buy them, and how "
                 "much money is left?")
     result = run_episode(graph, question, [])
@@ -252,7 +252,7 @@ def test_interrupted_episode_resumes_from_its_last_step(registry, tmp_path):
 
 
 def test_a_thread_is_a_conversation_each_run_answers_its_own_question(registry, tmp_path):
-    """Issue 19: the second run on a thread answered the first question again. Each run with input is a new
+    """The second run on a thread answered the first question again. Each run with input is a new
     episode (from `question`, or the trailing human message of a chat), the thread keeps every finished episode in
     `episodes`, images not sent again are the thread's, and the checkpointer (SQLite here) keeps all of it."""
     from langchain_core.messages import AIMessage, HumanMessage
@@ -285,7 +285,7 @@ def test_a_missing_image_ends_with_an_input_error_event(graph):
 
 
 def test_checkpoints_keep_maestro_types_without_serializer_warnings(registry, tmp_path):
-    """Issue 33, item 14, and issue 46, item 10: `maestro serve --checkpoint-db` reads its checkpoints back with no
+    """`maestro serve --checkpoint-db` reads its checkpoints back with no
     "Deserializing unregistered type ... will be blocked" warning on stderr: the state holds plain JSON values (the
     typed fields as their strings, equal to the types), which any checkpointer reads, the Agent Server's too."""
     from langgraph.checkpoint.serde.event_hooks import register_serde_event_listener

@@ -1,4 +1,4 @@
-"""Issue 58, item 3: a chat request's history is held to the per-request limits, through the `openai` client on a
+"""A chat request's history is held to the per-request limits, through the `openai` client on a
 real loopback server: the distinct images of the question and of its history's latest turns count toward
 `max_images` together (an image repeated in every turn counts once), turns older than the graph reads are not
 verified, the messages are capped, and verifying the images (here: fetching one from a host that answers late)

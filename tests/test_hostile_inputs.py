@@ -207,7 +207,7 @@ def test_server_answers_each_hostile_input_exactly_and_keeps_serving(server, hos
     assert _post(server, QR_Q, _data(QR)).json()["choices"][0]["message"]["content"] == "Wikipedia"
 
 
-# -- what an image may cost, and files in the operator's folders (issue 33, items 5 and 7) ------------------------
+# -- what an image may cost, and files in the operator's folders ------------------------
 def _declared_huge(folder: Path, side: int = 6300) -> Path:
     """A PNG of a few KB that declares side x side pixels (40 megapixels at 6300)."""
     Image.new("L", (side, side), 255).convert("P").save(folder / "huge.png", optimize=True)
@@ -288,7 +288,7 @@ def test_a_skill_md_alias_bomb_is_refused_at_once_with_a_short_message(tmp_path)
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/maestro/invoke", "/maestro/batch", "/maestro/stream",
                                   "/maestro/stream_log", "/maestro/stream_events"])
 def test_an_integer_of_4301_digits_anywhere_in_a_body_is_a_400_naming_it(server, path):
-    """Issue 46, item 5: Python converts at most 4,300 digits to an int; a longer one in a body was a bare
+    """Python converts at most 4,300 digits to an int; a longer one in a body was a bare
     ValueError, so a 500 with two tracebacks, on every route."""
     huge = "9" * 4301
     question = json.dumps(QR_Q)
@@ -312,7 +312,7 @@ def _skill_folder(folder: Path, front: str, body: str = "Body.\n") -> Path:
 
 
 def test_a_skill_md_nested_8000_levels_or_of_300_mb_is_a_config_error(tmp_path):
-    """Issue 46, item 8: front matter nested 8,000 levels was an uncaught RecursionError; a 300 MB SKILL.md was
+    """Front matter nested 8,000 levels was an uncaught RecursionError; a 300 MB SKILL.md was
     read whole (841 MB of memory). Both are a SkillError (a ConfigError) naming the file and the limit; the big one
     is refused by its size, before any of it is read."""
     import resource
@@ -345,7 +345,7 @@ def test_a_skill_md_nested_8000_levels_or_of_300_mb_is_a_config_error(tmp_path):
 
 
 def test_an_alias_bomb_in_a_registry_yaml_is_refused_at_once(tmp_path):
-    """Issue 46, item 8: the alias refusal covered SKILL.md only; an alias bomb in a registry YAML passed 6 GB in
+    """The alias refusal covered SKILL.md only; an alias bomb in a registry YAML passed 6 GB in
     60 s. Every operator YAML goes through one reader (`core.operator_yaml`): a one-line ConfigError naming the file
     and where the bomb starts, in moments, for a registry and for a run config (`--config`) alike. An alias that
     does not blow up is read (`yaml.safe_dump` writes one for a value used twice)."""

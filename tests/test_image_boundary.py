@@ -1,4 +1,4 @@
-"""Images through the Agent Server's door (issue 33, item 1): a real `langgraph dev` with `MAESTRO_IMAGE_DIRS` set,
+"""Images through the Agent Server's door: a real `langgraph dev` with `MAESTRO_IMAGE_DIRS` set,
 attacked with langgraph_sdk as a client would. A run on an existing thread may send a `Command` that writes its
 own images into the state and jumps straight to a skill node, past `intake`; the skill must still see only what
 the image-source policy allows, and the reply must not tell a missing file from a forbidden one."""

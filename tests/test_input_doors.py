@@ -1,5 +1,5 @@
 """What a user sends through the small doors, told back in the user's terms: `maestro ask --image` with a folder,
-and an IPv6 host on the image allow-list, bracketed or not (issue 33, item 15)."""
+and an IPv6 host on the image allow-list, bracketed or not."""
 
 from __future__ import annotations
 

@@ -86,7 +86,7 @@ def test_agent_server_runs_accept_only_what_the_operator_offers(server_url, tmp_
 
 
 def test_a_thread_answers_each_new_question_and_keeps_the_history(server_url):
-    """Issue 19 in Studio's terms: run 2 on a thread (as `question`, then as a chat message) answers the NEW
+    """In Studio's terms: run 2 on a thread (as `question`, then as a chat message) answers the NEW
     question; the thread keeps every episode, and a chat run gets its answer as an AI message."""
     from langgraph_sdk import get_client
 
@@ -153,8 +153,8 @@ def test_input_errors_reach_the_caller_as_typed_events(server_url):
 ], ids=["max_turns-text", "policy-number", "max_turns-unbounded", "seed-negative", "empty-question",
         "blank-question"])
 def test_bad_contexts_and_blank_questions_end_with_the_typed_input_error(server_url, payload, context, reason):
-    """Issue 33, items 4 and 9: a run context of the wrong type or out of bounds, and a blank question (spaces and
-    invisible characters, issue 46 item 6) with no image to read it from, end the run with the typed input error (an `error` event of kind `input`, then `input error: <why>`,
+    """A run context of the wrong type or out of bounds, and a blank question (spaces and
+    invisible characters) with no image to read it from, end the run with the typed input error (an `error` event of kind `input`, then `input error: <why>`,
     no expert called) instead of a TypeError or an answer made up from nothing."""
     from langgraph_sdk import get_client
 
@@ -183,7 +183,7 @@ BAD_COMMANDS = {
 
 @pytest.mark.parametrize("name", list(BAD_COMMANDS))
 def test_a_command_that_writes_bad_state_ends_with_the_typed_input_error(server_url, name):
-    """Issue 46, item 7: a `Command` on an answered thread that writes a wrong value into a field a node reads and
+    """A `Command` on an answered thread that writes a wrong value into a field a node reads and
     jumps to that node ended the run with an untyped `__error__` (ValueError, AttributeError, ValidationError,
     TypeError); it ends with the typed input error naming the field, and the thread answers the next question. A
     skill node is sent its call (`Send`): a wrong call sent to it is named the same way."""
@@ -211,7 +211,7 @@ def test_a_command_that_writes_bad_state_ends_with_the_typed_input_error(server_
 
 
 def test_the_server_log_has_no_unregistered_type_warning(server_url, server_folder):
-    """Issue 46, item 10: the Agent Server's checkpointer (which `langgraph.json` cannot give a msgpack allow-list)
+    """The Agent Server's checkpointer (which `langgraph.json` cannot give a msgpack allow-list)
     warned "Deserializing unregistered type maestro_graph.types.StopReason ... will be blocked in a future version"
     on reading a thread back; the state holds plain JSON values, so a thread survives the block."""
     from langgraph_sdk import get_client
@@ -232,7 +232,7 @@ def test_the_server_log_has_no_unregistered_type_warning(server_url, server_fold
 
 
 def test_an_integer_of_4301_digits_in_a_run_is_refused_without_a_server_error(server_url):
-    """Issue 46, item 5 on the Agent Server: its JSON reader (orjson) refuses an integer it cannot hold, so the run
+    """On the Agent Server: its JSON reader (orjson) refuses an integer it cannot hold, so the run
     is refused with a client error, not a 500, and the server keeps answering."""
     import httpx
 
@@ -245,7 +245,7 @@ def test_an_integer_of_4301_digits_in_a_run_is_refused_without_a_server_error(se
 
 
 def test_a_follow_up_is_about_the_threads_image_even_when_it_sends_an_empty_list(server_url):
-    """Issue 48, items 1-2, on the Agent Server: `images: []` (what a client that always sends the key sends) does
+    """On the Agent Server: `images: []` (what a client that always sends the key sends) does
     not erase the thread's image; a chat run's earlier human message holds the conversation's image; with no image
     anywhere the run ends with the typed input error."""
     from langgraph_sdk import get_client

@@ -1,4 +1,4 @@
-"""Issue 58, item 5: an episode that ends without an answer says so on the OpenAI door (`finish_reason:
+"""An episode that ends without an answer says so on the OpenAI door (`finish_reason:
 "no_answer"`, null `content` and a `refusal` naming the stop reason, `maestro.stop`), plain and streamed, through
 the `openai` client; and the two messages that read wrong: "image image 0: corrupt ..." and "confidence 0.99 is
 below min_confidence 0.99"."""

@@ -1,4 +1,4 @@
-"""Issue 48, item 3: a request without an image offers no pair whose skill needs one, for every policy, and a text
+"""A request without an image offers no pair whose skill needs one, for every policy, and a text
 question reaches the text skills first."""
 
 from __future__ import annotations

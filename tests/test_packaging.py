@@ -123,7 +123,7 @@ def test_the_installed_wheel_answers_from_outside_the_repo(fresh_venv, tmp_path)
 
 
 def test_the_wheel_builds_without_setuptools_warnings(fresh_venv):
-    """Issue 46, item 14: scripts/setup.sh printed 9 setuptools warnings that `maestro_graph.skills.*` packages are
+    """`scripts/setup.sh` printed 9 setuptools warnings that `maestro_graph.skills.*` packages are
     "absent from the `packages` configuration" (data folders that look importable); package discovery includes
     them, and the wheel holds every skill's SKILL.md and code."""
     log = (fresh_venv.parent / "build.log").read_text()
@@ -151,7 +151,7 @@ def test_a_plain_install_has_no_server_or_trainer_stack_and_says_which_extra_add
     assert trained.returncode == 2 and "pip install 'maestro-graph[train]'" in trained.stderr + trained.stdout
     checked = _maestro(fresh_venv, "reliability", "--out", str(tmp_path / "reliability"), cwd=tmp_path, COLUMNS="80")
     lines = (checked.stderr + checked.stdout).splitlines()
-    assert checked.returncode == 2 and len(lines) == 1, lines  # issue 46, item 11: a 45-line traceback before
+    assert checked.returncode == 2 and len(lines) == 1, lines  # a 45-line traceback before
     assert "`maestro reliability` needs the `serve` extra" in lines[0] and "'maestro-graph[serve]'" in lines[0]
 
 
@@ -206,4 +206,4 @@ def test_reliability_from_the_wheel_skips_the_checks_it_cannot_run(fresh_venv, t
     assert "| 30% errors + 10% hangs |" in report
     assert f"Passed: **yes** (episodes lost: 0, trust checks skipped: {len(skipped)})" in report
     assert "| skipped | the server mounts no LangServe routes" in report
-    assert "(pip install 'maestro-graph[langserve]')" in done.stdout  # as the report says it (issue 46, item 11)
+    assert "(pip install 'maestro-graph[langserve]')" in done.stdout  # as the report says it

@@ -46,7 +46,7 @@ def test_playground_runs_a_question_in_a_browser(registry, tmp_path_factory, mon
                 page.screenshot(path=str(shot), full_page=True)
                 body = page.inner_text("body")
                 assert "Unknown type" not in body
-                # issue 46, item 13: one output (the episode's lines), not the chunks' JSON objects glued: `}{`
+                # one output (the episode's lines), not the chunks' JSON objects glued: `}{`
                 assert "}{" not in body.replace(" ", "").replace("\n", "") and '"steps"' not in body
                 assert "zxing@@barcode-reading: Wikipedia" in body
             finally:

@@ -205,7 +205,7 @@ def _maestro(*args: str, pythonpath: str | None = None) -> "subprocess.Completed
 
 
 def test_a_user_registry_extends_the_packaged_one_with_an_expert_beside_it(tmp_path):
-    """Issue 33, item 15, through the CLI: a registry outside the package builds on the packaged one
+    """Through the CLI: a registry outside the package builds on the packaged one
     (`extends: default`) with one model card whose python expert lies beside the file. Without PYTHONPATH the error
     says to set it (and to what); with it the registry has the 7 packaged models and the new one, the packaged
     skills, and pairs for the new expert; nothing was copied and no path points into the package."""

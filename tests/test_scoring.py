@@ -49,7 +49,7 @@ def test_unknown_answer_type_is_an_error():
 
 
 def test_labels_past_z_stay_letters_and_name_their_option():
-    """Issue 33 item 2: option 28 was labelled "\\" and the scoring regex built from it raised."""
+    """Option 28 was labelled "\\" and the scoring regex built from it raised."""
     assert [choice_label(i) for i in (0, 25, 26, 27, 29, 701, 702)] == ["A", "Z", "AA", "AB", "AD", "ZZ", "AAA"]
     assert all(label_index(choice_label(i)) == i for i in range(800))
     assert label_index("ab") == 27 and label_index("A1") is None and label_index("") is None

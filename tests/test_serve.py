@@ -1,5 +1,5 @@
 """`maestro serve`'s app on real loopback servers (uvicorn in a thread): the `openai` client plain and streaming,
-LangServe's RemoteRunnable, every bad input of the issue with its status and JSON error body, the episode cap, the
+LangServe's RemoteRunnable, every bad input with its status and JSON error body, the episode cap, the
 timeout and resuming a thread from its checkpoint."""
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ GUESS = "Is the number of circles seven? Please answer yes or no."
 
 
 def test_a_guess_is_marked_with_its_source_and_confidence_on_the_openai_and_langserve_doors(client, base_url):
-    """Issue 48, item 5: a calling agent tells "the image says no" from "nobody could read it": the `maestro` field
+    """A calling agent tells "the image says no" from "nobody could read it": the `maestro` field
     (plain and at the end of a stream) and LangServe's output carry who gave the answer and how sure it is."""
     from langserve import RemoteRunnable
 

@@ -22,7 +22,7 @@ def _user(text: str, image: str) -> list[dict]:
 
 
 def test_json_logs_are_one_object_per_line_with_request_ids(tmp_path, monkeypatch):
-    """Issue 33, item 14. The run loads a transformers model (its "Loading weights" bar), reads a checkpoint back
+    """The run loads a transformers model (its "Loading weights" bar), reads a checkpoint back
     (LangGraph's warning about unregistered types), shows Python's deprecation warnings (PYTHONWARNINGS=default,
     as a developer runs it), and has a client drop a request half-sent (a traceback at ERROR, twice, without a
     request id, before)."""

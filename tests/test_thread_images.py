@@ -1,4 +1,4 @@
-"""Issue 58, item 2: `maestro serve --checkpoint-db FILE` (SQLite) keeps each image once in the thread image store,
+"""`maestro serve --checkpoint-db FILE` (SQLite) keeps each image once in the thread image store,
 as the Postgres database does: the door hands the graph references, so no checkpoint, not even a run's input, holds
 an image's bytes. Measured on a real loopback server with an uncompressed 1.08 MB PNG resent with every question, by
 the scenario `maestro reliability` runs, and a history repeating it through the `openai` client."""

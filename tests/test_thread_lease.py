@@ -1,4 +1,4 @@
-"""Thread leases in the Postgres checkpoint database (issue 37, item 2): a thread runs on one `maestro serve` replica
+"""Thread leases in the Postgres checkpoint database: a thread runs on one `maestro serve` replica
 at a time, the other answers 409 with Retry-After, and a dead holder's thread fails over with no step run twice."""
 
 from __future__ import annotations

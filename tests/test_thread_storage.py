@@ -1,4 +1,4 @@
-"""Issue 46, item 4: a thread's checkpoints grow by a bounded amount per question. Its images are stored once by
+"""A thread's checkpoints grow by a bounded amount per question. Its images are stored once by
 content digest beside the checkpoints (a follow-up still sees them), its history keeps the latest
 `episodes_kept` episodes, and the checkpoints of finished episodes are pruned to the latest few."""
 

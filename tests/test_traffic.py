@@ -1,4 +1,4 @@
-"""A served Maestro under real traffic (issue 46), through the real door: a `maestro serve` subprocess with two API
+"""A served Maestro under real traffic, through the real door: a `maestro serve` subprocess with two API
 keys, a checkpoint database and an allow-listed trickling host, the official `openai` client or httpx, and the
 server's own RSS and CPU time read from /proc. Each test runs a check of `maestro reliability`'s trust suite
 (maestro_graph/reliability/traffic.py) against it."""

@@ -1,4 +1,4 @@
-"""The shipped neural policy meets a vision-language card it never trained with (issue 35): a `vision-chat` card on
+"""The shipped neural policy meets a vision-language card it never trained with: a `vision-chat` card on
 VisionEndpointDouble, added to configs/registry-nolm.yaml by a registry that extends it, profiled with `maestro
 registry profile` on one half of the small real labelled items (tests/data/real) and evaluated on the other half.
 

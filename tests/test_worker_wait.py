@@ -1,4 +1,4 @@
-"""Issue 58, item 7: `maestro predict --executor ray:ADDRESS` whose only worker node is lost mid-run gives up after
+"""`maestro predict --executor ray:ADDRESS` whose only worker node is lost mid-run gives up after
 `--worker-wait-s` with no live worker, instead of waiting forever: the records that finished stay in the prediction
 file, the exit status is 4 (PredictExit.LOST_CAPACITY) and the message says how many items ran."""
 

@@ -1,4 +1,4 @@
-"""Issue 58, item 1: a served episode holds an estimate of its whole working set (the largest decode of its images
+"""A served episode holds an estimate of its whole working set (the largest decode of its images
 and what its experts hold per decoded pixel) in the process's image memory budget while it runs, the budget the
 doors' decodes hold too, so episodes on large images take turns with each other and with decoding instead of
 adding up; the episode's own decodes, on whatever thread they run, are inside its reservation."""

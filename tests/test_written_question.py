@@ -1,4 +1,4 @@
-"""A question from the image is used only when it is one (issue 57, item 4): a blank question over an image that
+"""A question from the image is used only when it is one: a blank question over an image that
 says "What is 12 + 30?" is 42 (and so is the question typed), routed on its text without the image; a blank or
 invisible question over three circles, whose OCR reads "OOO", is refused with a clear message, on the OpenAI route
 (`openai`), LangServe (`RemoteRunnable`), the CLI and the Agent Server (`langgraph_sdk`)."""
