@@ -274,3 +274,34 @@ def test_a_follow_up_is_about_the_threads_image_even_when_it_sends_an_empty_list
     assert follow_up["answer"] == "Yes" and [s["skill"] for s in follow_up["steps"]] == ["counting"]
     assert chatted["answer"] == "Yes" and chatted["messages"][-1]["content"] == "Yes"
     assert alone["answer"] is None and alone["stop_reason"].startswith("input error: no image")
+
+
+def test_the_messages_stream_mode_sends_the_answer_with_its_source_and_confidence(server_url):
+    """The SDK's `messages` stream mode sent nothing but the run's metadata for a `question` input, and an AI message
+    without confidence for a chat one: both now stream the answer as an AI message whose `response_metadata`
+    carries `answer_source`, `confidence` and `stop`, the same as the run's values."""
+    from langgraph_sdk import get_client
+
+    circles = data_url(ROOT / "examples/circles.png")
+    question = "How many circles are in the image?"
+    inputs = {"question": {"question": question, "images": [circles]},
+              "chat": {"messages": [{"role": "human", "content": [
+                  {"type": "text", "text": question}, {"type": "image_url", "image_url": {"url": circles}}]}]}}
+
+    async def go(payload: dict) -> tuple[list[dict], dict]:
+        client = get_client(url=server_url)
+        thread = (await client.threads.create())["thread_id"]
+        events = [chunk async for chunk in client.runs.stream(thread, "maestro", input=payload, stream_mode="messages",
+                                                              context={"policy": "rules"})]
+        said = [m for e in events if e.event.startswith("messages/") and isinstance(e.data, list) for m in e.data
+                if isinstance(m, dict) and m.get("type") in ("ai", "AIMessageChunk")]
+        return said, (await client.threads.get_state(thread))["values"]
+
+    for kind, payload in inputs.items():
+        said, values = asyncio.run(go(payload))
+        assert said, f"{kind}: no AI message in the messages stream"
+        meta = said[-1]["response_metadata"]
+        assert said[-1]["content"] == values["answer"] == "7", kind
+        assert (meta["answer_source"], meta["confidence"], meta["stop"]) == (
+            values["answer_source"], values["confidence"], "policy"), kind
+        assert 0 < meta["confidence"] < 1

@@ -5,6 +5,7 @@ in the thread's `episodes`."""
 from __future__ import annotations
 
 from typing import Sequence
+from uuid import uuid4
 
 from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
@@ -57,7 +58,9 @@ def answer(state: MaestroState, runtime: Runtime[MaestroContext], *, parts: Grap
     """End the episode: a typed `error` event first when its input was at fault (so a caller sees the reason, not
     just a missing answer), the answer event, and the episode appended to the thread's `episodes` (the latest
     `episodes_kept` of them). An answer less sure than the run's `min_confidence` is withheld: the episode ends
-    for low confidence, so a caller can escalate."""
+    for low confidence, so a caller can escalate. The answer is also the run's `reply`, an AI message whose
+    `response_metadata` holds its source, confidence and stop (appended to `messages` when the run came as chat), so
+    LangGraph's `messages` stream mode sends it whatever the input."""
     update: dict = {}
     try:
         written = read_state(state)  # a Command may have written any field and jumped here
@@ -92,10 +95,13 @@ def answer(state: MaestroState, runtime: Runtime[MaestroContext], *, parts: Grap
                "stop_reason": reason,
                "episodes": [record] if len(earlier) < kept else Overwrite([*earlier, record][-kept:]),
                "choices": None, "history": []}  # both belong to this question only
-    if state.get("messages"):
-        said = final if final is not None else (
-            f"I could not find out ({reason})" if stop == StopReason.LOW_CONFIDENCE else f"(no answer: {reason})")
-        update["messages"] = [AIMessage(content=said)]
+    said = final if final is not None else (
+        f"I could not find out ({reason})" if stop == StopReason.LOW_CONFIDENCE else f"(no answer: {reason})")
+    # who gave the answer and how sure it is ride on the message, as a chat model's logprobs do
+    update["reply"] = AIMessage(content=said, id=str(uuid4()), response_metadata={
+        "answer_source": source, "confidence": judged["confidence"], "stop": stop.value, "stop_reason": reason})
+    if state.get("messages"):  # the same message (one id): the `messages` stream mode sends it once
+        update["messages"] = [update["reply"]]
     return update
 
 

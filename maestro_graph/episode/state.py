@@ -161,6 +161,10 @@ class MaestroOutput(TypedDict, total=False):
     stop_detail: str | None
     stop_reason: str | None
     episodes: Annotated[list[EpisodeRecord], appended]
+    reply: AnyMessage | None
+    """The answer as an AI message (or why there is none: "I could not find out (...)"), whose `response_metadata`
+    holds `answer_source`, `confidence`, `stop` and `stop_reason`: what LangGraph's `messages` stream mode sends for
+    a `question` input as for a chat one. A chat run's reply is also the last of its `messages`."""
     messages: Annotated[list[AnyMessage], add_messages]
 
 
@@ -194,6 +198,7 @@ class FreshRun(TypedDict):
     confidence: None
     confidence_basis: None
     confidence_cap: None
+    reply: None
     stop: None
     stop_detail: None
     stop_reason: None
@@ -203,5 +208,5 @@ class FreshRun(TypedDict):
 def fresh_run(question: str) -> FreshRun:
     """The start of a run asking `question` (intake then resolves it and writes what else it reads)."""
     return FreshRun(question=question, asked=question, steps=Overwrite([]), decisions=Overwrite([]), answer=None,
-                    answer_source=None, confidence=None, confidence_basis=None, confidence_cap=None, stop=None, stop_detail=None,
-                    stop_reason=None, history=[])
+                    answer_source=None, confidence=None, confidence_basis=None, confidence_cap=None, reply=None,
+                    stop=None, stop_detail=None, stop_reason=None, history=[])
