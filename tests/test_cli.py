@@ -117,6 +117,23 @@ def test_corrupt_image_is_refused_with_its_name(tmp_path):
     assert result.exit_code == 2 and "broken.jpg" in result.output
 
 
+def test_packaged_examples_are_named_from_any_directory(tmp_path, monkeypatch):
+    """From outside the repository (as from a wheel), `maestro examples` lists the shipped images with their paths,
+    prints one's path by name, and `ask --image example:NAME` reads it; a wrong name is a usage error with the
+    names."""
+    monkeypatch.chdir(tmp_path)
+    listed = invoke("examples")
+    assert listed.exit_code == 0, listed.output
+    paths = dict(line.split(maxsplit=1) for line in listed.stdout.splitlines())
+    assert set(paths) >= {"circles.png", "qrcode.png"} and Path(paths["qrcode.png"]).is_file()
+    assert invoke("examples", "qrcode.png").stdout.strip() == paths["qrcode.png"]
+    asked = invoke("ask", "How many circles are in the image?", "--image", "example:circles.png", "--json")
+    assert asked.exit_code == 0, asked.output
+    assert json.loads(asked.stdout)["answer"] == "7"
+    wrong = invoke("ask", "How many circles?", "--image", "example:cirles.png")
+    assert wrong.exit_code == 2 and "did you mean 'circles.png'?" in " ".join(wrong.output.split())
+
+
 GOOD_ITEM = {"id": "good", "question": "How many circles are in the image?", "images": ["c.png"], "answer": "7",
              "answer_type": "number", "source": "demo"}
 CORRUPT_ITEM = {"id": "corrupt", "question": "How many circles?", "images": ["broken.png"], "answer": "7",

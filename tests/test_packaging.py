@@ -122,6 +122,19 @@ def test_the_installed_wheel_answers_from_outside_the_repo(fresh_venv, tmp_path)
     assert listed.returncode == 0 and '"table-qa"' in listed.stdout
 
 
+def test_the_wheels_examples_are_named_without_the_repository(fresh_venv, tmp_path):
+    """The README's example from an install: `maestro examples` prints the packaged images' paths (inside the
+    install), and `ask --image example:qrcode.png` answers from a directory that has no examples/ folder."""
+    listed = _maestro(fresh_venv, "examples", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    paths = dict(line.split(maxsplit=1) for line in listed.stdout.splitlines())
+    assert Path(paths["qrcode.png"]).is_relative_to(fresh_venv) and Path(paths["qrcode.png"]).is_file()
+    done = _maestro(fresh_venv, "ask", "What text does the QR code encode?", "--image", "example:qrcode.png",
+                    "--json", cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert json.loads(done.stdout)["answer"] == "Wikipedia"
+
+
 def test_the_wheel_builds_without_setuptools_warnings(fresh_venv):
     """`scripts/setup.sh` printed 9 setuptools warnings that `maestro_graph.skills.*` packages are
     "absent from the `packages` configuration" (data folders that look importable); package discovery includes

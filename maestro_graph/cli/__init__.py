@@ -13,6 +13,7 @@ from .common import help_text
 from .cache import cache_clear
 from .calibrate import calibrate
 from .evaluate import evaluate
+from .examples import examples
 from .export import export
 from .library import registry_show, skills_list
 from .predict import predict
@@ -47,7 +48,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 for command, name in ((ask, "ask"), (predict, "predict"), (evaluate, "eval"), (calibrate, "calibrate"),
                       (train, "train"), (serve, "serve"), (reliability, "reliability"), (export, "export"),
-                      (train_lm, "train-lm")):
+                      (train_lm, "train-lm"), (examples, "examples")):
     app.command(name, help=help_text(command.__doc__))(command)
 for group, command, name in ((skills_app, skills_list, "list"), (registry_app, registry_show, "show"),
                              (registry_app, registry_profile, "profile"), (cache_app, cache_clear, "clear")):

@@ -27,7 +27,8 @@ __all__ = ["ask"]
 
 def ask(
     question: str = typer.Argument(..., help="The question, e.g. 'How many circles are there?'"),
-    image: list[Path] = typer.Option([], "--image", "-i", help="An image file (repeat for several)."),
+    image: list[Path] = typer.Option([], "--image", "-i", help="An image file (repeat for several), or "
+                                     "example:NAME for an image the package ships (`maestro examples` lists them)."),
     choice: list[str] = typer.Option([], "--choice", "-c", help="A multiple-choice option (repeat)."),
     policy: Optional[str] = typer.Option(None, "--policy", "-p", help=f"{POLICY_HELP}; default: neural"),
     registry: Optional[Path] = RegistryOpt,
@@ -50,6 +51,7 @@ def ask(
     from ..policy import DEFAULT_POLICY, make_policy
 
     policy = policy or DEFAULT_POLICY
+    image = [_image_path(p) for p in image]
     if thread is not None and checkpoint_db is None:
         fail(f"--thread {thread}: a thread is kept in a checkpoint database, and none was named, so the conversation "
              "would be forgotten; add --checkpoint-db FILE (e.g. --checkpoint-db threads.sqlite)")
@@ -79,6 +81,14 @@ def ask(
         _print_json(result, policy)
     else:
         _print_table(result)
+
+
+def _image_path(given: Path) -> Path:
+    """An `--image` as a file: `example:NAME` is the packaged example NAME, anything else the path given."""
+    from .examples import EXAMPLE_PREFIX, example_path
+
+    text = str(given)
+    return example_path(text.removeprefix(EXAMPLE_PREFIX)) if text.startswith(EXAMPLE_PREFIX) else given
 
 
 def _check_input(question: str, images: list[Path], threaded: bool) -> None:
