@@ -195,3 +195,40 @@ def test_a_long_policy_name_gets_a_short_distinct_file_stem():
     paths = [f"runs/an/experiment/with/a/long/name/source:chartbench/seed{i}/train/policy.safetensors" for i in range(4)]
     one, two = "neural:" + "+".join(paths), "neural:" + "+".join(paths[::-1])
     assert len(file_stem(one)) == MAX_STEM and file_stem(one) != file_stem(two)
+
+
+def _bins(*filled: tuple[int, float, float]) -> list[dict]:
+    """A 10-bin reliability list with the given (bin, mean confidence, accuracy) bins holding 5, 12, ... answers."""
+    bins = [{"count": 0, "confidence": 0.0, "accuracy": 0.0} for _ in range(10)]
+    for k, (i, confidence, accuracy) in enumerate(filled):
+        bins[i] = {"count": 5 + 7 * k, "confidence": confidence, "accuracy": accuracy}
+    return bins
+
+
+def test_the_report_figures_show_every_policy_and_overlap_no_label():
+    """Two policies with the same reliability bins hid each other, with no bin counts, and policies of equal cost
+    and accuracy wrote their names over each other: each policy now has its own marker, equal points are drawn
+    apart, every bin's count is written, and no label overlaps another label, a point or the axes' edge."""
+    plt = pytest.importorskip("matplotlib.pyplot")
+    from maestro_graph.evaluation.figures import cost_figure, reliability_figure, text_box
+
+    same = _bins((8, 0.85, 1.0), (9, 0.95, 1.0), (5, 0.55, 0.4))
+    metrics = {name: {"reliability": same, "ece": 0.05, "mean_cost": cost, "macro_accuracy": accuracy}
+               for name, cost, accuracy in [("neural", 0.1, 0.94), ("rules", 0.1, 0.94), ("lm:shipped#choice", 0.1,
+                                                                                            0.93), ("random", 0.9, 0.2)]}
+    for figure, expected in ((reliability_figure, ["5", "12", "19"] * 4), (cost_figure, list(metrics))):
+        fig = figure(plt, metrics)
+        ax = fig.axes[0]
+        renderer = fig.canvas.get_renderer()
+        labels = [t for t in ax.texts]
+        assert sorted(t.get_text() for t in labels) == sorted(expected)
+        boxes = [text_box(t, renderer) for t in labels]
+        assert not [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:] if a.overlaps(b)]
+        inside = ax.get_window_extent(renderer)
+        assert all(inside.x0 <= b.x0 and b.x1 <= inside.x1 and inside.y0 <= b.y0 and b.y1 <= inside.y1 for b in boxes)
+        plt.close(fig)
+    fig = reliability_figure(plt, metrics)
+    lines = [line for line in fig.axes[0].get_lines() if line.get_label() != "calibrated"]
+    assert len({line.get_marker() for line in lines}) == len(lines) == 4
+    assert len({tuple(line.get_xdata()) for line in lines}) == 4  # equal bins drawn side by side, none hidden
+    plt.close(fig)

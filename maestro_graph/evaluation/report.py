@@ -10,6 +10,7 @@ import numpy as np
 from ..core.calibration import ECE_BINS
 from ..core.plots import pyplot
 from .evaluate import EvalRun, file_stem
+from .figures import cost_figure, reliability_figure
 
 __all__ = ["write_report"]
 
@@ -126,38 +127,11 @@ def _plots(metrics: dict, sources: list[str], out_dir: Path) -> list[Path]:
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(5, 4))
-    for policy in policies:
-        m = metrics[policy]
-        ax.scatter(m["mean_cost"], m["macro_accuracy"])
-        ax.annotate(policy, (m["mean_cost"], m["macro_accuracy"]), fontsize=7)
-    ax.set_xlabel("mean cost per episode")
-    ax.set_ylabel("macro accuracy")
-    ax.set_title("accuracy against cost")
-    fig.tight_layout()
-    paths.append(out_dir / "accuracy_vs_cost.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(5, 4.5))
-    ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1, label="calibrated")
-    for policy in policies:
-        m = metrics[policy]
-        filled = [b for b in m["reliability"] if b["count"]]
-        if not filled:
-            continue
-        ece = "" if m["ece"] is None else f" (ECE {m['ece']:.3f})"
-        ax.plot([b["confidence"] for b in filled], [b["accuracy"] for b in filled], marker="o", label=policy + ece)
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1)
-    ax.set_xlabel("confidence (mean in each of 10 bins)")
-    ax.set_ylabel("share of those answers that were right")
-    ax.set_title("reliability diagram")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    paths.append(out_dir / "reliability.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    for name, figure in (("accuracy_vs_cost.png", cost_figure), ("reliability.png", reliability_figure)):
+        fig = figure(plt, metrics)
+        paths.append(out_dir / name)
+        fig.savefig(paths[-1], dpi=110)  # not bbox_inches="tight": the labels were placed on this layout
+        plt.close(fig)
 
     for policy in policies:
         if policy.startswith("fixed:"):
