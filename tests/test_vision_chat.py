@@ -217,8 +217,9 @@ def test_an_oversized_image_is_downscaled_or_refused_by_name(tmp_path):
 
 
 def test_serve_vlm_starts_a_vllm_server_per_loopback_vision_card():
-    """scripts/serve-vlm.sh reads the registry as Maestro does; --dry-run prints the `vllm serve` commands (the GPU
-    servers themselves cannot run here), shell-quoted: each pastes as the argument list it runs."""
+    """scripts/serve-vlm.sh reads the registry as Maestro does; --dry-run prints the `vllm serve` commands of a GPU
+    machine, or with no GPU the CPU build's scripts/serve-vllm.sh, shell-quoted: each pastes as the argument list it
+    runs."""
     import os
     import shlex
     import subprocess
@@ -242,12 +243,15 @@ def test_serve_vlm_starts_a_vllm_server_per_loopback_vision_card():
     two = [shlex.split(line.split(": ", 1)[1]) for line in dry_run(GPUS="2")]  # one GPU each, 0.9 of it
     assert [w[:2] for w in two] == [["env", "CUDA_VISIBLE_DEVICES=0"], ["env", "CUDA_VISIBLE_DEVICES=1"]]
     assert all(w[w.index("--gpu-memory-utilization") + 1] == "0.9" for w in two)
+    cpu = [shlex.split(line.split(": ", 1)[1]) for line in dry_run(GPUS="0")]  # no GPU: vLLM's CPU build
+    assert cpu[0][:4] == ["scripts/serve-vllm.sh", "8101", "Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct"]
+    assert all("--gpu-memory-utilization" not in w and w[w.index("--max-model-len") + 1] == "16384" for w in cpu)
 
 
 def test_serve_vlm_starts_servers_one_after_another_and_sigterm_to_it_stops_them_all(tmp_path):
-    """scripts/serve-vlm.sh on a registry with two loopback vision cards, its `VLLM` a named fake (tests/vision_double.py
-    run as `vllm serve`, taking a second to start where vLLM takes minutes): the second server starts once the first
-    answers /v1/models, and SIGTERM to the script alone stops both. A real server started by the script, asked with
+    """scripts/serve-vlm.sh on a registry with two loopback vision cards, its `VLLM` a named fake
+    (tests/vision_double.py run as `vllm serve`, taking a second to start where vLLM takes minutes): the second server
+    starts once the first answers /v1/models, and SIGTERM to the script alone stops both. A real server started by the script, asked with
     an image and stopped with no process left, is tests/test_docs_vision.py's."""
     import os
     import signal
@@ -288,7 +292,8 @@ def test_serve_vlm_starts_servers_one_after_another_and_sigterm_to_it_stops_them
     assert all(f"vlm{i} is up on http://127.0.0.1:{p}/v1" in "".join(lines) for i, p in enumerate(ports)), lines
     first, second = ([json.loads(line) for line in (logs / f"vlm{i}.log").read_text().splitlines()] for i in range(2))
     assert second[0]["started"] >= first[1]["listening"]  # one after another
-    assert all(log[0]["argv"][log[0]["argv"].index("--gpu-memory-utilization") + 1] == "0.45" for log in (first, second))
+    for log in (first, second):
+        assert log[0]["argv"][log[0]["argv"].index("--gpu-memory-utilization") + 1] == "0.45"
     servers = {first[0]["pid"], second[0]["pid"]}
     assert servers <= started, (servers, started)
     assert script.returncode == 128 + signal.SIGTERM
