@@ -65,7 +65,8 @@ stop() {  # SIGTERM to each server (it stops its engine processes), SIGKILL to w
   done
 }
 trap stop EXIT
-trap 'exit 143' INT TERM
+trap 'exit 130' INT
+trap 'exit 143' TERM
 quoted() { "$PYTHON" -c 'import shlex, sys; print(shlex.join(sys.argv[1:]))' "$@"; }
 up() {  # wait until the server of card $1 on port $2 (process $3) answers; exit when it died
   until curl -sf "http://127.0.0.1:$2/v1/models" >/dev/null; do
