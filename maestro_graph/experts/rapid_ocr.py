@@ -43,8 +43,11 @@ class RapidOCRExpert:
         return engine
 
     def ocr(self, image: Image.Image) -> list[TextBox]:
-        rgb = np.asarray(image.convert("RGB"))[:, :, ::-1]  # RapidOCR takes BGR like OpenCV
-        result = self._get_engine()(np.ascontiguousarray(rgb))
+        import cv2
+
+        # RapidOCR takes BGR like OpenCV: one copy of the pixels and one conversion (not three copies at full size)
+        bgr = cv2.cvtColor(np.asarray(image if image.mode == "RGB" else image.convert("RGB")), cv2.COLOR_RGB2BGR)
+        result = self._get_engine()(bgr)
         if result is None or result.boxes is None or result.txts is None:
             return []
         boxes: list[TextBox] = []

@@ -42,8 +42,8 @@ from ..errors import InputError
 
 __all__ = ["MAX_PIXELS", "MAX_ASPECT", "MAX_DECODED_PIXELS", "MAX_FILE_BYTES", "REQUEST_DECODED_PIXELS",
            "DECODE_MEMORY", "DECODE_MEMORY_BYTES", "ImageHeader", "PixelCapExceeded",
-           "WORKING_BYTES_PER_PIXEL", "decode_bytes", "working_set_bytes", "image_header", "load_image", "load_images",
-           "image_to_data_url", "fitted_data_url", "FittedImage", "read_regular_file"]
+           "WORKING_BYTES_PER_PIXEL", "OCR_PIXELS", "OCR_BYTES_PER_PIXEL", "decode_bytes", "working_set_bytes",
+           "image_header", "load_image", "load_images", "image_to_data_url", "fitted_data_url", "FittedImage", "read_regular_file"]
 
 MAX_PIXELS = 40_000_000
 """Images declaring more pixels than this are refused (decompression-bomb guard)."""
@@ -70,7 +70,14 @@ it runs (`SharedBudget.reserve`: its own decodes are inside it)."""
 WORKING_BYTES_PER_PIXEL = 16
 """What the experts of one episode hold at once per decoded pixel of its images, the decoded RGB image (3 bytes)
 included: the OpenCV analyser's byte-sized copies (greyscale, blurred, thresholded, edges, labels: 129 MB at the
-3150x3150 a 40-megapixel image is decoded to, 13 a pixel), or OCR's resized and normalised copies."""
+3150x3150 a 40-megapixel image is decoded to, 13 a pixel), or OCR's converted copy."""
+OCR_PIXELS = 2000 * 2000
+"""The most pixels the OCR expert reads an image at: RapidOCR reduces a larger image to 2000 pixels on its long
+side before its text detector runs."""
+OCR_BYTES_PER_PIXEL = 140
+"""What RapidOCR's text detector holds while it reads an image, per pixel it reads (its network's activations,
+whatever the image shows: 135 MB for 1000x1000 pixels, 540 MB at 2000x2000, measured): an episode's largest
+single expert call, on top of what it holds per decoded pixel."""
 
 log = logging.getLogger("maestro.images")
 _REMOTE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -107,11 +114,17 @@ _REDUCIBLE = {"1": "L", "P": "RGB", "PA": "RGB", "I;16": "I", "I;16L": "I", "I;1
 """Modes PIL's `reduce` refuses (or, for palettes, would average as indices), and the mode to reduce them in."""
 
 
-def _decode(probe: Image.Image, budget: int) -> Image.Image:
+def _decode(probe: Image.Image, data: bytes, budget: int) -> Image.Image:
     """The opened image's first frame, decoded within `budget` pixels: JPEG by the decoder at 1/2, 1/4 or 1/8
-    scale (the full-size image never exists), then any format reduced by the factor still needed."""
+    scale (the full-size image never exists), a still WebP to be reduced by libwebp into 3 bytes a pixel
+    (`_reduced_webp`), then any format reduced by the factor still needed."""
     width, height = probe.size
     factor = _reduction(width, height, budget)
+    if factor > 1 and _decodes_reduced(probe, budget):
+        rgb = _reduced_webp(data, probe.size, factor)
+        rgb.info.update(probe.info)
+        rgb.info["maestro_source_size"] = (width, height)
+        return rgb
     if factor > 1:
         probe.draft(None, (math.ceil(width / factor), math.ceil(height / factor)))  # a no-op except for JPEG
     image: Image.Image = probe
@@ -124,6 +137,36 @@ def _decode(probe: Image.Image, budget: int) -> Image.Image:
     rgb.info.update(probe.info)
     rgb.info["maestro_source_size"] = (width, height)
     return rgb
+
+
+_STRIP_ROWS = 256
+"""Rows of the full-size pixels reduced at a time by `_reduced_webp` (a multiple of every reduction factor's
+blocks is taken: 6300 pixels wide, some 6 MB a strip)."""
+
+
+def _decodes_reduced(probe: Image.Image, budget: int) -> bool:
+    """Whether `_decode` reads this image through `_reduced_webp`: a still WebP with more pixels than `budget`."""
+    return (probe.format == "WEBP" and getattr(probe, "n_frames", 1) == 1
+            and probe.size[0] * probe.size[1] > budget)
+
+
+def _reduced_webp(data: bytes, size: tuple[int, int], factor: int) -> Image.Image:
+    """A still WebP decoded at full size into 3 bytes a pixel (OpenCV's libwebp, which writes BGR straight into
+    its array) and reduced by `factor` a strip at a time with Pillow's own `reduce`, so the result is the image
+    Pillow decodes and reduces, pixel for pixel, without the 16 bytes a pixel Pillow's WebP decoder holds (its
+    RGBA canvas, a copy as bytes and the image: some 600 MB at 40 megapixels, against some 150 MB here)."""
+    import cv2
+
+    bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION)
+    if bgr is None or (bgr.shape[1], bgr.shape[0]) != size:
+        raise OSError("libwebp could not decode it")
+    width, height = size
+    out = Image.new("RGB", (math.ceil(width / factor), math.ceil(height / factor)))
+    rows = max(1, _STRIP_ROWS // factor) * factor  # strips on block boundaries: Pillow's blocks, unchanged
+    for top in range(0, height, rows):
+        strip = Image.fromarray(np.ascontiguousarray(bgr[top:top + rows, :, ::-1]), "RGB")
+        out.paste(strip.reduce(factor), (0, top // factor))
+    return out
 
 
 class PixelCapExceeded(InputError):
@@ -142,16 +185,22 @@ class ImageHeader:
 _BYTES_PER_PIXEL = {"WEBP": 16}
 """Measured peaks of decoding, per declared pixel, where the mode does not say it: Pillow decodes a WebP as RGBA
 and copies it twice (about 15 bytes a pixel)."""
+_REDUCED_WEBP_BYTES_PER_PIXEL = 6
+"""The measured peak of `_reduced_webp` per declared pixel: the 3-byte pixels and libwebp's own planes (some 230 MB
+at 40 megapixels)."""
 
 
-def decode_bytes(probe: Image.Image) -> int:
-    """The memory decoding the opened image takes at its peak, estimated from its declared size: the full-size
-    pixels in the file's mode and their RGB conversion (2 bytes a band, and 1, a pixel: 7 for RGB, 3 for
-    greyscale; palettes are converted to RGB before they are reduced), or the measured figure of its format. A
-    JPEG above `MAX_DECODED_PIXELS` is decoded at a reduced scale by the decoder itself, so it counts at most that
-    many pixels."""
+def decode_bytes(probe: Image.Image, budget: int = MAX_DECODED_PIXELS) -> int:
+    """The memory decoding the opened image within `budget` pixels takes at its peak, estimated from its declared
+    size: the full-size pixels in the file's mode and their RGB conversion (2 bytes a band, and 1, a pixel: 7 for
+    RGB, 3 for greyscale; palettes are converted to RGB before they are reduced), or the measured figure of its
+    format (a still WebP above the budget is decoded by libwebp into 3 bytes a pixel, `_reduced_webp`). A JPEG
+    above the budget is decoded at a reduced scale by the decoder itself, so it counts at most `MAX_DECODED_PIXELS`
+    pixels."""
     width, height = probe.size
     pixels = min(width * height, MAX_DECODED_PIXELS) if probe.format == "JPEG" else width * height
+    if _decodes_reduced(probe, budget):
+        return pixels * _REDUCED_WEBP_BYTES_PER_PIXEL
     per_pixel = _BYTES_PER_PIXEL.get(probe.format or "")
     if per_pixel is None:
         bands = 3 if probe.mode in ("P", "PA", "1") else len(probe.getbands())
@@ -161,24 +210,26 @@ def decode_bytes(probe: Image.Image) -> int:
 
 def working_set_bytes(refs: list[str] | tuple[str, ...]) -> int:
     """The memory an episode on these images holds at its peak, estimated from what they declare: its largest
-    decode (`decode_bytes`: the full-size pixels exist while one decodes) and, for each image, its decoded pixels
-    (within its share of `REQUEST_DECODED_PIXELS`) at `WORKING_BYTES_PER_PIXEL`. A reference whose header cannot be
-    read here (not a data URL, or not an image) counts as an image at the pixel cap in the worst format."""
+    decode (`decode_bytes`: the full-size pixels exist while one decodes), for each image its decoded pixels
+    (within its share of `REQUEST_DECODED_PIXELS`) at `WORKING_BYTES_PER_PIXEL`, and one OCR call on its largest
+    image (`OCR_BYTES_PER_PIXEL` over at most `OCR_PIXELS`). A reference whose header cannot be read here (not a
+    data URL, or not an image) counts as an image at the pixel cap in the worst format."""
     share = min(MAX_DECODED_PIXELS, REQUEST_DECODED_PIXELS // max(1, len(refs)))
-    decodes, working = [0], 0
+    decodes, working, largest = [0], 0, 0
     for ref in refs:
         try:
             header, _, payload = ref.partition(",")
             if not header.startswith("data:") or ";base64" not in header:
                 raise InputError("not a data URL")
             with Image.open(io.BytesIO(base64.b64decode(payload))) as probe:
-                decodes.append(decode_bytes(probe))
+                decodes.append(decode_bytes(probe, share))
                 pixels = probe.size[0] * probe.size[1]
         except (*_UNREADABLE, InputError, ValueError, binascii.Error):
             decodes.append(MAX_PIXELS * _BYTES_PER_PIXEL["WEBP"])
             pixels = MAX_PIXELS
         working += min(pixels, share) * WORKING_BYTES_PER_PIXEL
-    return max(decodes) + working
+        largest = max(largest, min(pixels, share))
+    return max(decodes) + working + min(largest, OCR_PIXELS) * OCR_BYTES_PER_PIXEL
 
 
 def _check_declared(probe: Image.Image, label: str) -> None:
@@ -222,8 +273,8 @@ def _open_bytes(data: bytes, label: str, budget: int = MAX_DECODED_PIXELS, wait_
             _check_declared(probe, label)
             frames = getattr(probe, "n_frames", 1)
             probe.seek(0)
-            with DECODE_MEMORY.hold(decode_bytes(probe), label, wait_s=wait_s):
-                image = _decode(probe, budget)
+            with DECODE_MEMORY.hold(decode_bytes(probe, budget), label, wait_s=wait_s):
+                image = _decode(probe, data, budget)
     except _UNREADABLE as exc:
         raise _unreadable(exc, label) from exc
     if frames > 1:
