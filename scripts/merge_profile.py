@@ -4,11 +4,12 @@ the pairs of an expert added to a profiled registry.
 
 `maestro registry profile` measures every pair; when a skill's code changes only its pairs' entries (whose
 fingerprints include the skill's code) go stale, and when an expert is added only its pairs are new. A registry file
-holding just those pairs is profiled, and its entries and reach are merged here: entries replace or join the base's,
-and the reach (registry.reach.Reach.merged) gets the part's outcomes in the rows of the calibration items it shares with
-the base (all of them, or a sample for an expert too slow to run on every item), and as rows of their own on other
-items (each pair's estimates then use the items it was measured on). The registry's pairs that neither file measured are recorded in the reach as measured on no item,
-so reading it warns of nothing while its estimates still say nothing while such a pair may be called. A part with
+holding just those pairs is profiled, and its entries and reach are merged here: entries replace or join the base's (a
+part pair the base measured as it is now keeps the base's), and the reach (registry.reach.Reach.merged) gets the
+part's outcomes in the rows of the calibration items it shares with the base (all of them, or a sample for an expert
+too slow to run on every item), and as rows of their own on other items (each pair's estimates then use the items it
+was measured on). The registry's pairs that neither file measured are recorded in the reach as measured on no item, so
+reading it warns of nothing while its estimates still say nothing while such a pair may be called. A part with
 unmeasured pairs (their calls failed while profiling: `maestro registry profile` exited non-zero) is refused; without
 `--part` the script only does that, carrying a profile over to a registry with more pairs. The packaged default
 registry is the training registry plus the chat model, whose pair is measured on a sample of the calibration items
@@ -36,7 +37,8 @@ from maestro_graph.registry.reach import Reach, reach_path
 
 def merge(registry: Registry, base_path: Path, part_path: Path | None) -> tuple[ProfileFile, Reach | None]:
     """The base profile (and its reach, when both have one) with the part's pairs measured again or added, and the
-    registry's pairs neither measured recorded as unmeasured in the reach."""
+    registry's pairs neither measured recorded as unmeasured in the reach; a part pair the base measured as it is
+    now keeps the base's figures."""
     current = pair_fingerprints(registry.pair_cards())
     base = ProfileFile.model_validate(json.loads(base_path.read_text()))
     part = ProfileFile.model_validate(json.loads(part_path.read_text())) if part_path else base.model_copy(
@@ -48,12 +50,16 @@ def merge(registry: Registry, base_path: Path, part_path: Path | None) -> tuple[
     stale = [pair for pair, entry in fresh.items() if current.get(pair) != entry.fingerprint]
     if stale:
         raise SystemExit(f"{part_path}: {stale} were not measured as the registry's pairs are now")
+    # a pair the base measured as it is now keeps the base's entry and rows: the part ran it only because its new
+    # pairs need it (the OCR model a chat skill reads the image with), and the base measured it on every item
+    measured = {e.pair: e.fingerprint for e in base.pairs}
+    fresh = {pair: entry for pair, entry in fresh.items() if measured.get(pair) != entry.fingerprint}
     entries = [fresh.get(e.pair, e) for e in base.pairs] + [e for p, e in fresh.items()
                                                            if p not in {b.pair for b in base.pairs}]
     profile = base.model_copy(update={"pairs": entries, "registry": registry_fingerprint(current)})
     reach = Reach.read(reach_path(base_path), {e.pair: e.fingerprint for e in base.pairs})
     if part_path is not None:
-        new = Reach.read(reach_path(part_path), {e.pair: e.fingerprint for e in part.pairs})
+        new = Reach.read(reach_path(part_path), {pair: e.fingerprint for pair, e in fresh.items()})
         reach = reach.merged(new) if reach is not None and new is not None else None
     return profile, (reach.with_unmeasured(current) if reach is not None else None)
 

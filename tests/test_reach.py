@@ -219,7 +219,8 @@ def test_an_expert_profiled_on_a_sample_joins_the_reach_in_its_items_rows_and_is
     its own, and merged by scripts/merge_profile.py: the sampled items fill their own rows (a slow expert measured on
     a sample keeps the reach whole), its own item is a row of its own, each pair's accuracy on questions like this one
     comes from the items it was measured on (a question identical to a calibration item never reads that item), and
-    the reach over every pair reads the items they were all measured on."""
+    the reach over every pair reads the items they were all measured on. A reader the part ran beside the new one
+    (as a chat skill's OCR model runs beside the chat model) keeps the base's entry and its rows on every item."""
     for name in ("profile.json", "profile.reach.safetensors"):
         shutil.copy(profiled / name, tmp_path / name)
     lines = (profiled / "calibration.jsonl").read_text().splitlines()
@@ -232,7 +233,7 @@ def test_an_expert_profiled_on_a_sample_joins_the_reach_in_its_items_rows_and_is
     part = tmp_path / "part"
     part.mkdir()
     result = CliRunner().invoke(app, ["registry", "profile", "--tasks", str(tmp_path / "own.jsonl"),
-                                      "--registry", str(_registry_file(part, [zbar])),
+                                      "--registry", str(_registry_file(part, [READERS[0], zbar])),
                                       "--cache-dir", str(profiled / "cache")])
     assert result.exit_code == 0, result.output
     grown_file = _registry_file(tmp_path, [*READERS, zbar])
@@ -244,6 +245,10 @@ def test_an_expert_profiled_on_a_sample_joins_the_reach_in_its_items_rows_and_is
     assert grown.reach is not None and list(grown.reach.pairs) == [*old, new]
     measured = ~np.isnan(grown.reach.right)
     assert measured.shape == (16 + 1, 3) and measured[:16, :2].all() and not measured[16, :2].any()
+    base = json.loads((profiled / "profile.json").read_text())["pairs"]
+    merged = json.loads((tmp_path / "profile.json").read_text())["pairs"]
+    assert [e for e in merged if e["pair"] in old] == [e for e in base if e["pair"] in old]
+    assert np.array_equal(grown.reach.right[:16, :2], Registry.load(profiled / "registry.yaml").reach.right)
     assert measured[2:10, 2].all() and measured[16, 2] and measured[:, 2].sum() == 9
     barcode = json.loads(lines[2])
     image = [str(profiled / barcode["images"][0])]
