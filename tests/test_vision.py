@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from maestro_graph.experts.opencv_vision import OpenCVVisionExpert, color_name, shape_kind
+from maestro_graph.experts.opencv_vision import OpenCVVisionExpert, color_name
+from maestro_graph.experts.protocols import shape_kind
 from maestro_graph.scoring import score
 from maestro_graph.types import Invoke
 from tests.conftest import REAL, real_tasks

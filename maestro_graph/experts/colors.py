@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["COLOR_NAMES", "color_name", "color_code", "name_pixels"]
+from .protocols import COLOR_NAMES
 
-COLOR_NAMES = ("red", "orange", "yellow", "green", "cyan", "blue", "purple", "magenta", "pink", "brown", "black",
-               "gray", "white")
+__all__ = ["color_name", "color_code", "name_pixels"]
+
 _HUE_BINS = ((15, "red"), (45, "orange"), (70, "yellow"), (165, "green"), (195, "cyan"), (255, "blue"),
              (280, "purple"), (320, "magenta"), (345, "pink"), (360, "red"))
 """Upper hue bounds in degrees for saturated colours; matplotlib's and the web's named colours fall in the bins."""

@@ -18,7 +18,7 @@ from typing import Literal
 
 from maestro_graph.answer_forms import opens_polar
 from maestro_graph.choices import question_stem
-from maestro_graph.experts.opencv_vision import COLOR_NAMES, shape_kind
+from maestro_graph.experts.protocols import COLOR_NAMES, shape_kind
 
 Measure = Literal["grid", "crossings", "contact", "shapes"]
 Comparison = Literal["eq", "gt", "lt", "ge", "le"]

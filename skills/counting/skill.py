@@ -8,7 +8,7 @@ and options that are claims ("There are 7 circles") by the one the count makes t
 
 from __future__ import annotations
 
-from maestro_graph.experts.opencv_vision import CONTACT_TOLERANCE_PX
+from maestro_graph.experts.protocols import CONTACT_TOLERANCE_PX
 from maestro_graph.numbers import numbers_in, parse_number
 from maestro_graph.types import SkillResult
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PIL import Image
 
-from maestro_graph.experts.opencv_vision import COLOR_NAMES, POLYGON_SIDES, SHAPE_NAMES, shape_kind
+from maestro_graph.experts.protocols import COLOR_NAMES, POLYGON_SIDES, SHAPE_NAMES, shape_kind
 
 
 def run(ctx, shape: str, image: Image.Image | None = None, color: str | None = None) -> list:
