@@ -21,10 +21,10 @@ from PIL import Image
 
 from ..backends.packages import missing_package
 from ..core.cancellation import current_cancel, raise_if_cancelled
-from .colors import COLOR_NAMES, color_code, color_name, name_pixels
+from .colors import color_code, color_name, name_pixels
+from .protocols import COLOR_NAMES, CONTACT_TOLERANCE_PX
 
-__all__ = ["OpenCVVisionExpert", "Color", "Circle", "CirclePair", "Polygon", "Crossing", "Grid", "color_name",
-           "shape_kind", "COLOR_NAMES", "POLYGON_SIDES", "SHAPE_NAMES", "CONTACT_TOLERANCE_PX"]
+__all__ = ["OpenCVVisionExpert", "Color", "Circle", "CirclePair", "Polygon", "Crossing", "Grid", "color_name"]
 
 INK_CONTRAST = 40
 """A pixel is ink when one channel differs from the background by more than this (0..255): keeps anti-aliasing."""
@@ -34,26 +34,8 @@ NEW_INK = 0.5
 """A verified shape is kept only when at least this share of its outline is not explained by shapes kept before it."""
 OUTLINE_TOLERANCE_PX = 2
 """How far (pixels) a proposed outline may stray from the ink and still count as lying on it."""
-CONTACT_TOLERANCE_PX = 2.0
-"""Circles whose gap is within this many pixels of zero are tangent: touching, not overlapping (fits are sub-pixel)."""
 MIN_COLOR_SHARE = 0.01
 """Colours covering less of the ink than this are anti-aliasing noise, not colours of the figure."""
-
-POLYGON_SIDES = {"triangle": 3, "square": 4, "pentagon": 5, "hexagon": 6, "heptagon": 7, "octagon": 8,
-                 "nonagon": 9, "decagon": 10}
-"""Regular polygons by name (the kinds `polygons` finds); circles are the other kind."""
-_CIRCLE_NAMES = ("circle", "ring", "disc", "disk")
-SHAPE_NAMES = (*_CIRCLE_NAMES, *POLYGON_SIDES)
-"""Every shape noun this analyser understands (singular); `shape_kind` maps them, and plurals, to a kind."""
-
-
-def shape_kind(word: str) -> str | None:
-    """'Pentagons' -> 'pentagon', 'rings' -> 'circle'; None for a word that names no shape kind here."""
-    word = word.lower().strip()
-    singular = word[:-1] if word.endswith("s") and word[:-1] in SHAPE_NAMES else word
-    if singular not in SHAPE_NAMES:
-        return None
-    return "circle" if singular in _CIRCLE_NAMES else singular
 
 
 @dataclass(frozen=True)
