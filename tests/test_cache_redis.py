@@ -23,6 +23,7 @@ from maestro_graph.cache.store import open_cache
 from maestro_graph.cli import app
 from maestro_graph.core.tasks import load_tasks
 from maestro_graph.errors import ConfigError
+from maestro_graph.serve.loopback import free_port
 
 redis = pytest.importorskip("redis", reason="the `redis` extra is not installed (pip install -e '.[redis]')")
 
@@ -126,6 +127,37 @@ def test_a_lost_redis_is_replaced_locally_without_waiting_on_it_and_used_again_o
             assert cache.get("k3") == (True, 3)
     messages = [r.getMessage() for r in caplog.records if r.name == "maestro.cache"]
     assert sum("is unreachable" in m for m in messages) == 1 and sum("is back" in m for m in messages) == 1, messages
+
+
+def test_a_redis_unreachable_at_start_is_worked_around_as_one_lost_later(tmp_path, caplog):
+    """The cache only helps: a closed port at start is one warning naming the URL, the process caches locally, and
+    a server that comes up on that port is used from then on, as when a server goes away mid-run and comes back."""
+    port = free_port()  # nothing listens there
+    url = f"redis://127.0.0.1:{port}/0"
+    with caplog.at_level(logging.WARNING, logger="maestro.cache"):
+        cache = open_cache(tmp_path / "local", url)
+        cache.put("k1", {"answer": 1})
+        assert cache.get("k1") == (True, {"answer": 1}) and (tmp_path / "local").is_dir()  # kept locally
+        with redis_server(tmp_path, port):
+            _wait_for(lambda: bool(_entries(url)), 15.0, lambda: cache.put("k2", 2))
+            assert cache.get("k2") == (True, 2)
+    messages = [r.getMessage() for r in caplog.records if r.name == "maestro.cache"]
+    assert sum(f"{url} is unreachable" in m for m in messages) == 1 and sum("is back" in m for m in messages) == 1
+
+
+def test_a_command_with_an_unreachable_redis_runs_on_its_local_cache(tmp_path):
+    """`maestro eval --cache-url` on a closed port answers every item (exit 0) and fills its local cache; clearing
+    the cache, which is an operation on the server itself, still names the unreachable server (exit 2)."""
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    local = tmp_path / "cache"
+    result = CliRunner().invoke(app, ["eval", "-t", str(BARCODE_TASKS), "-p", "rules", "-o", str(tmp_path / "out"),
+                                      "--registry", str(_barcode_registry(tmp_path)), "--cache-dir", str(local),
+                                      "--cache-url", url])
+    assert result.exit_code == 0, result.output
+    assert any(local.rglob("*.json")), "the calls were not cached locally"
+    result = CliRunner().invoke(app, ["cache", "clear", "--cache-dir", str(local), "--cache-url", url])
+    output = " ".join(result.output.split())
+    assert result.exit_code == 2 and f"Redis (expert cache) at {url}" in output and "Traceback" not in output
 
 
 @pytest.mark.slow  # about 15 s: a `maestro serve` replica and two Redis servers

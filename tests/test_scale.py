@@ -57,13 +57,13 @@ def cluster() -> str:
 
 @pytest.mark.slow  # about 5 s: `maestro serve` loads its app before it reaches the database
 def test_unreachable_services_are_clear_errors_at_start(tmp_path):
+    """Ray and Postgres hold the work and the threads; a Redis cache only helps, so an unreachable one is worked
+    around (tests/test_cache_redis.py)."""
     closed = free_port()  # nothing listens there
     runner = CliRunner()
     common = ["eval", "-t", str(BARCODE_TASKS), "-p", "rules", "-o", str(tmp_path / "out"), "--registry",
               str(_barcode_registry(tmp_path)), "--cache-dir", str(tmp_path / "cache")]
     cases = [(common + ["--executor", f"ray:127.0.0.1:{closed}"], f"Ray cluster at 127.0.0.1:{closed}"),
-             (common + ["--cache-url", f"redis://127.0.0.1:{closed}/0"],
-              f"Redis (expert cache) at redis://127.0.0.1:{closed}/0"),
              (["serve", "--checkpoint-db", f"postgresql://postgres:secret@127.0.0.1:{closed}/postgres"],
               f"Postgres (checkpoints) at postgresql://postgres@127.0.0.1:{closed}/postgres")]
     for args, message in cases:

@@ -97,12 +97,14 @@ class RedisBackend:
     """Entries as Redis strings under `maestro:cache:<key>`, each expiring `ttl_s` seconds after it was written
     (0: never), on a server every worker of a cluster shares, so no worker repeats a call another one made.
 
-    An unreachable server at start is a ServiceUnavailable naming the URL. The server going away later switches
-    this process to the local `fallback` directory (one warning) instead of failing a call; while it is away no
-    call waits on it: a background thread pings it, at most once per delay (1 s doubling to 8 s) and only while the
-    cache is used, and the first answer switches the process back (one more warning). A server that answers but
-    refuses a command (full under `maxmemory-policy noeviction`, a read-only replica) is not gone: that entry is
-    simply not cached (a miss), with one warning per process."""
+    The cache only helps, so one rule holds whenever the server is unreachable, at start or later: this process
+    uses the local `fallback` directory (one warning naming the URL) instead of failing a command or a call; while
+    the server is away no call waits on it: a background thread pings it, at most once per delay (1 s doubling to
+    8 s) and only while the cache is used, and the first answer switches the process back (one more warning). A
+    server that answers but refuses a command (full under `maxmemory-policy noeviction`, a read-only replica) is not
+    gone: that entry is simply not cached (a miss), with one warning per process; one that refuses this process at
+    start (a wrong password) is a misconfiguration, a ServiceUnavailable naming the URL, as is a URL the client
+    cannot parse (a ConfigError)."""
 
     PREFIX = "maestro:cache:"
 
@@ -131,8 +133,13 @@ class RedisBackend:
             # client's default (ten, with backoff) would hold a call for up to ten socket timeouts
             self._client = redis.Redis.from_url(url, socket_timeout=_REDIS_TIMEOUT_S,
                                                 socket_connect_timeout=_REDIS_TIMEOUT_S, retry=Retry(NoBackoff(), 1))
+        except ValueError as exc:
+            raise ConfigError(f"cache URL {url!r}: {exc}; use redis://HOST:PORT/DB", field="cache_url") from None
+        try:
             self._client.ping()
-        except (*self._errors, ValueError) as exc:
+        except self._gone as exc:  # unreachable at start: as when it goes away later
+            self._went_away(exc)
+        except self._errors as exc:
             raise ServiceUnavailable("Redis (expert cache)", url, str(exc) or exc.__class__.__name__) from None
 
     def _redis(self, command: Callable[[], Any], fallback: Callable[[], Any]) -> Any:

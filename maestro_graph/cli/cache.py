@@ -16,8 +16,9 @@ def cache_clear(cache_dir: Path = CacheDirOpt, cache_url: Optional[str] = CacheU
     """Delete every cached expert call (on the Redis server too, with --cache-url)."""
     from ..cache.store import open_cache
 
-    try:
+    try:  # clearing is an operation on the server itself: an unreachable one fails it, naming the URL
         cache = open_cache(cache_dir, cache_url)
+        removed = cache.clear()
     except MaestroError as exc:
         fail(str(exc))
-    console.print(f"removed {cache.clear()} entries from {cache.location}")
+    console.print(f"removed {removed} entries from {cache.location}")
