@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Mapping, Protocol
+from typing import Any, Mapping, Protocol, Sequence
 
 from PIL import Image
 
 from ..errors import ExpertUnavailable, InputError, SkillError
 from ..images.load import load_images
-from ..types import Turn
+from ..types import SkillResult, Turn
 from .handles import BoundExpert, ExpertHandle, Ledger
 from .skills import SkillSpec
 
@@ -29,11 +29,13 @@ class Experts(Protocol):
 
     def model_for(self, skill: SkillSpec) -> ExpertHandle | None: ...
 
+    def ask_by_instructions(self, ctx: SkillContext, images: Sequence[Image.Image] | None = None) -> SkillResult: ...
+
 
 @dataclass
 class SkillContext:
     """Per-call context. Skill code reads `question`, `input`, `images`, `choices`, `history`, `instructions`, calls
-    `model.<method>(...)`, `expert(capability)` and `use(tier2_skill, ...)`."""
+    `model.<method>(...)`, `expert(capability)`, `use(tier2_skill, ...)` and, on a vision-chat model, `ask()`."""
 
     registry: Experts
     skill: SkillSpec
@@ -75,6 +77,12 @@ class SkillContext:
         if handle is None:
             raise ExpertUnavailable(f"no available model has capability {capability!r}")
         return BoundExpert(handle, self.ledger)
+
+    def ask(self, images: Sequence[Image.Image] | None = None) -> SkillResult:
+        """The skill carried out by the pair's vision-chat model from its instructions: the procedure a skill that
+        says `or-requires: "vision-chat"` runs (registry.vision.ask), for a skill of its own for such models
+        (visual-qa); `images` (default: the request's) are the crops or zooms the skill's steps chose."""
+        return self.registry.ask_by_instructions(self, images)
 
     def use(self, skill_name: str, **kwargs: Any) -> Any:
         """Run a tier-2 skill with the best model for it (the pair's model when compatible)."""

@@ -7,7 +7,9 @@ import time
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
+
+from PIL import Image
 
 from ..cache.store import ExpertCache
 from ..core.cancellation import current_cancel, run_abandonable
@@ -218,6 +220,11 @@ class Registry:
         it is never cached as complete. None when no model can run it."""
         compatible = [h for h in self.models.values() if self.compatible(h.card, skill)]
         return next((h for h in compatible if h.live_unavailable_reason() is None), compatible[0] if compatible else None)
+
+    def ask_by_instructions(self, ctx: SkillContext, images: Sequence[Image.Image] | None = None) -> SkillResult:
+        """`SkillContext.ask`: the vision-chat procedure (registry.vision), which reads the context, so the context
+        reaches it through here."""
+        return ask(ctx, images)
 
     # -- running a step ------------------------------------------------------------------------------------------------
     def run(self, action: Invoke, *, question: str, images: list[str], choices: list[str] | None = None,
