@@ -18,8 +18,16 @@ from PIL import Image
 from servers import EXAMPLES, data_url
 
 from maestro_graph.core.shared_budget import SharedBudget
-from maestro_graph.images.load import (DECODE_MEMORY, MAX_DECODED_PIXELS, OCR_BYTES_PER_PIXEL, OCR_PIXELS,
-                                       WORKING_BYTES_PER_PIXEL, decode_bytes, load_image, working_set_bytes)
+from maestro_graph.images.load import (
+    DECODE_MEMORY,
+    MAX_DECODED_PIXELS,
+    OCR_BYTES_PER_PIXEL,
+    OCR_PIXELS,
+    WORKING_BYTES_PER_PIXEL,
+    decode_bytes,
+    load_image,
+    working_set_bytes,
+)
 from maestro_graph.reliability.image_checks import bomb_urls
 from maestro_graph.reliability.traffic import SHAPES_POLICY, webp_bomb_url
 from maestro_graph.serve import ServeSettings, create_app
@@ -149,3 +157,29 @@ def test_a_large_webp_is_decoded_in_a_quarter_of_pillows_memory_and_to_the_same_
         assert image.info["maestro_source_size"] == (1203, 1501)
     with Image.open(io.BytesIO(out.getvalue())) as probe:  # within the budget: Pillow's own decode, as before
         assert np.array_equal(np.asarray(load_image(url)), np.asarray(probe.convert("RGB")))
+
+
+def test_the_admission_check_judges_answers_turns_and_bounds():
+    """`maestro reliability`'s admission check fails on a refusal or a wrong count, on episodes that never took
+    turns, and on a budget or an RSS past its bound."""
+    from maestro_graph.reliability.admission import ADMITTED_MEMORY_LIMIT_MB, admitted_problem
+
+    answered = ([200] * 4, ["7"] * 4)
+    assert admitted_problem(*answered, waited=2, peak=500, limit=512, grown_mb=300) is None
+    assert "not every request" in admitted_problem([200, 200, 503, 200], ["7", "7", None, "7"], 2, 500, 512, 300)
+    assert "not every request" in admitted_problem([200] * 4, ["7", "", "7", "7"], 2, 500, 512, 300)
+    assert "ran together" in admitted_problem(*answered, waited=0, peak=500, limit=512, grown_mb=300)
+    assert "past its limit" in admitted_problem(*answered, waited=2, peak=600, limit=512, grown_mb=300)
+    assert "RSS grew" in admitted_problem(*answered, 2, 500, 512, ADMITTED_MEMORY_LIMIT_MB + 1)
+
+
+@pytest.mark.slow  # about 40 s on two busy cores: four episodes on a 5.8-megapixel image, one after another
+def test_maestro_reliability_admits_concurrent_large_images(tmp_path, image_memory):
+    import os
+
+    from maestro_graph.reliability.admission import admitted_large_images
+    from maestro_graph.reliability.registries import fault_registry
+    from maestro_graph.reliability.target import Target
+
+    case = admitted_large_images(Target("", os.getpid(), tmp_path, "", fault_registry(tmp_path, None)))
+    assert case.ok, f"{case.attack}: {case.must} did not hold: {case.detail}"

@@ -41,6 +41,7 @@ from ..images.load import load_image
 from ..policy import make_policy
 from ..registry import Registry, load_config, load_skill
 from ..types import ErrorKind, Invoke, Step, StopReason
+from .admission import ADMISSION_CHECKS
 from .conversation import CONVERSATION_CHECKS
 from .registries import FAST_MODELS, fault_registry
 from .traffic import TRAFFIC_CHECKS
@@ -321,7 +322,8 @@ def run_reliability(out: Path, *, episodes: int = 200, policy: str = "rules", wo
     progress("bad-input suite")
     cases = bad_input_suite(out / "inputs", baseline_reg)
     trust = run_trust_suite(out / "trust", folders["no-faults"] / "registry.yaml", EXAMPLES / "qrcode.png",
-                            progress=progress, checks=(*TRUST_CHECKS, *TRAFFIC_CHECKS, *CONVERSATION_CHECKS))
+                            progress=progress, checks=(*TRUST_CHECKS, *TRAFFIC_CHECKS, *CONVERSATION_CHECKS,
+                                                       *ADMISSION_CHECKS))
     results = {
         "policy": policy, "items": len(items), "task_files": [str(f) for f in files],
         "fault_scenarios": scenarios,
