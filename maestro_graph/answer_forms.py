@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Callable, Literal
+from collections.abc import Callable
+from typing import Literal
 
 from .choices import names_option
 from .numbers import parse_number

@@ -152,7 +152,7 @@ def missing_extra(extra: str, feature: str, module: str | None) -> str:
     return f"{feature} needs the `{extra}` extra ({module} is not installed): pip install 'maestro-graph[{extra}]'"
 
 
-def first_validation_problem(exc: "ValidationError") -> tuple[str, str]:
+def first_validation_problem(exc: ValidationError) -> tuple[str, str]:
     """(field path, message) of every problem, joined, for an error that names the field."""
     fields, messages = [], []
     for err in exc.errors():

@@ -1,7 +1,7 @@
 """Scoring a predicted answer against a task's answer, shared by everything that scores (eval, rewards, oracle).
 
-numbers: relative tolerance after parsing (`numbers.parse_number`: commas, units, %, $ stripped); yesno: also true/false; choice: by letter
-or by option text; pair `(a,b)`: by numbers; text: normalised exact match.
+numbers: relative tolerance after parsing (`numbers.parse_number`: commas, units, %, $ stripped); yesno: also
+true/false; choice: by letter or by option text; pair `(a,b)`: by numbers; text: normalised exact match.
 """
 
 from __future__ import annotations

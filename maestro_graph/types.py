@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import (
+    Annotated,
+    Literal,
+    NotRequired,  # pydantic builds JSON schemas from it on Python < 3.12
+)
 
 from pydantic import BaseModel, Field
-from typing_extensions import NotRequired, TypedDict  # pydantic builds JSON schemas from it on Python < 3.12
+from typing_extensions import TypedDict
 
-__all__ = ["PAIR_SEP", "ErrorKind", "StopReason", "stop_text", "Decision", "Invoke", "Answer", "Action", "InvalidAction", "SkillResult", "Step", "Turn", "Probability", "pair_id", "split_pair"]
+__all__ = ["PAIR_SEP", "ErrorKind", "StopReason", "stop_text", "Decision", "Invoke", "Answer", "Action",
+           "InvalidAction", "SkillResult", "Step", "Turn", "Probability", "pair_id", "split_pair"]
 
 PAIR_SEP = "@@"
 
@@ -164,8 +169,8 @@ class Decision(BaseModel):
                                                       "without asking it)")
 
     @classmethod
-    def of(cls, action: "Invoke | Answer | InvalidAction", *, turn: int, policy: str, log_prob: float | None,
-           entropy: float | None, forced: bool = False, latency_s: float | None = None) -> "Decision":
+    def of(cls, action: Invoke | Answer | InvalidAction, *, turn: int, policy: str, log_prob: float | None,
+           entropy: float | None, forced: bool = False, latency_s: float | None = None) -> Decision:
         common = {"turn": turn, "policy": policy, "log_prob": log_prob, "entropy": entropy, "forced": forced,
                   "latency_s": latency_s}
         if isinstance(action, Invoke):
@@ -174,7 +179,7 @@ class Decision(BaseModel):
             return cls(kind="answer", text=action.text, **common)
         return cls(kind="invalid", text=action.text, reason=action.reason, **common)
 
-    def action(self) -> "Invoke | Answer | InvalidAction":
+    def action(self) -> Invoke | Answer | InvalidAction:
         if self.kind == "invoke":
             model, skill = split_pair(self.pair or "")
             return Invoke(model, skill, self.input)

@@ -28,10 +28,10 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import numpy as np
@@ -108,10 +108,10 @@ def concurrent(args: argparse.Namespace) -> None:
             client.post(f"{url}/v1/chat/completions", json=bomb_request([warm]))  # the experts loaded: the baseline
             row: dict = {"image": name, "bytes": len(image) * 3 // 4, "server": args.source}
             for count in (1, args.concurrent):
-                def send(_: int) -> httpx.Response:
+                def send(_: int, image: str = image) -> httpx.Response:
                     return client.post(f"{url}/v1/chat/completions", json=bomb_request([image]))
 
-                def all_at_once() -> list[httpx.Response]:
+                def all_at_once(count: int = count) -> list[httpx.Response]:
                     with ThreadPoolExecutor(count) as pool:
                         return list(pool.map(send, range(count)))
 

@@ -25,6 +25,8 @@ from pathlib import Path
 
 from maestro_graph.core.environment import BENCH_KEYS
 from maestro_graph.images.load import image_to_data_url, load_image
+from maestro_graph.reliability.image_checks import bomb_request, bomb_urls
+from maestro_graph.reliability.target import peak_rss_growth_mb
 from maestro_graph.reliability.traffic import (
     OWNER_KEYS,
     Trickler,
@@ -35,8 +37,6 @@ from maestro_graph.reliability.traffic import (
     traffic_server_args,
     trickle_case,
 )
-from maestro_graph.reliability.image_checks import bomb_request, bomb_urls
-from maestro_graph.reliability.target import peak_rss_growth_mb
 from maestro_graph.serve.loopback import free_port, wait_until_up
 
 ROOT = Path(__file__).resolve().parents[1]

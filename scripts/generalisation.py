@@ -36,9 +36,9 @@ import argparse
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -326,20 +326,17 @@ def _loso_summary(rows: list[dict]) -> list[str]:
         items, closed, hopeless = (sum(r[k] for r in loso) for k in ("items", "closed_items", "no_pair_items"))
         routers = (loso[0]["router"], "knn", "classifier")
 
-        def pooled(key: str, router: str) -> int:
-            return sum(r[key][router] for r in loso)
-
-        def calls(router: str) -> float:
-            return sum(r["no_pair_calls"][router] * r["no_pair_items"] for r in loso) / max(hopeless, 1)
+        pooled = {key: {k: sum(r[key][k] for r in loso) for k in routers} for key in ("no_answer", "no_answer_closed")}
+        calls = {k: sum(r["no_pair_calls"][k] * r["no_pair_items"] for r in loso) / max(hopeless, 1) for k in routers}
 
         lines.append(f"\nLeave-one-source-out, seed {seed}, macro over {len(loso)} held-out sources: "
                      f"{routers[0]} {macro['after']:.3f}, knn {macro['knn']:.3f}, classifier "
                      f"{macro['classifier']:.3f}, oracle {macro['oracle_after']:.3f}; below chance: "
                      f"{', '.join(below) or 'none'}. No answer (of {items} items; of {closed} with choices or "
-                     f"yes/no): " + ", ".join(f"{k} {pooled('no_answer', k)} ({pooled('no_answer_closed', k)})"
+                     f"yes/no): " + ", ".join(f"{k} {pooled['no_answer'][k]} ({pooled['no_answer_closed'][k]})"
                                              for k in routers) +
                      f". Calls per episode on the {hopeless} items no pair answers: " +
-                     ", ".join(f"{k} {calls(k):.2f}" for k in routers) + ".")
+                     ", ".join(f"{k} {calls[k]:.2f}" for k in routers) + ".")
     return lines
 
 

@@ -16,6 +16,7 @@ os.environ["COLUMNS"] = "400"
 # typer reads TERMINAL_WIDTH once, when `typer.rich_utils` is first imported: imported here, so that a test that
 # narrows the terminal for one invocation (test_cli_narrow) does not narrow every later help of its process
 import typer.rich_utils  # noqa: E402,F401
+
 # the CLI's expert cache (and every subprocess's) goes to a folder of this run, not into the repository, and goes
 # with the run (each xdist worker makes its own)
 os.environ["MAESTRO_CACHE_DIR"] = tempfile.mkdtemp(prefix="maestro-test-cache-")

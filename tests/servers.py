@@ -12,8 +12,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from maestro_graph.serve.loopback import free_port
 from maestro_graph.serve.loopback import wait_until_up as _wait_until_up
@@ -136,8 +136,8 @@ def descendants(pid: int) -> set[int]:
 
 def slow_messages() -> list[dict]:
     """The chat request of a `slow_registry` episode: the slow question about an example image."""
-    return [{"role": "user", "content": [{"type": "text", "text": SLOW_QUESTION},
-                                         {"type": "image_url", "image_url": {"url": data_url(EXAMPLES / "circles.png")}}]}]
+    image = {"type": "image_url", "image_url": {"url": data_url(EXAMPLES / "circles.png")}}
+    return [{"role": "user", "content": [{"type": "text", "text": SLOW_QUESTION}, image]}]
 
 
 def stream_slow_episode(client, thread_id: str, on_slow_step, seen: list) -> None:

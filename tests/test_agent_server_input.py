@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
-
 import os
+from pathlib import Path
 
 import pytest
 from servers import data_url, langgraph_dev
 
-from maestro_graph.reliability.agent_input import (COMMAND_REFUSALS, REFUSED, WRONG_INPUT, agent_server_input,
-                                                   typed_input_error)
+from maestro_graph.reliability.agent_input import (
+    COMMAND_REFUSALS,
+    REFUSED,
+    WRONG_INPUT,
+    agent_server_input,
+    typed_input_error,
+)
 from maestro_graph.reliability.registries import fault_registry
 from maestro_graph.reliability.target import Target
 

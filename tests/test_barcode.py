@@ -111,7 +111,8 @@ def test_opencv_upc_a_is_answered_in_gtin13_form(registry):
     image = str(IMAGES / "a592073ab75e714a.webp")
     (code,) = OpenCVBarcodeExpert().decode(_image("a592073ab75e714a.webp"))
     assert (code.format, code.text) == ("UPC-A", "071691155775")  # OpenCV's 12 digits
-    step = registry.run(Invoke("opencv-barcode", "barcode-reading"), question="What is the barcode's value?", images=[image])
+    step = registry.run(Invoke("opencv-barcode", "barcode-reading"), question="What is the barcode's value?",
+                        images=[image])
     assert step.answer == "0071691155775"  # same as zxing-cpp's EAN-13 read
 
 

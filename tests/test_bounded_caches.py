@@ -1,5 +1,5 @@
-"""In-process memos are bounded (docs/security.md: every cache is bounded): question embeddings and image descriptors keep
-their most recent entries up to a cap, keyed by digests rather than by the (possibly huge) text or data URL."""
+"""In-process memos are bounded (docs/security.md: every cache is bounded): question embeddings and image descriptors
+keep their most recent entries up to a cap, keyed by digests rather than by the (possibly huge) text or data URL."""
 
 from __future__ import annotations
 

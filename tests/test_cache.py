@@ -116,7 +116,8 @@ def test_step_cache_replays_and_invalidates_on_version_change(tmp_path):
     cache = ExpertCache(tmp_path / "cache")
 
     def run():
-        return Registry.load(config, cache=cache).run(Invoke("rapidocr", "first-line"), question="q", images=[str(image)])
+        return Registry.load(config, cache=cache).run(Invoke("rapidocr", "first-line"), question="q",
+                                                      images=[str(image)])
 
     first, second = run(), run()
     assert not first.cached and second.cached and second.answer == first.answer

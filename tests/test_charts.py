@@ -1,4 +1,5 @@
-"""chart-qa on real ChartBench statements, with both OCR models: printed labels, pie labels, axis reading, chart type."""
+"""chart-qa on real ChartBench statements, with both OCR models: printed labels, pie labels, axis reading, chart
+type."""
 
 from __future__ import annotations
 

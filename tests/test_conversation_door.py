@@ -88,8 +88,8 @@ CIRCLES_QUESTION = "How many circles are in the image?"
 
 
 def _circles_message(text: str) -> dict:
-    return {"role": "user", "content": [{"type": "text", "text": text},
-                                        {"type": "image_url", "image_url": {"url": data_url(EXAMPLES / "circles.png")}}]}
+    image = {"type": "image_url", "image_url": {"url": data_url(EXAMPLES / "circles.png")}}
+    return {"role": "user", "content": [{"type": "text", "text": text}, image]}
 
 
 @pytest.mark.slow

@@ -22,7 +22,8 @@ COUNTING = Invoke("opencv-vision", "counting")
 
 @pytest.mark.parametrize(("question", "answer"), [
     (STATEMENTS, "There are 7 circles"),
-    ("Which statement is true? A. There are no circles; B. There are more than 5 circles", "There are more than 5 circles"),
+    ("Which statement is true? A. There are no circles; B. There are more than 5 circles",
+     "There are more than 5 circles"),
     ("Is the number of circles greater than 5?", "Yes"),
     ("Are there more than 8 circles in the image?", "No"),
     ("Are there fewer than 9 circles in the image?", "Yes"),

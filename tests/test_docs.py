@@ -21,7 +21,8 @@ PAGES = [README, *DOCS]
 MAX_LINES = 400
 MAX_BYTES = 40_000
 FIRST_SCREEN = 40
-SETUP_COMMANDS = ("scripts/setup.sh && .venv/bin/maestro ask ", "scripts/setup.sh && .venv/bin/python -m pytest -q -n 2")
+SETUP_COMMANDS = ("scripts/setup.sh && .venv/bin/maestro ask ",
+                  "scripts/setup.sh && .venv/bin/python -m pytest -q -n 2")
 OUTSIDE = ("../shared", "DESIGN.md", "STYLE.md")
 """Documents that live beside the repository, not in it: a clone has none of them."""
 RESULTS = ROOT / "docs" / "results.md"
@@ -112,8 +113,8 @@ def test_no_code_names_a_document_outside_the_repository():
 
 def test_the_readme_draws_the_real_graph():
     """The picture on the README is `draw_mermaid()` of the default graph; regenerate it when the graph changes:
-    `.venv/bin/python -c "from maestro_graph.episode.graph import build_graph; from maestro_graph.registry import Registry;
-    print(build_graph(Registry.load()).get_graph().draw_mermaid())"`."""
+    `.venv/bin/python -c "from maestro_graph.episode.graph import build_graph; from maestro_graph.registry import
+    Registry; print(build_graph(Registry.load()).get_graph().draw_mermaid())"`."""
     from maestro_graph.episode.graph import build_graph
     from maestro_graph.registry import Registry
 

@@ -5,8 +5,9 @@ in OpenAI's error shape on both HTTP doors, and so is an unknown body field."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 import openai

@@ -8,8 +8,19 @@ import re
 from pathlib import Path
 
 from maestro_graph.core import environment
-from maestro_graph.core.environment import (API_KEY, CACHE_DIR, CACHE_TTL_S, DEVICE, ENVIRONMENT, IMAGE_DIRS,
-                                            IMAGE_HOSTS, MODELS_DIR, POLICIES, POLICY, REGISTRY)
+from maestro_graph.core.environment import (
+    API_KEY,
+    CACHE_DIR,
+    CACHE_TTL_S,
+    DEVICE,
+    ENVIRONMENT,
+    IMAGE_DIRS,
+    IMAGE_HOSTS,
+    MODELS_DIR,
+    POLICIES,
+    POLICY,
+    REGISTRY,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 _NAME = re.compile(r"MAESTRO_[A-Z0-9_]+")

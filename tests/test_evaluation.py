@@ -90,12 +90,14 @@ def test_eval_writes_report_for_every_policy(files):
     assert f"| rules | {len(answered)} | {rules['ece']:.3f} |" in report and (out / "reliability.png").is_file()
     assert (out / "routing_knn.png").is_file() and not (out / "routing_fixed_opencv-vision__counting.png").exists()
     counters = (out / "predictions" / "oracle.metrics.prom").read_text()  # as `maestro predict` writes them
-    episodes = sum(float(line.split()[-1]) for line in counters.splitlines() if line.startswith("maestro_episodes_total"))
+    episodes = sum(float(line.split()[-1]) for line in counters.splitlines()
+                   if line.startswith("maestro_episodes_total"))
     assert episodes == len(oracle_records := (out / "predictions" / "oracle.jsonl").read_text().splitlines())
     assert oracle_records and "maestro_expert_calls_total" in counters
     assert len((out / "predictions" / "knn.jsonl").read_text().splitlines()) == 2
     trained_on = PairOutcomes.load(out / "train_outcomes.json")
-    assert trained_on.scores.shape == (2, len(trained_on.pairs)) and trained_on.best_single() == data["best_single_pair"]
+    assert trained_on.scores.shape == (2, len(trained_on.pairs))
+    assert trained_on.best_single() == data["best_single_pair"]
     assert "## Every pair on the training items" in report
     assert {r.source for r in trained_on.by_source()} <= {"shapes", "codes"}
     assert all(r.oracle_accuracy >= r.best_accuracy for r in trained_on.by_source())
@@ -192,7 +194,8 @@ def test_a_long_policy_name_gets_a_short_distinct_file_stem():
     from maestro_graph.evaluation.evaluate import MAX_STEM, file_stem
 
     assert file_stem("fixed:rapidocr@@chart-qa") == "fixed_rapidocr__chart-qa"
-    paths = [f"runs/an/experiment/with/a/long/name/source:chartbench/seed{i}/train/policy.safetensors" for i in range(4)]
+    paths = [f"runs/an/experiment/with/a/long/name/source:chartbench/seed{i}/train/policy.safetensors"
+             for i in range(4)]
     one, two = "neural:" + "+".join(paths), "neural:" + "+".join(paths[::-1])
     assert len(file_stem(one)) == MAX_STEM and file_stem(one) != file_stem(two)
 
@@ -214,8 +217,8 @@ def test_the_report_figures_show_every_policy_and_overlap_no_label():
 
     same = _bins((8, 0.85, 1.0), (9, 0.95, 1.0), (5, 0.55, 0.4))
     metrics = {name: {"reliability": same, "ece": 0.05, "mean_cost": cost, "macro_accuracy": accuracy}
-               for name, cost, accuracy in [("neural", 0.1, 0.94), ("rules", 0.1, 0.94), ("lm:shipped#choice", 0.1,
-                                                                                            0.93), ("random", 0.9, 0.2)]}
+               for name, cost, accuracy in [("neural", 0.1, 0.94), ("rules", 0.1, 0.94),
+                                            ("lm:shipped#choice", 0.1, 0.93), ("random", 0.9, 0.2)]}
     for figure, expected in ((reliability_figure, ["5", "12", "19"] * 4), (cost_figure, list(metrics))):
         fig = figure(plt, metrics)
         ax = fig.axes[0]

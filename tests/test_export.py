@@ -127,10 +127,12 @@ def test_old_records_and_bad_lines_still_load(predictions, tmp_path):
 
     first = json.loads(predictions.read_text().splitlines()[0])
     old = {k: v for k, v in first.items() if k not in ("version", "decisions")}
-    old["steps"] = [{k: s[k] for k in ("model", "skill", "cost", "latency_s", "answer", "error")} for s in first["steps"]]
+    old["steps"] = [{k: s[k] for k in ("model", "skill", "cost", "latency_s", "answer", "error")}
+                    for s in first["steps"]]
     mixed = tmp_path / "mixed.jsonl"
     mixed.write_bytes(json.dumps(old).encode() + b"\n" + b"\xff\xfe not utf-8\n" + predictions.read_bytes()[:-40])
     episodes, bad = load_episodes(mixed, TASKS)
-    assert [t.id for t, _ in episodes] == [first["id"], first["id"], json.loads(predictions.read_text().splitlines()[1])["id"]]
+    second = json.loads(predictions.read_text().splitlines()[1])["id"]
+    assert [t.id for t, _ in episodes] == [first["id"], first["id"], second]
     assert episodes[0][1].answer == first["answer"] and episodes[0][1].decisions == []
     assert len(bad) == 2 and "line 2: not valid UTF-8" in bad[0] and "line 5: malformed JSON" in bad[1]

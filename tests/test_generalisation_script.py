@@ -24,9 +24,11 @@ def test_the_benchmark_writes_its_table(tmp_path):
     registry = fault_registry(tmp_path, None)
     out = tmp_path / "out"
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "generalisation.py"), "--train",
-                          str(tmp_path / "vision" / "tasks.jsonl"), "--tasks", str(tmp_path / "barcode" / "tasks.jsonl"),
-                          "--out", str(out), "--experiments", "barcode", "source:zxing_barcodes", "--seeds", "0", "1", "--ensemble", "--steps", "1",
-                          "--num-generations", "2", "--tasks-per-step", "2", "--limit", "3", "--registry", str(registry),
+                          str(tmp_path / "vision" / "tasks.jsonl"), "--tasks",
+                          str(tmp_path / "barcode" / "tasks.jsonl"), "--out", str(out), "--experiments", "barcode",
+                          "source:zxing_barcodes", "--seeds", "0", "1", "--ensemble", "--steps", "1",
+                          "--num-generations", "2", "--tasks-per-step", "2", "--limit", "3", "--registry",
+                          str(registry),
                           "--cache-dir", str(tmp_path / "cache"), "--profile", "--workers", "1"],
                          env=server_env(), capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
@@ -81,7 +83,8 @@ def test_the_lm_router_trains_without_the_held_out_cards_and_meets_them_after(tm
                           "--tasks", str(tmp_path / "barcode" / "tasks.jsonl"),
                           "--out", str(out), "--experiments", "barcode", "--seeds", "0", "--limit", "2",
                           "--max-turns", "1", "--registry", str(registry), "--cache-dir", str(tmp_path / "cache"),
-                          "--lm-config", str(ROOT / "configs" / "recipes" / "lm-router-sft.yaml"), "--lm-set", "sft_steps=1",
+                          "--lm-config", str(ROOT / "configs" / "recipes" / "lm-router-sft.yaml"),
+                          "--lm-set", "sft_steps=1",
                           "steps=0", "sft_min_score=0", "per_device_train_batch_size=2", "num_generations=2",
                           "max_turns=1",
                           "--steps", "1", "--tasks-per-step", "1", "--num-generations", "2"],

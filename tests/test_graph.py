@@ -123,8 +123,9 @@ def test_a_policy_that_ignores_the_spent_budget_is_overruled_and_logged(registry
     and carries no log-probability (the policy never drew that answer: -inf is not even valid JSON)."""
     policy = _ScriptedPolicy(["sympy@@arithmetic", "opencv-vision@@counting", "rapidocr@@text-reading"])
     graph = build_graph(registry, policy)
-    events = [e for mode, e in graph.stream({"question": "How many circles are in the image? 2 plus 3", "images": [CIRCLES]},
-                                            stream_mode=["custom", "values"], context=MaestroContext(max_turns=2))
+    question = {"question": "How many circles are in the image? 2 plus 3", "images": [CIRCLES]}
+    events = [e for mode, e in graph.stream(question, stream_mode=["custom", "values"],
+                                            context=MaestroContext(max_turns=2))
               if mode == "custom" and e["event"] == "decision"]
     last = events[-1]
     assert last["overruled"]["pair"] == "rapidocr@@text-reading" and last["log_prob"] is None
@@ -135,7 +136,8 @@ def test_a_policy_that_ignores_the_spent_budget_is_overruled_and_logged(registry
 def test_random_policy_samples_even_in_a_greedy_run(registry):
     """`random` is a baseline: under the default (greedy) context it must still pick at random, per seed."""
     graph = build_graph(registry, make_policy("random"))
-    runs = [run_episode(graph, COUNT_Q, [CIRCLES], context=MaestroContext(max_turns=1, seed=seed)) for seed in range(12)]
+    runs = [run_episode(graph, COUNT_Q, [CIRCLES], context=MaestroContext(max_turns=1, seed=seed))
+            for seed in range(12)]
     first = {r.steps[0].pair for r in runs if r.steps}  # answering at once (no answer) is one of its draws too
     assert len(first) >= 3, first
 

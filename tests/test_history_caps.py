@@ -17,8 +17,13 @@ import openai
 import pytest
 from servers import EXAMPLES, data_url
 
-from maestro_graph.reliability.conversation import (HISTORY_MAX_IMAGES, HISTORY_MAX_MESSAGES, history_caps,
-                                                    history_turns, shifted_circles_url)
+from maestro_graph.reliability.conversation import (
+    HISTORY_MAX_IMAGES,
+    HISTORY_MAX_MESSAGES,
+    history_caps,
+    history_turns,
+    shifted_circles_url,
+)
 from maestro_graph.reliability.registries import fault_registry
 from maestro_graph.reliability.target import Target
 from maestro_graph.serve import ServeSettings, create_app

@@ -79,7 +79,8 @@ def test_questions_are_cleaned_and_capped(registry):
     assert controlled.answer == "Wikipedia"
     long = run_episode(graph, "x" * (MAX_QUESTION_CHARS + 1), [str(QR)])
     assert long.answer is None and not long.steps
-    assert long.stop_reason == f"input error: the question has {MAX_QUESTION_CHARS + 1:,} characters, above the cap of 4,000"
+    assert long.stop_reason == (f"input error: the question has {MAX_QUESTION_CHARS + 1:,} characters, "
+                                "above the cap of 4,000")
     empty = run_episode(graph, "", [])
     assert empty.stop_reason == f"input error: {EMPTY_QUESTION}"
 
@@ -164,7 +165,8 @@ def test_lm_router_prompt_fences_observations():
 # -- the server: exact status for each hostile input, and it keeps serving ----------------------------------------
 @pytest.fixture(scope="module")
 def server(registry):
-    with running_app(create_app(registry, ServeSettings(api_key_env="MAESTRO_TEST_HOSTILE_KEY", policy="rules"))) as url:
+    settings = ServeSettings(api_key_env="MAESTRO_TEST_HOSTILE_KEY", policy="rules")
+    with running_app(create_app(registry, settings)) as url:
         yield url
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from servers import data_url, langgraph_dev
 
-from maestro_graph.core.question_text import EMPTY_QUESTION
 from maestro_graph.core.configs import MAX_TURNS
+from maestro_graph.core.question_text import EMPTY_QUESTION
 from maestro_graph.reliability.target import Listener, PlantedPickle
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +37,8 @@ def test_sdk_runs_an_episode_with_streamed_steps(server_url):
         assistants = await client.assistants.search(graph_id="maestro")
         assert assistants, "the maestro graph is registered"
         thread = await client.threads.create()
-        payload = {"question": "How many circles are in the image?", "images": [data_url(ROOT / "examples/circles.png")]}
+        payload = {"question": "How many circles are in the image?",
+                   "images": [data_url(ROOT / "examples/circles.png")]}
         events = [
             chunk async for chunk in client.runs.stream(
                 thread["thread_id"], "maestro", input=payload, stream_mode=["custom", "values"],
@@ -93,7 +94,8 @@ def test_a_thread_answers_each_new_question_and_keeps_the_history(server_url):
     async def go():
         client = get_client(url=server_url)
         thread = (await client.threads.create())["thread_id"]
-        circles = {"question": "How many circles are in the image?", "images": [data_url(ROOT / "examples/circles.png")]}
+        circles = {"question": "How many circles are in the image?",
+                   "images": [data_url(ROOT / "examples/circles.png")]}
         qr = {"question": "What text does the QR code encode?", "images": [data_url(ROOT / "examples/qrcode.png")]}
         first = await client.runs.wait(thread, "maestro", input=circles, context={"policy": "rules"})
         second = await client.runs.wait(thread, "maestro", input=qr, context={"policy": "rules"})
@@ -154,8 +156,9 @@ def test_input_errors_reach_the_caller_as_typed_events(server_url):
         "blank-question"])
 def test_bad_contexts_and_blank_questions_end_with_the_typed_input_error(server_url, payload, context, reason):
     """A run context of the wrong type or out of bounds, and a blank question (spaces and
-    invisible characters) with no image to read it from, end the run with the typed input error (an `error` event of kind `input`, then `input error: <why>`,
-    no expert called) instead of a TypeError or an answer made up from nothing."""
+    invisible characters) with no image to read it from, end the run with the typed input error (an `error` event of
+    kind `input`, then `input error: <why>`, no expert called) instead of a TypeError or an answer made up from
+    nothing."""
     from langgraph_sdk import get_client
 
     run_input = {"question": "What text does the QR code encode?", "images": [data_url(ROOT / "examples/qrcode.png")],

@@ -40,8 +40,8 @@ from maestro_graph.policy.lm.weights import cached_hf_folder
 from maestro_graph.registry import Registry
 from maestro_graph.rl.config import LMTrainConfig
 from maestro_graph.rl.export import ExportOptions, episode_messages
-from maestro_graph.rl.trl_train import sft_renderings
 from maestro_graph.rl.rewards import format_errors
+from maestro_graph.rl.trl_train import sft_renderings
 from maestro_graph.types import Answer, InvalidAction, Invoke, Step, StopReason
 
 SHORT = PromptOptions(card_chars=60, observation_chars=200)
@@ -139,8 +139,8 @@ def test_a_measured_prompt_shows_each_experts_accuracy_on_similar_questions(tmp_
 
 
 def test_a_ranked_prompt_numbers_the_experts_by_their_accuracy_on_similar_questions(tmp_path):
-    """With order `reach`, option 1 is the pair the reach measured best on questions like this one (a barcode reader on a
-    barcode question), the numbers follow the figures down, a pair whose profile is hidden comes last, the number the
+    """With order `reach`, option 1 is the pair the reach measured best on questions like this one (a barcode reader on
+    a barcode question), the numbers follow the figures down, a pair whose profile is hidden comes last, the number the
     router writes calls that pair, and a router trained ranked reads its prompt ranked."""
     real, image, question, view, space = _profiled_barcode_question()
     ranked = PromptOptions(card_chars=60, order="ranked")

@@ -84,7 +84,8 @@ def test_extreme_weights_give_a_valid_distribution(registry):
     space = ActionSpace.build(registry, view)
     dist = policy.distribution(view, space)
     assert np.isfinite(dist.probs).all() and np.isclose(dist.probs.sum(), 1.0)
-    assert len(set(dist.actions)) == len(space.pairs) == len(registry.pair_ids()) - 5  # arithmetic, barcode, visual math decline
+    # arithmetic, barcode and visual math decline
+    assert len(set(dist.actions)) == len(space.pairs) == len(registry.pair_ids()) - 5
 
 
 def test_the_untrained_prior_favours_the_card_resembling_the_question(registry):
@@ -195,7 +196,8 @@ def _tiny_tasks(tmp_path: Path) -> Path:
          "answer_type": "number"},
         {"id": "q1", "question": "What is the value encoded in this code?", "images": ["qr.png"],
          "answer": "Wikipedia", "answer_type": "text"},
-        {"id": "c2", "question": "Count the circles.", "images": ["circles.png"], "answer": "7", "answer_type": "number"},
+        {"id": "c2", "question": "Count the circles.", "images": ["circles.png"], "answer": "7",
+         "answer_type": "number"},
     ]
     path = tmp_path / "train.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")

@@ -195,8 +195,8 @@ def test_a_skill_whose_model_is_not_installed_says_why_and_how_to_add_it(fresh_v
 
 def test_reliability_from_the_wheel_skips_the_checks_it_cannot_run(fresh_venv, tmp_path):
     """A short run of the whole command as an install with the `serve` extra has it: nothing lost, every faulty
-    episode completes, every hostile input handled. Without the `langserve` extra the server has no LangServe routes: their attacks
-    are skipped with the reason, not failed on 404s, and every check that can run does and holds."""
+    episode completes, every hostile input handled. Without the `langserve` extra the server has no LangServe routes:
+    their attacks are skipped with the reason, not failed on 404s, and every check that can run does and holds."""
     out = tmp_path / "reliability"
     barcode = ROOT / "tests" / "data" / "real" / "barcode" / "tasks.jsonl"
     wheel = next((fresh_venv.parent / "dist").glob("maestro_graph-*.whl"))

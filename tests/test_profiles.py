@@ -34,8 +34,8 @@ OPENCV = ("opencv-barcode", "maestro_graph.experts.opencv_barcode:OpenCVBarcodeE
 
 def _registry_file(folder: Path, models: list[dict], **extra) -> Path:
     path = folder / "registry.yaml"
-    path.write_text(yaml.safe_dump({"skill_dirs": [str(SKILLS)], "skills": ["barcode-reading", "barcode"], "models": models,
-                                    **extra}))
+    path.write_text(yaml.safe_dump({"skill_dirs": [str(SKILLS)], "skills": ["barcode-reading", "barcode"],
+                                    "models": models, **extra}))
     return path
 
 

@@ -107,7 +107,8 @@ def test_a_question_out_of_reach_stops_before_any_call_with_a_marked_guess(profi
     assert tried.steps and tried.stop != StopReason.OUT_OF_REACH
     # what the readers answer is routed as before
     decoded = run_episode(graph, "What is the value encoded in this barcode?", image, context=floor)
-    assert decoded.steps and decoded.answer == json.loads((BARCODES / "tasks.jsonl").read_text().splitlines()[1])["answer"]
+    expected = json.loads((BARCODES / "tasks.jsonl").read_text().splitlines()[1])["answer"]
+    assert decoded.steps and decoded.answer == expected
 
 
 def test_neighbours_only_a_declining_skill_answered_say_nothing_of_the_question(profiled):
@@ -296,9 +297,8 @@ def test_a_server_with_a_reach_floor_answers_out_of_reach_questions_without_call
     import openai
     from servers import data_url
 
-    from maestro_graph.serve.loopback import running_app
-
     from maestro_graph.serve import ServeSettings, create_app
+    from maestro_graph.serve.loopback import running_app
 
     image = BARCODES / json.loads((BARCODES / "tasks.jsonl").read_text().splitlines()[1])["images"][0]
     messages = [{"role": "user", "content": [

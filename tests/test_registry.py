@@ -18,7 +18,8 @@ from maestro_graph.types import Invoke
 SKILLS = Path(__file__).resolve().parents[1] / "skills"
 
 
-def write_skill(root: Path, name: str, *, front: str | None = None, code: str = "def run(ctx):\n    return None\n") -> Path:
+def write_skill(root: Path, name: str, *, front: str | None = None,
+                code: str = "def run(ctx):\n    return None\n") -> Path:
     folder = root / name
     folder.mkdir(parents=True)
     front = front if front is not None else textwrap.dedent(f"""\
@@ -104,7 +105,8 @@ def test_unavailable_model_is_reported_and_left_out_of_pairs(tmp_path):
         ("name: other\ndescription: d\nmetadata: {tier: \"1\", requires: ocr, entry: \"skill.py:run\"}\n", "name"),
         ("name: s\nmetadata: {tier: \"1\", requires: ocr, entry: \"skill.py:run\"}\n", "description"),
         ("name: s\ndescription: d\nmetadata: {tier: \"3\", requires: ocr, entry: \"skill.py:run\"}\n", "metadata.tier"),
-        ("name: s\ndescription: d\nmetadata: {tier: \"1\", requires: \"\", entry: \"skill.py:run\"}\n", "metadata.requires"),
+        ("name: s\ndescription: d\nmetadata: {tier: \"1\", requires: \"\", entry: \"skill.py:run\"}\n",
+         "metadata.requires"),
         ("name: s\ndescription: d\nmetadata: {tier: \"1\", requires: ocr, entry: \"nope.py:run\"}\n", "metadata.entry"),
         ("name: s\ndescription: d\ntier: 1\nmetadata: {tier: \"1\", requires: ocr, entry: \"skill.py:run\"}\n", "tier"),
     ],
@@ -140,11 +142,14 @@ def test_skill_code_loads_lazily_and_bad_entry_is_named(tmp_path):
     [
         ("- name: x\n  description: d\n  capabilities: [ocr]\n  backend: {type: grpc}\n", "", "models.0.backend"),
         ("- name: x\n  capabilities: [ocr]\n  backend: {type: python, entry: \"a.b:C\"}\n", "", "models.0.description"),
-        ("- name: x\n  description: d\n  capabilities: [ocr]\n  backend: {type: python, entry: \"maestro_graph.experts.nope:C\"}\n",
+        ("- name: x\n  description: d\n  capabilities: [ocr]\n"
+         "  backend: {type: python, entry: \"maestro_graph.experts.nope:C\"}\n",
          "", "models.0.backend.entry"),
-        ("- name: x\n  description: d\n  capabilities: [ocr]\n  backend: {type: python, entry: \"maestro_graph.experts.rapid_ocr:Nope\"}\n",
+        ("- name: x\n  description: d\n  capabilities: [ocr]\n"
+         "  backend: {type: python, entry: \"maestro_graph.experts.rapid_ocr:Nope\"}\n",
          "", "models.0.backend.entry"),
-        ("- name: x\n  description: d\n  capabilities: [ocr]\n  timeout_s: -1\n  backend: {type: python, entry: \"a:B\"}\n",
+        ("- name: x\n  description: d\n  capabilities: [ocr]\n  timeout_s: -1\n"
+         "  backend: {type: python, entry: \"a:B\"}\n",
          "", "models.0.timeout_s"),
         (OCR_MODELS, "skills: [no-such-skill]\n", "skills"),
     ],
@@ -195,7 +200,7 @@ class StampOCR:
 '''
 
 
-def _maestro(*args: str, pythonpath: str | None = None) -> "subprocess.CompletedProcess[str]":
+def _maestro(*args: str, pythonpath: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     env.pop("PYTHONPATH", None)
     if pythonpath:

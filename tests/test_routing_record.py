@@ -11,10 +11,16 @@ from pathlib import Path
 import pytest
 
 from maestro_graph.cache.store import ExpertCache
-from maestro_graph.evaluation.evaluate import evaluate
 from maestro_graph.core.tasks import load_tasks
-from maestro_graph.evaluation.routing_record import (BASELINE, LEARNED, RoutingNote, RoutingRecord, first_calls,
-                                                     routing_record_path)
+from maestro_graph.evaluation.evaluate import evaluate
+from maestro_graph.evaluation.routing_record import (
+    BASELINE,
+    LEARNED,
+    RoutingNote,
+    RoutingRecord,
+    first_calls,
+    routing_record_path,
+)
 from maestro_graph.registry import Registry
 from maestro_graph.registry.config import default_config_path, load_config
 

@@ -66,7 +66,8 @@ def test_models_and_health(client, base_url):
 
 
 def test_plain_completion_answers_with_the_step_trace(client):
-    reply = client.chat.completions.create(model="maestro", messages=_user(QR_QUESTION, data_url(EXAMPLES / "qrcode.png")))
+    reply = client.chat.completions.create(model="maestro",
+                                           messages=_user(QR_QUESTION, data_url(EXAMPLES / "qrcode.png")))
     assert reply.choices[0].message.content == "Wikipedia"
     trace = reply.model_extra["maestro"]
     assert trace["stop_reason"] == "policy" and trace["thread_id"] is None

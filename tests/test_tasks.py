@@ -1,4 +1,5 @@
-"""Task files: every bad line is reported with its line number and reason; good lines still load. A task's chance level."""
+"""Task files: every bad line is reported with its line number and reason; good lines still load. A task's chance
+level."""
 
 import json
 

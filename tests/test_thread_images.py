@@ -10,8 +10,15 @@ import sqlite3
 import openai
 import pytest
 
-from maestro_graph.reliability.conversation import (MB, NEW_THREADS_LIMIT_BYTES, ONE_THREAD_LIMIT_BYTES,
-                                                    RESENT_QUESTIONS, big_png_url, resent_image_growth, sqlite_bytes)
+from maestro_graph.reliability.conversation import (
+    MB,
+    NEW_THREADS_LIMIT_BYTES,
+    ONE_THREAD_LIMIT_BYTES,
+    RESENT_QUESTIONS,
+    big_png_url,
+    resent_image_growth,
+    sqlite_bytes,
+)
 from maestro_graph.serve import ServeSettings, create_app
 from maestro_graph.serve.loopback import running_app
 

@@ -16,6 +16,10 @@ import openai
 import pytest
 from servers import EXAMPLES, data_url, maestro_serve, server_env
 
+from maestro_graph.registry import Registry
+from maestro_graph.reliability.image_checks import bomb_request, bomb_urls
+from maestro_graph.reliability.suite import fault_registry
+from maestro_graph.reliability.target import Target
 from maestro_graph.reliability.traffic import (
     OWNER_KEYS,
     Trickler,
@@ -26,10 +30,6 @@ from maestro_graph.reliability.traffic import (
     traffic_server_args,
     trickle_case,
 )
-from maestro_graph.registry import Registry
-from maestro_graph.reliability.image_checks import bomb_request, bomb_urls
-from maestro_graph.reliability.suite import fault_registry
-from maestro_graph.reliability.target import Target
 from maestro_graph.serve import ServeSettings, create_app
 from maestro_graph.serve.loopback import running_app
 

@@ -225,7 +225,8 @@ def test_shrunken_cpu_recipe_learns_saves_an_adapter_evaluates_and_resumes(tmp_p
     assert (tmp_path / "run" / "reward_curve.png").is_file()
     # several runs in one figure (scripts/plot_lm_runs.py): here the same run twice
     plotted = subprocess.run([sys.executable, str(ROOT / "scripts" / "plot_lm_runs.py"), str(tmp_path / "run"),
-                              str(tmp_path / "run"), "--out", str(tmp_path / "runs.png")], capture_output=True, text=True)
+                              str(tmp_path / "run"), "--out", str(tmp_path / "runs.png")],
+                             capture_output=True, text=True)
     assert plotted.returncode == 0, plotted.stderr
     assert (tmp_path / "runs.png").stat().st_size > 10_000
     policy = make_policy(f"lm:transformers:{tmp_path / 'run' / 'final'}#choice")

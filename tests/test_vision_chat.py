@@ -251,8 +251,8 @@ def test_serve_vlm_starts_a_vllm_server_per_loopback_vision_card():
 def test_serve_vlm_starts_servers_one_after_another_and_sigterm_to_it_stops_them_all(tmp_path):
     """scripts/serve-vlm.sh on a registry with two loopback vision cards, its `VLLM` a named fake
     (tests/vision_double.py run as `vllm serve`, taking a second to start where vLLM takes minutes): the second server
-    starts once the first answers /v1/models, and SIGTERM to the script alone stops both. A real server started by the script, asked with
-    an image and stopped with no process left, is tests/test_docs_vision.py's."""
+    starts once the first answers /v1/models, and SIGTERM to the script alone stops both. A real server started by the
+    script, asked with an image and stopped with no process left, is tests/test_docs_vision.py's."""
     import os
     import signal
     import subprocess

@@ -75,8 +75,8 @@ def test_action_values_come_from_the_measured_steps(setting):
 @pytest.mark.slow
 def test_warm_start_raises_the_expected_value_and_learns_where_to_stop(setting):
     _, tasks, registry, measured = setting
-    config = NeuralGRPOConfig(warm_start_steps=40, tasks_per_step=4, cost_weight=0.1, call_weight=0.05, registry_dropout=0.0,
-                        paraphrase_prob=0.0, seed=1, stop_without_answer=True)
+    config = NeuralGRPOConfig(warm_start_steps=40, tasks_per_step=4, cost_weight=0.1, call_weight=0.05,
+                              registry_dropout=0.0, paraphrase_prob=0.0, seed=1, stop_without_answer=True)
     policy = NeuralPolicy(NeuralConfig(seed=1, stop_without_answer=True))
     read = valued_tree(tasks[1], measured[1], registry, config).after[Invoke("zxing", "barcode-reading")]
 

@@ -15,7 +15,8 @@ from maestro_graph.policy.base import ActionSpace, EpisodeView
 from maestro_graph.registry import Registry
 
 ROOT = Path(__file__).resolve().parents[1]
-needs_zbar = pytest.mark.skipif(ZBarExpert.unavailable_reason() is not None, reason=str(ZBarExpert.unavailable_reason()))
+needs_zbar = pytest.mark.skipif(ZBarExpert.unavailable_reason() is not None,
+                                reason=str(ZBarExpert.unavailable_reason()))
 
 
 @needs_zbar

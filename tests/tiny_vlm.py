@@ -23,11 +23,11 @@ import torch
 
 from maestro_graph.policy.lm.weights import cached_hf_folder
 
-TEMPLATE = ("{%- for message in messages %}{{ '<|im_start|>' + message.role + '\\n' }}{%- if message.content is string %}"
-            "{{ message.content }}{%- else %}{%- for part in message.content %}{%- if part.type == 'image' %}"
-            "{{ '<image>' }}{%- elif part.type == 'text' %}{{ part.text }}{%- endif %}{%- endfor %}{%- endif %}"
-            "{{ '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
-            "{%- endif %}")
+TEMPLATE = ("{%- for message in messages %}{{ '<|im_start|>' + message.role + '\\n' }}"
+            "{%- if message.content is string %}{{ message.content }}{%- else %}{%- for part in message.content %}"
+            "{%- if part.type == 'image' %}{{ '<image>' }}{%- elif part.type == 'text' %}{{ part.text }}{%- endif %}"
+            "{%- endfor %}{%- endif %}{{ '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}"
+            "{{ '<|im_start|>assistant\\n' }}{%- endif %}")
 """SmolLM2's ChatML with an `<image>` per image part (the processor expands it into the image's patch tokens)."""
 
 

@@ -265,7 +265,7 @@ class VisionEndpointDouble:
                                              "message": {"role": "assistant", "content": reply}}],
                                 "usage": usage}).encode()
 
-    def __enter__(self) -> "VisionEndpointDouble":
+    def __enter__(self) -> VisionEndpointDouble:
         double = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -306,8 +306,8 @@ class VisionEndpointDouble:
 
 def _serve_like_vllm() -> None:
     """`vllm serve MODEL --port PORT ...` as scripts/serve-vlm.sh runs it, answering `--reply` until SIGTERM. It
-    first prints when it started, its process id, its arguments and CUDA_VISIBLE_DEVICES as one JSON line, and, like vLLM loading
-    a model, takes `--startup-s` before it listens."""
+    first prints when it started, its process id, its arguments and CUDA_VISIBLE_DEVICES as one JSON line, and, like
+    vLLM loading a model, takes `--startup-s` before it listens."""
     import argparse
     import os
     import signal

@@ -2,8 +2,16 @@
 and the Maestro graph as the Agent Server serves it (`served_maestro`, which the top-level `graphs/` modules that
 `langgraph.json` names compile). Importing this package builds nothing."""
 
-from .agent import (AgentContext, AgentInput, AgentOutput, AgentState, AskMaestro, build_agent, maestro_tool,
-                    remote_agent)
+from .agent import (
+                    AgentContext,
+                    AgentInput,
+                    AgentOutput,
+                    AgentState,
+                    AskMaestro,
+                    build_agent,
+                    maestro_tool,
+                    remote_agent,
+)
 from .served import served_maestro
 
 __all__ = ["AgentContext", "AgentInput", "AgentOutput", "AgentState", "AskMaestro", "build_agent", "maestro_tool",

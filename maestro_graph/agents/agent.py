@@ -30,8 +30,8 @@ from ..episode.confidence import answer_note
 from ..episode.context import MaestroContext
 from ..episode.endings import stop_update
 from ..episode.state import AnswerSource, StepRecord
-from ..images.sources import ImageRefused, ImageSources
 from ..errors import ConfigError
+from ..images.sources import ImageRefused, ImageSources
 from ..types import StopReason
 
 __all__ = ["AgentContext", "AgentInput", "AgentOutput", "AgentState", "AskMaestro", "build_agent", "remote_agent",

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 __all__ = ["LazyClient", "http_client"]
 
 
-def http_client(api_key_env: str | None, timeout_s: float) -> "httpx.Client":
+def http_client(api_key_env: str | None, timeout_s: float) -> httpx.Client:
     """An HTTP client for an OpenAI-compatible endpoint, with the bearer key read from `api_key_env` when set;
     KeyError (with the message) when that variable is empty. Shared by the expert and the LM policy backend."""
     import httpx
@@ -34,10 +34,10 @@ class LazyClient:
 
     def __init__(self, api_key_env: str | None, timeout_s: float, error: type[Exception]):
         self.api_key_env, self.timeout_s, self.error = api_key_env, timeout_s, error
-        self._client: "httpx.Client | None" = None
+        self._client: httpx.Client | None = None
         self._lock = threading.Lock()
 
-    def get(self) -> "httpx.Client":
+    def get(self) -> httpx.Client:
         with self._lock:
             if self._client is None:
                 try:

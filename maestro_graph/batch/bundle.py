@@ -44,7 +44,7 @@ class RegistryBundle:
     digest: str
 
     @classmethod
-    def of(cls, config_path: Path, *, profiled: bool = True) -> "RegistryBundle":
+    def of(cls, config_path: Path, *, profiled: bool = True) -> RegistryBundle:
         """The bundle of the registry file at `config_path` as the driver sees it (the registry it extends
         included); a bundle over MAX_BUNDLE_BYTES is a ConfigError naming the largest folder."""
         config = load_config(config_path)

@@ -24,16 +24,17 @@ import tempfile
 import threading
 import time
 from collections import Counter, OrderedDict, deque
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal, Protocol, Sequence, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from ..cache.backends import DEFAULT_TTL_S
 from ..cache.store import CacheStats, open_cache
+from ..core.configs import DEFAULT_WORKER_WAIT_S
 from ..core.memo import LRU
 from ..digests import file_digest
-from ..core.configs import DEFAULT_WORKER_WAIT_S
 from ..errors import ConfigError, NoLiveWorker, ServiceUnavailable, import_extra
 from ..images.load import MAX_FILE_BYTES, read_regular_file
 from ..registry import Registry
@@ -132,7 +133,7 @@ class RegistrySource:
         """The driver's registry files for the workers; None for the packaged registry, which every node has."""
         return RegistryBundle.of(self.config, profiled=self.profiled) if self.config is not None else None
 
-    def on_node(self, bundle: RegistryBundle | None) -> "RegistrySource":
+    def on_node(self, bundle: RegistryBundle | None) -> RegistrySource:
         """This source as a worker on its own node builds it: the shipped registry unpacked under `node_folder()`,
         and a relative cache folder there too, so no node needs the driver's disk layout."""
         root = node_folder()
@@ -229,8 +230,7 @@ class RayExecutor:
         if not self.ray.is_initialized():
             try:
                 self.ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False,
-                              runtime_env={"env_vars": _worker_env()}, log_to_driver=True,
-                              configure_logging=False)
+                              runtime_env={"env_vars": _worker_env()}, log_to_driver=True, configure_logging=False)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise ServiceUnavailable("Ray cluster", address or "local", str(exc).splitlines()[0]) from None
         # no restarts by Ray: a restarted actor waits for room on the cluster, and its item with it, even when
@@ -300,8 +300,8 @@ class RayExecutor:
                         self._replace()
                         attempts[index] += 1
                         if attempts[index] > _RETRIES:
-                            raise ConfigError(f"item {index} was running on {attempts[index]} workers that died "
-                                              f"(last: {self.lost[-1]}); it was not run again", field="executor")
+                            raise ConfigError(f"item {index} was running on {attempts[index]} workers that died (last: "
+                                              f"{self.lost[-1]}); it was not run again", field="executor") from exc
                         queue.appendleft((index, item))
                         continue
                     self._idle.append(actor)

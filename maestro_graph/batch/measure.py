@@ -63,7 +63,7 @@ def measure_steps(registry: Registry, tasks: list[Task], *, workers: int = 2, pr
         with ThreadPoolExecutor(max_workers=handle.card.concurrency * len(handle.urls),
                                 thread_name_prefix=f"measure-{model}") as pool:
             steps = pool.map(lambda job: _pair_steps([job[1]], registry, tasks[job[0]]), jobs)
-            for (i, pair), step in zip(jobs, steps):
+            for (i, _), step in zip(jobs, steps):
                 rows[i].update(step)
                 bar.update(1)
     bar.close()

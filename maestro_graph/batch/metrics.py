@@ -9,8 +9,9 @@ twice and an item whose worker died and ran again elsewhere counts once."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, write_to_textfile
 from prometheus_client import Counter as PromCounter
@@ -77,7 +78,7 @@ class BatchMetrics:
                 self.node_steps.labels(step.model).inc()
                 self.node_failures += 1
 
-    def write(self, path: Path, done_by_worker: Counter[str], lost: Iterable["LostWorker"] = (),
+    def write(self, path: Path, done_by_worker: Counter[str], lost: Iterable[LostWorker] = (),
               cache_errors: int = 0) -> None:
         """The counters as a Prometheus text file (node-exporter's textfile collector reads it as it is)."""
         for worker, items in done_by_worker.items():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -21,7 +20,7 @@ def make(
     out: Path = typer.Option(..., "--out", "-o", help="Folder to write train/val/test.jsonl and images/ into."),
     n: int = typer.Option(..., "--n", min=1, help="Items per split."),
     seed: int = typer.Option(0, "--seed", "-s", min=0, help="Suite seed: the same seed gives the same bytes."),
-    domains: Optional[list[str]] = typer.Option(None, "--domains", "-d",
+    domains: list[str] | None = typer.Option(None, "--domains", "-d",
                                                 help="Only these domains (repeat, or comma-separated)."),
     force: bool = typer.Option(False, "--force", help="Overwrite a folder that already holds a suite."),
 ) -> None:

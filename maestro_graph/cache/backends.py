@@ -15,8 +15,9 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from ..errors import ConfigError, ServiceUnavailable, import_extra
 

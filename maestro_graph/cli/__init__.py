@@ -9,9 +9,9 @@ import typer
 
 from ..bench.cli import bench_app
 from .ask import ask
-from .common import help_text
 from .cache import cache_clear
 from .calibrate import calibrate
+from .common import help_text
 from .evaluate import evaluate
 from .examples import examples
 from .export import export

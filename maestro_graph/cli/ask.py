@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 from rich import box
@@ -12,7 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import MaestroError
-from .common import console, fail, limit_threads, narrow, progress, registry as load_registry
+from .common import console, fail, limit_threads, narrow, progress
+from .common import registry as load_registry
 from .options import POLICY_HELP, MaxCostOpt, MaxTurnsOpt, ReachFloorOpt, RegistryOpt
 
 ERROR_CHARS = 80
@@ -30,8 +31,8 @@ def ask(
     image: list[Path] = typer.Option([], "--image", "-i", help="An image file (repeat for several), or "
                                      "example:NAME for an image the package ships (`maestro examples` lists them)."),
     choice: list[str] = typer.Option([], "--choice", "-c", help="A multiple-choice option (repeat)."),
-    policy: Optional[str] = typer.Option(None, "--policy", "-p", help=f"{POLICY_HELP}; default: neural"),
-    registry: Optional[Path] = RegistryOpt,
+    policy: str | None = typer.Option(None, "--policy", "-p", help=f"{POLICY_HELP}; default: neural"),
+    registry: Path | None = RegistryOpt,
     max_turns: int = MaxTurnsOpt,
     max_cost: float = MaxCostOpt,
     reach_floor: float = ReachFloorOpt,
@@ -39,8 +40,8 @@ def ask(
         0.0, min=0, max=1, help="Withhold an answer less sure than this (its confidence: the probability that it is "
         "right): no answer, exit 1, \"I could not find out\"; 0: every answer is given."),
     as_json: bool = typer.Option(False, "--json", help="Print the answer and trace as JSON."),
-    checkpoint_db: Optional[Path] = typer.Option(None, help="SQLite file to checkpoint the episode in."),
-    thread: Optional[str] = typer.Option(None, help="Thread id for the checkpoint; needs --checkpoint-db (a thread "
+    checkpoint_db: Path | None = typer.Option(None, help="SQLite file to checkpoint the episode in."),
+    thread: str | None = typer.Option(None, help="Thread id for the checkpoint; needs --checkpoint-db (a thread "
                                          "lives in the checkpoint database, so without one it is refused)."),
 ) -> None:
     """Answer QUESTION about the images and print the answer with a table of the steps taken."""

@@ -6,13 +6,27 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
-from .common import executor as start_executor, registry as open_registry
-from .options import (CacheDirOpt, CacheTtlOpt, CacheUrlOpt, ExecutorOpt, LimitOpt, MaxCostOpt, MaxTurnsOpt,
-                      NoCacheOpt, ReachFloorOpt, RegistryOpt, WorkersOpt, WorkerWaitOpt)
+from .common import executor as start_executor
+from .common import registry as open_registry
+from .options import (
+    CacheDirOpt,
+    CacheTtlOpt,
+    CacheUrlOpt,
+    ExecutorOpt,
+    LimitOpt,
+    MaxCostOpt,
+    MaxTurnsOpt,
+    NoCacheOpt,
+    ReachFloorOpt,
+    RegistryOpt,
+    WorkersOpt,
+    WorkerWaitOpt,
+)
 
 __all__ = ["BatchRun", "batch_run_options"]
 
@@ -21,14 +35,14 @@ __all__ = ["BatchRun", "batch_run_options"]
 class BatchRun:
     """The shared options of a batch command, as given (`--no-cache` already applied: no cache folder, no URL)."""
 
-    registry: Optional[Path]
+    registry: Path | None
     max_turns: int
     max_cost: float
     reach_floor: float
-    limit: Optional[int]
+    limit: int | None
     workers: int
-    cache_dir: Optional[Path]
-    cache_url: Optional[str]
+    cache_dir: Path | None
+    cache_url: str | None
     cache_ttl_s: int
     executor: str
     worker_wait_s: float
@@ -51,9 +65,9 @@ class BatchRun:
 
 
 _OPTIONS: list[tuple[str, Any, Any]] = [
-    ("registry", Optional[Path], RegistryOpt), ("max_turns", int, MaxTurnsOpt), ("max_cost", float, MaxCostOpt),
-    ("reach_floor", float, ReachFloorOpt), ("limit", Optional[int], LimitOpt), ("workers", int, WorkersOpt),
-    ("cache_dir", Path, CacheDirOpt), ("no_cache", bool, NoCacheOpt), ("cache_url", Optional[str], CacheUrlOpt),
+    ("registry", Path | None, RegistryOpt), ("max_turns", int, MaxTurnsOpt), ("max_cost", float, MaxCostOpt),
+    ("reach_floor", float, ReachFloorOpt), ("limit", int | None, LimitOpt), ("workers", int, WorkersOpt),
+    ("cache_dir", Path, CacheDirOpt), ("no_cache", bool, NoCacheOpt), ("cache_url", str | None, CacheUrlOpt),
     ("cache_ttl_s", int, CacheTtlOpt), ("executor", str, ExecutorOpt), ("worker_wait_s", float, WorkerWaitOpt)]
 """The options in the order `--help` lists them: name, type, typer option."""
 

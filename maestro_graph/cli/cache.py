@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 from ..errors import MaestroError
 from .common import console, fail
@@ -12,7 +11,7 @@ from .options import CacheDirOpt, CacheUrlOpt
 __all__ = ["cache_clear"]
 
 
-def cache_clear(cache_dir: Path = CacheDirOpt, cache_url: Optional[str] = CacheUrlOpt) -> None:
+def cache_clear(cache_dir: Path = CacheDirOpt, cache_url: str | None = CacheUrlOpt) -> None:
     """Delete every cached expert call (on the Redis server too, with --cache-url)."""
     from ..cache.store import open_cache
 

@@ -8,7 +8,7 @@ import inspect
 import os
 import re
 from pathlib import Path
-from typing import NoReturn, Optional
+from typing import NoReturn
 
 import typer
 from rich.console import Console
@@ -62,7 +62,7 @@ def progress(message: str) -> contextlib.AbstractContextManager:
     return err.status(message, spinner="dots") if err.is_terminal else contextlib.nullcontext()
 
 
-def registry(path: Optional[Path], cache_dir: Optional[Path] = None, cache_url: Optional[str] = None,
+def registry(path: Path | None, cache_dir: Path | None = None, cache_url: str | None = None,
              profiled: bool = True, cache_ttl_s: int = DEFAULT_TTL_S):
     """The registry of `--registry` (default: the packaged one), or a clear error naming what is wrong with it."""
     from ..batch.executors import RegistrySource
@@ -73,7 +73,7 @@ def registry(path: Optional[Path], cache_dir: Optional[Path] = None, cache_url: 
         fail(str(exc))
 
 
-def executor(spec: str, reg, path: Optional[Path], cache_dir: Optional[Path], cache_url: Optional[str],
+def executor(spec: str, reg, path: Path | None, cache_dir: Path | None, cache_url: str | None,
              workers: int, cache_ttl_s: int = DEFAULT_TTL_S, *, worker_wait_s: float = DEFAULT_WORKER_WAIT_S):
     """The `--executor` of a batch command; Ray workers build their registries from the same files and URLs."""
     from ..batch.executors import RegistrySource, open_executor

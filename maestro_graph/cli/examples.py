@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -35,7 +34,7 @@ def example_path(name: str) -> Path:
     return found
 
 
-def examples(name: Optional[str] = typer.Argument(None, help="An example's name (e.g. qrcode.png): print only its "
+def examples(name: str | None = typer.Argument(None, help="An example's name (e.g. qrcode.png): print only its "
                                                             "path, for `--image \"$(maestro examples qrcode.png)\"`.")
              ) -> None:
     """List the example images the package ships, with their paths.

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 from ..core.configs import Budget, typer_option
 from ..errors import MaestroError
-from .common import console, err, fail, limit_threads, registry as load_registry
+from .common import console, err, fail, limit_threads
+from .common import registry as load_registry
 from .options import RegistryOpt
 
 __all__ = ["export"]
@@ -21,15 +21,15 @@ def export(
     tasks: Path = typer.Option(..., "--tasks", "-t", exists=True, dir_okay=False, help="The task file it came from."),
     fmt: str = typer.Option("trl", "--format", "-f", help="trl (JSONL conversational records) | verl (parquet)"),
     out: Path = typer.Option(..., "--out", "-o", help="File to write."),
-    registry: Optional[Path] = RegistryOpt,
+    registry: Path | None = RegistryOpt,
     max_turns: int = typer_option(Budget, "max_turns", min=1, help="The turn budget the episodes ran with."),
     cost_weight: float = typer.Option(0.0, min=0, help="Reward = score - cost_weight * cost - format_weight * errors."),
     format_weight: float = typer.Option(0.5, min=0),
     tool_calls: bool = typer.Option(False, "--tool-calls", help="TRL: actions as `search` tool calls, not tags."),
-    card_chars: Optional[int] = typer.Option(None, min=20, help="Characters of each card description in the prompt "
+    card_chars: int | None = typer.Option(None, min=20, help="Characters of each card description in the prompt "
                                              "(default: the LM router's; use the value `train-lm` trains with: its "
                                              "config's card_chars)."),
-    observation_chars: Optional[int] = typer.Option(None, min=20, help="Characters of each observation's evidence "
+    observation_chars: int | None = typer.Option(None, min=20, help="Characters of each observation's evidence "
                                                     "shown (default: the LM router's)."),
     measured: bool = typer.Option(False, "--measured", help="Show each option's measured accuracy on similar "
                                   "questions (the registry's profile), as a router trained with `measured: true` "

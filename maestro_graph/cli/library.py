@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from .common import console, narrow, registry as load_registry
+from .common import console, narrow
+from .common import registry as load_registry
 from .options import RegistryOpt
 
 __all__ = ["registry_show", "skills_list"]
@@ -20,7 +20,7 @@ __all__ = ["registry_show", "skills_list"]
 JsonOpt = typer.Option(False, "--json", help="Print as JSON.")
 
 
-def skills_list(registry: Optional[Path] = RegistryOpt, as_json: bool = JsonOpt) -> None:
+def skills_list(registry: Path | None = RegistryOpt, as_json: bool = JsonOpt) -> None:
     """List the skills found in the registry's skill folders, each with whether a model here can run it.
 
     Where none can: why, and how to add one."""
@@ -31,7 +31,7 @@ def skills_list(registry: Optional[Path] = RegistryOpt, as_json: bool = JsonOpt)
     console.print(_skills_table(skills))
 
 
-def registry_show(registry: Optional[Path] = RegistryOpt, as_json: bool = JsonOpt) -> None:
+def registry_show(registry: Path | None = RegistryOpt, as_json: bool = JsonOpt) -> None:
     """Show the models (with availability and the reason when unavailable), skills and compatible pairs."""
     info = load_registry(registry).describe()
     if as_json:

@@ -11,8 +11,8 @@ from ..core.configs import DEFAULT_WORKER_WAIT_S, MAX_COST, MAX_TURNS, Budget, t
 from ..core.environment import CACHE_DIR, CACHE_TTL_S
 from ..registry.reach import REACH_FLOOR
 
-__all__ = ["POLICY_HELP", "CacheDirOpt", "CacheTtlOpt", "CacheUrlOpt", "ExecutorOpt", "LimitOpt", "MaxCostOpt", "MaxTurnsOpt",
-           "NoCacheOpt", "ReachFloorOpt", "RegistryOpt", "WorkersOpt", "WorkerWaitOpt"]
+__all__ = ["POLICY_HELP", "CacheDirOpt", "CacheTtlOpt", "CacheUrlOpt", "ExecutorOpt", "LimitOpt", "MaxCostOpt",
+           "MaxTurnsOpt", "NoCacheOpt", "ReachFloorOpt", "RegistryOpt", "WorkersOpt", "WorkerWaitOpt"]
 
 POLICY_HELP = ("neural (the shipped checkpoint) | rules | random | fixed:MODEL@@SKILL | lm:shipped#choice "
                "(the paper's LM router as a composite: the shipped neural policy chooses the expert, SmolLM2 decides "

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from enum import IntFlag
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.markup import escape
@@ -34,7 +33,7 @@ class PredictExit(IntFlag):
     disk, memory or files); every item may still have been answered, by the workers that remained"""
 
     @classmethod
-    def of(cls, failed: int, skipped: int, lost: int = 0) -> "PredictExit":
+    def of(cls, failed: int, skipped: int, lost: int = 0) -> PredictExit:
         return cls(cls.FAILED * (failed > 0) | cls.SKIPPED * (skipped > 0) | cls.LOST_CAPACITY * (lost > 0))
 
 
@@ -57,7 +56,7 @@ def report_losses(lost: list, node_failures: int, cache_errors: int) -> int:
 def predict(
     tasks: Path = typer.Option(..., "--tasks", "-t", exists=True, dir_okay=False, help="Task file (JSONL)."),
     out: Path = typer.Option(..., "--out", "-o", help="Prediction file to write (JSONL)."),
-    policy: Optional[str] = typer.Option(None, "--policy", "-p", help=f"{POLICY_HELP} | oracle; default: neural"),
+    policy: str | None = typer.Option(None, "--policy", "-p", help=f"{POLICY_HELP} | oracle; default: neural"),
     run: BatchRun = None,  # type: ignore[assignment]  # the shared options (batch_run_options)
     resume: bool = typer.Option(False, "--resume", help="Keep the predictions already in OUT; run only the rest."),
 ) -> None:

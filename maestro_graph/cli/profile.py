@@ -4,13 +4,13 @@ policies read."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from .common import console, err, fail, registry as load_registry
+from .common import console, err, fail
+from .common import registry as load_registry
 from .options import CacheDirOpt, RegistryOpt, WorkersOpt
 
 __all__ = ["registry_profile"]
@@ -20,8 +20,8 @@ def registry_profile(
     tasks: list[Path] = typer.Option(..., "--tasks", "-t", exists=True, dir_okay=False,
                                      help="Labelled calibration task file (JSONL), a few items per kind of "
                                           "question (repeat for several files)."),
-    registry: Optional[Path] = RegistryOpt,
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Profile file to write (default: the one the "
+    registry: Path | None = RegistryOpt,
+    out: Path | None = typer.Option(None, "--out", "-o", help="Profile file to write (default: the one the "
                                        "registry file's `profile:` key names, else <registry>.profile.json next "
                                        "to it)."),
     workers: int = WorkersOpt,

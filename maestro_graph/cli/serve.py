@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -11,7 +10,8 @@ from ..backends.packages import missing_package
 from ..core.configs import typer_options
 from ..errors import MaestroError, missing_extra
 from ..serve.settings import ServeSettings, startup_problem
-from .common import err, fail, limit_threads, registry as load_registry
+from .common import err, fail, limit_threads
+from .common import registry as load_registry
 from .options import CacheTtlOpt, RegistryOpt
 
 __all__ = ["serve"]
@@ -24,11 +24,11 @@ def serve(
     settings: ServeSettings,
     host: str = typer.Option("127.0.0.1", help="Interface to listen on (loopback by default)."),
     port: int = typer.Option(8321, min=1, max=65535, help="TCP port (not vLLM's 8000, so both run side by side)."),
-    registry: Optional[Path] = RegistryOpt,
+    registry: Path | None = RegistryOpt,
     insecure: bool = typer.Option(False, "--insecure",
                                   help="Start without an API key even when one was named or the host is public."),
-    cache_dir: Optional[Path] = typer.Option(None, help="Persistent cache of expert calls (default: none)."),
-    cache_url: Optional[str] = typer.Option(None, "--cache-url", help="Shared expert cache on Redis "
+    cache_dir: Path | None = typer.Option(None, help="Persistent cache of expert calls (default: none)."),
+    cache_url: str | None = typer.Option(None, "--cache-url", help="Shared expert cache on Redis "
                                             "(redis://HOST:PORT/DB) for all replicas; needs --cache-dir (fallback)."),
     cache_ttl_s: int = CacheTtlOpt,
     log_level: str = typer.Option("info", help="Log level of Maestro and uvicorn."),

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -13,7 +12,9 @@ from ..backends.packages import missing_package
 from ..core.configs import typer_options
 from ..errors import MaestroError, missing_extra
 from ..rl.config import LMTrainConfig, NeuralGRPOConfig
-from .common import console, err, executor as open_executor, fail, limit_threads, registry as load_registry
+from .common import console, err, fail, limit_threads
+from .common import executor as open_executor
+from .common import registry as load_registry
 from .options import CacheDirOpt, CacheTtlOpt, CacheUrlOpt, ExecutorOpt
 
 __all__ = ["train", "train_lm"]
@@ -30,7 +31,7 @@ def train(
                                                "checkpoint is kept as OUT/best.safetensors."),
     resume: bool = typer.Option(True, help="Continue from OUT/checkpoint.safetensors when it exists."),
     cache_dir: Path = CacheDirOpt,
-    cache_url: Optional[str] = CacheUrlOpt,
+    cache_url: str | None = CacheUrlOpt,
     cache_ttl_s: int = CacheTtlOpt,
     executor: str = ExecutorOpt,
     workers: int = typer.Option(1, min=1, help="Rollout workers (groups sampled at once; with --executor ray, "

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -46,7 +46,7 @@ class ConfidenceModel:
 
     @classmethod
     def fit(cls, rows: Sequence[Mapping[str, float]], right: Sequence[float], *, fitted_on: str = "",
-            steps: int = 200) -> "ConfidenceModel":
+            steps: int = 200) -> ConfidenceModel:
         """The ridge-penalised maximum-likelihood fit (Newton steps) of `right` (1 right, 0 wrong, or a partial
         score) on the features of `rows`; every feature any row names is a weight."""
         if len(rows) != len(right) or not rows:
@@ -73,7 +73,7 @@ class ConfidenceModel:
         Path(path).write_text(json.dumps(body, indent=2) + "\n")
 
     @classmethod
-    def read(cls, path: str | Path) -> "ConfidenceModel":
+    def read(cls, path: str | Path) -> ConfidenceModel:
         """The model in a file `save` wrote; a ConfigError naming the file and the field otherwise."""
         path = Path(path)
         try:

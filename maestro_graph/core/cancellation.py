@@ -12,11 +12,12 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from ..errors import Cancelled
 

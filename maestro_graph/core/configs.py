@@ -19,8 +19,9 @@ import functools
 import inspect
 import types
 import typing
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Callable, Mapping, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from pydantic import Field
 
@@ -235,7 +236,6 @@ def typer_options(cls: type, *, param: str = "config", exclude: tuple[str, ...] 
     config's defaults: a pydantic model's `model_fields_set` tells which were given). `flags` names a field's option
     where it is not `--field-name` (e.g. `--allow-policy` for `policies`). Errors in values are the config's
     ConfigErrors, reported by the command like any other."""
-    from typing import Optional
 
     import typer
 
@@ -252,19 +252,19 @@ def typer_options(cls: type, *, param: str = "config", exclude: tuple[str, ...] 
                 if p.name != param]
         options = [inspect.Parameter(
             f.name, inspect.Parameter.KEYWORD_ONLY,
-            annotation=Optional[list[f.kind]] if f.many else Optional[f.kind],  # type: ignore[valid-type]
+            annotation=list[f.kind] | None if f.many else f.kind | None,  # type: ignore[valid-type]
             default=typer.Option(None, *flags.get(f.name, (_option_name(f),)), show_default=False,
                                  hidden=f.research,
                                  help=f"{f.help} (default: {f.default}{'; repeat for each' if f.many else ''})"))
             for f in config_fields]
         renamed = {f"renamed_{name}": name for name in getattr(cls, "RENAMED", {})}
         # an earlier spelling stays a (hidden) option so that it is refused by build() with its new name
-        old_options = [inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
+        old_options = [inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, annotation=str | None,
                                          default=typer.Option(None, f"--{name.replace('_', '-')}", hidden=True))
                        for key, name in renamed.items()]
         research = [f"--{f.name.replace('_', '-')}" for f in config_fields if f.research]
         config_file = inspect.Parameter(
-            "config_file", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[Path],
+            "config_file", inspect.Parameter.KEYWORD_ONLY, annotation=Path | None,
             default=typer.Option(None, "--config", exists=True, dir_okay=False,
                                  help=f"YAML file of {cls.__name__} fields; flags given here override it."
                                  + (f" YAML only: {', '.join(yaml_only)}." if yaml_only else "")

@@ -11,8 +11,8 @@ module that needs one reads it here (`EnvVar.read`); an operator's key variable,
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 __all__ = [
     "API_KEY", "BENCH_KEYS", "CACHE_DIR", "CACHE_TTL_S", "DEVICE", "ENVIRONMENT", "IMAGE_DIRS", "IMAGE_HOSTS",

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import codecs
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 __all__ = ["JsonLine", "read_jsonl"]
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Iterator
 
 from ..errors import MaestroError
 from .cancellation import POLL_S, current_cancel, raise_if_cancelled

@@ -9,9 +9,10 @@ refused (download the images next to the task file)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
@@ -65,7 +66,7 @@ class Task(BaseModel):
         sent (batch.executors.CarriesImages)."""
         return [ref for ref in self.images if not ref.startswith("data:")]
 
-    def with_image_files(self, paths: dict[str, str]) -> "Task":
+    def with_image_files(self, paths: dict[str, str]) -> Task:
         """The same item reading each image file from `paths[file]` instead: the worker's copy of the same bytes,
         so content digests (cache keys, features) and records stay the driver's."""
         return self.model_copy(update={"images": [paths.get(ref, ref) for ref in self.images]})

@@ -4,7 +4,7 @@ in the thread's `episodes`."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 from uuid import uuid4
 
 from langchain_core.messages import AIMessage
@@ -134,8 +134,8 @@ def _judged(written: WrittenState, runtime: Runtime[MaestroContext], parts: Grap
 
 
 def _shown_below(value: float, floor: float) -> str:
-    """`value` with as many decimals as it takes to read as below `floor`: two decimals round 0.986 up to "0.99", and the
-    stop reason read "0.99 is below min_confidence 0.99"."""
+    """`value` with as many decimals as it takes to read as below `floor`: two decimals round 0.986 up to "0.99", and
+    the stop reason read "0.99 is below min_confidence 0.99"."""
     for digits in range(2, 8):
         shown = f"{value:.{digits}f}"
         if float(shown) < floor:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from ..answer_forms import expected_form
 from ..core.calibration import ConfidenceModel

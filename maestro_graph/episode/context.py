@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Annotated, Any, Mapping, Optional
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, WithJsonSchema
 
@@ -56,7 +57,7 @@ class MaestroContext(Budget):
         return _STEPS_PER_TURN * self.max_turns + _STEPS_BESIDE_TURNS
 
     @classmethod
-    def of(cls, context: object) -> "MaestroContext":
+    def of(cls, context: object) -> MaestroContext:
         """Maestro's settings from whatever context the run has, so Maestro runs under any parent graph's own
         context schema: a MaestroContext as it is; else what the `maestro` namespace holds (a key of a mapping or
         an attribute: a MaestroContext or a mapping of its fields); else the fields Maestro knows, read from the
@@ -98,7 +99,7 @@ def _requested(name: str) -> Any:
     finite = {"allow_inf_nan": False} if name in ("max_cost", "min_confidence") else {}
     # Optional (an error names the field alone, not a branch of a union) with the schema of the value only (the
     # LangServe playground's form cannot render a `null` branch)
-    return Annotated[Optional[Annotated[hint, Field(strict=True, **finite)]],
+    return Annotated[Annotated[hint, Field(strict=True, **finite)] | None,
                      WithJsonSchema(TypeAdapter(hint).json_schema())]
 
 

@@ -48,7 +48,8 @@ def human_parts(message: AnyMessage) -> tuple[str, list[str]]:
 def history(state: Mapping[str, Any]) -> list[Turn]:
     """The conversation a new question continues: the run's own `history` when it sent one (the answer node
     clears it, so one left from an earlier run is never taken for this run's), else the thread's finished
-    episodes (each with its answer's confidence); the last MAX_HISTORY_TURNS turns of it. A malformed `history` (a client's) is a ValidationError."""
+    episodes (each with its answer's confidence); the last MAX_HISTORY_TURNS turns of it. A malformed `history` (a
+    client's) is a ValidationError."""
     sent = state.get("history")
     if sent:
         return _TURNS.validate_python(sent)[-MAX_HISTORY_TURNS:]

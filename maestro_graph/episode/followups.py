@@ -13,19 +13,19 @@ The resolved question is self-contained ("What is 7 * 2?"), and the graph comput
 calculator (`Registry.calculate`) as the episode's one step, without calling the policy or looking at an image: the
 follow-up is about what was said. The arithmetic is exact, but its inputs are only as sure as the answers they came
 from: the answer's confidence is capped at the least confidence of the earlier answers it was computed from, where
-the conversation knows them (`Followup.confidence_cap`; a thread's episodes do, a client's history does not). A follow-up that names an earlier answer ("that number", "the answer", "the
-total") that the conversation cannot supply (no earlier answer, or one that is not a number) is refused with a
-question back ("which number do you mean?"), never guessed from the image; a bare `it` with no earlier number is
-left to the experts (it may be something in the image). Anything else is not a follow-up of this kind and goes on
-as asked.
+the conversation knows them (`Followup.confidence_cap`; a thread's episodes do, a client's history does not). A
+follow-up that names an earlier answer ("that number", "the answer", "the total") that the conversation cannot supply
+(no earlier answer, or one that is not a number) is refused with a question back ("which number do you mean?"), never
+guessed from the image; a bare `it` with no earlier number is left to the experts (it may be something in the image).
+Anything else is not a follow-up of this kind and goes on as asked.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable, Sequence
 
 from ..numbers import parse_number, whole_number
 from ..types import ErrorKind, Step, Turn
@@ -39,8 +39,8 @@ _NUM = r"(?P<k>-?\d+(?:\.\d+)?)"
 _LEAD = re.compile(r"^(?:and|so|ok|okay|then|now|also|well|but)\b[\s,]*", re.I)
 _ASK = r"(?:(?:what|how much)\s+(?:is|would be|'s)|what's|and|so|calculate|compute)?\s*"
 _SCALE = re.compile(rf"^{_ASK}(?P<op>double|twice|triple|half(?:\s+of)?)\s+{_REF}$", re.I)
-_BINARY = re.compile(rf"^{_ASK}{_REF}\s+(?P<op>plus|minus|times|multiplied by|divided by|over|\+|-|\*|×|x|/|÷)\s+{_NUM}$",
-                     re.I)
+_BINARY = re.compile(rf"^{_ASK}{_REF}\s+(?P<op>plus|minus|times|multiplied by|divided by|over|\+|-|\*|×|x|/|÷)"
+                     rf"\s+{_NUM}$", re.I)
 _ADD_TO = re.compile(rf"^(?P<op>add|subtract|take)\s+{_NUM}\s+(?:to|from)\s+{_REF}$", re.I)
 _SQUARED = re.compile(rf"^{_ASK}{_REF}\s+(?P<op>squared|cubed)$", re.I)
 _COMPARE = re.compile(rf"^(?:is|was)\s+{_REF}\s+(?P<op>more than|greater than|larger than|bigger than|higher than|"
@@ -108,7 +108,7 @@ def resolve(question: str, turns: Sequence[Turn]) -> Followup | Unresolved | Non
     asked = re.sub(r"\s+", " ", asked)
     answered = [t for t in turns if t.get("answer")]
     answers = [t["answer"] for t in answered]
-    if (m := _TOTAL.match(asked)) is not None:
+    if _TOTAL.match(asked) is not None:
         summed = [(v, t) for t in answered if (v := _number(t["answer"])) is not None]
         values = [v for v, _ in summed]
         if len(values) < 2 and not (values or "of" in asked.lower().split()):

@@ -7,9 +7,10 @@ import os
 import time
 import zlib
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 from tqdm import tqdm
 
@@ -81,8 +82,8 @@ class EpisodeResult:
                 or (bool(ran) and all(s.error_kind == ErrorKind.INPUT for s in ran)))
 
     def prediction(self, task_id: str) -> dict[str, Any]:
-        """A prediction-file record (docs/evaluation.md), version RECORD_VERSION: the whole trajectory, so nothing that reads
-        it has to re-run a step."""
+        """A prediction-file record (docs/evaluation.md), version RECORD_VERSION: the whole trajectory, so nothing that
+        reads it has to re-run a step."""
         return {
             "version": RECORD_VERSION,
             "id": task_id,
@@ -103,7 +104,7 @@ class EpisodeResult:
         }
 
     @classmethod
-    def from_record(cls, record: dict[str, Any]) -> "EpisodeResult":
+    def from_record(cls, record: dict[str, Any]) -> EpisodeResult:
         """The episode of a prediction record, as `record` wrote it."""
         return cls(answer=record.get("answer"), steps=[Step.model_validate(s) for s in record.get("steps", [])],
                    stop=StopReason(record["stop"]), stop_detail=record.get("stop_detail"),

@@ -17,7 +17,8 @@ from ..core.configs import DEFAULT_CHECKPOINTS_KEPT
 from ..errors import ExpertFailure
 from ..types import ErrorKind, StopReason
 
-__all__ = ["CHECKPOINT_TYPES", "checkpoint_serde", "image_ttl", "prune_thread", "sqlite_checkpointer", "sqlite_image_store"]
+__all__ = ["CHECKPOINT_TYPES", "checkpoint_serde", "image_ttl", "prune_thread", "sqlite_checkpointer",
+           "sqlite_image_store"]
 
 CHECKPOINT_TYPES: tuple[tuple[str, str], ...] = tuple(
     (t.__module__, t.__name__) for t in (StopReason, ErrorKind, ExpertFailure))

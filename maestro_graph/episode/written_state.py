@@ -12,10 +12,13 @@ node ends the episode with the typed input error, as for any other bad input.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
-from typing_extensions import NotRequired, TypedDict  # pydantic validates TypedDicts from typing_extensions on Python < 3.12
+
+# pydantic validates TypedDicts from typing_extensions on Python < 3.12
+from typing_extensions import NotRequired, TypedDict  # noqa: UP035
 
 from ..errors import InputError
 from ..types import Decision, Probability, Step, StopReason, Turn

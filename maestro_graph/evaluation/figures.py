@@ -8,7 +8,8 @@ returns the figure, which the caller saves and closes."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["MARKERS", "cost_figure", "place_labels", "reliability_figure", "text_box"]
 
@@ -47,7 +48,8 @@ def reliability_figure(plt: Any, metrics: dict[str, dict]) -> Any:
     ax.set_xlabel("confidence (mean in each of 10 bins)")
     ax.set_ylabel("share of those answers that were right")
     ax.set_title("reliability diagram (beside each point: answers in its bin)", fontsize=10)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, frameon=False)  # below: no point hidden
+    # below the axes: no point hidden
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, frameon=False)
     fig.tight_layout()
     place_labels(fig, ax, points, counts, colours, fontsize=7)
     return fig

@@ -60,7 +60,7 @@ class RoutingRecord(BaseModel):
                                      "last is what the check compares with")
 
     @model_validator(mode="after")
-    def _guarded(self) -> "RoutingRecord":
+    def _guarded(self) -> RoutingRecord:
         missing = {LEARNED, BASELINE} - set(self.notes[-1].accuracy)
         if missing:
             raise ValueError(f"the last note records no figure for {sorted(missing)}")
@@ -71,7 +71,7 @@ class RoutingRecord(BaseModel):
         return self.notes[-1].accuracy
 
     @classmethod
-    def read(cls, path: str | Path) -> "RoutingRecord":
+    def read(cls, path: str | Path) -> RoutingRecord:
         return cls.model_validate(json.loads(Path(path).read_text()))
 
     def moved(self, calls: dict[str, str]) -> list[str]:

@@ -102,7 +102,7 @@ class OpenAIChatExpert:
             raise self._status_error(response)
         return self._parse(response)
 
-    def _status_error(self, response: "httpx.Response") -> ExpertError:
+    def _status_error(self, response: httpx.Response) -> ExpertError:
         """The error an HTTP error status is, with what it means and the server's own message."""
         status = response.status_code
         body = response.text.strip().replace("\n", " ")[:MAX_ERROR_BODY]
@@ -112,7 +112,7 @@ class OpenAIChatExpert:
             return RequestRefused(message)
         return ExpertError(message, transient=status in RETRYABLE_STATUS, failure=_STATUS_FAILURE.get(status))
 
-    def _parse(self, response: "httpx.Response") -> ChatReply:
+    def _parse(self, response: httpx.Response) -> ChatReply:
         try:
             data = response.json()
             text = data["choices"][0]["message"]["content"] or ""

@@ -14,8 +14,8 @@ import re
 from functools import cached_property
 from typing import Any
 
-from ..errors import ExpertRejected
 from ..backends.packages import missing_package
+from ..errors import ExpertRejected
 
 __all__ = ["SympyMathExpert", "GEOMETRY_FORMULAS", "MAX_EXPRESSION_CHARS"]
 

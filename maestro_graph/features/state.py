@@ -60,7 +60,8 @@ def image_descriptors(images: list[str] | tuple[str, ...]) -> np.ndarray:
 def question_features(questions: list[str], images: list[list[str]] | list[tuple[str, ...]],
                       choices: list | None = None) -> np.ndarray:
     """Embedding of the question (with its options, when any) next to the image descriptors."""
-    texts = [q + (" Options: " + " | ".join(c) if c else "") for q, c in zip(questions, choices or [None] * len(questions))]
+    texts = [q + (" Options: " + " | ".join(c) if c else "")
+             for q, c in zip(questions, choices or [None] * len(questions))]
     return np.hstack([embed(texts), np.stack([image_descriptors(i) for i in images])]).astype(np.float32)
 
 

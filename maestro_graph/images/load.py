@@ -43,7 +43,8 @@ from ..errors import InputError
 __all__ = ["MAX_PIXELS", "MAX_ASPECT", "MAX_DECODED_PIXELS", "MAX_FILE_BYTES", "REQUEST_DECODED_PIXELS",
            "DECODE_MEMORY", "DECODE_MEMORY_BYTES", "ImageHeader", "PixelCapExceeded",
            "WORKING_BYTES_PER_PIXEL", "OCR_PIXELS", "OCR_BYTES_PER_PIXEL", "decode_bytes", "working_set_bytes",
-           "image_header", "load_image", "load_images", "image_to_data_url", "fitted_data_url", "FittedImage", "read_regular_file"]
+           "image_header", "load_image", "load_images", "image_to_data_url", "fitted_data_url", "FittedImage",
+           "read_regular_file"]
 
 MAX_PIXELS = 40_000_000
 """Images declaring more pixels than this are refused (decompression-bomb guard)."""

@@ -28,8 +28,8 @@ import hashlib
 import ipaddress
 import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 from urllib.parse import urlsplit
 
 import httpx
@@ -110,7 +110,7 @@ class ImageSources(BaseModel):
         return tuple(host_entry(h) for h in hosts)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "ImageSources":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> ImageSources:
         """`MAESTRO_IMAGE_DIRS` and `MAESTRO_IMAGE_HOSTS` (both empty by default: data URLs only)."""
         dirs = tuple(Path(d) for d in IMAGE_DIRS.read(environ).split(os.pathsep) if d.strip())
         hosts = tuple(h.strip() for h in IMAGE_HOSTS.read(environ).split(",") if h.strip())

@@ -56,7 +56,7 @@ class EpisodeView:
     max_cost: float
 
     @classmethod
-    def of_task(cls, task: Task, steps: tuple[Step, ...], max_turns: int, max_cost: float) -> "EpisodeView":
+    def of_task(cls, task: Task, steps: tuple[Step, ...], max_turns: int, max_cost: float) -> EpisodeView:
         """What the router sees of a task after `steps`, as the graph builds it: the choices are the task's options
         (written inline in the question when it has none), as the graph's intake sets them."""
         options = task.options
@@ -135,7 +135,7 @@ class ActionSpace:
     offered (the graph ends the episode with an input error naming them)."""
 
     @classmethod
-    def build(cls, registry: Registry, view: EpisodeView) -> "ActionSpace":
+    def build(cls, registry: Registry, view: EpisodeView) -> ActionSpace:
         every = tuple(registry.pairs())
         affordable = () if view.budget_spent else tuple(p for p in every if p.model.cost.per_call <= view.cost_left)
         skills = {p.skill.name: p.skill for p in affordable}
@@ -185,11 +185,11 @@ class Distribution:
             raise ValueError(f"probabilities must be non-negative and sum to 1, got {self.probs}")
 
     @classmethod
-    def certain(cls, action: Action | InvalidAction) -> "Distribution":
+    def certain(cls, action: Action | InvalidAction) -> Distribution:
         return cls((action,), np.ones(1))
 
     @classmethod
-    def uniform(cls, actions: tuple[Action, ...]) -> "Distribution":
+    def uniform(cls, actions: tuple[Action, ...]) -> Distribution:
         return cls(actions, np.full(len(actions), 1.0 / len(actions)))
 
     def greedy(self) -> Action | InvalidAction:

@@ -17,7 +17,8 @@ from __future__ import annotations
 import difflib
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from ..core.environment import POLICIES, POLICY
 from ..errors import ConfigError
@@ -46,7 +47,7 @@ POLICY_NAMES = ("neural", "neural:CHECKPOINT", "neural:CHECKPOINT+CHECKPOINT..."
                 "lm:openai:BASE_URL|MODEL", "lm:FILE.yaml")
 
 
-def make_policy(name: str, *, outcomes: "PairOutcomes | None" = None) -> Policy:
+def make_policy(name: str, *, outcomes: PairOutcomes | None = None) -> Policy:
     """A policy by name. Trained routers need the pair outcomes of a training file; `oracle` is refused here
     because it needs a per-task judge (see OraclePolicy)."""
     if name == "neural" or name.startswith("neural:"):
@@ -59,7 +60,8 @@ def make_policy(name: str, *, outcomes: "PairOutcomes | None" = None) -> Policy:
         try:
             return FixedPolicy(name.removeprefix("fixed:"))
         except ValueError as exc:
-            raise ConfigError(f"{exc}; write fixed:MODEL@@SKILL, e.g. fixed:rapidocr@@chart-qa", field="policy") from exc
+            raise ConfigError(f"{exc}; write fixed:MODEL@@SKILL, e.g. fixed:rapidocr@@chart-qa",
+                              field="policy") from exc
     if name in TRAINED_POLICIES:
         if outcomes is None:
             raise ConfigError(f"policy {name!r} is trained on a task file: pass --train-tasks FILE", field="policy")
@@ -73,7 +75,8 @@ def make_policy(name: str, *, outcomes: "PairOutcomes | None" = None) -> Policy:
     if name == "oracle":
         raise ConfigError("the oracle policy needs the answer key: use it with `maestro predict` or `maestro eval`",
                           field="policy")
-    close = difflib.get_close_matches(name, ["neural", "rules", "random", "oracle", "fixed:", "lm:", *TRAINED_POLICIES], n=1)
+    close = difflib.get_close_matches(name, ["neural", "rules", "random", "oracle", "fixed:", "lm:", *TRAINED_POLICIES],
+                                      n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     raise ConfigError(f"unknown policy {name!r}; valid: {', '.join(POLICY_NAMES)}.{hint}", field="policy")
 
@@ -103,12 +106,12 @@ class PolicyCatalog:
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, default: str | None = None) -> "PolicyCatalog":
+    def open(cls, default: str | None = None) -> PolicyCatalog:
         """Every `make_policy` name: for the operator's own code, never for what a client sends."""
         return cls(None, default=default)
 
     @classmethod
-    def parse(cls, items: Iterable[str], *, default: str | None = None) -> "PolicyCatalog":
+    def parse(cls, items: Iterable[str], *, default: str | None = None) -> PolicyCatalog:
         """From `NAME` or `NAME=SPEC` items (`NAME` alone stands for the policy of that name). The default is
         offered even when not listed. Every spec is checked now, so a typo fails at start, not at a request."""
         entries: dict[str, str] = {}
@@ -125,7 +128,7 @@ class PolicyCatalog:
         return catalog
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "PolicyCatalog":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> PolicyCatalog:
         """The Agent Server graphs' catalog: `MAESTRO_POLICIES` (default: neural, rules), `MAESTRO_POLICY` (default:
         the first offered, so `DEFAULT_POLICY` unless the operator offers otherwise)."""
         items = [i for i in POLICIES.read(environ).split(",") if i.strip()]

@@ -321,7 +321,7 @@ class NeuralPolicy:
         write_tensor_file(path, self.net.state_dict(), self.checkpoint_header(extra))
 
     @classmethod
-    def load(cls, path: str | Path) -> "NeuralPolicy":
+    def load(cls, path: str | Path) -> NeuralPolicy:
         """Load a checkpoint `save` wrote. Anything else (a pickle under any name, another format or version, other
         feature sizes, an unknown config key, tensors missing, extra, misshapen or not finite) is a ConfigError
         naming the file and the field; nothing is unpickled."""
@@ -329,7 +329,7 @@ class NeuralPolicy:
         return cls.from_checkpoint(header, tensors, file=str(path))
 
     @classmethod
-    def from_checkpoint(cls, header: object, tensors: dict[str, torch.Tensor], *, file: str) -> "NeuralPolicy":
+    def from_checkpoint(cls, header: object, tensors: dict[str, torch.Tensor], *, file: str) -> NeuralPolicy:
         """A policy from a checkpoint's header and weights, every field checked (the trainer's resume state keeps
         these two inside its own file)."""
         if not isinstance(header, dict) or header.get("format") != CHECKPOINT_FORMAT:

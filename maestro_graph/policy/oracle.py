@@ -3,8 +3,8 @@ right, so its accuracy answers "does any pair get this item right?"."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..types import Answer, Invoke
 from .base import ActionSpace, Distribution, EpisodeView, best_candidate

@@ -144,7 +144,7 @@ class OpenAIBackend(_Strict):
         return headers
 
     @model_validator(mode="after")
-    def _one_way_to_reach(self) -> "OpenAIBackend":
+    def _one_way_to_reach(self) -> OpenAIBackend:
         if self.base_url is not None and self.base_urls is not None:
             raise ValueError("both `base_url` and `base_urls` are set: keep one (`base_urls` for several endpoints)")
         if self.base_url is None and self.base_urls is None:
@@ -212,7 +212,7 @@ class Faults(_Strict):
     seed: int = Field(0, description="seed of the fault draws (one stream per model)")
 
     @model_validator(mode="after")
-    def _rates_sum(self) -> "Faults":
+    def _rates_sum(self) -> Faults:
         total = self.error_rate + self.hang_rate + self.garbage_rate + self.oversized_rate
         if total > 1:
             raise ValueError(f"error_rate + hang_rate + garbage_rate + oversized_rate = {total:g} exceeds 1; "
@@ -235,7 +235,7 @@ class ImageTokens(_Strict):
     extra_tokens: int = Field(2, ge=0, description="tokens around each image's patches (vision start and end)")
 
     @model_validator(mode="after")
-    def _ordered(self) -> "ImageTokens":
+    def _ordered(self) -> ImageTokens:
         if self.min_pixels > self.max_pixels:
             raise ValueError(f"min_pixels {self.min_pixels} is above max_pixels {self.max_pixels}")
         return self

@@ -158,7 +158,7 @@ class CallRecord:
 
     @classmethod
     def of(cls, model: str, method: str, result: Any, cost: float, latency_s: float, *, error: str | None = None,
-           failure: ExpertFailure | None = None, cached: bool = False) -> "CallRecord":
+           failure: ExpertFailure | None = None, cached: bool = False) -> CallRecord:
         """The record of a call that returned `result` (None when it failed with `error`)."""
         reply = result if isinstance(result, ChatReply) else ChatReply("")
         return cls(model, method, cost, latency_s, error, cached, reply.prompt_tokens, reply.completion_tokens,
@@ -284,8 +284,8 @@ class ExpertHandle:
                               failure=ExpertFailure.OVERSIZED)
         text = result.text if isinstance(result, ChatReply) else result
         if isinstance(text, str) and len(text) > MAX_RESULT_CHARS:
-            raise ExpertError(f"{where} returned an oversized result: {len(text):,} characters, cap {MAX_RESULT_CHARS:,}",
-                              failure=ExpertFailure.OVERSIZED)
+            raise ExpertError(f"{where} returned an oversized result: {len(text):,} characters, "
+                              f"cap {MAX_RESULT_CHARS:,}", failure=ExpertFailure.OVERSIZED)
         declared = _declared_return(getattr(inspect.unwrap(func), "__func__", inspect.unwrap(func)))
         if declared is not None and not isinstance(result, declared):
             names = " | ".join(t.__name__ for t in declared)

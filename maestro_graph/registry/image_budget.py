@@ -12,8 +12,9 @@ card says which numbers its model uses (`ModelCard.image_tokens`). Text is estim
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .config import ImageTokens
 

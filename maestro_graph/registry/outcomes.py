@@ -176,6 +176,6 @@ class PairOutcomes:
         Path(path).write_text(json.dumps(data))
 
     @classmethod
-    def load(cls, path: str | Path) -> "PairOutcomes":
+    def load(cls, path: str | Path) -> PairOutcomes:
         data = json.loads(Path(path).read_text())
         return cls(**{**data, "scores": np.asarray(data["scores"]), "costs": np.asarray(data["costs"])})

@@ -74,7 +74,7 @@ class UnmeasuredPair(BaseModel):
     reason: str = Field(description="how many calls failed, and the first failure")
 
     @classmethod
-    def of(cls, card: ModelCard, skill: SkillSpec, *, reason: str) -> "UnmeasuredPair":
+    def of(cls, card: ModelCard, skill: SkillSpec, *, reason: str) -> UnmeasuredPair:
         return cls(pair=pair_id(card.name, skill.name), fingerprint=pair_fingerprint(card, skill), reason=reason)
 
 

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 from safetensors import SafetensorError, safe_open
@@ -88,7 +88,7 @@ class Reach:
 
     @classmethod
     def measure(cls, questions: list[str], images: list[list[str]], choices: list, right: np.ndarray,
-                pairs: dict[str, str]) -> "Reach":
+                pairs: dict[str, str]) -> Reach:
         return cls(unit_rows(question_features(questions, images, choices)), np.asarray(right, np.float32), pairs)
 
     @property
@@ -154,7 +154,7 @@ class Reach:
         columns = [j for j, pair in enumerate(self.pairs) if pair in pairs]
         return np.nan_to_num(self.right[np.ix_(index, columns)]).max(axis=1, initial=0.0)
 
-    def merged(self, part: "Reach") -> "Reach":
+    def merged(self, part: Reach) -> Reach:
         """This reach with `part`'s pairs measured again or added. A part item that is one of these calibration
         items (the same question features: `maestro registry profile` of the same items, or of a subset of them,
         such as a slow expert measured on a sample) fills that item's row; other part items are new rows, where the
@@ -189,7 +189,7 @@ class Reach:
                 taken.add(free[0])
         return rows
 
-    def with_unmeasured(self, pairs: dict[str, str]) -> "Reach":
+    def with_unmeasured(self, pairs: dict[str, str]) -> Reach:
         """This reach with `pairs` (fingerprint by id) it never measured recorded as measured on no item (NaN
         columns): a registry that ships a pair it did not profile says so in its file, so reading it warns of
         nothing, while the reach still says nothing while such a pair may be called and ranks it as unmeasured."""
@@ -209,7 +209,7 @@ class Reach:
         Path(path).write_bytes(data)
 
     @classmethod
-    def read(cls, path: str | Path, current: dict[str, str]) -> "Reach | None":
+    def read(cls, path: str | Path, current: dict[str, str]) -> Reach | None:
         """The reach at `path` for the pairs of `current` (fingerprint by id): with a warning naming the file and a
         pair where it did not measure one of them as it is now (that pair's outcomes are dropped, and while it may be
         called the reach says nothing); None, with a warning naming the file, if it is of the first format (no
@@ -225,7 +225,8 @@ class Reach:
                     raise ConfigError(f"not a {REACH_FORMAT} file", file=str(path), field="format")
                 features, right = fh.get_tensor("features"), fh.get_tensor("right")
         except (SafetensorError, OSError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"not a reach file ({exc}); run `maestro registry profile` again", file=str(path)) from exc
+            raise ConfigError(f"not a reach file ({exc}); run `maestro registry profile` again",
+                              file=str(path)) from exc
         pairs, k = header.get("pairs"), header.get("k")
         if not isinstance(pairs, dict) or not isinstance(k, int) or k < 1:
             raise ConfigError("the header needs `pairs` (fingerprint by pair id) and `k` (a positive integer)",

@@ -48,10 +48,11 @@ import sys
 import threading
 import types
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..core.operator_yaml import parse_yaml, read_bounded_text
 from ..errors import SkillError

@@ -22,9 +22,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from PIL import Image
 
@@ -218,7 +219,7 @@ def parse_reply(reply: str, question: str, choices: Sequence[str] | None) -> str
     return cleaned or None
 
 
-def ask(ctx: "SkillContext", images: Sequence[Image.Image] | None = None) -> SkillResult:
+def ask(ctx: SkillContext, images: Sequence[Image.Image] | None = None) -> SkillResult:
     """Carry out `ctx.skill` on `ctx.model` (a vision-chat model): its instructions, the question, the options and
     `images` (default: the episode's images, whole; none for a question without one) go out, the reply comes back
     as the answer in the question's form."""

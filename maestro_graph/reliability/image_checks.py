@@ -11,9 +11,9 @@ import io
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
 
 import httpx
 import numpy as np
@@ -228,9 +228,10 @@ def front_matter_bomb(t: Target) -> TrustCase:
     took = time.perf_counter() - start
     message = outcome[0] if outcome else ""
     return TrustCase("a SKILL.md whose front matter is a YAML alias bomb", "refused at once with a short message",
-                     took < FRONT_MATTER_LIMIT_S and "SKILL.md" in message and len(message) < FRONT_MATTER_MESSAGE_CHARS,
-                     f"{'refused' if message and message != 'loaded' else message or 'still loading'} after {took:.2f} s "
-                     f"with {len(message):,} characters: {message[:120]!r}")
+                     took < FRONT_MATTER_LIMIT_S and "SKILL.md" in message
+                     and len(message) < FRONT_MATTER_MESSAGE_CHARS,
+                     f"{'refused' if message and message != 'loaded' else message or 'still loading'} "
+                     f"after {took:.2f} s with {len(message):,} characters: {message[:120]!r}")
 
 
 IMAGE_CHECKS: tuple[Callable[[Target], TrustCase], ...] = (

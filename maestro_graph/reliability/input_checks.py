@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import httpx
 import yaml
@@ -20,8 +20,18 @@ from ..episode.graph import build_graph
 from ..errors import ConfigError
 from ..images.sources import ImageSources
 from ..registry import Registry
-from .target import JSON_BODY, LANGSERVE_MISSING, QUESTION, Target, TrustCase, answer_of, chat, error_code, \
-    langserve_mounted, post_timed
+from .target import (
+    JSON_BODY,
+    LANGSERVE_MISSING,
+    QUESTION,
+    Target,
+    TrustCase,
+    answer_of,
+    chat,
+    error_code,
+    langserve_mounted,
+    post_timed,
+)
 
 __all__ = ["HTTP_DOOR_CHECKS", "INPUT_AND_FILE_CHECKS"]
 
@@ -64,7 +74,8 @@ def refused_batch(t: Target) -> TrustCase:
     good = {"question": QUESTION, "images": [t.image]}
     attempts = {
         "batch of 100": ("/maestro/batch", {"inputs": [good] * 100}),
-        "batch with a refused image": ("/maestro/batch", {"inputs": [good] * 3 + [{**good, "images": ["/etc/passwd"]}]}),
+        "batch with a refused image": ("/maestro/batch",
+                                       {"inputs": [good] * 3 + [{**good, "images": ["/etc/passwd"]}]}),
         "stream with a refused policy": ("/maestro/stream", {"input": {**good, "policy": "neural:/etc/passwd"}}),
     }
     details, ok = [], True
@@ -203,7 +214,7 @@ def operator_yaml(t: Target) -> TrustCase:
     for name, registry_file in files.items():
         outcome: list[str] = []
 
-        def load(path: Path = registry_file) -> None:
+        def load(path: Path, outcome: list[str]) -> None:  # its own list: a loader left running writes there
             try:
                 Registry.load(path)
                 outcome.append("loaded")
@@ -212,7 +223,8 @@ def operator_yaml(t: Target) -> TrustCase:
             except BaseException as exc:  # the untyped failure this check looks for: recorded as the outcome
                 outcome.append(f"{exc.__class__.__name__}: {str(exc)[:200]}")
 
-        loader = threading.Thread(target=load, daemon=True)  # the faults this checks would hold it for minutes
+        # a daemon: the faults this checks would hold it for minutes
+        loader = threading.Thread(target=load, args=(registry_file, outcome), daemon=True)
         start = time.perf_counter()
         loader.start()
         loader.join(OPERATOR_FILE_LIMIT_S * 5)

@@ -23,9 +23,9 @@ import struct
 import time
 import zlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import yaml
 from PIL import Image
@@ -224,8 +224,8 @@ def bad_input_suite(folder: Path, registry: Registry) -> list[InputCase]:
                          ("wrong-type", "returned dict; a tier-1 skill returns SkillResult")):
         case = InputCase("skill", skill, "rejected")
         step = bad.run(Invoke("zxing", skill), question="q?", images=[qr])
-        case.outcome = "rejected" if step.error_kind == ErrorKind.SKILL and match in (step.error or "") else "not contained"
-        case.detail = (step.error or "")[:160]
+        contained = step.error_kind == ErrorKind.SKILL and match in (step.error or "")
+        case.outcome, case.detail = ("rejected" if contained else "not contained"), (step.error or "")[:160]
         cases.append(case)
     broken = folder / "broken-skills" / "broken"
     broken.mkdir(parents=True, exist_ok=True)
@@ -291,7 +291,8 @@ def _run_scenario(registry: Registry, episodes: list[Task], policy: str, workers
     return {"episodes": len(episodes), "completed": completed, "answered": answered,
             "no_answer": completed - answered, "lost": lost, "accuracy": sum(scores) / max(1, len(episodes)),
             "faults_injected": {k: v for k, v in sorted(injected.items()) if k != "none"},
-            "clean_calls": injected.get("none", 0), "expert_error_steps": expert_errors, "step_errors": dict(causes.most_common()), "breaker_trips": trips,
+            "clean_calls": injected.get("none", 0), "expert_error_steps": expert_errors,
+            "step_errors": dict(causes.most_common()), "breaker_trips": trips,
             "wall_s": round(time.perf_counter() - start, 1)}
 
 

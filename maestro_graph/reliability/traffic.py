@@ -14,9 +14,10 @@ import socket
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
-from typing import Callable
 
 import httpx
 import numpy as np
@@ -92,8 +93,7 @@ def image_memory_case(url: str, pid: int, headers: dict[str, str] | None = None)
     png = bomb_urls(1)[0]  # one image for all: a decode's result is remembered only once it has finished
     for kind, image in (("WebP", webp_bomb_url(png)), ("PNG", png)):
         bodies = [refused_pair_request(image)] * CONCURRENT_REQUESTS
-        idle, grown, statuses = peak_rss_growth_mb(pid, lambda: post_at_once(url, bodies, headers or {}),
-                                                   settle_s=1.0)
+        idle, grown, statuses = peak_rss_growth_mb(pid, partial(post_at_once, url, bodies, headers or {}), settle_s=1.0)
         ok = ok and set(statuses) == {400} and grown < CONCURRENT_MEMORY_LIMIT_MB
         details.append(f"{kind}: statuses {sorted(set(statuses))}, RSS peak {grown:+.0f} MB over {idle:.0f} MB")
     return TrustCase(f"{CONCURRENT_REQUESTS} requests at once of a {BOMB_SIDE}x{BOMB_SIDE} image and a refused one",

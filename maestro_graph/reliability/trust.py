@@ -14,9 +14,9 @@ import os
 import pickle
 import re
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Sequence
 
 import httpx
 import yaml
@@ -35,8 +35,18 @@ from ..serve import ServeSettings, create_app, startup_problem
 from ..serve.loopback import running_app
 from .image_checks import IMAGE_CHECKS
 from .input_checks import HTTP_DOOR_CHECKS, INPUT_AND_FILE_CHECKS
-from .target import (LANGSERVE_MISSING, QUESTION, Listener, PlantedPickle, Target, TrustCase, answer_of, chat,
-                     langserve_mounted, rss_mb)
+from .target import (
+    LANGSERVE_MISSING,
+    QUESTION,
+    Listener,
+    PlantedPickle,
+    Target,
+    TrustCase,
+    answer_of,
+    chat,
+    langserve_mounted,
+    rss_mb,
+)
 
 __all__ = ["TRUST_CHECKS", "run_trust_suite"]
 
@@ -67,7 +77,8 @@ def pickled_checkpoint(t: Target) -> TrustCase:
     refused = all(r.status_code == 400 and "invalid_policy" in r.text for r in replies) and not loaded
     return TrustCase("pickle as policy checkpoint (HTTP, loader)", "never unpickled",
                      refused and not marker.exists(),
-                     f"statuses {[r.status_code for r in replies]}, marker {'CREATED' if marker.exists() else 'absent'}")
+                     f"statuses {[r.status_code for r in replies]}, "
+                     f"marker {'CREATED' if marker.exists() else 'absent'}")
 
 
 def _probed_names(t: Target) -> list[str]:

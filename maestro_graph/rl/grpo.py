@@ -69,7 +69,7 @@ class _GroupPlan:
         """The task's image files, which travel with the group to a Ray worker (batch.executors.CarriesImages)."""
         return self.task.image_files()
 
-    def with_image_files(self, paths: dict[str, str]) -> "_GroupPlan":
+    def with_image_files(self, paths: dict[str, str]) -> _GroupPlan:
         return replace(self, task=self.task.with_image_files(paths))
 
 

@@ -11,8 +11,9 @@ number of expert calls (a part only when its weight is set).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..core.tasks import Task
 from ..episode.runner import EpisodeResult
@@ -79,7 +80,7 @@ class Rewards:
             raise ValueError(f"{len(self.funcs)} reward functions but {len(self.weights)} weights")
 
     @classmethod
-    def make(cls, *, cost_weight: float = 0.0, format_weight: float = 0.0, call_weight: float = 0.0) -> "Rewards":
+    def make(cls, *, cost_weight: float = 0.0, format_weight: float = 0.0, call_weight: float = 0.0) -> Rewards:
         """The project's reward: outcome, minus `cost_weight` per unit of cost, minus `format_weight` per format
         error, minus `call_weight` per call (the `turns` part, present only with a weight)."""
         funcs, weights = (outcome, cost, format_errors), (1.0, cost_weight, format_weight)
@@ -100,7 +101,7 @@ class Rewards:
     def __call__(self, task: Task, episode: EpisodeResult) -> float:
         return self.total(self.parts(task, episode))
 
-    def with_metrics(self) -> "Rewards":
+    def with_metrics(self) -> Rewards:
         """These rewards plus `METRICS` at weight zero: logged per step, no part of the training signal."""
         return Rewards((*self.funcs, *METRICS), (*self.weights, *(0.0 for _ in METRICS)))
 

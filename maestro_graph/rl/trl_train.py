@@ -87,8 +87,8 @@ def _save(model: Any, tokenizer: Any, config: LMTrainConfig, folder: Path) -> Pa
                 "observation_chars": config.observation_chars,
                 "order": config.order, "measured": config.measured,
                 "max_new_tokens": config.max_new_tokens}
-    composite = (f"# A composite: the policy of `order` ({config.order}) ranks the experts, its choice as option 1, and "
-                 "this LM decides whether to call one or answer.\n" if config.ranker else "")
+    composite = (f"# A composite: the policy of `order` ({config.order}) ranks the experts, its choice as option 1, "
+                 "and this LM decides whether to call one or answer.\n" if config.ranker else "")
     (folder / ROUTER_FILE).write_text(composite + yaml.safe_dump(settings, sort_keys=False))
     return folder
 

@@ -13,8 +13,9 @@ import json
 import logging
 import re
 import time
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any
 
 from fastapi import Cookie, Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError

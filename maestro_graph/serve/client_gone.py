@@ -9,7 +9,7 @@ them apart), and LangServe's `/invoke` and `/batch` (its streams notice by thems
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+from collections.abc import Callable
 
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send

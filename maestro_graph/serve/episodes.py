@@ -21,9 +21,10 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Iterator
+from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
@@ -312,8 +313,7 @@ class EpisodeService:
         if episode.mode == "new":  # the images as references to the thread's image store (episode.image_refs)
             graph_input: dict[str, Any] | None = stored_input(self.store, {
                 "question": episode.question, "images": episode.images, "choices": episode.choices,
-                **({"history": episode.history} if episode.history else {}),
-            })
+                **({"history": episode.history} if episode.history else {})})
         else:
             values = self.graph.get_state(config).values
             for step in values.get("steps", []):

@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
-from typing import Annotated, Any, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Annotated, Any
 from urllib.parse import parse_qs
 
 import orjson
@@ -85,7 +86,7 @@ class MaestroRequest(RunSettings):
         "the output's `thread_id` names the thread a run made")
 
     @model_validator(mode="after")
-    def _some_image(self) -> "MaestroRequest":
+    def _some_image(self) -> MaestroRequest:
         """An image (or a thread that may hold one), and the graph's own check of the question (too long, or blank:
         a blank question is read from the image), made where the input enters, as a typed input error."""
         if self.image_file:  # the type is read from the bytes when the image is checked
@@ -174,7 +175,7 @@ def maestro_runnable(service: EpisodeService) -> Runnable:
     async def answer(requests: AsyncIterator[MaestroRequest | dict],
                      config: RunnableConfig) -> AsyncIterator[AddableDict]:
         req = None
-        async for req in requests:  # the input arrives whole, as one item
+        async for req in requests:  # noqa: B007 (the input arrives whole, as one item: `req` is kept)
             pass
         episode = config.get("configurable", {}).get(_EPISODE)
         if not isinstance(episode, Episode):

@@ -7,7 +7,7 @@ import contextlib
 import socket
 import threading
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import httpx
 

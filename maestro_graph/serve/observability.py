@@ -20,7 +20,8 @@ import os
 import re
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Iterable, Literal
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Literal
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -133,7 +134,7 @@ def configure_logging(level: str, fmt: Literal["json", "text"]) -> None:
     logging.captureWarnings(True)
 
 
-def outcome_label(result: "EpisodeResult") -> str:
+def outcome_label(result: EpisodeResult) -> str:
     """How an episode ended, as the `outcome` label: answered, no_answer, input_error or cancelled."""
     if result.stop == StopReason.CANCELLED:
         return "cancelled"
@@ -146,7 +147,7 @@ class EpisodeMetrics:
     """The served metrics of one app. `observe_event` sees each stream event, `observe_outcome` each finished
     episode with its raw steps, `observe_failure` a crashed one."""
 
-    def __init__(self, registry: "Registry", queue_depth: Any, in_flight: Any):
+    def __init__(self, registry: Registry, queue_depth: Any, in_flight: Any):
         self.registry = CollectorRegistry()
         r = self.registry
         self.counters = EpisodeCounters(r, "answered, no_answer, input_error, cancelled, failed")
@@ -162,7 +163,7 @@ class EpisodeMetrics:
         if event.get("event") == "decision" and isinstance(event.get("latency_s"), (int, float)):
             self.decision_seconds.observe(event["latency_s"])
 
-    def observe_outcome(self, result: "EpisodeResult", raw_steps: Iterable[dict[str, Any]]) -> None:
+    def observe_outcome(self, result: EpisodeResult, raw_steps: Iterable[dict[str, Any]]) -> None:
         """Count the episode and the calls of the steps it ran now (replayed or restored steps were counted by the
         request that ran them)."""
         self.counters.episodes.labels(outcome_label(result)).inc()
@@ -176,7 +177,7 @@ class EpisodeMetrics:
 class _BreakerCollector:
     """`maestro_breaker_open{model}`: 1 while a model's circuit breaker refuses calls, read at scrape time."""
 
-    def __init__(self, registry: "Registry"):
+    def __init__(self, registry: Registry):
         self._registry = registry
 
     def collect(self) -> Iterable[GaugeMetricFamily]:

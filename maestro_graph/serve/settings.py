@@ -8,8 +8,15 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..core.configs import (DEFAULT_CHECKPOINTS_KEPT, DEFAULT_EPISODES_KEPT, DEFAULT_MAX_COST, DEFAULT_MAX_TURNS, MAX_COST,
-                            MAX_EPISODES_KEPT, MAX_TURNS)
+from ..core.configs import (
+    DEFAULT_CHECKPOINTS_KEPT,
+    DEFAULT_EPISODES_KEPT,
+    DEFAULT_MAX_COST,
+    DEFAULT_MAX_TURNS,
+    MAX_COST,
+    MAX_EPISODES_KEPT,
+    MAX_TURNS,
+)
 from ..core.environment import API_KEY, named
 from ..images.load import DECODE_MEMORY_BYTES
 from ..images.sources import DECODE_WAIT_S, ImageSources, host_entry
@@ -114,7 +121,7 @@ class ServeSettings(BaseModel):
         return dirs
 
     @model_validator(mode="after")
-    def _check(self) -> "ServeSettings":
+    def _check(self) -> ServeSettings:
         if self.workers > self.max_episodes:
             raise ValueError(
                 f"workers={self.workers} exceeds max_episodes={self.max_episodes}; a worker would never get work. "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from .base import Draft, NAMES, ask, fmt_num
+from .base import NAMES, Draft, ask, fmt_num
 
 _THINGS = ("apples", "stickers", "marbles", "pencils", "books", "cookies", "stamps", "shells", "cards", "beads")
 _PRODUCTS = ("notebook", "sandwich", "ticket", "T-shirt", "mug", "puzzle", "plant", "lamp")

@@ -9,11 +9,11 @@ from __future__ import annotations
 import io
 import math
 import random
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter, ImageFont

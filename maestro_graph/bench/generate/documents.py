@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from .base import Draft, NAMES, ask, canvas, degrade, fmt_num, font
+from .base import NAMES, Draft, ask, canvas, degrade, fmt_num, font
 
 _WORDS_A = ("Golden", "Sunrise", "Blue Ocean", "Evergreen", "Lucky", "Maple", "Royal", "Happy", "Silver Star",
             "Green Leaf", "Red Lantern", "Urban")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import statistics
 
-from .base import Draft, NAMES, ask, canvas, degrade, fmt_num, font
+from .base import NAMES, Draft, ask, canvas, degrade, fmt_num, font
 
 _PRICE_ITEMS = ("canoe", "motorcycle", "scooter", "tent", "kayak", "bicycle", "guitar", "desk lamp", "backpack",
                 "notebook", "stapler", "teapot", "blender", "toaster", "sofa cushion", "wall clock")
