@@ -31,7 +31,7 @@ from .packages import missing_package
 __all__ = ["LOCAL_ONLY", "default_device", "gguf_folder", "is_vision_language", "load_causal_lm", "load_router_lm",
            "load_vision_lm", "local_model_problem", "models_dir", "resolve_model_source", "save_hf_folder"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("maestro.backends")
 
 LOCAL_ONLY = {"use_kernels": False}
 """`from_pretrained` options of every model this package loads: transformers (5.25) otherwise swaps layers of a model

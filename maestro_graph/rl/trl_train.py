@@ -43,7 +43,7 @@ from .config import LMTrainConfig
 from .trl_phases import evaluate_lm, run_grpo, run_sft, validation_entry
 from .trl_sft import sft_renderings
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("maestro.train")
 
 __all__ = ["LMTrainConfig", "load_train_config", "train_lm"]
 
