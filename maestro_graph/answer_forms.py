@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from .choices import names_option
@@ -31,7 +31,7 @@ _POLAR_RE = re.compile(r"^\W*(is|are|was|were|do|does|did|can|could|will|would|h
 _HOW_MANY_RE = re.compile(r"\bhow (many|much)\b", re.IGNORECASE)
 
 
-def expected_form(question: str, choices: list[str] | tuple[str, ...] | None) -> Form:
+def expected_form(question: str, choices: Sequence[str] | None) -> Form:
     """Options win; then an explicit "yes or no" / "true or false" or a question that opens with an auxiliary verb;
     then "how many" / "how much"; anything else is free text."""
     if choices:
@@ -49,7 +49,7 @@ def opens_polar(question: str) -> bool:
     return bool(_POLAR_RE.search(question))
 
 
-def asks_yes_no(question: str, choices: list[str] | tuple[str, ...] | None = None) -> bool:
+def asks_yes_no(question: str, choices: Sequence[str] | None = None) -> bool:
     """Whether the question itself says to answer yes or no ("Please answer Yes or No", "true or false"), not only
     opens like a yes/no question (which "Is it odd or even?" does too), or its options are exactly Yes and No."""
     if choices:
@@ -61,7 +61,7 @@ def _is_short_number(text: str) -> bool:
     return 0 < len(normalize_text(text).split()) <= 3 and parse_number(text) is not None
 
 
-_HAS_FORM: dict[Form, Callable[[str, list[str] | tuple[str, ...] | None], bool]] = {
+_HAS_FORM: dict[Form, Callable[[str, Sequence[str] | None], bool]] = {
     "yesno": lambda text, choices: is_yes_no(text),
     "number": lambda text, choices: _is_short_number(text),
     "choice": lambda text, choices: names_option(text, choices or []),
@@ -70,13 +70,13 @@ _HAS_FORM: dict[Form, Callable[[str, list[str] | tuple[str, ...] | None], bool]]
 """What each form asks of an answer; `candidate_form` reads all of them, `has_form` the question's."""
 
 
-def has_form(text: str | None, expected: Form, choices: list[str] | tuple[str, ...] | None) -> bool:
+def has_form(text: str | None, expected: Form, choices: Sequence[str] | None) -> bool:
     """Whether a candidate answer is in the form the question asks for: an option, yes/no, a short number, or (for a
     free-text question) any non-empty text."""
-    return bool(text and text.strip()) and _HAS_FORM[expected](text, choices)
+    return bool(text and text.strip() and _HAS_FORM[expected](text, choices))
 
 
-def candidate_form(text: str, expected: Form, choices: list[str] | tuple[str, ...] | None) -> list[float]:
+def candidate_form(text: str, expected: Form, choices: Sequence[str] | None) -> list[float]:
     """[is yes/no, is a short number, names an option, has the expected form, contradicts it, log word count]."""
     flags = {form: check(text, choices) for form, check in _HAS_FORM.items()}
     has = flags[expected]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 
 from .numbers import parse_number
 from .scoring import choice_label, normalize_text, score
@@ -104,13 +105,13 @@ def question_stem(question: str) -> str:
     return question if block is None else (question[:block[0]] + question[block[1]:]).strip()
 
 
-def names_option(text: str | None, choices: list[str] | tuple[str, ...]) -> bool:
+def names_option(text: str | None, choices: Sequence[str]) -> bool:
     """Whether an answer names one of the options, by letter or by text (as scoring reads it)."""
     options = list(choices)
     return text is not None and any(score(text, option, "choice", choices=options) for option in options)
 
 
-def guess_option(choices: list[str] | tuple[str, ...], evidence: list[str], question: str) -> str:
+def guess_option(choices: Sequence[str], evidence: list[str], question: str) -> str:
     """A prior pick among options when no expert named one: the option nearest a number the experts stated (an
     angle read as 58 picks "60°"), else the option sharing most words of three letters or more with what they
     returned (shorter ones match by accident: the article "a" is not option "a"); among options still tied, and

@@ -137,8 +137,8 @@ def score(prediction: str | None, answer: str, answer_type: str, *, tolerance: f
     if answer_type == "yesno":
         return float(yes_no(pred) is not None and yes_no(pred) == yes_no(answer))
     if answer_type == "pair":
-        p, g = _pair(pred), _pair(answer)
-        return float(p is not None and p == g)
+        said, expected = _pair(pred), _pair(answer)
+        return float(said is not None and said == expected)
     if answer_type == "choice":
         return float(_choice(pred, answer, choices))
     if answer_type == "text":

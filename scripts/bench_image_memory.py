@@ -65,7 +65,7 @@ def _busy() -> str:
     expert finds edges and shapes everywhere."""
     rng = np.random.default_rng(1)
     cells = Image.fromarray(rng.integers(96, 256, (TILE // GRAIN, TILE // GRAIN), dtype=np.uint8))
-    tile = np.asarray(cells.resize((TILE, TILE), Image.BILINEAR))
+    tile = np.asarray(cells.resize((TILE, TILE), Image.Resampling.BILINEAR))
     image = Image.fromarray(np.tile(tile, (BOMB_SIDE // TILE, BOMB_SIDE // TILE))).convert("RGB")
     draw = ImageDraw.Draw(image)
     for i in range(7):

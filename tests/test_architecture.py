@@ -43,7 +43,7 @@ def _unit(parts: list[str] | tuple[str, ...]) -> str:
     return parts[0]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _imported_paths(root: Path, name: str) -> tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]:
     """(importing module's path parts, imported name's path parts) for every import of package `name` under `root`
     (lazy ones inside functions and those only for type checking included): `from .. import x` names module x; a

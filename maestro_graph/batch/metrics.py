@@ -83,7 +83,7 @@ class BatchMetrics:
         """The counters as a Prometheus text file (node-exporter's textfile collector reads it as it is)."""
         for worker, items in done_by_worker.items():
             self.worker_items.labels(worker).inc(items)
-        for worker in lost:
-            self.workers_lost.labels(worker.name, worker.stage).inc()
+        for gone in lost:
+            self.workers_lost.labels(gone.name, gone.stage).inc()
         self.cache_errors.inc(cache_errors)
         write_to_textfile(str(path), self.registry)

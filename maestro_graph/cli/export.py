@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal, cast
 
 import typer
 
@@ -56,7 +57,7 @@ def export(
                             tool_calls=tool_calls, ranker=make_ranker(order),
                             prompt=PromptOptions(order=prompt_order(order), measured=measured, **lengths))
     try:
-        count, bad = export_file(from_, tasks, out, fmt, reg, options)
+        count, bad = export_file(from_, tasks, out, cast(Literal["trl", "verl"], fmt), reg, options)
     except MaestroError as exc:
         fail(str(exc))
     for problem in bad:

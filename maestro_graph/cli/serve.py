@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal, cast
 
 import typer
 
@@ -48,7 +49,8 @@ def serve(
 
     if log_format not in ("json", "text"):
         fail(f"--log-format {log_format!r}: choose json or text")
-    configure_logging(log_level, log_format)  # before the app loads anything that could write to stderr
+    fmt = cast(Literal["json", "text"], log_format)
+    configure_logging(log_level, fmt)  # before the app loads anything that could write to stderr
     try:
         app = create_app(load_registry(registry, cache_dir, cache_url, cache_ttl_s=cache_ttl_s), settings)
     except MaestroError as exc:
@@ -59,4 +61,4 @@ def serve(
     if problem:
         err.print(f"[yellow]warning:[/yellow] --insecure: {problem}")
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False,
-                log_config=log_config(log_level, log_format))
+                log_config=log_config(log_level, fmt))

@@ -154,7 +154,7 @@ def load_tasks(
     return tasks, problems
 
 
-def load_task_files(files: list[Path]) -> tuple[list[Task], list[TaskProblem]]:
+def load_task_files(files: Sequence[Path]) -> tuple[list[Task], list[TaskProblem]]:
     """Tasks of several files; ids are prefixed with the file stem when files are combined, so they stay unique."""
     tasks: list[Task] = []
     problems: list[TaskProblem] = []

@@ -266,7 +266,7 @@ def _safe_episode(graph: Any, task: Task, context: MaestroContext) -> EpisodeRes
     try:
         return run_episode(graph, task.question, task.images, task.choices, context=context)
     except Exception as exc:  # batch boundary: one broken item must not stop the run; it is recorded
-        return EpisodeResult(None, [], "error", 0.0, error=f"{exc.__class__.__name__}: {exc}")
+        return EpisodeResult(None, [], StopReason.ERROR, 0.0, error=f"{exc.__class__.__name__}: {exc}")
 
 
 def predict(

@@ -37,7 +37,7 @@ class Variant:
     to_original: Callable[[Point], Point]
 
 
-def _scaled(name: str, image: Image.Image, factor: float, resample: int = Image.BICUBIC) -> Variant:
+def _scaled(name: str, image: Image.Image, factor: float, resample: int = Image.Resampling.BICUBIC) -> Variant:
     size = (max(1, round(image.width * factor)), max(1, round(image.height * factor)))
     return Variant(name, image.resize(size, resample), lambda p: (p[0] / factor, p[1] / factor))
 
@@ -92,7 +92,8 @@ def read_with_variants(image: Image.Image, read: Callable[[Variant], list[Barcod
     base = Variant("original", gray, lambda p: p)
     if factor < 1.0:
         size = (round(gray.width * factor), round(gray.height * factor))
-        base = Variant("original", gray.resize(size, Image.LANCZOS), lambda p: (p[0] / factor, p[1] / factor))
+        base = Variant("original", gray.resize(size, Image.Resampling.LANCZOS),
+                       lambda p: (p[0] / factor, p[1] / factor))
     found = read(base)
     if found or not try_harder:
         return found
@@ -127,7 +128,7 @@ class ZXingBarcodeExpert:
         gray = image.convert("L")
         base = _same(gray, "original")
         if max(gray.size) > self.max_side:
-            base = _scaled("original", gray, self.max_side / max(gray.size), Image.LANCZOS)
+            base = _scaled("original", gray, self.max_side / max(gray.size), Image.Resampling.LANCZOS)
         reads = self._read(base)
         if self.try_harder and (not reads or any(r.symbology == _NO_ADDON for r in reads)):
             reads = self._harder(base, reads)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, cast, get_args
 
 from pydantic import (
     BaseModel,
@@ -118,10 +118,11 @@ class OpenAIBackend(_Strict):
     @field_validator("base_urls")
     @classmethod
     def _http_urls(cls, urls: list[str] | None) -> list[str] | None:
-        for i, url in enumerate(urls or []):
+        listed = urls or []
+        for i, url in enumerate(listed):
             if not _HTTP_URL.match(url):
                 raise ValueError(f"[{i}] {url!r} is not an http:// or https:// URL (e.g. http://127.0.0.1:8000/v1)")
-        repeated = sorted({u for u in urls or [] if urls.count(u) > 1})
+        repeated = sorted({u for u in listed if listed.count(u) > 1})
         if repeated:
             raise ValueError(f"each endpoint once, repeated: {repeated}")
         return urls
@@ -332,7 +333,7 @@ def resolve_path(value: str, base_dir: Path) -> Path:
     if value.startswith(PACKAGE_PREFIX):
         first, _, rest = value.removeprefix(PACKAGE_PREFIX).partition("/")
         if first in get_args(Bundled):
-            return bundled_dir(first) / rest
+            return bundled_dir(cast(Bundled, first)) / rest  # the check above narrows it
         return _PACKAGE_DIR / value.removeprefix(PACKAGE_PREFIX)
     return base_dir / value
 

@@ -91,5 +91,5 @@ class FaultyExpert:
                 return oversized(result, MAX_RESULT_ITEMS, MAX_RESULT_CHARS)
             return result
 
-        call.__wrapped__ = target  # the handle checks results against the real method's return annotation
+        call.__wrapped__ = target  # type: ignore[attr-defined]  # the handle checks results against the real method's return annotation
         return call

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,8 +96,8 @@ class Reach:
         """(items,) 1.0 where some pair got the item right."""
         return np.nan_to_num(self.right).max(axis=1, initial=0.0)
 
-    def estimate(self, question: str, images: list[str] | tuple[str, ...],
-                 choices: list[str] | tuple[str, ...] | None, pairs: Iterable[str] | None = None,
+    def estimate(self, question: str, images: Sequence[str],
+                 choices: Sequence[str] | None, pairs: Iterable[str] | None = None,
                  declined: Iterable[str] = ()) -> float | None:
         """How likely one of `pairs` (default: every measured pair) answers this question: the share of the k most
         similar calibration questions that one of them answered, weighted by similarity. A neighbour only `declined`
@@ -121,8 +121,8 @@ class Reach:
         alike = (answered > 0) | (self._answered(index, set(declined)) == 0)
         return float(similarity_mean(answered[alike], sims[alike])) if alike.any() else None
 
-    def pair_accuracy(self, question: str, images: list[str] | tuple[str, ...],
-                      choices: list[str] | tuple[str, ...] | None, pairs: Iterable[str]) -> dict[str, float]:
+    def pair_accuracy(self, question: str, images: Sequence[str],
+                      choices: Sequence[str] | None, pairs: Iterable[str]) -> dict[str, float]:
         """Each measured pair's share of the calibration questions most like this one that it got right, weighted
         by similarity: among the items it was measured on, the k nearest that are within `PAIR_BAND` of the nearest
         one's similarity (a small calibration of a new expert holds a few items of each kind, and the next kind's

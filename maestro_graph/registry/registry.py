@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import importlib
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Sequence
 
 from PIL import Image
 
@@ -93,7 +93,7 @@ class Registry:
 
     @classmethod
     def load(cls, path: str | Path | None = None, *, cache: ExpertCache | None = None,
-             profiled: bool = True) -> "Registry":
+             profiled: bool = True) -> Registry:
         """The registry a config file describes; `profiled=False` leaves its `profile:` file unread (what
         `maestro registry profile` needs: the file it is about to write may not exist yet)."""
         config = load_config(path)
@@ -111,7 +111,7 @@ class Registry:
         profile = config.profile_to_read()
         return registry._profiled(profile) if profiled and profile is not None else registry
 
-    def _profiled(self, profile: str | Path) -> "Registry":
+    def _profiled(self, profile: str | Path) -> Registry:
         """This registry reading the profile file at `profile` and the reach beside it (their fitting parts)."""
         cards = self.pair_cards()
         self.profiles = read_profile(profile, cards)
@@ -121,7 +121,7 @@ class Registry:
         return self
 
     def without(self, *, models: set[str] = frozenset(), skills: set[str] = frozenset(),
-                descriptions: dict[str, str] | None = None, unprofiled: set[str] = frozenset()) -> "Registry":
+                descriptions: dict[str, str] | None = None, unprofiled: set[str] = frozenset()) -> Registry:
         """A view of this registry with some models and skills left out, some card texts replaced (by model or
         skill name) and some pairs' profiles hidden (by pair id), sharing the loaded experts and skill code
         (training's registry dropout, card paraphrases and profile dropout, and experiments that add an expert after
@@ -136,7 +136,7 @@ class Registry:
         view.reach = self.reach  # the graph asks it about the view's own pairs
         return view
 
-    def with_profile(self, path: str | Path) -> "Registry":
+    def with_profile(self, path: str | Path) -> Registry:
         """A view of this registry whose pairs read the profile file at `path` (its fitting entries, as the
         config's `profile:` key reads one) and the reach beside it instead of the config's: experiments that
         profile a registry on their own calibration items."""
@@ -209,17 +209,16 @@ class Registry:
 
     # -- helpers for skill code ------------------------------------------------------------------------------------
     def model_with(self, capability: str) -> ExpertHandle | None:
-        return next(
-            (h for h in self.models.values() if capability in h.card.capabilities and h.live_unavailable_reason() is None),
-            None,
-        )
+        return next((h for h in self.models.values()
+                     if capability in h.card.capabilities and h.live_unavailable_reason() is None), None)
 
     def model_for(self, skill: SkillSpec) -> ExpertHandle | None:
         """The first available model that can run `skill`. When every such model is down, the first of them: its
         handle refuses the call (breaker open, not installed) into the step's ledger, so a step that went on without
         it is never cached as complete. None when no model can run it."""
         compatible = [h for h in self.models.values() if self.compatible(h.card, skill)]
-        return next((h for h in compatible if h.live_unavailable_reason() is None), compatible[0] if compatible else None)
+        return next((h for h in compatible if h.live_unavailable_reason() is None),
+                    compatible[0] if compatible else None)
 
     def ask_by_instructions(self, ctx: SkillContext, images: Sequence[Image.Image] | None = None) -> SkillResult:
         """`SkillContext.ask`: the vision-chat procedure (registry.vision), which reads the context, so the context
@@ -322,7 +321,8 @@ class Registry:
             step.error, step.error_kind = (f"skill {step.skill!r} failed on this node: {exc.__class__.__name__}: "
                                            f"{exc}", ErrorKind.NODE)
         except Exception as exc:  # skill code is a plug-in: contain it and record the crash (an episode boundary)
-            step.error, step.error_kind = f"skill {step.skill!r} crashed: {exc.__class__.__name__}: {exc}", ErrorKind.SKILL
+            step.error, step.error_kind = (f"skill {step.skill!r} crashed: {exc.__class__.__name__}: {exc}",
+                                           ErrorKind.SKILL)
         step.cost = ledger.cost
         step.calls = [c.__dict__ for c in list(ledger.calls)]
         step.latency_s = time.perf_counter() - start

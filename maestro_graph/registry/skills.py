@@ -48,7 +48,7 @@ import sys
 import threading
 import types
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -145,16 +145,16 @@ class SkillSpec:
             digest.update(data)
         return digest.hexdigest()[:16]
 
-    def runs_with(self, capabilities: list[str] | tuple[str, ...]) -> bool:
+    def runs_with(self, capabilities: Sequence[str]) -> bool:
         """Whether a model with these capabilities can carry the skill out: by its code or by its instructions."""
         return set(self.requires) <= set(capabilities) or self.by_instructions(capabilities)
 
-    def by_instructions(self, capabilities: list[str] | tuple[str, ...]) -> bool:
+    def by_instructions(self, capabilities: Sequence[str]) -> bool:
         """Whether a model with these capabilities carries the skill out by its instructions (`or-requires`), which
         wins over the skill's code when the model has both: such a model is asked, not driven as a tool."""
         return bool(self.or_requires) and set(self.or_requires) <= set(capabilities)
 
-    def lacking(self, capabilities: list[str] | tuple[str, ...]) -> str:
+    def lacking(self, capabilities: Sequence[str]) -> str:
         """What a model with these capabilities lacks for this skill, phrased for an error message."""
         missing = sorted(set(self.requires) - set(capabilities))
         return f"{missing}" + (f" (or {sorted(set(self.or_requires) - set(capabilities))})" if self.or_requires
@@ -177,7 +177,7 @@ class SkillSpec:
         """The entry function, imported from the folder's file on first use."""
         return self._function(self.entry_func, "entry")
 
-    def declines(self, request: str, choices: list[str] | tuple[str, ...] | None) -> str | None:
+    def declines(self, request: str, choices: Sequence[str] | None) -> str | None:
         """Why this skill has nothing to answer `request` with, read from its text (and choices) alone; None when it
         may answer, when it has no `declines` function, and when that check fails (with a warning naming the skill:
         a broken check must not hide a skill that works)."""

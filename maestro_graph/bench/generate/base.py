@@ -145,7 +145,7 @@ def degrade(image: Image.Image, rng: random.Random, *, noise: float = 10.0, max_
     each drawn from `rng` up to the given maxima."""
     angle = rng.uniform(-max_rotation, max_rotation)
     if abs(angle) > 0.05:
-        image = image.rotate(angle, resample=Image.BICUBIC, expand=True, fillcolor=(255, 255, 255))
+        image = image.rotate(angle, resample=Image.Resampling.BICUBIC, expand=True, fillcolor=(255, 255, 255))
     radius = rng.uniform(0, blur)
     if radius > 0.2:
         image = image.filter(ImageFilter.GaussianBlur(radius))

@@ -42,7 +42,7 @@ def make(rng: random.Random) -> Draft:
     base = noise_rng.integers(120, 255, size=3)
     # blotchy texture: noise drawn at a quarter of the size and enlarged, plus fine grain
     coarse = base + noise_rng.normal(0, rng.uniform(10, 35), (height // 4, width // 4, 3))
-    image = Image.fromarray(np.clip(coarse, 0, 255).astype(np.uint8)).resize((width, height), Image.BILINEAR)
+    image = Image.fromarray(np.clip(coarse, 0, 255).astype(np.uint8)).resize((width, height), Image.Resampling.BILINEAR)
     grain = noise_rng.normal(0, rng.uniform(2, 8), (height, width, 3))
     image = Image.fromarray(np.clip(np.asarray(image, dtype=np.float32) + grain, 0, 255).astype(np.uint8))
     draw = ImageDraw.Draw(image)
