@@ -214,7 +214,9 @@ class Policy(Protocol):
     distribution would be the first action every time) and `distribution(view, space)` over the actions valid
     now. Every policy of the project declares all three; tests/test_policies_protocol.py checks them."""
 
-    name: str
     stochastic: bool
+
+    @property
+    def name(self) -> str: ...  # read-only here: FixedPolicy derives it from its pair
 
     def distribution(self, view: EpisodeView, space: ActionSpace) -> Distribution: ...

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -354,7 +355,7 @@ def database_bytes(db: Path | str) -> int:
 
         with psycopg.connect(str(db), autocommit=True) as conn:
             conn.execute("VACUUM")
-            return int(conn.execute(
+            return int(conn.execute(  # type: ignore[index]  # an aggregate query returns one row
                 "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c JOIN pg_namespace n "
                 "ON n.oid = c.relnamespace WHERE c.relkind = 'r' AND n.nspname = 'public'").fetchone()[0])
     with contextlib.closing(sqlite3.connect(db)) as conn:
@@ -384,7 +385,7 @@ def thread_storage(t: Target, db: Path | str | None = None) -> TrustCase:
     image_bytes = len(image) * 3 // 4
     with running_app(app) as url:
         def ask(i: int, images: list[str]) -> httpx.Response:  # answered at once (no budget): storage only
-            content = [{"type": "text", "text": f"How many circles are in image {i}?"}]
+            content: list[dict[str, Any]] = [{"type": "text", "text": f"How many circles are in image {i}?"}]
             content += [{"type": "image_url", "image_url": {"url": u}} for u in images]
             return httpx.post(f"{url}/v1/chat/completions", timeout=60, json={
                 "model": "maestro", "thread_id": thread, "max_cost": 0,
