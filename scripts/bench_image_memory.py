@@ -4,6 +4,7 @@ answers, and a few seconds after) above what it held idle, and the time to answe
     .venv/bin/python scripts/bench_image_memory.py                 # 8 images of 6300x6300 (40 MP, ~10 KB each)
     .venv/bin/python scripts/bench_image_memory.py --images 1
     .venv/bin/python scripts/bench_image_memory.py --concurrent 16   # one request, then 16 at once (below)
+    .venv/bin/python scripts/bench_image_memory.py --steps "WebP busy"   # where one episode's memory goes
     .venv/bin/python scripts/bench_image_memory.py --source /tmp/old   # the server's package from another tree
     # (e.g. git archive HEAD maestro_graph | tar -x -C /tmp/old)
 
@@ -124,6 +125,58 @@ def concurrent(args: argparse.Namespace) -> None:
             print(json.dumps(row), flush=True)
 
 
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) / 1024 for line in status if line.startswith(field + ":"))
+
+
+def _peak(name: str, func, *args, **kwargs):
+    """`func(*args, **kwargs)`, printing this process's RSS peak above what it held before (VmHWM, reset first:
+    what numpy, OpenCV and ONNX allocate counts too, which tracemalloc would not see)."""
+    before = _status_mb("VmRSS")
+    with open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")  # resets VmHWM to the current RSS
+    start, outcome = time.perf_counter(), "raised"
+    try:
+        result = func(*args, **kwargs)
+        outcome = ""
+        return result
+    finally:  # a call that timed out is abandoned, not stopped: its peak so far
+        print(f"{name:32} peak {_status_mb('VmHWM') - before:+6.0f} MB   held after "
+              f"{_status_mb('VmRSS') - before:+5.0f} MB   {time.perf_counter() - start:5.1f} s {outcome}", flush=True)
+
+
+def steps(args: argparse.Namespace) -> None:
+    """One episode of the `--steps` image in this process, as a server's worker runs it (the packaged registry, the
+    server's default policy, the glibc threshold `maestro serve` sets), with the RSS peak of each decode and each
+    expert call. Steps run one after another, so each peak is that step's own."""
+    from maestro_graph.core.allocator import return_large_buffers
+    from maestro_graph.episode.context import MaestroContext
+    from maestro_graph.episode.graph import build_graph
+    from maestro_graph.episode.runner import run_episode
+    from maestro_graph.features import state
+    from maestro_graph.registry import context, handles
+    from maestro_graph.registry.registry import Registry
+    from maestro_graph.serve.settings import ServeSettings
+
+    return_large_buffers()
+    png = {"flat": _flat, "busy": _busy}[args.steps.split()[1]]()
+    image = webp_bomb_url(png) if args.steps.startswith("WebP") else png
+    settings = ServeSettings()
+    graph = build_graph(Registry.load(args.registry), settings.catalog().get())
+    run = lambda refs: run_episode(graph, COUNT_QUESTION, refs,  # noqa: E731
+                                   context=MaestroContext(max_turns=settings.max_turns))
+    run([image_to_data_url(load_image(str(ROOT / "examples" / "circles.png")))])  # the experts loaded
+    _peak("decode (the door's check)", load_image, image)
+    call, decode_all, decode_one = handles.ExpertHandle.call, context.load_images, state.load_image
+    handles.ExpertHandle.call = lambda self, method, *a: _peak(f"  {self.name}.{method}", call, self, method, *a)
+    context.load_images = lambda refs: _peak("  decode (a skill's images)", decode_all, refs)
+    state.load_image = lambda ref: _peak("  decode (the router's features)", decode_one, ref)
+    result = run([image])
+    print(json.dumps({"image": args.steps, "answer": result.answer, "stop_reason": result.stop_reason,
+                      "steps": [f"{s.model}@@{s.skill}" for s in result.steps]}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=8, help="images in the request (the server's cap is 8)")
@@ -133,7 +186,12 @@ def main() -> None:
     parser.add_argument("--timeout-s", type=float, default=600.0, help="the server's request timeout")
     parser.add_argument("--concurrent", type=int, default=0, help="one request of each large "
                         "image, then this many at once, on a fresh server each (0: the one request of --images)")
+    parser.add_argument("--steps", choices=["WebP flat", "WebP busy", "PNG flat", "PNG busy"], default=None,
+                        help="run one episode of this image in this process and print each step's RSS peak")
     args = parser.parse_args()
+    if args.steps:
+        steps(args)
+        return
     if args.concurrent:
         concurrent(args)
         return
