@@ -33,6 +33,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from ..cache.backends import DEFAULT_TTL_S
 from ..cache.store import CacheStats, open_cache
 from ..core.configs import DEFAULT_WORKER_WAIT_S
+from ..core.environment import HF_HUB_OFFLINE, OMP_NUM_THREADS, RAY_JOB_CONFIG, TOKENIZERS_PARALLELISM, present
 from ..core.memo import LRU
 from ..digests import file_digest
 from ..errors import ConfigError, NoLiveWorker, ServiceUnavailable, import_extra
@@ -50,7 +51,7 @@ Job = Callable[[Registry, Any], Any]
 pickled to the workers once per map, so it is a module-level function or an object of a module-level class holding
 only data (policy names, configs, weights as tensors), never a registry or a live connection."""
 
-_WORKER_ENV = ("OMP_NUM_THREADS", "HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM", "PYTHONPATH")
+_WORKER_ENV = (OMP_NUM_THREADS.name, HF_HUB_OFFLINE.name, TOKENIZERS_PARALLELISM.name, "PYTHONPATH")
 """Environment a Ray worker takes from the driver: thread limits, offline mode, and where plug-in experts import
 from (a `python` card's entry)."""
 _PROBE_TIMEOUT_S = 5.0
@@ -70,8 +71,6 @@ _LOCAL_IMAGES = 256
 _FORGET_TIMEOUT_S = 5.0
 """How long the end of a map waits for the workers to remove their image copies (a worker still running an
 interrupted map's item removes them when it is done)."""
-_JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
-"""Set by Ray in the environment of a driver that `ray job submit` started: the job's config, runtime env included."""
 
 
 @dataclass(frozen=True)
@@ -393,9 +392,9 @@ class RayExecutor:
 def _worker_env() -> dict[str, str]:
     """The driver's `_WORKER_ENV` for the workers, less what the Ray job (`ray job submit --runtime-env`) already
     sets: Ray refuses a driver's runtime environment that names a variable the job's does."""
-    job = json.loads(os.environ.get(_JOB_CONFIG_ENV) or "{}")
+    job = json.loads(RAY_JOB_CONFIG.read() or "{}")
     job_env = (job.get("runtime_env") or {}).get("env_vars") or {}
-    return {k: os.environ[k] for k in _WORKER_ENV if k in os.environ and k not in job_env}
+    return {k: v for k, v in present(_WORKER_ENV).items() if k not in job_env}
 
 
 def _probe(address: str) -> None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import typer
 from rich.console import Console
+
+from ..core.environment import OMP_NUM_THREADS
 
 __all__ = ["bench_app"]
 
@@ -25,7 +26,7 @@ def make(
     force: bool = typer.Option(False, "--force", help="Overwrite a folder that already holds a suite."),
 ) -> None:
     """Generate N items per split (train, val, test; no item drawn twice in the suite) with exact answers."""
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    OMP_NUM_THREADS.set_default("1")
     from .generate import DOMAINS, make_suite
 
     names = [d.strip() for value in (domains or []) for d in value.split(",") if d.strip()] or list(DOMAINS)
@@ -48,7 +49,7 @@ def check(
     fast: bool = typer.Option(False, "--fast", help="Validate formats and seeds only; do not re-derive items."),
 ) -> None:
     """Re-derive every item from its seed and confirm its stored question, answer and images; exit 1 on problems."""
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    OMP_NUM_THREADS.set_default("1")
     from .generate import check_suite
 
     report = check_suite(folder, regenerate=not fast)

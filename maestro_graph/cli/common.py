@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import os
 import re
 from pathlib import Path
 from typing import NoReturn
@@ -16,6 +15,7 @@ from rich.markup import escape
 
 from ..cache.backends import DEFAULT_TTL_S
 from ..core.configs import DEFAULT_WORKER_WAIT_S
+from ..core.environment import set_process_defaults
 from ..errors import MaestroError
 
 __all__ = ["WIDE_COLUMNS", "console", "err", "executor", "fail", "help_text", "limit_threads", "narrow", "progress",
@@ -92,6 +92,4 @@ def limit_threads() -> None:
     reach's question features), keeps one thread per core unless OMP_NUM_THREADS was set before the process started:
     an LM router alone decides faster on both cores (1.3 s against 2.2 s on one), while LM processes run side by side
     need OMP_NUM_THREADS=1 (docs/lm-router.md, "Decision time")."""
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    set_process_defaults()

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import threading
 
 import numpy as np
 from PIL import Image
 
 from ..backends.packages import missing_package
+from ..core.environment import OMP_NUM_THREADS
 from .protocols import TextBox
 
 __all__ = ["RapidOCRExpert"]
@@ -21,7 +21,7 @@ class RapidOCRExpert:
 
     def __init__(self, min_confidence: float = 0.3, threads: int | None = None):
         self.min_confidence = min_confidence
-        self.threads = threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0) or -1
+        self.threads = threads or int(OMP_NUM_THREADS.read() or 0) or -1
         self._local = threading.local()
 
     @classmethod

@@ -325,14 +325,10 @@ def ownership_case(url: str, image: str, keys: tuple[str, str] = OWNER_KEYS) -> 
 
 def threads_belong_to_their_key(t: Target) -> TrustCase:
     """`ownership_case` against a server of the suite's own with two keys and a checkpoint database."""
-    env = SUITE_OWNER_KEYS.name
-    os.environ[env] = ",".join(OWNER_KEYS)
-    try:
-        settings = ServeSettings(api_key_env=env, checkpoint_db=t.folder / "owner-threads.sqlite")
+    with SUITE_OWNER_KEYS.set_while(",".join(OWNER_KEYS)):
+        settings = ServeSettings(api_key_env=SUITE_OWNER_KEYS.name, checkpoint_db=t.folder / "owner-threads.sqlite")
         with running_app(create_app(Registry.load(t.registry_file), settings)) as url:
             return ownership_case(url, t.image)
-    finally:
-        os.environ.pop(env, None)
 
 
 # -- a long thread's storage stays bounded --------------------------------------------------------------------------

@@ -263,7 +263,7 @@ def _png_bytes(data_url: str) -> bytes:
 
 def unauthenticated_start(t: Target) -> TrustCase:
     env = TRUST_SUITE_UNSET_KEY.name
-    os.environ.pop(env, None)
+    TRUST_SUITE_UNSET_KEY.unset()
     named = startup_problem(ServeSettings(api_key_env=env), "127.0.0.1", key_env_named=True)
     public = startup_problem(ServeSettings(api_key_env=env), "0.0.0.0", key_env_named=False)
     loopback = startup_problem(ServeSettings(api_key_env=env), "127.0.0.1", key_env_named=False)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..core.environment import TRL_EXPERIMENTAL_SILENCE
 from ..core.tasks import Task
 from ..episode.context import MaestroContext
 from ..episode.graph import build_graph
@@ -109,11 +110,9 @@ def run_grpo(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[Tas
     """`config.steps` GRPO steps with graph rollouts (and, with `config.eval_steps`, an evaluation on `eval_items`
     every so many); returns the trainer and the problems of its episodes (cut to `max_length`, completions rejected
     by the parser)."""
-    import os
-
     from trl import GRPOConfig, GRPOTrainer
 
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    TRL_EXPERIMENTAL_SILENCE.set_default("1")
     dataset, by_prompt = grpo_dataset([t for t in tasks if t.answer is not None], registry, config,
                                       images=sees_images(tokenizer))
     rewards = config.export_options.rewards.with_metrics()

@@ -16,7 +16,6 @@ import contextvars
 import json
 import logging
 import logging.config
-import os
 import re
 import time
 import uuid
@@ -30,6 +29,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..batch.metrics import EpisodeCounters
+from ..core.environment import HF_HUB_DISABLE_PROGRESS_BARS
 from ..types import StopReason
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ def configure_logging(level: str, fmt: Literal["json", "text"]) -> None:
     is imported comes before uvicorn's own set-up), and Hugging Face progress bars off (transformers' "Loading
     weights" bar redraws one line with carriage returns: no log reader can parse it). The bars are switched off
     through the variable the hub library reads when it is imported, which happens on an expert's first load."""
-    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    HF_HUB_DISABLE_PROGRESS_BARS.set("1")
     logging.config.dictConfig(log_config(level, fmt))
     logging.captureWarnings(True)
 
