@@ -1,7 +1,8 @@
-"""Skills carried out by a vision-chat model (registry.vision) against VisionEndpointDouble, the loopback test double
-of a GPU-only vision-language endpoint: which pairs a vision-chat card makes, what each pair sends (the skill's
-instructions, the image, the options) and how the reply becomes the answer, and the endpoint's failures as named
-error steps of an episode that still ends."""
+"""Skills carried out by a vision-chat model (registry.vision), Maestro's side, against VisionEndpointDouble
+(tests/vision_double.py), the named test double for scripted answers and faults: which pairs a vision-chat card makes,
+what each pair sends (the skill's instructions, the image, the options) and how a scripted reply becomes the answer,
+and the endpoint's failures as named error steps of an episode that still ends. What a real server makes of these
+requests (that vLLM takes them, counts their tokens, refuses too many images) is tests/test_vllm_vision.py's."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 from typer.testing import CliRunner
-from vision_double import IMAGE_TOKENS, VisionEndpointDouble
+from vision_double import VisionEndpointDouble
 
 from maestro_graph.cli import app
 from maestro_graph.episode.context import MaestroContext
@@ -117,6 +118,9 @@ def vlm_registry(double, tmp_path_factory) -> Registry:
 @pytest.mark.parametrize("skill, question, choices, reply, answer, prompt", CASES, ids=[c[0] for c in CASES])
 def test_each_pair_sends_the_instructions_image_and_options_and_parses_the_reply(
         vlm_registry, double, tmp_path, skill, question, choices, reply, answer, prompt):
+    """Maestro's side: the request it builds, and the step it makes of a scripted reply and `usage`. That real vLLM
+    takes such a request under every skill and that its own token count is the card's arithmetic is
+    tests/test_vllm_vision.py's test_a_vision_chat_pair_answers_through_every_skill_it_pairs_with."""
     path, pixels = _image(tmp_path, skill)
     before = len(double.requests)
     step = vlm_registry.run(Invoke("vlm", skill), question=question, images=[str(path)], choices=choices)
@@ -127,9 +131,9 @@ def test_each_pair_sends_the_instructions_image_and_options_and_parses_the_reply
     assert question in received.user_text and prompt in received.user_text
     assert received.formats == ["png"] and np.array_equal(np.asarray(received.images[0].convert("RGB")), pixels)
     assert received.body["model"] == "vlm-double" and received.body["max_tokens"] == 64
-    (call,) = step.calls  # no OCR or CV call: the model carried the skill out
-    assert call["model"] == "vlm" and call["completion_tokens"] == len(reply.split())
-    assert call["prompt_tokens"] > IMAGE_TOKENS
+    (call,) = step.calls  # no OCR or CV call: the model carried the skill out; the server's usage is recorded
+    assert call["model"] == "vlm" and (call["prompt_tokens"], call["completion_tokens"]) == (
+        double.usage["prompt_tokens"], double.usage["completion_tokens"])
     assert step.cost == pytest.approx(PER_CALL + PER_1K * (call["prompt_tokens"] + call["completion_tokens"]) / 1000)
 
 

@@ -1,10 +1,12 @@
 """Hosted APIs as they are in 2026, and requests counted against the served model's context before they are sent.
 
-The shipped reasoning-class card (configs/registry-vlm.yaml) answers through VisionEndpointDouble made strict as
-OpenAI documents its reasoning models (400 on `max_tokens`, on a temperature other than the default, on an unknown
-field), which refuses the plain card; the image token arithmetic is checked against the model's own image processor
-(transformers' Qwen2-VL processor, which Qwen2.5-VL and Qwen3-VL use), and a request above a card's `max_model_len`
-goes with smaller images or is refused by name before anything is sent."""
+The shipped reasoning-class card (configs/registry-vlm.yaml) answers through VisionEndpointDouble
+(tests/vision_double.py) given a scripted refusal, written here, of what OpenAI documents its reasoning models refuse
+(400 on `max_tokens`, on a temperature other than the default, on an unknown field) and a scripted `usage` with hidden
+reasoning tokens: no hosted API can be called from the suite. The image token arithmetic is checked against the model's
+own image processor (transformers' Qwen2-VL processor, which Qwen2.5-VL and Qwen3-VL use), and a request above a card's
+`max_model_len` goes with smaller images or is refused by name before anything is sent; the same arithmetic and budget
+against real vLLM's own count are tests/test_vllm_vision.py's."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import numpy as np
 import pytest
 import yaml
 from PIL import Image, ImageDraw
-from vision_double import IMAGE_TOKENS, REASONING_TOKENS, VisionEndpointDouble
+from vision_double import VisionEndpointDouble
 
 from maestro_graph.errors import ConfigError
 from maestro_graph.registry import Registry
@@ -29,6 +31,26 @@ QWEN25 = ImageTokens(patch_size=14, merge_size=2, min_pixels=3136, max_pixels=12
 QWEN3 = ImageTokens(patch_size=16, merge_size=2, min_pixels=65536, max_pixels=16777216)
 LOWERED = ImageTokens(patch_size=14, merge_size=2, min_pixels=3136, max_pixels=28 * 28 * 256)
 """Qwen2.5-VL served with `--mm-processor-kwargs '{"max_pixels": 200704}'`."""
+REASONING_FIELDS = frozenset({"model", "messages", "max_completion_tokens", "temperature", "reasoning_effort",
+                              "response_format", "seed", "n", "user", "metadata", "store", "stream"})
+"""The request fields OpenAI's chat completions take for a reasoning model, less the sampling parameters it refuses."""
+REASONING_TOKENS = 192
+REASONING_USAGE = {"prompt_tokens": 420, "completion_tokens": 1 + REASONING_TOKENS,
+                   "completion_tokens_details": {"reasoning_tokens": REASONING_TOKENS}}
+"""A reasoning model's `usage`, scripted: the hidden reasoning is counted inside completion_tokens."""
+
+
+def _openai_reasoning_refusal(body: dict) -> str | None:
+    """What OpenAI's API reference says a reasoning model (o-series, GPT-5 class) answers 400 to, in its words; a
+    scripted refusal for the double (`refuse`)."""
+    if "max_tokens" in body:
+        return ("Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' "
+                "instead.")
+    if "temperature" in body and body["temperature"] != 1:
+        return (f"Unsupported value: 'temperature' does not support {body['temperature']} with this model. Only the "
+                "default (1) value is supported.")
+    unknown = sorted(set(body) - REASONING_FIELDS)
+    return f"Unrecognized request argument supplied: {unknown[0]}" if unknown else None
 
 
 def _shipped_card(shipped: str, url: str, model: str, **changes) -> dict:
@@ -56,7 +78,8 @@ def _chart(folder: Path, size: tuple[int, int] = (320, 240)) -> Path:
 
 def test_a_reasoning_class_card_answers_through_a_strict_double_that_refuses_the_plain_card(tmp_path):
     chart = _chart(tmp_path)
-    with VisionEndpointDouble(model="gpt-5-mini", default="B", reasoning=True) as api:
+    with VisionEndpointDouble(model="gpt-5-mini", default="B", refuse=_openai_reasoning_refusal,
+                              usage=REASONING_USAGE) as api:
         card = _shipped_card("hosted-reasoning-vlm", api.url, "gpt-5-mini")
         card["backend"]["headers"] = {"OpenAI-Project": "proj_maestro"}
         plain = {**card, "name": "plain", "backend": {**card["backend"], "token_limit_field": "max_tokens",
@@ -75,7 +98,7 @@ def test_a_reasoning_class_card_answers_through_a_strict_double_that_refuses_the
             "high"]
         assert received.headers["openai-project"] == "proj_maestro"
         (call,) = step.calls  # the hidden reasoning is in completion_tokens, and charged
-        assert call["completion_tokens"] == 1 + REASONING_TOKENS and call["prompt_tokens"] > IMAGE_TOKENS
+        assert (call["prompt_tokens"], call["completion_tokens"]) == (420, 1 + REASONING_TOKENS)
         cost = card["cost"]
         assert step.cost == pytest.approx(cost["per_call"] + cost["per_1k_tokens"] * (
             call["prompt_tokens"] + call["completion_tokens"]) / 1000)
@@ -113,6 +136,9 @@ def test_image_tokens_are_the_model_processors_own_count(spec):
 
 
 def test_a_request_above_max_model_len_is_sent_smaller_or_refused_by_name(tmp_path):
+    """Maestro's side, before sending: the double only records what arrives. That the shrunk request fits vLLM's own
+    count, and the refusals' wording, is tests/test_vllm_vision.py's
+    test_an_image_past_the_cards_budget_is_shrunk_or_refused_by_name."""
     chart = _chart(tmp_path, (1536, 1162))  # 2,312 tokens to Qwen2.5-VL
     with VisionEndpointDouble(model="qwen", default="7") as double:
         def card(name: str, max_model_len: int) -> dict:

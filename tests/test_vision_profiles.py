@@ -2,7 +2,8 @@
 registry profile` names the failures, exits non-zero and writes no accuracy for those pairs (and merge_profile.py
 refuses the part); a profile stays valid when the endpoint moves to another port or gains a replica; profiling sends
 as many calls at once as the card's `concurrency` allows. The endpoint is VisionEndpointDouble (tests/vision_double.py),
-standing for a GPU-only `vllm serve`."""
+for its scripted delay and count of requests at once; `maestro registry profile` measuring real vLLM's pairs is
+tests/test_vllm_vision.py's test_profile_measures_the_pairs_and_serve_routes_to_the_profiled_pair."""
 
 from __future__ import annotations
 

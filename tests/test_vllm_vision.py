@@ -114,7 +114,10 @@ def _prompt_tokens(base: str, urls: list[str], **body) -> int:
 
 
 def test_a_vision_chat_pair_answers_through_every_skill_it_pairs_with(vllm_base, tmp_path):
-    registry = _registry(tmp_path, _card(vllm_base))
+    """Each request vLLM's chat template takes as built (system, image, question), its tokens vLLM's own count, and
+    charged as the card says from that count (tests/test_vision_chat.py checks the same against scripted usage)."""
+    cost = {"per_call": 0.5, "per_1k_tokens": 2.0}
+    registry = _registry(tmp_path, _card(vllm_base, cost=cost))
     card = registry.models[NAME].card
     pairs = [pair for pair in registry.pair_ids() if pair.startswith(f"{NAME}@@")]
     assert len(pairs) >= 7, pairs
@@ -128,6 +131,8 @@ def test_a_vision_chat_pair_answers_through_every_skill_it_pairs_with(vllm_base,
         assert step.error is None, (pair, step.error)
         (call,) = step.calls
         assert 0 < call["completion_tokens"] <= 8
+        assert step.cost == pytest.approx(cost["per_call"] + cost["per_1k_tokens"] * (
+            call["prompt_tokens"] + call["completion_tokens"]) / 1000), pair
         # the same request sent directly: the skill's SKILL.md body as the system message, the image, the question
         messages = vision_messages(registry.skills[skill].instructions, QUESTION, None, [sent.url])
         assert call["prompt_tokens"] == _direct(vllm_base, messages)["usage"]["prompt_tokens"], pair

@@ -1,27 +1,24 @@
-"""A loopback HTTP test double of a vision-language endpoint: it stands for a GPU-only `vllm serve` of a Qwen-VL-class
-model (or a hosted OpenAI-compatible API), which no machine of the test suite can run.
+"""A named test double of an OpenAI-compatible vision-language endpoint, for what only a double can do: scripted
+right and wrong answers and faults. What a real server does with a request (vLLM's token counts, its image and context
+limits and their wording, the card options it accepts, its chat template) is checked against real vLLM serving a tiny
+Qwen2.5-VL in tests/test_vllm_vision.py, never here.
 
-`VisionEndpointDouble` is a real HTTP server on 127.0.0.1 that speaks OpenAI chat completions. It validates every
-request as such (model name, messages, roles, content parts, `image_url` data URLs that decode as images), answers
-400 naming the problem when one is not, records what it received (`requests`: the system text, the user text, the
-decoded images) and answers deterministically: from its `lookup` (image digest to the questions asked of it, each with
-its answer, a wrong answer of the same form and the instructions it needs, which a test builds from a labelled task
-file), else the first of `replies` whose pattern the user text matches, with a `usage` that counts words and images. A
-lookup entry is answered right only when the request's system message is the entry's instructions (the `SKILL.md` body
-of the skill that fits the item), as a model told to read a table answers a chart question worse than one told to read a
-chart: a test can tell which skill's instructions a pair sent by the answer it gets. Its `behaviour` makes it fail the
-ways real endpoints do: an HTTP status (429, 503...), a malformed body, or no answer at all (a hang past the client's
-timeout). With `delay_s` each answer takes that long, as on a busy model server, and `peak` counts the most requests it
-was answering at once.
-
-With `reasoning=True` it is strict the way OpenAI's reasoning models (o-series, GPT-5 class) are, as their API
-reference documents: `max_tokens` is refused (400, "use 'max_completion_tokens' instead"), so is a temperature other
-than the default 1 and a request field such a model does not know; `detail` of an image part must be low, high or
-auto; the reply's `usage` counts hidden reasoning tokens inside `completion_tokens` and reports them under
-`completion_tokens_details.reasoning_tokens`.
+`VisionEndpointDouble` is a real HTTP server on 127.0.0.1 that speaks OpenAI chat completions. It checks what it is
+sent: every request must be one (model name, messages, roles, content parts, `image_url` data URLs that decode as
+images), else it answers 400 naming the problem; it records what it received (`requests`: the system text, the user
+text, the decoded images, the headers). It answers as scripted: from its `lookup` (image digest to the questions asked
+of it, each with its answer, a wrong answer of the same form and the instructions it needs, which a test builds from a
+labelled task file), else the first of `replies` whose pattern the user text matches, with the scripted `usage` (fixed
+figures, not a count of anything). A lookup entry is answered right only when the request's system message is the
+entry's instructions (the `SKILL.md` body of the skill that fits the item): a test can tell which skill's instructions
+a pair sent by the answer it gets. Its faults: `behaviour` (an HTTP status such as 429 or 503, a malformed body, or no
+answer at all, a hang past the client's timeout), `refuse` (a rule naming why a request is answered 400, which a test
+writes for an API it cannot call, such as a hosted model's documented refusals) and `delay_s` (each answer takes that
+long, as on a busy server; `peak` counts the most requests it was answering at once).
 
 Run as a program, `vision_double.py serve MODEL --port PORT [vllm serve's other options]`, it stands in for the
-`vllm serve` command (scripts/serve-vlm.sh's `VLLM`), answering every question with `--reply` until it is stopped.
+`vllm serve` command (scripts/serve-vlm.sh's `VLLM`) where a test checks how the script starts and stops servers,
+answering every question with `--reply` until it is stopped.
 """
 
 from __future__ import annotations
@@ -34,24 +31,21 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from PIL import Image
 
-__all__ = ["IMAGE_TOKENS", "REASONING_TOKENS", "Asked", "Received", "VisionEndpointDouble", "image_digest"]
+__all__ = ["USAGE", "Asked", "Received", "Refusal", "VisionEndpointDouble", "image_digest"]
 
-IMAGE_TOKENS = 256
-"""Prompt tokens the double counts per image (what a Qwen-VL model spends on a ~450-pixel image)."""
-REASONING_TOKENS = 192
-"""Hidden reasoning tokens a strict (reasoning) double reports per reply, inside completion_tokens."""
-REASONING_FIELDS = frozenset({"model", "messages", "max_completion_tokens", "temperature", "reasoning_effort",
-                              "response_format", "seed", "n", "user", "metadata", "store", "stream"})
-"""The request fields a strict double takes (OpenAI's chat completions for a reasoning model, minus sampling
-parameters it refuses)."""
+USAGE = {"prompt_tokens": 300, "completion_tokens": 2}
+"""The `usage` a double reports by default: scripted figures, not a count (vLLM's own count is
+tests/test_vllm_vision.py's)."""
+Refusal = Callable[[dict], str | None]
+"""A scripted refusal: given a request's body, the message to answer 400 with, or None to take it."""
 _DETAILS = ("low", "high", "auto")
-_EFFORTS = ("minimal", "low", "medium", "high")
 _NOT_FOUND = b'{"error": {"message": "not found"}}'
 _DATA_URL_RE = re.compile(r"^data:image/(png|jpeg|webp|gif);base64,([A-Za-z0-9+/=]+)$")
 
@@ -95,7 +89,7 @@ def _words(text: str) -> set[str]:
 
 
 class _Invalid(Exception):
-    """A request that is not an OpenAI chat completion request (answered 400, like vLLM)."""
+    """A request that is not an OpenAI chat completion request, or that a scripted rule refuses (answered 400)."""
 
 
 def _decode_image(url: Any) -> tuple[Image.Image, str]:
@@ -112,30 +106,12 @@ def _decode_image(url: Any) -> tuple[Image.Image, str]:
     return image, image.format.lower()
 
 
-def _reasoning_problem(body: dict) -> str | None:
-    """What OpenAI answers 400 for in a request to a reasoning model, or None."""
-    if "max_tokens" in body:
-        return ("Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' "
-                "instead.")
-    if "temperature" in body and body["temperature"] != 1:
-        return (f"Unsupported value: 'temperature' does not support {body['temperature']} with this model. Only the "
-                "default (1) value is supported.")
-    unknown = sorted(set(body) - REASONING_FIELDS)
-    if unknown:
-        return f"Unrecognized request argument supplied: {unknown[0]}"
-    if not isinstance(body.get("max_completion_tokens", 1), int):
-        return "Invalid type for 'max_completion_tokens': expected an integer."
-    if body.get("reasoning_effort", "low") not in _EFFORTS:
-        return f"Invalid value for 'reasoning_effort': supported values are {list(_EFFORTS)}."
-    return None
-
-
-def _parse(body: Any, model: str, reasoning: bool = False) -> Received:
-    """The request decoded, or _Invalid naming the first problem (what a vLLM server, or with `reasoning` OpenAI
-    for a reasoning model, would refuse)."""
+def _parse(body: Any, model: str, refuse: Refusal | None = None) -> Received:
+    """The request decoded, or _Invalid naming the first problem: not an OpenAI chat completion request for `model`,
+    or refused by the scripted `refuse`."""
     if not isinstance(body, dict) or body.get("model") != model:
         raise _Invalid(f"model must be {model!r}; got {body.get('model') if isinstance(body, dict) else body!r}")
-    problem = _reasoning_problem(body) if reasoning else None
+    problem = refuse(body) if refuse else None
     if problem:
         raise _Invalid(problem)
     messages = body.get("messages")
@@ -178,16 +154,18 @@ class VisionEndpointDouble:
     `backend.base_url` takes; `replies` are (regex over the user text, reply) pairs, the first match answering, else
     `default`; `lookup` maps an image digest (`image_digest`) to the questions asked of that image (`Asked`), and
     answers a request holding that image first (the question sharing most words with the user text, where one image has
-    several), right only under the instructions the entry names; `behaviour` is "answer", an HTTP status to fail with,
-    "malformed" or "hang"."""
+    several), right only under the instructions the entry names; `usage` is every reply's (default `USAGE`);
+    `behaviour` is "answer", an HTTP status to fail with, "malformed" or "hang"; `refuse` answers 400 to the requests
+    it names a reason for."""
 
     def __init__(self, model: str = "vlm-double", replies: list[tuple[str, str]] | None = None,
                  default: str = "I cannot tell.", hang_s: float = 3.0,
                  lookup: dict[str, list[Asked]] | None = None, delay_s: float = 0.0, port: int = 0,
-                 reasoning: bool = False):
+                 usage: dict[str, Any] | None = None, refuse: Refusal | None = None):
         self.model = model
-        self.reasoning = reasoning
-        """Strict as a reasoning model's API (see the module's docstring)."""
+        self.usage = dict(usage or USAGE)
+        """The `usage` of every reply, as scripted."""
+        self.refuse = refuse
         self.port = port
         """The port to listen on (0: a free one chosen at start)."""
         self.replies = list(replies or [])
@@ -242,7 +220,7 @@ class VisionEndpointDouble:
         if self.behaviour == "hang":
             time.sleep(self.hang_s)
         try:
-            received = _parse(json.loads(raw), self.model, self.reasoning)
+            received = _parse(json.loads(raw), self.model, self.refuse)
             received.headers = headers
         except (_Invalid, ValueError) as exc:
             with self._lock:
@@ -252,18 +230,10 @@ class VisionEndpointDouble:
             self.requests.append(received)
         if self.behaviour == "malformed":
             return 200, b'{"choices": [{"message": '
-        reply = self.reply_for(received)
-        words = len((received.system + " " + received.user_text).split())
-        usage: dict[str, Any] = {"prompt_tokens": words + IMAGE_TOKENS * len(received.images),
-                                 "completion_tokens": max(1, len(reply.split()))}
-        if self.reasoning:
-            usage["completion_tokens"] += REASONING_TOKENS
-            usage["completion_tokens_details"] = {"reasoning_tokens": REASONING_TOKENS}
-        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         return 200, json.dumps({"id": f"chatcmpl-{self.posts}", "object": "chat.completion", "model": self.model,
                                 "choices": [{"index": 0, "finish_reason": "stop",
-                                             "message": {"role": "assistant", "content": reply}}],
-                                "usage": usage}).encode()
+                                             "message": {"role": "assistant", "content": self.reply_for(received)}}],
+                                "usage": self.usage}).encode()
 
     def __enter__(self) -> VisionEndpointDouble:
         double = self
