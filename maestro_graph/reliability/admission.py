@@ -1,4 +1,4 @@
-"""The trust suite's check that large images sent at once are admitted, not refused (issue 58, item 1): a served
+"""The trust suite's check that large images sent at once are admitted, not refused: a served
 episode holds its working set in the process's image memory budget (`images.load.working_set_bytes`), so episodes
 on large images take turns instead of adding up, and the requests wait for their turn within their deadline rather
 than being refused 503 or answered empty. tests/test_working_set.py runs the same scenario and judges it by the same
