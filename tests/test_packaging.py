@@ -8,6 +8,7 @@ transitively, without extras), so what a plain `pip install maestro-graph` would
 from __future__ import annotations
 
 import ast
+import fcntl
 import json
 import os
 import subprocess
@@ -79,8 +80,12 @@ def _link_distributions(names: set[str], site: Path) -> None:
 @pytest.fixture(scope="module")
 def fresh_venv(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("wheel")
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-v",
-                            "-w", str(work / "dist")], check=True, capture_output=True, text=True, timeout=300)
+    # setuptools builds in the source tree (build/, *.egg-info): two test workers building at once race there
+    with open(tmp_path_factory.getbasetemp().parent / "wheel-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        built = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
+                                "-v", "-w", str(work / "dist")], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, f"pip wheel failed:\n{(built.stdout + built.stderr)[-3000:]}"
     (work / "build.log").write_text(built.stdout + built.stderr)  # what setuptools said (the backend's warnings)
     wheel = next((work / "dist").glob("maestro_graph-*.whl"))
     venv = work / "venv"
