@@ -54,10 +54,9 @@ def merge(registry: Registry, base_path: Path, part_path: Path | None) -> tuple[
     # pairs need it (the OCR model a chat skill reads the image with), and the base measured it on every item
     measured = {e.pair: e.fingerprint for e in base.pairs}
     fresh = {pair: entry for pair, entry in fresh.items() if measured.get(pair) != entry.fingerprint}
-    entries = [fresh.get(e.pair, e) for e in base.pairs] + [e for p, e in fresh.items()
-                                                           if p not in {b.pair for b in base.pairs}]
+    entries = [fresh.get(e.pair, e) for e in base.pairs] + [e for p, e in fresh.items() if p not in measured]
     profile = base.model_copy(update={"pairs": entries, "registry": registry_fingerprint(current)})
-    reach = Reach.read(reach_path(base_path), {e.pair: e.fingerprint for e in base.pairs})
+    reach = Reach.read(reach_path(base_path), measured)
     if part_path is not None:
         new = Reach.read(reach_path(part_path), {pair: e.fingerprint for pair, e in fresh.items()})
         reach = reach.merged(new) if reach is not None and new is not None else None
