@@ -342,15 +342,16 @@ RETENTION_S = 2.0
 whole seconds, so the check waits a second more before it sweeps."""
 
 
-def database_bytes(db: Path | str) -> int:
+def database_bytes(db: Path | str, vacuum: bool = True) -> int:
     """What a checkpoint database holds at rest: a SQLite file's size once its write-ahead log is folded in; a
     Postgres database's tables with their indexes and TOAST once vacuumed (as autovacuum does within a minute: the
-    rows a prune deleted are then free space, until then they count)."""
+    rows a prune deleted are then free space, until then they count; `vacuum=False` counts them)."""
     if is_postgres(db):
         import psycopg
 
         with psycopg.connect(str(db), autocommit=True) as conn:
-            conn.execute("VACUUM")
+            if vacuum:
+                conn.execute("VACUUM")
             return int(conn.execute(  # type: ignore[index]  # an aggregate query returns one row
                 "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c JOIN pg_namespace n "
                 "ON n.oid = c.relnamespace WHERE c.relkind = 'r' AND n.nspname = 'public'").fetchone()[0])
@@ -388,8 +389,9 @@ def thread_storage(t: Target, db: Path | str | None = None) -> TrustCase:
                 "messages": [{"role": "user", "content": content}]})
 
         statuses = [ask(0, [image]).status_code]
-        first = database_bytes(db)
+        first_unvacuumed, first = database_bytes(db, vacuum=False), database_bytes(db)
         statuses += [ask(i, [image]).status_code for i in range(1, THREAD_QUESTIONS)]
+        unvacuumed = database_bytes(db, vacuum=False) - first_unvacuumed
         grown = database_bytes(db) - first
         history = httpx.get(f"{url}/v1/threads/{thread}", timeout=30).json()
         time.sleep(RETENTION_S + 1.2)
@@ -403,7 +405,9 @@ def thread_storage(t: Target, db: Path | str | None = None) -> TrustCase:
                      "the checkpoint database grows by less than the image; history and checkpoints bounded; an "
                      "expired image asked for again", ok,
                      f"statuses {sorted(set(statuses))}; {first:,} bytes after the first question, {grown:+,} after "
-                     f"{THREAD_QUESTIONS - 1} more ({grown / (THREAD_QUESTIONS - 1):+,.0f} per question); "
+                     f"{THREAD_QUESTIONS - 1} more ({grown / (THREAD_QUESTIONS - 1):+,.0f} per question"
+                     + (f"; before vacuum {unvacuumed / (THREAD_QUESTIONS - 1):+,.0f}" if is_postgres(db) else "")
+                     + f"); "
                      f"{episodes} episodes and {checkpoints} checkpoints kept; after the retention: "
                      f"{expired.status_code} {message[:100]!r}")
 
