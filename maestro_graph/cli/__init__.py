@@ -20,6 +20,7 @@ from .predict import predict
 from .profile import registry_profile
 from .reliability import reliability
 from .serve import serve
+from .settings import settings
 from .train import train, train_lm
 
 __all__ = ["app", "main"]
@@ -48,7 +49,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 for command, name in ((ask, "ask"), (predict, "predict"), (evaluate, "eval"), (calibrate, "calibrate"),
                       (train, "train"), (serve, "serve"), (reliability, "reliability"), (export, "export"),
-                      (train_lm, "train-lm"), (examples, "examples")):
+                      (train_lm, "train-lm"), (examples, "examples"), (settings, "settings")):
     app.command(name, help=help_text(command.__doc__))(command)
 for group, command, name in ((skills_app, skills_list, "list"), (registry_app, registry_show, "show"),
                              (registry_app, registry_profile, "profile"), (cache_app, cache_clear, "clear")):

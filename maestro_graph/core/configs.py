@@ -30,7 +30,8 @@ from .operator_yaml import read_yaml
 
 __all__ = ["DEFAULT_MAX_TURNS", "DEFAULT_MAX_COST", "MAX_TURNS", "MAX_COST", "DEFAULT_EPISODES_KEPT",
            "MAX_EPISODES_KEPT", "DEFAULT_CHECKPOINTS_KEPT", "DEFAULT_WORKER_WAIT_S", "Budget", "setting", "help_of",
-           "load_yaml", "build", "add_arguments", "from_arguments", "typer_options", "typer_option"]
+           "load_yaml", "build", "add_arguments", "from_arguments", "typer_options", "typer_option", "SettingValue",
+           "setting_values"]
 
 C = TypeVar("C")
 
@@ -292,3 +293,22 @@ def typer_options(cls: type, *, param: str = "config", exclude: tuple[str, ...] 
         return command
 
     return decorate
+
+
+@dataclasses.dataclass(frozen=True)
+class SettingValue:
+    """One setting as a run would take it: its value and where that came from (`default`, or the YAML file)."""
+
+    name: str
+    value: Any
+    source: str
+    help: str
+
+
+def setting_values(cls: type, path: str | Path | None = None) -> list[SettingValue]:
+    """Every field of `cls` with the value a run configured by `path` (a YAML file of its fields, checked as
+    `--config` checks it; None: the defaults) would take, and its source."""
+    raw = _read_yaml(cls, path) if path else {}
+    config = build(cls, raw, source=str(path) if path else None)
+    return [SettingValue(f.name, getattr(config, f.name), str(path) if f.name in raw else "default", f.help)
+            for f in _fields(cls)]

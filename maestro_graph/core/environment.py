@@ -21,7 +21,7 @@ __all__ = [
     "API_KEY", "BENCH_KEYS", "CACHE_DIR", "CACHE_TTL_S", "DEVICE", "ENVIRONMENT", "HF_HUB_DISABLE_PROGRESS_BARS",
     "HF_HUB_OFFLINE", "IMAGE_DIRS", "IMAGE_HOSTS", "LIBRARY_ENVIRONMENT", "MODELS_DIR", "OMP_NUM_THREADS", "POLICIES",
     "POLICY", "RAY_JOB_CONFIG", "REGISTRY", "SUITE_OWNER_KEYS", "TOKENIZERS_PARALLELISM", "TRL_EXPERIMENTAL_SILENCE",
-    "TRUST_SUITE_UNSET_KEY", "EnvVar", "named", "present", "set_process_defaults", "table",
+    "TRUST_SUITE_UNSET_KEY", "EnvVar", "named", "present", "set_process_defaults", "sources", "table",
 ]
 
 
@@ -133,6 +133,11 @@ def set_process_defaults() -> None:
     OMP_NUM_THREADS.set_default("1")
     HF_HUB_OFFLINE.set_default("1")
     TOKENIZERS_PARALLELISM.set_default("false")
+
+
+def sources(variables: Iterable[EnvVar] = ENVIRONMENT) -> list[tuple[EnvVar, str, str]]:
+    """Each variable with the value this process reads and where it comes from (`environment` or `default`)."""
+    return [(v, v.read(), "environment" if v.name in os.environ else "default") for v in variables]
 
 
 def table(variables: Iterable[EnvVar] = ENVIRONMENT) -> str:
