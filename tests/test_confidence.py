@@ -32,6 +32,9 @@ def test_the_expected_calibration_error_weighs_each_bins_gap_by_its_answers():
     assert len(bins) == 10 and bins[1].count == 2 and bins[1].accuracy == 0.5 and bins[5].count == 0
     assert reliability_bins([1.0], [1])[9].count == 1  # a confidence of 1 is in the last bin
     assert expected_calibration_error([], []) is None
+    # weighted (source-balanced): a bin's gap weighs by its answers' weights, its mean confidence too
+    assert expected_calibration_error([0.15, 0.95], [0, 1], weights=[3, 1]) == pytest.approx((3 * 0.15 + 0.05) / 4)
+    assert reliability_bins([0.1, 0.19], [0, 1], weights=[3, 1])[1].accuracy == pytest.approx(0.25)
 
 
 def test_a_fitted_model_is_calibrated_on_other_answers_and_survives_a_round_trip(tmp_path):
@@ -70,8 +73,8 @@ def test_the_shipped_model_says_an_experts_measured_answer_is_surer_than_a_guess
     assert model.probability(read) > model.probability(guess) and model.items > 100
 
 
-def _records(path, rows, right, *, basis=True):
-    path.write_text("".join(json.dumps({"id": f"t{i}", "answer": "x", "score": y,
+def _records(path, rows, right, *, basis=True, source="s"):
+    path.write_text("".join(json.dumps({"id": f"t{i}", "answer": "x", "score": y, "source": source,
                                         **({"confidence_basis": r} if basis else {})}) + "\n"
                             for i, (r, y) in enumerate(zip(rows, right))))
 
@@ -85,10 +88,33 @@ def test_calibrate_fits_on_scored_records_and_checks_on_others(tmp_path):
     model = ConfidenceModel.read(tmp_path / "model.json")
     assert model.items == 2000 and model.fitted_on == str(tmp_path / "fit.jsonl")
     checked = next(line for line in result.output.splitlines() if "checked on" in line)
-    assert float(checked.split("│")[-2]) < 0.04  # the ECE column, on the other answers
+    assert float(checked.split("│")[4]) < 0.04  # the ECE column, on the other answers
 
     _records(tmp_path / "old.jsonl", *_sample(3, seed=4), basis=False)
     refused = CliRunner().invoke(app, ["calibrate", "--predictions", str(tmp_path / "old.jsonl"), "--out",
                                        str(tmp_path / "never.json")])
     assert refused.exit_code == 2 and not (tmp_path / "never.json").exists()
     assert f"file {tmp_path / 'old.jsonl'}, field 'confidence_basis': line 1 (t0)" in " ".join(refused.output.split())
+
+
+def test_leaving_a_source_out_shows_where_the_model_does_not_carry(tmp_path):
+    """Two sources the features describe alike, and a third whose answers are all right whatever the features say:
+    fitted without it, the model misjudges it (a large ECE in its fold) while the others' folds stay calibrated; the
+    pooled row and a diagram per source are written."""
+    for name, seed in (("a", 5), ("b", 6)):
+        _records(tmp_path / f"{name}.jsonl", *_sample(1500, seed=seed), source=name)
+    rows, _ = _sample(300, seed=7)
+    _records(tmp_path / "c.jsonl", rows, [1.0] * len(rows), source="c")
+    files = [str(tmp_path / f"{n}.jsonl") for n in "abc"]
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(app, [
+        "calibrate", "--predictions", files[0], "--predictions", files[1], "--check", files[2],
+        "--out", str(tmp_path / "model.json"), "--leave-one-source-out", "--figures", str(tmp_path / "fig")])
+    assert result.exit_code == 0, result.output
+    folds = {cells[1].strip(): [c.strip() for c in cells[2:-1]] for cells in
+             (line.split("│") for line in result.output.splitlines()) if len(cells) == 8 and
+             cells[1].strip() in ("a", "b", "c", "all")}
+    assert set(folds) == {"a", "b", "c", "all"} and folds["c"][0] == "300" and folds["all"][0] == "3300"
+    assert max(float(folds["a"][3]), float(folds["b"][3])) < 0.1 < 0.2 < float(folds["c"][3])
+    checked = next(line for line in result.output.splitlines() if "checked on" in line).split("│")
+    assert float(checked[4]) > 0.2 and float(checked[5]) > 0.2  # all answers of c, weighed alike or not
+    assert sorted(p.name for p in (tmp_path / "fig").iterdir()) == [f"loso-{n}.png" for n in ("a", "all", "b", "c")]

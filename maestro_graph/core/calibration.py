@@ -108,28 +108,33 @@ class ReliabilityBin:
     """Share of its answers that were right (None: no answer fell in it)."""
 
 
-def reliability_bins(confidence: Sequence[float], right: Sequence[float], bins: int = ECE_BINS
-                     ) -> list[ReliabilityBin]:
-    """Answers grouped into `bins` equal-width confidence bins (the last one closed at 1)."""
+def reliability_bins(confidence: Sequence[float], right: Sequence[float], bins: int = ECE_BINS,
+                     weights: Sequence[float] | None = None) -> list[ReliabilityBin]:
+    """Answers grouped into `bins` equal-width confidence bins (the last one closed at 1); with `weights`, each bin's
+    mean confidence and accuracy weigh its answers so (its count stays the number of answers)."""
     conf = np.asarray(confidence, dtype=float)
     hit = np.asarray(right, dtype=float)
+    weight = np.ones_like(conf) if weights is None else np.asarray(weights, dtype=float)
     index = np.minimum((conf * bins).astype(int), bins - 1)
     out = []
     for b in range(bins):
         inside = index == b
         count = int(inside.sum())
         out.append(ReliabilityBin(b / bins, (b + 1) / bins, count,
-                                  float(conf[inside].mean()) if count else None,
-                                  float(hit[inside].mean()) if count else None))
+                                  float(np.average(conf[inside], weights=weight[inside])) if count else None,
+                                  float(np.average(hit[inside], weights=weight[inside])) if count else None))
     return out
 
 
-def expected_calibration_error(confidence: Sequence[float], right: Sequence[float], bins: int = ECE_BINS
-                               ) -> float | None:
-    """The count-weighted mean, over equal-width confidence bins, of |accuracy - mean confidence|; None without
-    answers."""
-    found = reliability_bins(confidence, right, bins)
-    total = sum(b.count for b in found)
-    if not total:
+def expected_calibration_error(confidence: Sequence[float], right: Sequence[float], bins: int = ECE_BINS,
+                               weights: Sequence[float] | None = None) -> float | None:
+    """The mean, over equal-width confidence bins weighted by their answers (or by the answers' `weights`), of
+    |accuracy - mean confidence|; None without answers."""
+    found = reliability_bins(confidence, right, bins, weights)
+    weight = np.ones(len(confidence)) if weights is None else np.asarray(weights, dtype=float)
+    index = np.minimum((np.asarray(confidence, dtype=float) * bins).astype(int), bins - 1)
+    mass = [float(weight[index == b].sum()) for b in range(bins)]
+    total = sum(mass)
+    if not len(confidence) or total <= 0:
         return None
-    return float(sum(b.count * abs(b.accuracy - b.confidence) for b in found if b.count) / total)
+    return float(sum(m * abs(b.accuracy - b.confidence) for m, b in zip(mass, found) if b.count) / total)
