@@ -101,6 +101,11 @@ def test_skill_answers_format_count_and_choices(registry):
     assert ask("What type of code is shown?", [qr]) == "QR Code"
     assert ask("How many barcodes are in the images?", [qr, ean]) == "2"
     assert ask("How many QR codes are there?", [qr, ean]) == "1"
+    # counting what the code encodes is counting its text, not the codes; counting anything else is declined
+    value = ask("What text does the code encode?", [qr])
+    assert value and ask("How many characters are in the text the code encodes?", [qr]) == str(len(value))
+    assert ask("How many digits does the barcode encode?", [ean]) == "13"
+    assert ask("How many people stand next to the QR code?", [qr]) is None
     assert ask("Is there a QR code in the image?", [ean]) == "no"
     # a yes/no question about something else is not this skill's: no "no" from a code reader that found no code
     assert ask("Is there a triangle in the image?", [ean]) is None

@@ -30,20 +30,20 @@ from maestro_graph.types import Answer, Invoke, StopReason
 
 SKILLS = Path(__file__).resolve().parents[1] / "skills"
 BARCODES = Path(__file__).parent / "data" / "real" / "barcode"
-ASKED = "How many circles around the code are there in the figure?"
+ASKED = "How many codes around the logo are there in the figure?"
 UNREACHED = [
-    "How many circles around the code are drawn in the figure?",
-    "How many circles around the code can you count in this picture?",
-    "Count the circles around the code in the figure: how many are there?",
-    "How many circles around the code does the figure show?",
-    "What is the number of circles around the code in the figure?",
-    "How many circles around the code are in this image?",
-    "How many circles around the code are there in the picture?",
-    "How many circles around the code appear in the figure?",
-    "How many circles around the code do you see in the figure?",
-    "How many circles around the code are shown in the figure?",
-    "Give the number of circles around the code in the figure.",
-    "How many circles around the code can be seen in the image?",
+    "How many codes around the logo are drawn in the figure?",
+    "How many codes around the logo can you count in this picture?",
+    "Count the codes around the logo in the figure: how many are there?",
+    "How many codes around the logo does the figure show?",
+    "What is the number of codes around the logo in the figure?",
+    "How many codes around the logo are in this image?",
+    "How many codes around the logo are there in the picture?",
+    "How many codes around the logo appear in the figure?",
+    "How many codes around the logo do you see in the figure?",
+    "How many codes around the logo are shown in the figure?",
+    "Give the number of codes around the logo in the figure.",
+    "How many codes around the logo can be seen in the image?",
 ]
 
 

@@ -1,4 +1,5 @@
-"""Tier-1 barcode questions: what is encoded, which format, how many codes, is there one.
+"""Tier-1 barcode questions: what is encoded, which format, how many codes, is there one, how many characters
+(digits, letters) the encoded text has.
 
 The decoding is the model's (through the tier-2 `barcode` skill); this file only reads what the question asks for and
 picks the code it is about. Retail codes are answered in GTIN-13 form because engines disagree on UPC-A: zxing-cpp
@@ -25,7 +26,12 @@ _KINDS = {  # words a question may use for a kind of code -> a pattern over form
     r"\bcode\s*128\b": r"code ?128",
     r"\bcode\s*39\b": r"code ?39",
 }
-_COUNT_RE = re.compile(r"\b(how many|number of|count)\b[^?]*\b(codes?|barcodes?|symbols?)\b", re.I)
+_HOW_MANY = r"\b(?:how many|number of|count(?: the)?)\s+"
+_COUNT_RE = re.compile(_HOW_MANY + r"(?:[\w-]+\s+){0,2}?(?:codes?|barcodes?|symbols?)\b", re.I)
+"""Counting codes: the counted noun is a code ("How many QR codes..."), not something the question says of a code."""
+_LENGTH_RE = re.compile(_HOW_MANY + r"(characters|letters|digits)\b", re.I)
+"""Counting what the encoded text is made of ("How many characters are in the text the code encodes?")."""
+_ANY_COUNT_RE = re.compile(_HOW_MANY, re.I)
 _EXISTS_RE = re.compile(
     r"^\s*(is|are) there\b|^\s*(does|do) (the|this|these) (image|picture|photo)s? (contain|have|show)", re.I
 )
@@ -38,12 +44,17 @@ _VALUE_RE = re.compile(r"\b(encoded|encode|value|text|content|contents|says?|rea
 
 
 def _intent(question: str) -> str:
-    """What the question asks for: "count", "exists", "format" or "value" (the default); "other" for a question
-    that neither names a code nor speaks of decoding one ("Is there a dog?"), which this skill declines."""
+    """What the question asks for: "count", "length", "exists", "format" or "value" (the default); "other" for a
+    question that neither names a code nor speaks of decoding one ("Is there a dog?"), or that counts something
+    else ("How many people stand by the QR code?"), which this skill declines."""
     if not _CODE_RE.search(question) and not _DECODE_RE.search(question):
         return "other"
     if _COUNT_RE.search(question):
         return "count"
+    if _LENGTH_RE.search(question):
+        return "length"
+    if _ANY_COUNT_RE.search(question):
+        return "other"
     if _EXISTS_RE.search(question):
         return "exists"
     if _FORMAT_RE.search(question) and not _VALUE_RE.search(question):
@@ -55,6 +66,15 @@ def _gtin13(code: Barcode) -> str:
     if code.format == "UPC-A" and len(code.text) == 12 and code.text.isdigit():
         return "0" + code.text
     return code.text
+
+
+def _length(text: str, unit: str) -> int:
+    """How many characters (every one, spaces included), letters or digits `text` has."""
+    if unit == "letters":
+        return sum(c.isalpha() for c in text)
+    if unit == "digits":
+        return sum(c.isdigit() for c in text)
+    return len(text)
 
 
 def _area(code: Barcode) -> float:
@@ -85,7 +105,7 @@ def _pick_choice(answer: str, choices: list[str]) -> str | None:
     return containing[0] if len(containing) == 1 else None
 
 
-NOT_ABOUT_CODES = "the question asks about something other than codes"
+NOT_ABOUT_CODES = "the question asks about something other than codes and what they encode"
 
 
 def declines(request: str, choices: list[str] | None) -> str | None:
@@ -113,6 +133,8 @@ def run(ctx) -> SkillResult:
         main = max(of_kind or codes, key=_area)
         answer = main.format if intent == "format" else _gtin13(main)
         confidence = 0.95 if len(of_kind or codes) == 1 else 0.75
+        if intent == "length":
+            answer = str(_length(answer, _LENGTH_RE.search(question).group(1).lower()))  # type: ignore[union-attr]
 
     if ctx.choices:
         picked = _pick_choice(answer, ctx.choices)
