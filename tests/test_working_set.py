@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 from PIL import Image
-from servers import EXAMPLES, data_url
+from servers import EXAMPLES, data_url, slow_registry
 
 from maestro_graph.core.shared_budget import SharedBudget
 from maestro_graph.images.load import (
@@ -183,3 +183,28 @@ def test_maestro_reliability_admits_concurrent_large_images(tmp_path, image_memo
 
     case = admitted_large_images(Target("", os.getpid(), tmp_path, "", fault_registry(tmp_path, None)))
     assert case.ok, f"{case.attack}: {case.must} did not hold: {case.detail}"
+
+
+def test_an_expert_call_the_episode_gave_up_on_keeps_its_images_room_until_it_ends(tmp_path):
+    """A timed-out expert call cannot be stopped (its thread runs on and holds its copies of the images), so the
+    episode's reservation is given back when that call ends, not when the episode gives up on it."""
+    from maestro_graph.registry import Registry
+    from maestro_graph.types import Invoke
+
+    registry_file = slow_registry(tmp_path, delay_s=1.5)
+    text = registry_file.read_text().replace("timeout_s: 120", "timeout_s: 0.3")
+    registry_file.write_text(text)
+    registry = Registry.load(registry_file, cache=None)
+    budget = SharedBudget(100, unit="bytes")
+    with budget.reserve(80, "episode"):
+        step = registry.run(Invoke("slow-ocr", "text-reading"), question="What does it say?",
+                            images=[str(EXAMPLES / "circles.png")])
+    assert step.error and "timed out" in step.error
+    assert budget.used == 80  # the call runs on after the episode's step gave up on it
+    deadline = time.monotonic() + 10
+    while budget.used and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert budget.used == 0
+    with budget.reserve(80, "another episode"):  # nothing abandoned: given back at the block's end
+        pass
+    assert budget.used == 0

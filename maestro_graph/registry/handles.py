@@ -41,6 +41,7 @@ from typing import Any
 from ..cache.store import ExpertCache
 from ..core.cancellation import cancellable, wait_result
 from ..core.environment import named
+from ..core.shared_budget import outlive
 from ..digests import Uncacheable, cache_key
 from ..errors import Cancelled, ConfigError, ExpertError, ExpertFailure, ExpertTimeout, ExpertUnavailable
 from ..experts.protocols import ChatReply
@@ -392,9 +393,11 @@ def _cancellable_call(stop: threading.Event, func: Any, args: tuple, kwargs: dic
 
 def _abandon(future: Any, stop: threading.Event) -> None:
     """A call nobody waits for any more (timed out, or its episode cancelled): one not started never runs, and one
-    running is asked to stop, so its slot is not held by work whose result is thrown away."""
+    running is asked to stop, so its slot is not held by work whose result is thrown away, and keeps the memory its
+    episode reserved until it does (core.shared_budget.outlive)."""
     stop.set()
-    future.cancel()
+    if not future.cancel():  # running: the episode's image memory stays held until it ends
+        outlive(future)
 
 
 class BoundExpert:
