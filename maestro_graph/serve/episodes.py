@@ -257,7 +257,7 @@ class EpisodeService:
             raise self._busy(episode.thread_id, " on another replica")
 
     def _config(self, episode: Episode) -> dict[str, Any]:
-        config: dict[str, Any] = {"recursion_limit": 2 * episode.context.max_turns + 6}
+        config: dict[str, Any] = {"recursion_limit": episode.context.recursion_limit}
         if episode.thread_id is not None:
             config["configurable"] = {"thread_id": episode.thread_id}
             config["metadata"] = {_OWNER: episode.owner}  # LangGraph writes it into each checkpoint of the run
