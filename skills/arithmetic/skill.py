@@ -7,7 +7,8 @@ chosen arithmetic becomes one expression for the `calculator` tier-2 skill, so t
 shows the expression. Numbers are read by the skill API (`maestro_graph.numbers`), number words here. A text whose
 wording settles no operation (two numbers and no cue word) is declined: a sum of whatever numbers a question
 mentions is rarely its answer, since such questions are mostly about a table or chart whose numbers are in the image
-(the count: docs/results.md, "The shipped checkpoint").
+(the count: docs/results.md, "The shipped checkpoint"). A question the computed number does not answer is declined
+too: a yes/no question, one asking which, who or where, or options none of which is a number.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from maestro_graph.answer_forms import asks_yes_no, opens_polar
 from maestro_graph.choices import inline_choices, question_stem
 from maestro_graph.errors import SkillError
 from maestro_graph.numbers import numbers_in, parse_number
@@ -66,6 +68,10 @@ _INCREASE_RE = re.compile(r"\b(increas\w*|rais\w*|tax|tip|markup|grows?|grew|int
 _ASKS_PART_RE = re.compile(r"\b(save|saved|saving|savings)\b|\b(how much|what) (is|was|will be) the (amount of )?"
                            r"(discount|tax|tip|interest)\b|\bhow much (discount|tax|tip|interest)\b", re.I)
 _APPLIED_RE = re.compile(r"\b(new|final|after|sale price|now|total|in all|altogether|pay|costs?|price)\b", re.I)
+# "Which colour has more cars?", "Who has more?": a thing, a person or a place is asked for, not the computed number
+_ASKS_NO_NUMBER_RE = re.compile(r"^\W*(which|who|whose|whom|where|why)\b", re.I)
+# "Can you work out how many apples are left?" opens like a yes/no question and asks for a number
+_ASKS_QUANTITY_RE = re.compile(r"\b(how|what)\b", re.I)
 
 
 @dataclass(frozen=True)
@@ -260,29 +266,57 @@ def _unplanned(problem: str) -> str:
     return f"found {len(quantities)} quantities and no word saying what to do with them"
 
 
+def _option_values(request: str, choices: list[str]) -> list[float | None]:
+    """Each option's number: its own text's, else (lettered options) the value written for it in the question."""
+    values = [parse_number(c) for c in choices]
+    written = inline_choices(request)
+    if all(v is None for v in values) and written and len(written) == len(choices):
+        values = [parse_number(w) for w in written]
+    return values
+
+
+def _not_a_number(request: str, asked: str, choices: list[str] | None) -> str | None:
+    """Why the computed number cannot answer the question: no option is a number (True/False, names), or without
+    options the question asks yes or no ("Does he have enough money?") or for a thing or a person ("Which colour
+    has more cars?"); None when a number answers it."""
+    if choices:
+        numbered = any(v is not None for v in _option_values(request, choices))
+        return None if numbered else "no option is a number to match the computed value against"
+    if asks_yes_no(request) or ("?" in asked and opens_polar(asked) and not _ASKS_QUANTITY_RE.search(asked)):
+        return "the question asks yes or no, not for a computed number"
+    if _ASKS_NO_NUMBER_RE.search(asked):
+        return "the question asks which, who or where, not for a computed number"
+    return None
+
+
+def _solvable(request: str, choices: list[str] | None) -> tuple[str, str, float] | str:
+    """The plan (operation, expression, confidence) of a word problem whose answer is the computed number, else why
+    the request is not one: the one check `declines` and `run` share, so they never disagree."""
+    problem = question_stem(request)
+    planned = plan(problem)
+    if planned is None:
+        return _unplanned(problem)
+    return _not_a_number(request, parse_problem(problem)[1], choices) or planned
+
+
 def declines(request: str, choices: list[str] | None) -> str | None:
     """A text with fewer than two quantities, or whose wording settles no operation, is no word problem this skill
-    solves: declined before any call. Options written in the text are not givens ("(a) 0.5 (b) 2" is no sum)."""
-    problem = question_stem(request)
-    return None if plan(problem) is not None else _unplanned(problem)
+    solves; a question a number does not answer is not one for it either: declined before any call. Options
+    written in the text are not givens ("(a) 0.5 (b) 2" is no sum)."""
+    solvable = _solvable(request, choices)
+    return solvable if isinstance(solvable, str) else None
 
 
 def run(ctx) -> SkillResult:
-    problem = question_stem(ctx.request)
-    planned = plan(problem)
-    if planned is None:
-        return SkillResult(evidence=_unplanned(problem), answer=None, confidence=0.0)
-    operation, expression, confidence = planned
+    solvable = _solvable(ctx.request, ctx.choices)
+    if isinstance(solvable, str):
+        return SkillResult(evidence=solvable, answer=None, confidence=0.0)
+    operation, expression, confidence = solvable
     value = _format(str(ctx.use("calculator", expression=expression)))
     evidence = f"{operation}: {expression} = {value}"
     if ctx.choices:
-        values = [parse_number(c) for c in ctx.choices]
-        written = inline_choices(ctx.request)
-        if all(v is None for v in values) and written and len(written) == len(ctx.choices):
-            values = [parse_number(w) for w in written]  # lettered choices whose values are written in the text
-        scored = [(abs(n - float(value)), c) for c, n in zip(ctx.choices, values) if n is not None]
-        if scored:
-            distance, option = min(scored)
-            return SkillResult(evidence=f"{evidence}; closest option {option}", answer=option,
-                               confidence=confidence if distance < 1e-6 else confidence / 2)
+        values = _option_values(ctx.request, ctx.choices)
+        distance, option = min((abs(n - float(value)), c) for c, n in zip(ctx.choices, values) if n is not None)
+        return SkillResult(evidence=f"{evidence}; closest option {option}", answer=option,
+                           confidence=confidence if distance < 1e-6 else confidence / 2)
     return SkillResult(evidence=evidence, answer=value, confidence=confidence)

@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
-from maestro_graph.answer_forms import asks_yes_no
+from maestro_graph.answer_forms import asks_yes_no, expected_form
 from maestro_graph.types import SkillResult
 
 from .chartlib import questions, text
 from .chartlib.chart import Chart
 
+_COUNTS_MARKS_RE = re.compile(
+    r"\b(?:how many|number of)\s+(?:[\w-]+\s+){0,2}?(?:bars|lines|colou?rs|categories|series|legend (?:entries|items)|"
+    r"data points|dots|markers|nodes|edges|wedges|sectors)\b", re.I)
+"""Counting the chart's marks ("How many bars are taller than Apples?"): this skill reads values, so it would
+answer with a value read for a name the question mentions, never the count. Declined in `run`, not by a `declines`
+check: a check that accepts every other question would claim a question asked without an image as one about a
+missing picture (maestro_graph/policy/base.py, `_claimed_for_an_image`)."""
+COUNTS_MARKS = "the question counts the chart's marks; this skill reads values, it does not count marks"
+
 
 def run(ctx) -> SkillResult:
+    if _COUNTS_MARKS_RE.search(ctx.request):
+        return SkillResult(evidence=COUNTS_MARKS, answer=None, confidence=0.0)
     boxes = text.chart_boxes(lambda image: ctx.use("ocr", image=image).boxes, ctx.image)
     chart = Chart(np.asarray(ctx.image.convert("RGB")), boxes)
-    if asks_yes_no(ctx.request, ctx.choices):
+    # a question that opens like a yes/no one ("Is the value of A higher than that of B?") is a claim to check,
+    # as one that says "answer yes or no" is: a value read for it would be no answer
+    if asks_yes_no(ctx.request, ctx.choices) or expected_form(ctx.request, ctx.choices) == "yesno":
         verdict = questions.judge_claim(chart, ctx.request)
     else:
         verdict = questions.answer_open(chart, ctx.request, ctx.choices)

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import re
 
+from maestro_graph.answer_forms import expected_form
 from maestro_graph.numbers import first_number
-from maestro_graph.scoring import choice_label, letters_only, normalize_text, option_labels
+from maestro_graph.scoring import choice_label, letters_only, normalize_text, option_labels, yes_no_in
 from maestro_graph.types import SkillResult
 
 MAX_CONTEXT_CHARS = 1500
@@ -69,8 +70,9 @@ def _user_message(question: str, choices: list[str] | None, context: str) -> str
 
 
 def _short_answer(reply: str, question: str) -> str | None:
-    """The answer stated in a free-text reply: after "the answer is" when present, else the first line; a number
-    when the question asks for a quantity."""
+    """The answer stated in a free-text reply: after "the answer is" when present, else the first line; Yes or No
+    for a yes/no question (none when the reply says neither: "The sign is about a sale" is no answer to "Is the
+    sign about a sale?"); a number when the question asks for a quantity."""
     text = reply.strip()
     said = _ANSWER_IS_RE.search(text)
     if said:
@@ -78,6 +80,9 @@ def _short_answer(reply: str, question: str) -> str | None:
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     if not line:
         return None
+    if expected_form(question, None) == "yesno":
+        verdict = yes_no_in(line) or yes_no_in(reply)
+        return verdict.capitalize() if verdict else None
     if _NUMBER_QUESTION_RE.search(question):
         number = first_number(line) or first_number(text)
         if number is not None:

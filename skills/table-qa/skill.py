@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from PIL import Image
 
+from maestro_graph.answer_forms import asks_yes_no, expected_form
 from maestro_graph.experts.protocols import TextBox
+from maestro_graph.scoring import is_yes_no
 from maestro_graph.types import SkillResult
 
 from .tablelib.image import clean_for_ocr, ocr_scale
@@ -40,5 +42,10 @@ def run(ctx) -> SkillResult:
     if solution is None:
         return SkillResult(evidence=f"table: {shown}; no operation recognised for the question", answer=None,
                            confidence=0.0)
-    return SkillResult(evidence=f"table: {shown}; operation: {solution.operation}", answer=solution.answer,
-                       confidence=solution.confidence)
+    evidence = f"table: {shown}; operation: {solution.operation}"
+    yes_no = asks_yes_no(ctx.question, ctx.choices) or expected_form(ctx.question, ctx.choices) == "yesno"
+    if yes_no and not is_yes_no(solution.answer):
+        # "Does a notebook cost more than a pencil?" is solved as a sum of the prices it names: no yes/no answer
+        return SkillResult(evidence=f"{evidence}; no yes/no answer to a yes/no question", answer=None,
+                           confidence=0.0)
+    return SkillResult(evidence=evidence, answer=solution.answer, confidence=solution.confidence)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from difflib import SequenceMatcher
 
+from maestro_graph.answer_forms import expected_form
 from maestro_graph.experts.protocols import TextBox
 from maestro_graph.numbers import numbers_in
 from maestro_graph.types import SkillResult
@@ -24,6 +25,11 @@ TILE_PIXELS = 1600  # tiles are enlarged (never shrunk) to this side so small pr
 SAME_BOX_IOU = 0.5  # boxes from overlapping tiles that overlap this much are one piece of text
 MAX_ALL_WORDS = 25  # "what does it say" answers with all text only when there is this little of it
 EVIDENCE_LINES = 8
+
+_COUNT_RE = re.compile(r"\bhow many\b[^.!?]*(?:\?|$)", re.I)
+"""A question that asks how many ("How many words are on the sign?"); not one whose earlier sentence says how many
+of something there are ("Some students compared how many clubs they belong to. What is the range of the numbers?")."""
+NOT_READING = "the question asks yes or no, or for a count: the text read answers neither"
 
 _POSITIONS = {
     "top": lambda b: b.box[1],
@@ -129,6 +135,12 @@ def _one_word(text: str, question: str) -> str:
 
 
 def run(ctx) -> SkillResult:
+    # "Is the sign about a sale?" or "How many words are on the sign?" would get the text back: declined before any
+    # OCR (with options, the option the text matches is an answer in their form). In code, not by a `declines`
+    # check: a check that accepts every other question would claim a question asked without an image as one about
+    # a missing picture (maestro_graph/policy/base.py, `_claimed_for_an_image`).
+    if not ctx.choices and (expected_form(ctx.request, None) == "yesno" or _COUNT_RE.search(ctx.request)):
+        return SkillResult(evidence=NOT_READING, answer=None, confidence=0.0)
     boxes = read_boxes(ctx)
     if not boxes:
         return SkillResult(evidence="OCR found no text in the image", answer=None, confidence=0.0)
