@@ -20,7 +20,7 @@ from maestro_graph.core.question_text import EMPTY_QUESTION
 from maestro_graph.episode.graph import build_graph
 from maestro_graph.episode.runner import run_episode
 from maestro_graph.episode.written_question import reads_as_question, written_calculation
-from maestro_graph.policy import make_policy
+from maestro_graph.policy import ActionSpace, EpisodeView, make_policy
 from maestro_graph.serve import ServeSettings, create_app
 from maestro_graph.serve.loopback import running_app
 from maestro_graph.types import StopReason
@@ -64,11 +64,16 @@ def graph(registry):
 
 
 @pytest.mark.parametrize("question", ["", "What is 12 + 30?"])
-def test_a_calculation_over_its_image_is_routed_on_its_text(graph, sum_image, question):
+def test_a_calculation_over_its_image_is_routed_on_its_text(graph, registry, sum_image, question):
     """It was `30`, from rapidocr@@table-qa reading the image, typed or read."""
     result = run_episode(graph, question, [data_url(sum_image)])
     assert result.answer == "42"
     assert "table-qa" not in [s.skill for s in result.steps] and result.steps[-1].skill == "arithmetic"
+    # the episode records the question it was routed on, so a trainer re-scores each decision on what the router
+    # saw: on the blank question the arithmetic pair was declined, and re-scoring the call crashed GRPO
+    assert result.question == "What is 12 + 30?"
+    seen = EpisodeView(result.question, (), result.choices, tuple(result.steps[:-1]), 4, 10.0)
+    assert "sympy@@arithmetic" in [p.id for p in ActionSpace.build(registry, seen).pairs]
 
 
 @pytest.mark.parametrize("question", ["", INVISIBLE])

@@ -58,6 +58,11 @@ class EpisodeResult:
     confidence_basis: dict[str, float] | None = None
     """The evidence `confidence` was computed from (episode.confidence.confidence_features): what `maestro
     calibrate` fits a confidence model on."""
+    question: str | None = None
+    """The question the episode was routed on: the one asked, or the one read from the image for a blank question
+    (a trainer re-scores the decisions on what the router saw)."""
+    choices: list[str] | None = None
+    """The options it was routed with: those given, else those written in the question routed on."""
 
     def __post_init__(self) -> None:
         self.stop = StopReason(self.stop)
@@ -159,6 +164,7 @@ def run_episode(
         payload = None if mode == "resume" else {"question": question, "images": images, "choices": choices,
                                                  **({"history": history} if history else {})}
         out = graph.invoke(payload, run_config, context=context)
+    routed = (out.get("episodes") or [{}])[-1]  # this episode's record: the question and options routed on
     return EpisodeResult(
         answer=out.get("answer"),
         steps=[Step.model_validate(s) for s in out.get("steps", [])],
@@ -169,6 +175,8 @@ def run_episode(
         answer_source=out.get("answer_source"),
         confidence=out.get("confidence"),
         confidence_basis=out.get("confidence_basis"),
+        question=routed.get("question"),
+        choices=routed.get("choices"),
     )
 
 

@@ -110,9 +110,12 @@ class Group:
 def _samples(episode: EpisodeResult, task: Task, context: MaestroContext, advantage: float,
              group: int) -> list[Sample]:
     """The episode's recorded decisions that the policy made (an overruled one is the graph's, not a draw of the
-    policy's; a forced one, with log-probability 0 and no gradient, still counts in the loss's mean)."""
-    return [Sample(EpisodeView.of_task(task, episode.steps[:d.turn], context.max_turns, context.max_cost), d.action(),
-                   d.log_prob, advantage, group)
+    policy's; a forced one, with log-probability 0 and no gradient, still counts in the loss's mean), each with the
+    view the router had: the question it routed on (read from the image for a blank one) and its options."""
+    seen = EpisodeView.of_task(task, (), context.max_turns, context.max_cost)
+    if episode.question is not None:
+        seen = replace(seen, question=episode.question, choices=tuple(episode.choices) if episode.choices else None)
+    return [Sample(replace(seen, steps=tuple(episode.steps[:d.turn])), d.action(), d.log_prob, advantage, group)
             for d in episode.decisions if d.log_prob is not None]
 
 
