@@ -108,7 +108,7 @@ def test_spent_budget_leaves_the_answer_to_the_policy(registry):
 def test_the_step_limit_follows_the_turn_budget(registry):
     """An episode that spends every turn on a call runs to its budget under `MaestroContext.recursion_limit`; two
     supersteps a turn alone would stop it first (intake, the last decision and the answer node are steps too)."""
-    context = MaestroContext(max_turns=3)
+    context = MaestroContext(max_turns=3, reach_floor=0)  # every turn a call: the reach may not stop it first
     graph = build_graph(registry, _ScriptedPolicy(["sympy@@arithmetic", "opencv-vision@@counting",
                                                    "rapidocr@@text-reading"]))
     asked = {"question": "How many circles are in the image? 2 plus 3", "images": [CIRCLES]}

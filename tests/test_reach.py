@@ -160,6 +160,27 @@ def test_after_a_call_that_answered_nothing_the_pairs_left_decide_whether_to_go_
     assert stopped.stop == StopReason.OUT_OF_REACH and "not yet called" in stopped.stop_reason
 
 
+def test_after_a_call_the_reach_overrules_a_further_call_never_the_policys_answer(profiled):
+    """In a reach where only zxing answered questions like this one, zxing decodes the code: a policy that then
+    answers gives its answer (the reach does not take it away and call it a candidate), and one that would call
+    OpenCV's reader next is stopped before that call, answering the best candidate."""
+    registry = Registry.load(profiled / "registry.yaml")
+    item = json.loads((BARCODES / "tasks.jsonl").read_text().splitlines()[0])
+    image = [str(BARCODES / item["images"][0])]
+    reach = registry.reach
+    only_zxing = np.asarray([[pair.startswith("zxing@@") for pair in reach.pairs]], np.float32)
+    registry.reach = Reach(reach.features, reach.answered[:, None] * only_zxing, reach.pairs)
+    floor = MaestroContext(reach_floor=0.35)
+    answered = run_episode(build_graph(registry, InOrder("zxing@@barcode-reading")), item["question"], image,
+                           context=floor)
+    assert answered.stop == StopReason.POLICY and answered.answer_source == "policy"
+    assert answered.answer == item["answer"]
+    graph = build_graph(registry, InOrder("zxing@@barcode-reading", "opencv-barcode@@barcode-reading"))
+    stopped = run_episode(graph, item["question"], image, context=floor)
+    assert [s.pair for s in stopped.steps] == ["zxing@@barcode-reading"] and stopped.stop == StopReason.OUT_OF_REACH
+    assert stopped.answer == item["answer"] and stopped.answer_source == "candidate"
+
+
 def test_the_oracle_is_never_stopped_by_the_reach(profiled):
     registry = Registry.load(profiled / "registry.yaml")
     tasks, _ = load_task_files([profiled / "calibration.jsonl"])

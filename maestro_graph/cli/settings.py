@@ -62,10 +62,10 @@ def settings(
                                             "that one section)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: section -> rows."),
 ) -> None:
-    """Print every setting a run reads, with its value and its source: `environment` (a variable set in this
-    process), the YAML file given, or `default`.
+    """Print every setting a run reads, with its value and where it came from.
 
-    Flags given to a command win over both; this shows what a run gets without them."""
+    The source is `environment` (a variable set in this process), the YAML file given, or `default`. Flags given
+    to a command win over both; this shows what a run gets without them."""
     chosen = section or list(Section)
     if config is not None and (len(chosen) != 1 or chosen[0] in (Section.environment, Section.budget)):
         fail("--config reads the YAML file of one command's settings: name one of serve, train, train-lm "

@@ -68,17 +68,14 @@ def _turn(written: WrittenState, runtime: Runtime[MaestroContext], parts: GraphP
 
 def _forced(turn: _Turn, space: ActionSpace, registry: Registry,
             write: StreamWriter) -> Command[Literal["answer"]] | None:
-    """The ending the graph decides without asking the policy, or None: the reach says no pair left is likely to
-    answer (`_out_of_reach`), or no pair is left and one answer is (budget spent, every pair called or declined,
-    or only an image would have helped)."""
+    """The ending the graph decides without asking the policy, or None: before the first call, the reach says no
+    pair is likely to answer (`_out_of_reach`; after a call it only overrules a further call, in `_drawn`), or no
+    pair is left and one answer is (budget spent, every pair called or declined, or only an image would have
+    helped)."""
     view, name = turn.view, turn.policy.name
-    stop = _out_of_reach(registry, view, space, turn.context.reach_floor)
-    if stop is not None:  # nothing left fits: no further call, the answer node answers
-        decision = Decision.of(Answer(None), turn=view.turn, policy=name, log_prob=None, entropy=None, forced=True)
-        write({"event": "decision", "turn": view.turn, "policy": name, "action": _describe(Answer(None)),
-               "reach": stop["reach"]})
-        return Command(goto=ANSWER, update={"answer": None, **stop["ending"],
-                                            "decisions": [decision_record(decision)]})
+    stop = None if view.steps else _out_of_reach(registry, view, space, turn.context.reach_floor)
+    if stop is not None:
+        return _reach_stop(turn, stop, write)
     if space.pairs or len(space.answers) != 1:
         return None
     only = space.answers[0]  # nothing left to decide: the graph answers
@@ -89,6 +86,15 @@ def _forced(turn: _Turn, space: ActionSpace, registry: Registry,
     elif space.declined and ended["stop"] == StopReason.POLICY:  # every pair left is one its skill declines
         ended = stop_update(StopReason.OUT_OF_REACH, "; ".join(f"{skill}: {why}" for skill, why in space.declined))
     return Command(goto=ANSWER, update={"answer": only.text, **ended, "decisions": [decision_record(decision)]})
+
+
+def _reach_stop(turn: _Turn, stop: dict, write: StreamWriter) -> Command[Literal["answer"]]:
+    """Nothing left fits: no further call, the answer node answers (a forced decision, no log-probability)."""
+    view, name = turn.view, turn.policy.name
+    decision = Decision.of(Answer(None), turn=view.turn, policy=name, log_prob=None, entropy=None, forced=True)
+    write({"event": "decision", "turn": view.turn, "policy": name, "action": _describe(Answer(None)),
+           "reach": stop["reach"]})
+    return Command(goto=ANSWER, update={"answer": None, **stop["ending"], "decisions": [decision_record(decision)]})
 
 
 def _drawn(turn: _Turn, space: ActionSpace, parts: GraphParts,
@@ -106,6 +112,10 @@ def _drawn(turn: _Turn, space: ActionSpace, parts: GraphParts,
         action = dist.greedy()
     else:
         action = dist.sample(np.random.default_rng([turn.context.seed or 0, view.turn, len(view.question)]))
+    if isinstance(action, Invoke) and view.steps:  # the reach overrules a further call, never the policy's answer
+        stop = _out_of_reach(parts.registry, view, space, turn.context.reach_floor)
+        if stop is not None:
+            return _reach_stop(turn, stop, write)
     event = {"event": "decision", "turn": view.turn, "policy": turn.policy.name, "latency_s": round(decided_s, 6)}
     if view.budget_spent and not isinstance(action, Answer):  # a policy that ignored the spent budget
         event["overruled"] = _describe(action)  # the answer below is the graph's, not a draw of the policy's
