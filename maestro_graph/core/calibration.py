@@ -108,10 +108,10 @@ class ReliabilityBin:
     """Share of its answers that were right (None: no answer fell in it)."""
 
 
-def reliability_bins(confidence: Sequence[float], right: Sequence[float], bins: int = ECE_BINS,
-                     weights: Sequence[float] | None = None) -> list[ReliabilityBin]:
-    """Answers grouped into `bins` equal-width confidence bins (the last one closed at 1); with `weights`, each bin's
-    mean confidence and accuracy weigh its answers so (its count stays the number of answers)."""
+def _binned(confidence: Sequence[float], right: Sequence[float], bins: int,
+            weights: Sequence[float] | None) -> list[tuple[ReliabilityBin, float]]:
+    """Each equal-width confidence bin (the last one closed at 1) with the total weight of its answers (1 each
+    without `weights`); a bin's mean confidence and accuracy weigh its answers so, its count stays their number."""
     conf = np.asarray(confidence, dtype=float)
     hit = np.asarray(right, dtype=float)
     weight = np.ones_like(conf) if weights is None else np.asarray(weights, dtype=float)
@@ -120,21 +120,26 @@ def reliability_bins(confidence: Sequence[float], right: Sequence[float], bins: 
     for b in range(bins):
         inside = index == b
         count = int(inside.sum())
-        out.append(ReliabilityBin(b / bins, (b + 1) / bins, count,
-                                  float(np.average(conf[inside], weights=weight[inside])) if count else None,
-                                  float(np.average(hit[inside], weights=weight[inside])) if count else None))
+        out.append((ReliabilityBin(b / bins, (b + 1) / bins, count,
+                                   float(np.average(conf[inside], weights=weight[inside])) if count else None,
+                                   float(np.average(hit[inside], weights=weight[inside])) if count else None),
+                    float(weight[inside].sum())))
     return out
+
+
+def reliability_bins(confidence: Sequence[float], right: Sequence[float], bins: int = ECE_BINS,
+                     weights: Sequence[float] | None = None) -> list[ReliabilityBin]:
+    """Answers grouped into `bins` equal-width confidence bins (the last one closed at 1); with `weights`, each bin's
+    mean confidence and accuracy weigh its answers so (its count stays the number of answers)."""
+    return [found for found, _ in _binned(confidence, right, bins, weights)]
 
 
 def expected_calibration_error(confidence: Sequence[float], right: Sequence[float], bins: int = ECE_BINS,
                                weights: Sequence[float] | None = None) -> float | None:
     """The mean, over equal-width confidence bins weighted by their answers (or by the answers' `weights`), of
     |accuracy - mean confidence|; None without answers."""
-    found = reliability_bins(confidence, right, bins, weights)
-    weight = np.ones(len(confidence)) if weights is None else np.asarray(weights, dtype=float)
-    index = np.minimum((np.asarray(confidence, dtype=float) * bins).astype(int), bins - 1)
-    mass = [float(weight[index == b].sum()) for b in range(bins)]
-    total = sum(mass)
+    found = _binned(confidence, right, bins, weights)
+    total = sum(mass for _, mass in found)
     if not len(confidence) or total <= 0:
         return None
-    return float(sum(m * abs(b.accuracy - b.confidence) for m, b in zip(mass, found) if b.count) / total)
+    return float(sum(mass * abs(b.accuracy - b.confidence) for b, mass in found if b.count) / total)
