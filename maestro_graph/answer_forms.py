@@ -18,7 +18,7 @@ from .numbers import parse_number
 from .scoring import is_yes_no, normalize_text
 
 __all__ = ["CONTRADICTS_FORM", "FORM_DIM", "HAS_FORM", "Form", "candidate_form", "asks_yes_no", "expected_form",
-           "has_form", "opens_polar"]
+           "has_form", "opens_polar", "answered_yes_or_no"]
 
 Form = Literal["choice", "yesno", "number", "text"]
 
@@ -55,6 +55,12 @@ def asks_yes_no(question: str, choices: Sequence[str] | None = None) -> bool:
     if choices:
         return sorted(normalize_text(c) for c in choices) == ["no", "yes"]
     return bool(_YES_NO_RE.search(question))
+
+
+def answered_yes_or_no(question: str, choices: Sequence[str] | None) -> bool:
+    """Whether yes or no answers the question: it says so or its options are Yes and No (`asks_yes_no`), or, without
+    options, it opens like a yes/no question (`expected_form`): what a skill that finds a value cannot answer."""
+    return asks_yes_no(question, choices) or expected_form(question, choices) == "yesno"
 
 
 def _is_short_number(text: str) -> bool:

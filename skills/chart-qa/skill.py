@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from maestro_graph.answer_forms import asks_yes_no, expected_form
+from maestro_graph.answer_forms import answered_yes_or_no
 from maestro_graph.types import SkillResult
 
 from .chartlib import questions, text
@@ -29,7 +29,7 @@ def run(ctx) -> SkillResult:
     chart = Chart(np.asarray(ctx.image.convert("RGB")), boxes)
     # a question that opens like a yes/no one ("Is the value of A higher than that of B?") is a claim to check,
     # as one that says "answer yes or no" is: a value read for it would be no answer
-    if asks_yes_no(ctx.request, ctx.choices) or expected_form(ctx.request, ctx.choices) == "yesno":
+    if answered_yes_or_no(ctx.request, ctx.choices):
         verdict = questions.judge_claim(chart, ctx.request)
     else:
         verdict = questions.answer_open(chart, ctx.request, ctx.choices)

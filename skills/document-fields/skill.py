@@ -9,7 +9,7 @@ names the key and read the value written after it, to its right, or below it.
 import re
 from dataclasses import dataclass
 
-from maestro_graph.answer_forms import asks_yes_no, expected_form
+from maestro_graph.answer_forms import answered_yes_or_no
 from maestro_graph.types import SkillResult
 
 MAX_SIDE = 2400  # larger scans are shrunk first: OCR time grows with the area, receipt text stays readable
@@ -298,7 +298,7 @@ def run(ctx) -> SkillResult:
     # "Is the total more than 5 dollars?" would get the total back ("5.70"): declined before any OCR. In code, not
     # by a `declines` check: a check that accepts every other question would claim a question asked without an
     # image as one about a missing picture (maestro_graph/policy/base.py, `_claimed_for_an_image`).
-    if asks_yes_no(ctx.request, ctx.choices) or expected_form(ctx.request, ctx.choices) == "yesno":
+    if answered_yes_or_no(ctx.request, ctx.choices):
         return SkillResult(evidence=NOT_A_FIELD, answer=None, confidence=0.0)
     kind, key = field_of(ctx.request)
     lines = read_lines(ctx)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PIL import Image
 
-from maestro_graph.answer_forms import asks_yes_no, expected_form
+from maestro_graph.answer_forms import answered_yes_or_no
 from maestro_graph.experts.protocols import TextBox
 from maestro_graph.scoring import is_yes_no
 from maestro_graph.types import SkillResult
@@ -43,7 +43,7 @@ def run(ctx) -> SkillResult:
         return SkillResult(evidence=f"table: {shown}; no operation recognised for the question", answer=None,
                            confidence=0.0)
     evidence = f"table: {shown}; operation: {solution.operation}"
-    yes_no = asks_yes_no(ctx.question, ctx.choices) or expected_form(ctx.question, ctx.choices) == "yesno"
+    yes_no = answered_yes_or_no(ctx.question, ctx.choices)
     if yes_no and not is_yes_no(solution.answer):
         # "Does a notebook cost more than a pencil?" is solved as a sum of the prices it names: no yes/no answer
         return SkillResult(evidence=f"{evidence}; no yes/no answer to a yes/no question", answer=None,
