@@ -47,6 +47,7 @@ def final_answer(question: str, choices: Sequence[str] | None, answer: str | Non
     if said is not None:
         return said, "candidate"
     if form == "choice":
+        assert choices is not None  # a question has the choice form only with options (`expected_form`)
         evidence = [t for s in steps if not s.error for t in (s.answer, s.evidence) if t]
         return guess_option(choices, evidence, question), "guess"
     if form == "yesno":

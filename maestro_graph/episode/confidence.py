@@ -41,7 +41,7 @@ def _logit(p: float) -> float:
     return math.log(p / (1 - p))
 
 
-def _agrees(said: str, answer: str, kind: str, choices: Sequence[str] | None) -> bool:
+def _agrees(said: str | None, answer: str, kind: str, choices: Sequence[str] | None) -> bool:
     """Whether a step's answer says what the episode answered (an option by letter or text, a number within
     scoring's tolerance, the same yes/no or normalised text)."""
     return score(said, answer, kind, choices=list(choices) if choices else None) >= 1.0

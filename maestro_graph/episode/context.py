@@ -7,7 +7,7 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, WithJsonSchema
 
@@ -96,11 +96,22 @@ def _requested(name: str) -> Any:
     hint = _HINTS[name]
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         hint = next(a for a in typing.get_args(hint) if a is not type(None))
-    finite = {"allow_inf_nan": False} if name in ("max_cost", "min_confidence") else {}
+    field = Field(strict=True, allow_inf_nan=False) if name in ("max_cost", "min_confidence") else Field(strict=True)
     # Optional (an error names the field alone, not a branch of a union) with the schema of the value only (the
     # LangServe playground's form cannot render a `null` branch)
-    return Annotated[Annotated[hint, Field(strict=True, **finite)] | None,
-                     WithJsonSchema(TypeAdapter(hint).json_schema())]
+    return Annotated[Annotated[hint, field] | None, WithJsonSchema(TypeAdapter(hint).json_schema())]
+
+
+if TYPE_CHECKING:  # what the types `_requested` builds are, to the checker (which reads no type made by a call)
+    _Policy = str | None
+    _MaxTurns = int | None
+    _MaxCost = float | None
+    _MinConfidence = float | None
+else:
+    _Policy = _requested("policy")
+    _MaxTurns = _requested("max_turns")
+    _MaxCost = _requested("max_cost")
+    _MinConfidence = _requested("min_confidence")
 
 
 class RunSettings(BaseModel):
@@ -111,10 +122,10 @@ class RunSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    policy: _requested("policy") = Field(None, description="one of the policies the server offers")
-    max_turns: _requested("max_turns") = Field(
+    policy: _Policy = Field(None, description="one of the policies the server offers")
+    max_turns: _MaxTurns = Field(
         None, description=f"most expert calls (1 to {MAX_TURNS}; the server's own limit caps it)")
-    max_cost: _requested("max_cost") = Field(
+    max_cost: _MaxCost = Field(
         None, description=f"cost budget (0 to {MAX_COST:g}; the server's own limit caps it)")
-    min_confidence: _requested("min_confidence") = Field(
+    min_confidence: _MinConfidence = Field(
         None, description="0 to 1: an answer less sure than this is withheld (MaestroContext.min_confidence)")

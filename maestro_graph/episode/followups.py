@@ -136,7 +136,7 @@ def resolve(question: str, turns: Sequence[Turn]) -> Followup | Unresolved | Non
 
 def _least(turns: Sequence[Turn]) -> float | None:
     """The least confidence among `turns`' answers that have one (None when none has)."""
-    known = [t["confidence"] for t in turns if t.get("confidence") is not None]
+    known = [c for t in turns if (c := t.get("confidence")) is not None]
     return min(known) if known else None
 
 

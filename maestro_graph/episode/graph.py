@@ -6,6 +6,7 @@ and each node a module-level function of (state, runtime) given the graph's part
 from __future__ import annotations
 
 from functools import partial
+from typing import cast
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import BaseStore
@@ -77,5 +78,6 @@ def build_graph(
     builder.add_edge(ANSWER, END)
     graph = builder.compile(checkpointer=checkpointer, store=store, name=name)
     graph.__class__ = MaestroGraph  # LangGraph's compiled graph, each run's input checked first (run_input.py)
-    graph.image_sources = image_sources
-    return graph
+    maestro = cast(MaestroGraph, graph)  # what the line above made it
+    maestro.image_sources = image_sources
+    return maestro

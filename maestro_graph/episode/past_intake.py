@@ -31,9 +31,9 @@ from .state import ANSWER, INTAKE
 __all__ = ["checked_command", "checked_values", "targets"]
 
 
-def targets(command: Command) -> list[str | Send]:
+def targets(command: Command) -> list[Any]:
     """Where `command` goes: the nodes it names and the `Send`s it makes, as one list (LangGraph takes one or a
-    list)."""
+    list). Any: a client's `Command` may name anything, which the callers check."""
     goto = command.goto
     return list(goto) if isinstance(goto, (list, tuple)) else [goto] if goto else []
 

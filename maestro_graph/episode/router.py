@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 from langgraph.runtime import Runtime
@@ -37,8 +36,9 @@ class _Turn:
     policy: Policy
 
 
-def router(state: MaestroState, runtime: Runtime[MaestroContext], *,
-           parts: GraphParts) -> Command[Literal["answer", "router"]]:
+# Command[str]: the router goes to the answer node, back to itself, or to a skill's node, which are named at run time
+# (the registry's skills), so its destinations are no Literal
+def router(state: MaestroState, runtime: Runtime[MaestroContext], *, parts: GraphParts) -> Command[str]:
     """One decision: the episode's end when what the state holds cannot be used (an input error) or the graph decides
     it alone (`_forced`), else the policy's action (`_drawn`): a call sent to its skill's node, an observation of
     its mistake (back to the router), or the answer. Each decision is recorded (`types.Decision`) and streamed as a
@@ -67,7 +67,7 @@ def _turn(written: WrittenState, runtime: Runtime[MaestroContext], parts: GraphP
 
 
 def _forced(turn: _Turn, space: ActionSpace, registry: Registry,
-            write: StreamWriter) -> Command[Literal["answer"]] | None:
+            write: StreamWriter) -> Command[str] | None:
     """The ending the graph decides without asking the policy, or None: before the first call, the reach says no
     pair is likely to answer (`_out_of_reach`; after a call it only overrules a further call, in `_drawn`), or no
     pair is left and one answer is (budget spent, every pair called or declined, or only an image would have
@@ -88,7 +88,7 @@ def _forced(turn: _Turn, space: ActionSpace, registry: Registry,
     return Command(goto=ANSWER, update={"answer": only.text, **ended, "decisions": [decision_record(decision)]})
 
 
-def _reach_stop(turn: _Turn, stop: dict, write: StreamWriter) -> Command[Literal["answer"]]:
+def _reach_stop(turn: _Turn, stop: dict, write: StreamWriter) -> Command[str]:
     """Nothing left fits: no further call, the answer node answers (a forced decision, no log-probability)."""
     view, name = turn.view, turn.policy.name
     decision = Decision.of(Answer(None), turn=view.turn, policy=name, log_prob=None, entropy=None, forced=True)
@@ -98,7 +98,7 @@ def _reach_stop(turn: _Turn, stop: dict, write: StreamWriter) -> Command[Literal
 
 
 def _drawn(turn: _Turn, space: ActionSpace, parts: GraphParts,
-           runtime: Runtime[MaestroContext]) -> Command[Literal["answer", "router"]]:
+           runtime: Runtime[MaestroContext]) -> Command[str]:
     """The policy's action, drawn from its distribution (greedy unless the run samples or the policy is
     stochastic), and where it leads. A policy that still calls once the budget is spent is overruled: the graph
     answers the best candidate, and the decision carries no log-probability (the policy never drew it)."""
@@ -144,7 +144,7 @@ def _call(action: Invoke, state: WrittenState) -> SkillCall:
                      history=list(state.get("history") or []))
 
 
-def _observed(step: Step, decided: list[DecisionRecord], write: StreamWriter) -> Command[Literal["router"]]:
+def _observed(step: Step, decided: list[DecisionRecord], write: StreamWriter) -> Command[str]:
     """A policy's mistake as the step it costs, back to the router."""
     write({"event": "step", **step.model_dump(exclude={"calls"})})
     return Command(goto=ROUTER, update={"steps": [step_record(step)], "decisions": decided})

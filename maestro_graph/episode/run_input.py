@@ -18,9 +18,9 @@ other bad input.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from contextlib import aclosing
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import convert_to_messages
 from langchain_core.runnables import ensure_config
@@ -32,7 +32,7 @@ from ..errors import InputError
 from ..images.sources import ImageSources
 from .image_refs import stored_input
 from .past_intake import checked_command, checked_values, targets
-from .state import appended
+from .state import MaestroOutput, MaestroState, appended
 
 __all__ = ["BadRunInput", "MaestroGraph"]
 
@@ -52,7 +52,9 @@ class BadRunInput(InputError, ValueError):
     other exception's by "An internal error occurred"."""
 
 
-class MaestroGraph(CompiledStateGraph):
+# its context and input are Any: a run's context may be a MaestroContext, a mapping of its fields or a parent graph's
+# own (`MaestroContext.of` reads each), and its input is whatever a client sends, checked here (`check_run_input`)
+class MaestroGraph(CompiledStateGraph[MaestroState, Any, Any, MaestroOutput]):
     """The compiled Maestro graph: LangGraph's, with every run's input and every state update checked first
     (`check_run_input`, `check_update`), and what a Command or an update writes past intake checked under the
     graph's `image_sources` (`episode.past_intake`). `stream` and `astream` are where every way of running it
@@ -72,7 +74,9 @@ class MaestroGraph(CompiledStateGraph):
     async def astream(self, input: Any, config: Any = None, **kwargs: Any):  # noqa: A002 - LangGraph's name
         # the store's sync calls and the images' decoding, off the event loop (as a sync node makes them)
         taken = await asyncio.to_thread(self._taken, input, _nested(config))
-        async with aclosing(super().astream(taken, config, **kwargs)) as chunks:
+        # LangGraph's astream is an async generator function, typed as returning an AsyncIterator
+        streamed = cast(AsyncGenerator[Any, None], super().astream(taken, config, **kwargs))
+        async with aclosing(streamed) as chunks:
             async for chunk in chunks:
                 yield chunk
 

@@ -159,6 +159,7 @@ def run_episode(
     stored = graph.get_state(run_config) if graph.checkpointer is not None and config else None
     mode = thread_mode(stored, question) if stored is not None else "new"
     if mode == "replay":
+        assert stored is not None  # `thread_mode` replays a stored thread only
         out = stored.values
     else:
         payload = None if mode == "resume" else {"question": question, "images": images, "choices": choices,

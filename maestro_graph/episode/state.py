@@ -11,7 +11,7 @@ value into any field.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal, cast
 
 from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
@@ -26,9 +26,9 @@ __all__ = [
     "step_record",
 ]
 
-INTAKE = "intake"
-ROUTER = "router"
-ANSWER = "answer"
+INTAKE: Final = "intake"
+ROUTER: Final = "router"
+ANSWER: Final = "answer"
 """The graph's own nodes; every tier-1 skill adds one more, named as the skill (a skill may not take these names)."""
 _SHOWN = 80
 """The most characters of a refused write that the reducer's error quotes."""
@@ -76,11 +76,11 @@ class DecisionRecord(TypedDict):
 
 
 def step_record(step: Step) -> StepRecord:
-    return StepRecord(**step.model_dump(mode="json"))
+    return cast(StepRecord, step.model_dump(mode="json"))
 
 
 def decision_record(decision: Decision) -> DecisionRecord:
-    return DecisionRecord(**decision.model_dump(mode="json"))
+    return cast(DecisionRecord, decision.model_dump(mode="json"))
 
 
 def appended(old: list, new: list) -> list:
