@@ -215,10 +215,10 @@ def history_caps(t: Target) -> TrustCase:
                 problems.append(history_problem(case, reply.status_code, code, answer, took))
     finally:
         trickler.close()
-    problems = [p for p in problems if p]
+    failed = [p for p in problems if p]
     return TrustCase("chat histories past the image and message caps, and one whose image arrives late",
                      f"413 too_many_images and too_many_messages, a repeated image counted once, 504 within "
-                     f"{timeout_s + 2:g} s of a {timeout_s:g} s deadline", not problems, "; ".join(problems or seen))
+                     f"{timeout_s + 2:g} s of a {timeout_s:g} s deadline", not failed, "; ".join(failed or seen))
 
 
 CONVERSATION_CHECKS = (resent_image_storage, history_caps, agent_server_input)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import numpy as np
@@ -29,6 +30,9 @@ from ..registry import Registry
 from ..serve import ServeSettings, create_app
 from ..serve.loopback import running_app
 from .target import QUESTION, Listener, Target, TrustCase, answer_of, chat, peak_rss_growth_mb
+
+if TYPE_CHECKING:
+    from langchain_core.runnables import RunnableConfig
 
 __all__ = ["IMAGE_CHECKS", "SECRET_TEXT", "COUNT_QUESTION", "BOMB_SIDE", "SETTLE_S", "secret_qr", "bomb_urls",
            "bomb_request"]
@@ -100,7 +104,7 @@ def state_written_images(t: Target) -> TrustCase:
                         checkpointer=InMemorySaver())
 
     def jump(ref: str, thread: str) -> dict:
-        config = {"configurable": {"thread_id": thread}}
+        config: RunnableConfig = {"configurable": {"thread_id": thread}}
         graph.invoke({"question": QUESTION, "images": [t.image]}, config)
         call = {"model": "zxing", "input": "", "question": QUESTION, "images": [ref], "choices": None, "history": []}
         return graph.invoke(Command(goto=Send("barcode-reading", call), update={"images": [ref]}), config)

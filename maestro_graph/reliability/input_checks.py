@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import yaml
@@ -32,6 +33,9 @@ from .target import (
     langserve_mounted,
     post_timed,
 )
+
+if TYPE_CHECKING:
+    from langchain_core.runnables import RunnableConfig
 
 __all__ = ["HTTP_DOOR_CHECKS", "INPUT_AND_FILE_CHECKS"]
 
@@ -167,7 +171,8 @@ def state_written_junk(t: Target) -> TrustCase:
                 "call": Command(goto=Send("barcode-reading", "x")),
                 "state.steps": Command(goto="router", update={"steps": [{"junk": 1}]}),
                 "state.steps text": Command(goto="answer", update={"steps": "x"})}
-    asked, config = {"question": QUESTION, "images": [t.image]}, {"configurable": {"thread_id": "junk"}}
+    asked = {"question": QUESTION, "images": [t.image]}
+    config: RunnableConfig = {"configurable": {"thread_id": "junk"}}
     context = {"policy": "rules"}
     graph.invoke(asked, config, context=context)
     outcomes = {}

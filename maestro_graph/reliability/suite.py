@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 from PIL import Image
@@ -312,7 +313,7 @@ def run_reliability(out: Path, *, episodes: int = 200, policy: str = "rules", wo
     baseline_reg = Registry.load(fault_registry(folders["no-faults"], None, seed=seed))
     base = {t.id: r for t, r in run_tasks(baseline_reg, items, policy, workers=workers)}
     base_acc = sum(_score(t, base[t.id.rpartition("#")[0]].answer) for t in planned) / len(planned)
-    scenarios = [{"scenario": "no faults", "episodes": len(planned), "accuracy": base_acc,
+    scenarios: list[dict[str, Any]] = [{"scenario": "no faults", "episodes": len(planned), "accuracy": base_acc,
                   "note": "the same episodes; deterministic policy and experts, so each distinct item ran once"}]
     for i, scenario in enumerate(SCENARIOS):
         progress(f"scenario {scenario.name!r}: {len(planned)} episodes")

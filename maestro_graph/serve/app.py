@@ -13,9 +13,9 @@ import json
 import logging
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import Cookie, Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
@@ -52,6 +52,9 @@ from .protocol import (
 )
 from .settings import ServeSettings
 
+if TYPE_CHECKING:
+    from .checkpoint_db import CheckpointDb, ImageDb
+
 __all__ = ["create_app", "langserve_installed"]
 
 log = logging.getLogger("maestro.serve")
@@ -72,11 +75,12 @@ def create_app(registry: Registry, settings: ServeSettings | None = None) -> Fas
     DECODE_MEMORY.configure(settings.decode_memory_mb * 1_000_000)  # process-wide: decoding memory is the process's
     return_large_buffers()  # process-wide: a freed image goes back to the system, whichever thread held it
     db = settings.checkpoint_db
-    checkpointer = open_checkpointer(db) if db else None
-    service = EpisodeService(
-        registry, settings, checkpointer=checkpointer,
-        store=open_image_store(db, checkpointer, retention_days=settings.image_retention_days) if db else None,
-    )
+    checkpointer: CheckpointDb | None = None
+    store: ImageDb | None = None
+    if db:
+        checkpointer = open_checkpointer(db)
+        store = open_image_store(db, checkpointer, retention_days=settings.image_retention_days)
+    service = EpisodeService(registry, settings, checkpointer=checkpointer, store=store)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -225,7 +229,7 @@ def _problem_code(problem: str) -> str:
     return "question_too_long" if problem.startswith("the question has") else "input_error"
 
 
-async def _sse(completion_id: str, model: str, stream: AsyncIterator[dict[str, Any] | EpisodeOutcome], *,
+async def _sse(completion_id: str, model: str, stream: AsyncGenerator[dict[str, Any] | EpisodeOutcome, None], *,
                include_usage: bool) -> AsyncIterator[str]:
     """Steps as `maestro` chunks with an empty delta, then the answer as content, the usage chunk when asked for
     (`stream_options.include_usage`), then `[DONE]`. An error after the stream began is its last chunk (an episode

@@ -6,23 +6,42 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.store.base import BaseStore
 
 from ..episode.storage import checkpoint_serde, image_ttl, prune_thread, sqlite_checkpointer, sqlite_image_store
 from ..errors import ServiceUnavailable, import_extra
 from .settings import ServeSettings
 from .thread_lease import ThreadLeases
 
+if TYPE_CHECKING:
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.store.postgres import PostgresStore
+    from langgraph.store.sqlite import SqliteStore
+
+    CheckpointDb: TypeAlias = SqliteSaver | PostgresSaver
+    """A checkpointer that `open_checkpointer` opens."""
+    ImageDb: TypeAlias = SqliteStore | PostgresStore
+    """An image store that `open_image_store` opens."""
+
 __all__ = ["is_postgres", "open_checkpointer", "open_image_store", "open_leases", "prune_finished", "store_errors"]
 
-_Made = TypeVar("_Made")
 
 
-def open_checkpointer(location: str | Path) -> BaseCheckpointSaver:
+class _OnPool(Protocol):
+    """What `_set_up` uses of a LangGraph saver or store on a Postgres pool."""
+
+    conn: Any  # psycopg_pool's ConnectionPool
+
+    def setup(self) -> None: ...
+
+
+_Made = TypeVar("_Made", bound=_OnPool)
+
+
+def open_checkpointer(location: str | Path) -> CheckpointDb:
     """The checkpointer of `--checkpoint-db`: a `postgresql://` URL is a Postgres database that several replicas
     share (any of them can resume a thread; a pool of connections checked before each use, so one lost while idle is
     replaced), anything else a SQLite file of this replica's own (SqliteSaver serialises the worker threads with its
@@ -45,8 +64,8 @@ def open_checkpointer(location: str | Path) -> BaseCheckpointSaver:
     return _set_up(postgres.PostgresSaver(pool, serde=checkpoint_serde()), str(location), "checkpoints")
 
 
-def open_image_store(location: str | Path, checkpointer: BaseCheckpointSaver, *,
-                     retention_days: float | None = None) -> BaseStore:
+def open_image_store(location: str | Path, checkpointer: CheckpointDb, *,
+                     retention_days: float | None = None) -> ImageDb:
     """The store that keeps a thread's images once per content digest beside the checkpoints of `--checkpoint-db`
     (its own table in the SQLite file; LangGraph's store tables in the Postgres database, over the pool of
     connections of `checkpointer`, which `open_checkpointer` opened on the same location). With `retention_days`, a

@@ -21,13 +21,14 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.store.base import BaseStore
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointMetadata
+from langgraph.types import StateSnapshot
 from starlette.concurrency import run_in_threadpool
 
 from ..core.cancellation import Cancelled, cancellable
@@ -45,6 +46,9 @@ from .observability import thread_id as thread_id_var
 from .protocol import ApiError
 from .settings import ServeSettings
 from .thread_lease import Lease
+
+if TYPE_CHECKING:
+    from .checkpoint_db import CheckpointDb, ImageDb
 
 __all__ = ["Episode", "EpisodeOutcome", "EpisodeService", "usage_of", "THREAD_HEADER"]
 
@@ -111,7 +115,7 @@ class EpisodeService:
     worker finishes (not when a client gives up), so the cap bounds the threads really busy."""
 
     def __init__(self, registry: Registry, settings: ServeSettings, *,
-                 checkpointer: BaseCheckpointSaver | None = None, store: BaseStore | None = None):
+                 checkpointer: CheckpointDb | None = None, store: ImageDb | None = None):
         self.settings = settings
         self.checkpointer = checkpointer
         self.store = store
@@ -256,8 +260,8 @@ class EpisodeService:
         if episode.lease is None:
             raise self._busy(episode.thread_id, " on another replica")
 
-    def _config(self, episode: Episode) -> dict[str, Any]:
-        config: dict[str, Any] = {"recursion_limit": episode.context.recursion_limit}
+    def _config(self, episode: Episode) -> RunnableConfig:
+        config: RunnableConfig = {"recursion_limit": episode.context.recursion_limit}
         if episode.thread_id is not None:
             config["configurable"] = {"thread_id": episode.thread_id}
             config["metadata"] = {_OWNER: episode.owner}  # LangGraph writes it into each checkpoint of the run
@@ -378,7 +382,7 @@ class EpisodeService:
             episode.cancel.set()
             log.info("client disconnected: episode cancelled")
 
-    async def open_stream(self, episode: Episode) -> AsyncIterator[dict[str, Any] | EpisodeOutcome]:
+    async def open_stream(self, episode: Episode) -> AsyncGenerator[dict[str, Any] | EpisodeOutcome, None]:
         """Admit and start the episode now (so a refusal is the request's own HTTP error, not a stream chunk),
         then iterate its events as they happen and its EpisodeOutcome last, within the request timeout (the
         iterator raises the 504 ApiError after it). A consumer that stops early, a client gone, cancels it."""
@@ -407,7 +411,7 @@ class EpisodeService:
             raise
 
     async def _pump(self, episode: Episode, future: asyncio.Future, events: asyncio.Queue,
-                    deadline: float) -> AsyncIterator[dict[str, Any] | EpisodeOutcome]:
+                    deadline: float) -> AsyncGenerator[dict[str, Any] | EpisodeOutcome, None]:
         loop = asyncio.get_running_loop()
         getter: asyncio.Future | None = None
         try:
@@ -442,7 +446,7 @@ class EpisodeService:
         `maestro` field has them) and its checkpoints, newest first (404 when unknown, or another principal's)."""
         if not self.persistent:
             raise ApiError(400, "persistence_disabled", "thread history needs --checkpoint-db")
-        config = {"configurable": {"thread_id": thread_id}}
+        config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
         snapshot = self.graph.get_state(config)
         if not snapshot.values:
             raise _not_found(thread_id)
@@ -461,7 +465,7 @@ class EpisodeService:
             "steps": [_public(s) for s in values.get("steps", [])],
             "episodes": [{**e, "steps": [_public(s) for s in e.get("steps", [])]} for e in values.get("episodes", [])],
             "checkpoints": [
-                {"checkpoint_id": s.config["configurable"]["checkpoint_id"], "step": s.metadata.get("step"),
+                {"checkpoint_id": s.config["configurable"]["checkpoint_id"], "step": _metadata(s).get("step"),
                  "next": list(s.next), "steps_done": len(s.values.get("steps", []))}
                 for s in self.graph.get_state_history(config)
             ],
@@ -480,6 +484,12 @@ class EpisodeService:
 
 _OWNER = "maestro_owner"
 """The checkpoint-metadata key holding the principal that made a thread."""
+
+
+def _metadata(snapshot: StateSnapshot) -> CheckpointMetadata:
+    """The metadata of a snapshot of the thread's history: each is a stored checkpoint's, which has metadata."""
+    assert snapshot.metadata is not None
+    return snapshot.metadata
 
 
 def _not_found(thread_id: str) -> ApiError:

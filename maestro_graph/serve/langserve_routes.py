@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Annotated, Any
 from urllib.parse import parse_qs
 
@@ -119,9 +119,10 @@ def _step_line(step: dict[str, Any]) -> str:
     return f"{step.get('model')}@@{step.get('skill')}: {said}\n"
 
 
-async def _prepare(service: EpisodeService, request: MaestroRequest | dict, config: RunnableConfig) -> Episode:
-    """The episode of one input, with its policy checked and its images resolved (an ApiError otherwise); its thread
-    belongs to the principal the route put in the config."""
+async def _prepare(service: EpisodeService, request: MaestroRequest | dict | None,
+                   config: Mapping[str, Any]) -> Episode:
+    """The episode of one input, with its policy checked and its images resolved (an ApiError otherwise; no input,
+    None, is refused as a malformed one); its thread belongs to the principal the route put in the config."""
     req = request if isinstance(request, MaestroRequest) else MaestroRequest.model_validate(request)
     context = service.context(req)
     owner = config.get("configurable", {}).get(_OWNER)

@@ -187,7 +187,10 @@ def _history(messages: list[ChatMessage]) -> list[Turn]:
         if message.role == "user":
             images = [url for p in parts if p.get("type") == "image_url" for url in [_url(p.get("image_url"))]
                       if isinstance(url, str) and url]
-            turns.append(Turn(question=text, answer=None, **({"images": images} if images else {})))
+            turn = Turn(question=text, answer=None)
+            if images:
+                turn["images"] = images
+            turns.append(turn)
         elif message.role == "assistant" and turns and turns[-1]["answer"] is None:
             turns[-1]["answer"] = text or None
     return turns
