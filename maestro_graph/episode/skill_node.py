@@ -1,4 +1,8 @@
-"""The node of a tier-1 skill: it runs the one call the router sent it (`SkillCall`) and records the step."""
+"""The node of a tier-1 skill: it runs the one call the router sent it (`SkillCall`) and records the step.
+
+The router hands each call over as `Send(skill, SkillCall(...))`, as LangGraph's prebuilt ToolNode is handed a tool
+call: the call (model, input) with what the skill reads of the episode, so the call lives in the task that runs it,
+never in the state; a node reached by a `Command` without a call ends the episode with the input error."""
 
 from __future__ import annotations
 
