@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..answer_forms import expected_form
+from ..answer_forms import expected_form, has_form
 from ..core.calibration import ConfidenceModel
 from ..policy.base import measured_accuracy
 from ..registry import Registry
@@ -59,7 +59,13 @@ def confidence_features(registry: Registry, question: str, images: Sequence[str]
       step said the answer (`support_accuracy`; `support_unmeasured` when none of them was measured), and the
       registry's reach (`reach`: whether any pair answered such questions; `reach_unknown` when it cannot say);
     - the steps: how many said the answer (`support`), how many answered something else (`against`), how sure the
-      most confident of the supporting skills was (`skill_confidence`) and how many calls ran (`calls`)."""
+      most confident of the supporting skills was (`skill_confidence`, also as log-odds, `skill_logit`, and times
+      `support_accuracy`, `skill_support`: a skill's own certainty means more where its pair is measured to be
+      right) and how many calls ran (`calls`);
+    - whether the answer fits the question (`form_mismatch`: not in the form the question asks for;
+      `number_for_text`: a bare number where the question asks for a name or a phrase, as a chart reader's value
+      for "which curve ..."): where a kind of question was never calibrated, this is what still shows the answer
+      missed."""
     if answer is None:
         return {}
     form = expected_form(question, choices)
@@ -89,7 +95,12 @@ def confidence_features(registry: Registry, question: str, images: Sequence[str]
         "against": float(min(len(said) - len(support), 3)),
         "skill_confidence": max((s.confidence for s in support), default=0.0),
         "calls": float(min(len(ran), 4)),
+        "form_mismatch": float(not has_form(answer, form, choices)),
+        "number_for_text": float(form == "text" and has_form(answer, "number", choices)),
     }
+    sure = features["skill_confidence"]
+    features["skill_logit"] = _logit(sure)
+    features["skill_support"] = sure * features["support_accuracy"]
     return {name: round(value, 6) for name, value in features.items()}
 
 
