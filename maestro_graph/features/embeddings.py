@@ -14,11 +14,15 @@ from __future__ import annotations
 import hashlib
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from ..core.memo import LRU
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 __all__ = ["embed", "EMBED_DIM", "MEMO_CAP"]
 
@@ -33,7 +37,7 @@ _memo: LRU[bytes, np.ndarray] = LRU(MEMO_CAP)
 
 @dataclass
 class _Encoder:
-    tokenizer: object  # tokenizers.Tokenizer
+    tokenizer: Tokenizer
     bert: torch.nn.Module
 
 

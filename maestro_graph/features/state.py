@@ -5,6 +5,8 @@ Only what a policy may see goes in: the question, the choices and the images (ne
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from ..core.memo import LRU
@@ -49,7 +51,7 @@ def _compute_descriptors(ref: str) -> tuple[float, ...]:
     return (1.0, np.log1p(w) / 8, np.log1p(h) / 8, float(np.log(w / h)), white, chroma, edges, 0.0)
 
 
-def image_descriptors(images: list[str] | tuple[str, ...]) -> np.ndarray:
+def image_descriptors(images: Sequence[str]) -> np.ndarray:
     """[has image, log width, log height, log aspect, white share, colourfulness, edge density, unreadable]
     of the first image (zeros when there is none)."""
     if not images:
@@ -57,7 +59,7 @@ def image_descriptors(images: list[str] | tuple[str, ...]) -> np.ndarray:
     return np.asarray(_describe(images[0]), dtype=np.float32)
 
 
-def question_features(questions: list[str], images: list[list[str]] | list[tuple[str, ...]],
+def question_features(questions: list[str], images: Sequence[Sequence[str]],
                       choices: list | None = None) -> np.ndarray:
     """Embedding of the question (with its options, when any) next to the image descriptors."""
     texts = [q + (" Options: " + " | ".join(c) if c else "")

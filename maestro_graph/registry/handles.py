@@ -74,7 +74,7 @@ def _transient(exc: BaseException | None) -> bool:
 
 
 @lru_cache(maxsize=512)
-def _declared_return(func: Any) -> type | tuple[type, ...] | None:
+def _declared_return(func: Any) -> tuple[type, ...] | None:
     """The outer type(s) a method's return annotation promises, or None when it promises nothing checkable."""
     try:
         hint = typing.get_type_hints(func).get("return")
@@ -266,6 +266,7 @@ class ExpertHandle:
             from ..experts.openai_chat import OpenAIChatExpert
 
             options = backend.model_dump(exclude={"type", "base_url", "base_urls"})
+            assert url is not None  # an endpoint's: an OpenAI backend's `urls` are its endpoints
             return OpenAIChatExpert(base_url=url, **options, timeout_s=self.card.timeout_s)
         from ..experts.transformers_chat import TransformersChatExpert
 
@@ -307,6 +308,7 @@ class ExpertHandle:
             except Uncacheable:
                 key = None
         if key is not None:
+            assert self.cache is not None  # a call has a key only with a cache
             hit, value = self.cache.get(key)
             if hit:  # a cached call is charged as the call it replays, with no latency
                 ledger.calls.append(CallRecord.of(self.name, method, value, self._cost(value), 0.0, cached=True))
@@ -321,6 +323,7 @@ class ExpertHandle:
                 time.sleep(self._backoff_s(attempt))
                 continue
             if key is not None:
+                assert self.cache is not None  # a call has a key only with a cache
                 self.cache.put(key, result)
             return result
         raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -33,7 +33,7 @@ from .vision import procedure_hash
 __all__ = ["PROFILE_VERSION", "PairCards", "PairProfile", "ProfileFile", "UnmeasuredPair", "WHERE_SERVED",
            "pair_fingerprint", "pair_fingerprints", "profile_entry", "read_profile", "registry_fingerprint"]
 
-PROFILE_VERSION = 1
+PROFILE_VERSION: Final = 1
 
 WHERE_SERVED = frozenset({"base_url", "base_urls", "api_key_env", "headers"})
 """Backend fields that say where and with which credentials a model is reached, not what answers: left out of the

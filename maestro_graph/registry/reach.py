@@ -152,7 +152,8 @@ class Reach:
     def _answered(self, index: np.ndarray, pairs: set[str]) -> np.ndarray:
         """(len(index),) 1.0 where one of `pairs` got the calibration item right."""
         columns = [j for j, pair in enumerate(self.pairs) if pair in pairs]
-        return np.nan_to_num(self.right[np.ix_(index, columns)]).max(axis=1, initial=0.0)
+        # numpy's stubs want every argument of ix_ of one kind; an array beside a list of ints is what it takes
+        return np.nan_to_num(self.right[np.ix_(index, columns)]).max(axis=1, initial=0.0)  # type: ignore[arg-type]
 
     def merged(self, part: Reach) -> Reach:
         """This reach with `part`'s pairs measured again or added. A part item that is one of these calibration

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import time
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
 from pathlib import Path
@@ -120,8 +121,8 @@ class Registry:
         self.reach = Reach.read(reach_path(profile), current)
         return self
 
-    def without(self, *, models: set[str] = frozenset(), skills: set[str] = frozenset(),
-                descriptions: dict[str, str] | None = None, unprofiled: set[str] = frozenset()) -> Registry:
+    def without(self, *, models: AbstractSet[str] = frozenset(), skills: AbstractSet[str] = frozenset(),
+                descriptions: dict[str, str] | None = None, unprofiled: AbstractSet[str] = frozenset()) -> Registry:
         """A view of this registry with some models and skills left out, some card texts replaced (by model or
         skill name) and some pairs' profiles hidden (by pair id), sharing the loaded experts and skill code
         (training's registry dropout, card paraphrases and profile dropout, and experiments that add an expert after
@@ -239,6 +240,7 @@ class Registry:
             return step
         key = self._step_key(action, question, images, choices, history or [])
         if key is not None:
+            assert self.cache is not None  # a step has a key only with a cache (`_step_key`)
             hit, cached = self.cache.get(key)
             if hit:
                 return cached.model_copy(update={"latency_s": time.perf_counter() - start, "cached": True})
@@ -328,6 +330,7 @@ class Registry:
         step.latency_s = time.perf_counter() - start
         if key is not None and step.error is None and all(
                 self.models[c.model].card.cacheable and c.failure not in _PASSING_FAILURES for c in ledger.calls):
+            assert self.cache is not None  # a step has a key only with a cache (`_step_key`)
             self.cache.put(key, step)
         return step
 

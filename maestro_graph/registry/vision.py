@@ -25,7 +25,7 @@ import re
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from PIL import Image
 
@@ -36,7 +36,7 @@ from ..errors import ExpertRejected
 from ..images.load import FittedImage, fitted_data_url
 from ..numbers import numbers_in, parse_number
 from ..scoring import letters_only, normalize_text, option_labels, yes_no_in
-from ..types import SkillResult
+from ..types import SkillResult, Turn
 from .config import ModelCard, OpenAIBackend
 from .image_budget import Budget, fitted_side, image_tokens, request_spec, text_tokens
 from .skills import SkillSpec
@@ -129,9 +129,10 @@ def fit_budget(card: ModelCard, images: Sequence[Image.Image], text: str) -> lis
     spec, limit = card.image_tokens, card.max_model_len
     if spec is None or limit is None or not images:
         return fitted
-    served = isinstance(card.backend, OpenAIBackend)
-    reply = card.backend.max_tokens if served else 0
-    spec = request_spec(spec, card.backend.extra_body or {}) if served else spec
+    if isinstance(card.backend, OpenAIBackend):  # a served model: its reply's tokens and its request's settings count
+        reply, spec = card.backend.max_tokens, request_spec(spec, card.backend.extra_body or {})
+    else:
+        reply = 0
     budget = Budget(limit, text_tokens(text), reply, tuple(image_tokens(*f.size, spec) for f in fitted))
     if budget.fits:
         return fitted
@@ -141,7 +142,7 @@ def fit_budget(card: ModelCard, images: Sequence[Image.Image], text: str) -> lis
                                   f"{budget.shortfall()}; raise the card's max_model_len (and the server's "
                                   "--max-model-len), lower its max_tokens or send fewer images")
     return [encode_image(image, card, name, max_side=side) if side < max(f.size) else f
-            for image, name, f, side in zip(images, names, fitted, sides)]
+            for image, name, f, side in zip(images, names, fitted, cast(list[int], sides))]  # no None: checked above
 
 
 def _user_text(question: str, choices: Sequence[str] | None) -> str:
@@ -155,14 +156,15 @@ def _user_text(question: str, choices: Sequence[str] | None) -> str:
 
 
 def vision_messages(instructions: str, question: str, choices: Sequence[str] | None, image_urls: Sequence[str],
-                    history: Sequence[dict] = ()) -> list[dict]:
+                    history: Sequence[Turn] = ()) -> list[dict]:
     """The OpenAI chat messages of one call: the skill's instructions, the conversation so far, then the images
     and the question."""
     earlier: list[dict] = []
     for turn in history:
         earlier.append({"role": "user", "content": f"Question: {turn['question'][:MAX_TURN_CHARS]}"})
-        if turn.get("answer"):
-            earlier.append({"role": "assistant", "content": turn["answer"][:MAX_TURN_CHARS]})
+        answer = turn.get("answer")
+        if answer:
+            earlier.append({"role": "assistant", "content": answer[:MAX_TURN_CHARS]})
     content = [*({"type": "image_url", "image_url": {"url": url}} for url in image_urls),
                {"type": "text", "text": _user_text(question, choices)}]
     return [{"role": "system", "content": instructions}, *earlier, {"role": "user", "content": content}]
