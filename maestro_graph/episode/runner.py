@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from langgraph.types import StateSnapshot
 from tqdm import tqdm
 
 from ..batch.executors import Executor, LostWorker, ThreadExecutor
@@ -28,8 +29,8 @@ from .context import MaestroContext
 from .graph import build_graph
 from .state import AnswerSource
 
-__all__ = ["EpisodeResult", "RECORD_VERSION", "ThreadMode", "episode_finished", "run_episode", "run_tasks", "predict",
-           "PredictSummary", "thread_mode"]
+__all__ = ["EpisodeResult", "RECORD_VERSION", "ThreadMode", "checkpoint_step", "episode_finished", "run_episode",
+           "run_tasks", "predict", "PredictSummary", "thread_mode"]
 
 
 RECORD_VERSION = 2
@@ -137,6 +138,13 @@ def episode_finished(snapshot: Any) -> bool:
     whose last task finished just before the process stopped may show no next node yet no stop reason: its
     results are pending writes, and resuming carries on from them.)"""
     return bool(snapshot.values.get("stop")) and not snapshot.next
+
+
+def checkpoint_step(snapshot: StateSnapshot) -> int | None:
+    """The step of a snapshot of a thread's history (`get_state_history`): a stored checkpoint's, which has
+    metadata."""
+    assert snapshot.metadata is not None
+    return snapshot.metadata.get("step")
 
 
 def run_episode(

@@ -15,7 +15,7 @@ import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import Cookie, Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
@@ -30,7 +30,7 @@ from ..core.question_text import EMPTY_QUESTION, clean_question, question_proble
 from ..images.load import DECODE_MEMORY
 from ..registry import Registry
 from ..types import StopReason
-from .checkpoint_db import open_checkpointer, open_image_store
+from .checkpoint_db import CheckpointDb, ImageDb, open_checkpointer, open_image_store
 from .client_gone import CHAT_ROUTE, CancelOnDisconnect, episode_routes
 from .episodes import THREAD_HEADER, Episode, EpisodeOutcome, EpisodeService
 from .image_errors import resolve_conversation
@@ -51,9 +51,6 @@ from .protocol import (
     reply_message,
 )
 from .settings import ServeSettings
-
-if TYPE_CHECKING:
-    from .checkpoint_db import CheckpointDb, ImageDb
 
 __all__ = ["create_app", "langserve_installed"]
 

@@ -21,13 +21,13 @@ if TYPE_CHECKING:
     from langgraph.store.postgres import PostgresStore
     from langgraph.store.sqlite import SqliteStore
 
-    CheckpointDb: TypeAlias = SqliteSaver | PostgresSaver
-    """A checkpointer that `open_checkpointer` opens."""
-    ImageDb: TypeAlias = SqliteStore | PostgresStore
-    """An image store that `open_image_store` opens."""
+__all__ = ["CheckpointDb", "ImageDb", "is_postgres", "open_checkpointer", "open_image_store", "open_leases",
+           "prune_finished", "store_errors"]
 
-__all__ = ["is_postgres", "open_checkpointer", "open_image_store", "open_leases", "prune_finished", "store_errors"]
-
+CheckpointDb: TypeAlias = "SqliteSaver | PostgresSaver"
+"""A checkpointer that `open_checkpointer` opens."""
+ImageDb: TypeAlias = "SqliteStore | PostgresStore"
+"""An image store that `open_image_store` opens."""
 
 
 class _OnPool(Protocol):

@@ -24,31 +24,26 @@ import uuid
 from collections.abc import AsyncGenerator, Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import CheckpointMetadata
-from langgraph.types import StateSnapshot
 from starlette.concurrency import run_in_threadpool
 
 from ..core.cancellation import Cancelled, cancellable
 from ..episode.context import MaestroContext, RunSettings
 from ..episode.graph import build_graph
 from ..episode.image_refs import stored_input
-from ..episode.runner import EpisodeResult, ThreadMode, episode_finished, thread_mode
+from ..episode.runner import EpisodeResult, ThreadMode, checkpoint_step, episode_finished, thread_mode
 from ..images.load import DECODE_MEMORY, working_set_bytes
 from ..policy import PolicyNotOffered
 from ..registry import Registry
 from ..types import Step, StopReason, Turn
-from .checkpoint_db import open_leases, prune_finished, store_errors
+from .checkpoint_db import CheckpointDb, ImageDb, open_leases, prune_finished, store_errors
 from .observability import EpisodeMetrics, outcome_label
 from .observability import thread_id as thread_id_var
 from .protocol import ApiError
 from .settings import ServeSettings
 from .thread_lease import Lease
-
-if TYPE_CHECKING:
-    from .checkpoint_db import CheckpointDb, ImageDb
 
 __all__ = ["Episode", "EpisodeOutcome", "EpisodeService", "usage_of", "THREAD_HEADER"]
 
@@ -465,7 +460,7 @@ class EpisodeService:
             "steps": [_public(s) for s in values.get("steps", [])],
             "episodes": [{**e, "steps": [_public(s) for s in e.get("steps", [])]} for e in values.get("episodes", [])],
             "checkpoints": [
-                {"checkpoint_id": s.config["configurable"]["checkpoint_id"], "step": _metadata(s).get("step"),
+                {"checkpoint_id": s.config["configurable"]["checkpoint_id"], "step": checkpoint_step(s),
                  "next": list(s.next), "steps_done": len(s.values.get("steps", []))}
                 for s in self.graph.get_state_history(config)
             ],
@@ -484,12 +479,6 @@ class EpisodeService:
 
 _OWNER = "maestro_owner"
 """The checkpoint-metadata key holding the principal that made a thread."""
-
-
-def _metadata(snapshot: StateSnapshot) -> CheckpointMetadata:
-    """The metadata of a snapshot of the thread's history: each is a stored checkpoint's, which has metadata."""
-    assert snapshot.metadata is not None
-    return snapshot.metadata
 
 
 def _not_found(thread_id: str) -> ApiError:
