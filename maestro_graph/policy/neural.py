@@ -13,6 +13,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
@@ -178,6 +179,7 @@ def _history(view: EpisodeView) -> np.ndarray:
     answered = [s for s in view.steps if not s.error and s.answer is not None]
     votes: dict[str, int] = {}
     for s in answered:
+        assert s.answer is not None  # `answered` holds the steps with an answer
         votes[normalize_text(s.answer)] = votes.get(normalize_text(s.answer), 0) + 1
     last = view.steps[-1] if view.steps else None
     return np.asarray([
@@ -294,10 +296,10 @@ class NeuralPolicy:
         rows = []
         for c in candidates:
             key = normalize_text(c.text or "")
-            support = [s for s in answered if normalize_text(s.answer) == key]
+            support = [s for s in answered if normalize_text(cast(str, s.answer)) == key]  # each has an answer
             rows.append([len(support) / max(1, len(answered)), len(support) / 4,
                          max(s.confidence for s in support), float(np.mean([s.confidence for s in support])),
-                         float(bool(answered) and normalize_text(answered[-1].answer) == key),
+                         float(bool(answered) and normalize_text(cast(str, answered[-1].answer)) == key),
                          *candidate_form(c.text or "", expected, view.choices),
                          float(key == consensus)])
         return torch.tensor(rows, dtype=torch.float32) if rows else torch.zeros((0, CAND_DIM))
@@ -342,7 +344,7 @@ class NeuralPolicy:
         if unknown:
             raise ConfigError(f"unknown header key {unknown[0]!r}; known: {sorted(_HEADER_KEYS)}", file=file,
                               field=unknown[0])
-        features = header.get("features") if isinstance(header.get("features"), dict) else {}
+        features = sizes if isinstance(sizes := header.get("features"), dict) else {}
         for key, expected in _FEATURES.items():
             if features.get(key) != expected:
                 raise ConfigError(f"feature size {features.get(key)} does not match this version's {expected}",

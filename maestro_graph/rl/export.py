@@ -98,7 +98,7 @@ def load_episodes(records_file: str | Path,
     if problems:
         raise ConfigError(f"{len(problems)} bad lines, first: line {problems[0].line}: {problems[0].error}",
                           file=str(tasks_file))
-    by_id = {t.id: t for t in tasks}
+    by_id: dict[object, Task] = {t.id: t for t in tasks}  # looked up by a record's id, whatever JSON it holds
     out, bad = [], []
     for line in read_jsonl(records_file):
         record = line.value

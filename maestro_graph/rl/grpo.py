@@ -27,7 +27,7 @@ from ..errors import ConfigError
 from ..policy.base import ActionSpace, EpisodeView
 from ..policy.neural import NeuralConfig, NeuralPolicy, read_tensor_file, write_tensor_file
 from ..registry import Registry
-from ..types import Action
+from ..types import Action, InvalidAction
 from .augment import RegistryView, sample_view
 from .config import NeuralGRPOConfig
 from .rewards import Rewards, outcome
@@ -51,7 +51,8 @@ class Sample:
     under the weights that sampled it, and its episode's advantage."""
 
     view: EpisodeView
-    action: Action
+    action: Action | InvalidAction
+    """The action recorded; an invalid one (no neural policy draws one) is in no action set (`_index` says so)."""
     old_log_prob: float
     advantage: float
     group: int
@@ -139,7 +140,7 @@ def policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages
     return -(clipped_objective(log_probs, old_log_probs, advantages, epsilon) + entropy_coef * entropies).mean()
 
 
-def _index(actions: tuple, action: Action) -> int:
+def _index(actions: tuple, action: Action | InvalidAction) -> int:
     for i, candidate in enumerate(actions):
         if candidate == action:
             return i
@@ -153,7 +154,7 @@ def _read_state(path: Path) -> tuple[dict, dict[str, dict[str, torch.Tensor]]]:
     if header.get("format") != TRAINER_FORMAT:
         raise ConfigError(f"not a {TRAINER_FORMAT} resume state (format {header.get('format')!r})", file=str(path),
                           field="format")
-    state = header.get("trainer") if isinstance(header.get("trainer"), dict) else {}
+    state = trainer if isinstance(trainer := header.get("trainer"), dict) else {}
     missing = {"step", "param_groups", "history", "config", "weights", "best"} - set(state)
     if missing:
         raise ConfigError(f"the resume state lacks {sorted(missing)}", file=str(path), field="trainer")

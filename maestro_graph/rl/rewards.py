@@ -83,7 +83,8 @@ class Rewards:
     def make(cls, *, cost_weight: float = 0.0, format_weight: float = 0.0, call_weight: float = 0.0) -> Rewards:
         """The project's reward: outcome, minus `cost_weight` per unit of cost, minus `format_weight` per format
         error, minus `call_weight` per call (the `turns` part, present only with a weight)."""
-        funcs, weights = (outcome, cost, format_errors), (1.0, cost_weight, format_weight)
+        funcs: tuple[RewardFunc, ...] = (outcome, cost, format_errors)
+        weights: tuple[float, ...] = (1.0, cost_weight, format_weight)
         if call_weight:
             funcs, weights = (*funcs, turns), (*weights, call_weight)
         return cls(funcs, weights)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from ..core.environment import TRL_EXPERIMENTAL_SILENCE
 from ..core.tasks import Task
@@ -129,7 +129,8 @@ def run_grpo(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[Tas
 def evaluate_lm(model: Any, tokenizer: Any, registry: Registry, tasks: Sequence[Task], config: LMTrainConfig) -> dict:
     """Greedy accuracy of the LM router (decoded as in training) through the graph, with its format-error rate."""
     policy = LMPolicy(TransformersLM(model, tokenizer, temperature=0.0, max_new_tokens=config.max_new_tokens),
-                      constrained=config.constrained, prompt=config.prompt, name="lm:eval",
+                      constrained=cast(Literal["choice"] | None, config.constrained),  # as LMTrainConfig checked it
+                      prompt=config.prompt, name="lm:eval",
                       ranker=config.ranker)
     graph = build_graph(registry, policy)
     scores, errors, answered = [], 0, 0

@@ -9,7 +9,7 @@ import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -140,7 +140,7 @@ class GraphRollout:
         return TransformersLM(model, trainer.processing_class, temperature=self.config.temperature,
                               max_new_tokens=self.config.max_new_tokens)
 
-    def __call__(self, prompts: list, trainer: Any) -> dict[str, list]:
+    def __call__(self, prompts: list, trainer: Any) -> dict[str, list | None]:
         cfg = self.config
         model = trainer.accelerator.unwrap_model(trainer.model)
         was_training = model.training
@@ -158,7 +158,8 @@ class GraphRollout:
                 seed = (cfg.seed * 1_000_003 + self._step) * 1_000_003 + self._calls
                 if key not in chosen:  # a group: one task, one registry view and one numbering for its episodes
                     view = training_view(self.registry, cfg, np.random.default_rng(seed), seed)
-                    policy = LMPolicy(backend, constrained=cfg.constrained, prompt=view.prompt, name="lm:train",
+                    constrained = cast(Literal["choice"] | None, cfg.constrained)  # as LMTrainConfig checked it
+                    policy = LMPolicy(backend, constrained=constrained, prompt=view.prompt, name="lm:train",
                                       ranker=cfg.ranker, served=self.registry)
                     chosen[key] = (random.Random(seed).choice(self.by_prompt[key]), view,
                                    build_graph(view.registry, policy))
@@ -184,6 +185,5 @@ class GraphRollout:
                     out[f"reward_{name}"].append(value)
         finally:
             model.train(was_training)
-        out["logprobs"] = None  # TRL recomputes the old log-probabilities itself
-        return out
+        return {**out, "logprobs": None}  # TRL recomputes the old log-probabilities itself
 

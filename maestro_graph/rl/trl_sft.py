@@ -31,7 +31,7 @@ def sft_renderings(records: Sequence[dict], tasks: Sequence[Task], registry: Reg
     own `training_view` (families hidden, cards paraphrased, numbers shuffled; the episode's own pairs kept), so
     imitation cannot tie the teacher's choice to a name or a number. Returns the records and a message naming each
     prediction record left out (unknown id, unreadable, or calling a pair `registry` lacks)."""
-    by_id = {t.id: t for t in tasks}
+    by_id: dict[object, Task] = {t.id: t for t in tasks}  # looked up by a record's id, whatever JSON it holds
     ids = set(registry.pair_ids())
     rng = np.random.default_rng(config.seed)
     out, problems = [], []

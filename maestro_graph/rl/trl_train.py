@@ -155,6 +155,7 @@ def _sft_phase(model: Any, tokenizer: Any, registry: Registry, tasks: list[Task]
     returns the summary's parts: lines and examples skipped (each named), the history, the time and the evaluation
     after it."""
     start = time.perf_counter()
+    assert config.sft_data is not None  # the config requires it when sft_steps > 0, and only then is this run
     lines = list(read_jsonl(config.sft_data))
     records = [line.value for line in lines if line.problem is None and isinstance(line.value, dict)]
     skipped = [f"line {line.number}: {line.problem or 'not a JSON object'}"

@@ -19,6 +19,7 @@ answer choice through the graph."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,7 +75,7 @@ def valued_tree(task: Task, steps: dict[str, Step], registry: Registry, config: 
     """The item's first two decisions with every leaf valued (see the module docstring)."""
     available = [p for p in registry.pair_ids() if p in steps]
     calls = {p: Invoke(*split_pair(p)) for p in available}
-    cost = {calls[p]: config.cost_weight * steps[p].cost + config.call_weight for p in available}
+    cost: dict[Action, float] = {calls[p]: config.cost_weight * steps[p].cost + config.call_weight for p in available}
     first = ValuedDecision(EpisodeView.of_task(task, (), config.max_turns, config.max_cost), registry, {
         calls[p]: _ending(task, [steps[p]], best_candidate([steps[p]])) - cost[calls[p]] for p in available})
     after: dict[Action, ValuedDecision | None] = {}
@@ -83,7 +84,8 @@ def valued_tree(task: Task, steps: dict[str, Step], registry: Registry, config: 
         if view.budget_spent:
             after[calls[p]] = None
             continue
-        values: dict[Action, float] = {Answer(c): _ending(task, [steps[p]], c) for c in view.candidates() or [None]}
+        answers: Sequence[str | None] = view.candidates() or [None]  # none yet: answering nothing
+        values: dict[Action, float] = {Answer(c): _ending(task, [steps[p]], c) for c in answers}
         for k in available:
             if k != p:
                 both = [steps[p], steps[k]]
@@ -112,7 +114,7 @@ def _tree_loss(policy: NeuralPolicy, tree: ValuedTree) -> tuple[torch.Tensor, fl
     spread over unrelated pairs) then never recovers."""
     first = _scored(policy, tree.first)
     best_after = {a: max(d.values.values()) if d is not None and d.values else None for a, d in tree.after.items()}
-    q_first = {a: (tree.first.values[a] if best_after.get(a) is None else best_after[a] - tree.call_cost[a])
+    q_first = {a: (tree.first.values[a] if (best := best_after.get(a)) is None else best - tree.call_cost[a])
                for a in tree.first.values}
     loss = -(_targets(first.actions, q_first) * torch.log(first.probs)).sum()
     value, stop = 0.0, 0.0

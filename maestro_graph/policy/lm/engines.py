@@ -116,6 +116,7 @@ class TransformersLM:
     def _load(self) -> tuple[Any, Any]:
         from ...backends.hf import load_router_lm, resolve_model_source
 
+        assert self._source is not None  # a backend built without a loaded model has its source (`__init__`)
         tokenizer, model = load_router_lm(*resolve_model_source(**self._source))
         if self._adapter is not None:
             from peft import PeftModel

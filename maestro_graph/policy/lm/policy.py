@@ -154,6 +154,7 @@ class LMConfig(BaseModel):
         if self.backend == "transformers":
             return TransformersLM.from_source(self.model, self.gguf_package, self.gguf_file, self.adapter,
                                               temperature=self.temperature, max_new_tokens=self.max_new_tokens)
+        assert self.base_url is not None and self.model is not None  # `_check` requires both of the openai backend
         return OpenAILM(self.base_url, self.model, api_key_env=self.api_key_env, temperature=self.temperature,
                         max_tokens=self.max_new_tokens, timeout_s=self.timeout_s, retries=self.retries,
                         backoff_s=self.backoff_s, vision=self.vision, max_image_side=self.max_image_side,
