@@ -50,9 +50,11 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 for command, name in ((ask, "ask"), (predict, "predict"), (evaluate, "eval"), (calibrate, "calibrate"),
                       (train, "train"), (serve, "serve"), (reliability, "reliability"), (export, "export"),
                       (train_lm, "train-lm"), (examples, "examples"), (settings, "settings")):
+    assert command.__doc__ is not None  # a command's docstring is its help
     app.command(name, help=help_text(command.__doc__))(command)
 for group, command, name in ((skills_app, skills_list, "list"), (registry_app, registry_show, "show"),
                              (registry_app, registry_profile, "profile"), (cache_app, cache_clear, "clear")):
+    assert command.__doc__ is not None  # a command's docstring is its help
     group.command(name, help=help_text(command.__doc__))(command)
 app.add_typer(skills_app, name="skills")
 app.add_typer(bench_app, name="bench")

@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeGuard, cast
 
 import numpy as np
 
@@ -93,7 +94,7 @@ class ConfidenceModel:
                    int(body.get("items", 0) or 0))
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -144,4 +145,6 @@ def expected_calibration_error(confidence: Sequence[float], right: Sequence[floa
     total = sum(mass for _, mass in found)
     if not len(confidence) or total <= 0:
         return None
-    return float(sum(mass * abs(b.accuracy - b.confidence) for b, mass in found if b.count) / total)
+    # a bin with answers has their accuracy and confidence
+    return float(sum(mass * abs(cast(float, b.accuracy) - cast(float, b.confidence)) for b, mass in found if b.count)
+                 / total)

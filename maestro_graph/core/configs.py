@@ -200,9 +200,10 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, *, exclude: tuple[
         help_text = f"{f.help} (default: {f.default})"
         if f.kind is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        elif f.many:
+            parser.add_argument(flag, type=f.kind, default=None, help=help_text, action="append")
         else:
-            parser.add_argument(flag, type=f.kind, default=None, help=help_text,
-                                **({"action": "append"} if f.many else {}))
+            parser.add_argument(flag, type=f.kind, default=None, help=help_text)
 
 
 def from_arguments(cls: type[C], namespace: argparse.Namespace, **fixed: Any) -> C:
@@ -253,7 +254,7 @@ def typer_options(cls: type, *, param: str = "config", exclude: tuple[str, ...] 
                 if p.name != param]
         options = [inspect.Parameter(
             f.name, inspect.Parameter.KEYWORD_ONLY,
-            annotation=list[f.kind] | None if f.many else f.kind | None,  # type: ignore[valid-type]
+            annotation=types.GenericAlias(list, (f.kind,)) | None if f.many else f.kind | None,  # list[f.kind]
             default=typer.Option(None, *flags.get(f.name, (_option_name(f),)), show_default=False,
                                  hidden=f.research,
                                  help=f"{f.help} (default: {f.default}{'; repeat for each' if f.many else ''})"))
@@ -280,7 +281,7 @@ def typer_options(cls: type, *, param: str = "config", exclude: tuple[str, ...] 
             try:
                 raw = _read_yaml(cls, file) if file else {}
                 raw.update({k: v for k, v in given.items() if v is not None and v != [] and v != ()})
-                config = build(cls, raw, source=str(file) if file else None)
+                config: object = build(cls, raw, source=str(file) if file else None)
             except ConfigError as exc:
                 from rich.console import Console
                 from rich.markup import escape
@@ -309,6 +310,6 @@ def setting_values(cls: type, path: str | Path | None = None) -> list[SettingVal
     """Every field of `cls` with the value a run configured by `path` (a YAML file of its fields, checked as
     `--config` checks it; None: the defaults) would take, and its source."""
     raw = _read_yaml(cls, path) if path else {}
-    config = build(cls, raw, source=str(path) if path else None)
+    config: object = build(cls, raw, source=str(path) if path else None)
     return [SettingValue(f.name, getattr(config, f.name), str(path) if f.name in raw else "default", f.help)
             for f in _fields(cls)]

@@ -60,7 +60,7 @@ def make(rng: random.Random) -> Draft:
     fields: dict[str, object] = {"a": a, "b": b, "thing": rng.choice(_THINGS), "product": rng.choice(_PRODUCTS)}
     x, y = sorted((rng.randint(5, 500), rng.randint(2, 300)), reverse=True)
     if qtype == "total":
-        value = x + y
+        value: float = x + y
     elif qtype == "difference":
         value = x - y
     elif qtype == "rate":

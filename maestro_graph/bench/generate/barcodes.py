@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 import string
+from collections.abc import Callable
+from typing import cast
 
 from PIL import Image
 
@@ -12,7 +14,7 @@ from .base import Draft, ask, canvas, degrade, font
 
 # format name -> (what the question calls it, content maker)
 _DIGITS = string.digits
-_FORMATS: dict[str, tuple[str, object]] = {
+_FORMATS: dict[str, tuple[str, Callable[[random.Random], str]]] = {
     "QRCode": ("QR code", lambda rng: rng.choice((
         f"https://example.com/{''.join(rng.choice(string.ascii_lowercase) for _ in range(6))}",
         f"ORDER-{rng.randint(1000, 99999)}", f"Hello {rng.choice(('World', 'Maestro', 'there'))}"))),
@@ -48,8 +50,8 @@ def make(rng: random.Random) -> Draft:
     caption = rng.choice(("SCAN ME", "Product label", "Batch 7", "Shipping", "Item", "Ref."))
     margin = rng.randint(20, 80)
     width = max(symbol.width, int(label_font.getlength(caption))) + 2 * margin
-    image, draw = canvas(width, symbol.height + 2 * margin + label_font.size + 10,
-                         tuple(rng.randint(225, 255) for _ in range(3)))
+    height = symbol.height + 2 * margin + cast(int, label_font.size) + 10  # the font was made at a whole size
+    image, draw = canvas(width, height, tuple(rng.randint(225, 255) for _ in range(3)))
     image.paste(symbol, ((width - symbol.width) // 2, margin))
     draw.text((width / 2, margin + symbol.height + 10), caption, fill=(30, 30, 30), font=label_font, anchor="mt")
     image = degrade(image, rng, noise=8, max_rotation=rng.choice((0, 3, 10)), blur=0.5)

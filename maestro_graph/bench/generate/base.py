@@ -152,13 +152,13 @@ def degrade(image: Image.Image, rng: random.Random, *, noise: float = 10.0, max_
     sigma = rng.uniform(0, noise)
     if sigma > 0.5:
         noise_rng = np.random.default_rng(rng.getrandbits(32))
-        pixels = np.asarray(image, dtype=np.float32)
+        pixels: np.ndarray = np.asarray(image, dtype=np.float32)
         pixels = pixels + noise_rng.normal(0.0, sigma, pixels.shape)
         image = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
     return image
 
 
-def canvas(width: int, height: int, background: tuple[int, int, int] = (255, 255, 255)):
+def canvas(width: int, height: int, background: tuple[int, ...] = (255, 255, 255)):
     """A blank RGB image and its drawing handle."""
     image = Image.new("RGB", (width, height), background)
     return image, ImageDraw.Draw(image)

@@ -102,9 +102,9 @@ def _triangle_figure(rng: random.Random, kind: str, sheet: _Sheet) -> _Asked:
     """A right triangle with one side unknown (Pythagoras), or a triangle with its third angle unknown."""
     w, h = sheet.size
     if kind == "right":
-        a, b, c = (k * rng.choice((1, 1, 2, 3)) for k in rng.choice(_TRIPLES)) if rng.random() < 0.6 else \
+        a, b, hyp = (k * rng.choice((1, 1, 2, 3)) for k in rng.choice(_TRIPLES)) if rng.random() < 0.6 else \
             (rng.randint(2, 15), rng.randint(2, 15), None)
-        c = c if c is not None else math.hypot(a, b)
+        c = hyp if hyp is not None else math.hypot(a, b)
         angle_a = math.atan2(b, a)
     else:
         alpha, beta = rng.randint(25, 85), rng.randint(25, 85)
@@ -183,6 +183,7 @@ def _triangle(kind: str, w: int, h: int, angle_a: float, angle_b: float | None) 
         base, height = math.cos(angle_a), math.sin(angle_a)
     else:
         # apex from the base angles: x = tan(B) / (tan(A) + tan(B)) along a unit base
+        assert angle_b is not None  # a triangle of kind "angle" is given its angle B (`_triangle_figure`)
         ta, tb = math.tan(angle_a), math.tan(angle_b)
         x = tb / (ta + tb)
         base, height, apex_x = 1.0, x * ta, x

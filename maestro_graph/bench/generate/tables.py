@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import statistics
+from collections.abc import Callable
 
 from .base import NAMES, Draft, ask, canvas, degrade, fmt_num, font
 
@@ -70,7 +71,7 @@ def make(rng: random.Random) -> Draft:
         rows = rng.sample(_PRICE_ITEMS, n)
         cents = rng.random() < 0.5
         values = [round(rng.uniform(0.5, 99) if cents else rng.randint(20, 900), 2 if cents else 0) for _ in rows]
-        show = "${:,.2f}".format if cents else "${:,.0f}".format
+        show: Callable[[float], str] = "${:,.2f}".format if cents else "${:,.0f}".format
     else:
         title, key, col = rng.choice(_COUNT_TOPICS)
         rows = list(_DAYS[:n]) if key == "Day" else rng.sample(_TEAMS if key == "Team" else NAMES, n)
@@ -125,7 +126,7 @@ def _draw(rng: random.Random, title: str, header: tuple[str, str], rows: list[st
     draw.rectangle((x0, y0, x0 + sum(col_w), y0 + row_h), fill=shade)
     for r, cells in enumerate([header, *zip(rows, shown)]):
         y = y0 + r * row_h
-        x = x0
+        x: float = x0
         for c, text in enumerate(cells):
             draw.rectangle((x, y, x + col_w[c], y + row_h), outline=line, width=1)
             anchor = "lm" if c == 0 else "rm"
