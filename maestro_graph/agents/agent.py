@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -144,7 +145,8 @@ def remote_maestro(remote: RemoteGraph) -> Any:
         except ConfigError as exc:
             return {"answer": None, "answer_source": None, "confidence": None, "steps": [],
                     **stop_update(StopReason.INPUT_ERROR, exc)}
-        sent = {key: state[key] for key in AgentInput.__annotations__ if key in state and key != "request"}
+        fields: Mapping[str, Any] = state  # read by the names of Maestro's input fields
+        sent = {key: fields[key] for key in AgentInput.__annotations__ if key in fields and key != "request"}
         return remote.invoke(sent, config, context=asdict(settings))
 
     return maestro

@@ -64,7 +64,8 @@ def resolve_model_source(model: str | None, gguf_package: str | None,
                 raise ValueError(f"{folder} holds {len(found)} .gguf files {found}; name one with `gguf_file`")
             gguf_file = found[0]
     else:
-        folder = Path(model)  # type: ignore[arg-type]
+        assert model is not None  # exactly one of model and gguf_package is set (checked above)
+        folder = Path(model)
         if not folder.is_dir():
             return model, gguf_file  # a hub id, looked up in the local Hugging Face cache
         if gguf_file is None and not (folder / "config.json").is_file():

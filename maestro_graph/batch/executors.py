@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 from ..cache.backends import DEFAULT_TTL_S
 from ..cache.store import CacheStats, open_cache
@@ -271,7 +271,8 @@ class RayExecutor:
         running: dict[Any, tuple[Any, int, Any]] = {}
         """(actor, index, item) by the reference of its `run` call."""
         attempts: Counter[int] = Counter()
-        finished, alone_since = 0, None  # items yielded; since when no worker is alive (None: one is)
+        finished = 0  # items yielded
+        alone_since: float | None = None  # since when no worker is alive (None: one is)
         try:
             while queue or running:
                 while queue and self._idle:
@@ -283,11 +284,12 @@ class RayExecutor:
                                       f"{'; '.join(map(str, self.lost[-3:])) or 'none'} (every node needs the "
                                       "package, and its extras for the registry's experts)", field="executor")
                 alone_since = None if running else alone_since or time.monotonic()  # idle ones would be running
+                # `alone_since` is a time whenever nothing runs
                 done, _ = self.ray.wait([*running, *self._starting], num_returns=1, timeout=None if running else
-                                        max(0.1, min(_PLACEMENT_WAIT_S, alone_since + self.worker_wait_s
+                                        max(0.1, min(_PLACEMENT_WAIT_S, cast(float, alone_since) + self.worker_wait_s
                                                      - time.monotonic())))
-                if not done:
-                    self._report_waiting(time.monotonic() - alone_since, finished, len(items))
+                if not done:  # the wait timed out: nothing runs
+                    self._report_waiting(time.monotonic() - cast(float, alone_since), finished, len(items))
                 elif done[0] in self._starting:
                     self._join(done[0])
                 else:

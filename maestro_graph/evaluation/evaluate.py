@@ -201,6 +201,7 @@ def run_policy(registry: Registry, tasks: list[Task], policy: str | Policy, *, c
         result.lost = executor.lost[lost_before:] if executor is not None else []
         result.cache_errors = stats.errors - errors0 if stats else 0
         if sink is not None:
+            assert predictions_dir is not None  # the sink is a file there
             sink.close()
             done = Counter(executor.done_by_worker if executor is not None else {})
             done.subtract(done_before)

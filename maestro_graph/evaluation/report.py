@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +27,7 @@ def write_report(run: EvalRun, out_dir: Path) -> dict:
     runs, with `predictions_dir=out_dir / "predictions"`); returns the results dictionary written to results.json."""
     out_dir.mkdir(parents=True, exist_ok=True)
     metrics = {r.policy: r.metrics() for r in run.results}
-    results = {
+    results: dict[str, Any] = {
         "task_files": run.task_files,
         "train_file": run.train_file,
         "best_single_pair": run.best_single_pair,

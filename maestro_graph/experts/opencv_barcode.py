@@ -8,6 +8,7 @@ zxing-cpp's spelling ("QR Code", "EAN-13", "UPC-A") so skills can compare expert
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image
@@ -15,6 +16,9 @@ from PIL import Image
 from ..backends.packages import missing_package
 from .protocols import Barcode
 from .zxing_barcode import Variant, read_with_variants
+
+if TYPE_CHECKING:
+    import cv2
 
 __all__ = ["OpenCVBarcodeExpert"]
 
@@ -34,7 +38,7 @@ class OpenCVBarcodeExpert:
     def __init__(self, try_harder: bool = True, max_side: int = 2000):
         self.try_harder = try_harder
         self.max_side = max_side
-        self._detectors = None
+        self._detectors: tuple[cv2.QRCodeDetectorAruco, cv2.barcode.BarcodeDetector] | None = None
         self._lock = threading.Lock()
 
     @classmethod

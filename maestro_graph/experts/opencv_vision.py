@@ -14,7 +14,9 @@ Ink is every pixel that differs from the background colour (the most common colo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 import numpy as np
 from PIL import Image
@@ -25,6 +27,9 @@ from .colors import color_code, color_name, name_pixels
 from .protocols import COLOR_NAMES, CONTACT_TOLERANCE_PX
 
 __all__ = ["OpenCVVisionExpert", "Color", "Circle", "CirclePair", "Polygon", "Crossing", "Grid", "color_name"]
+
+_Payload = TypeVar("_Payload")
+"""What a candidate shape of `_Figure.keep_explaining` carries (a Circle, a Polygon)."""
 
 INK_CONTRAST = 40
 """A pixel is ink when one channel differs from the background by more than this (0..255): keeps anti-aliasing."""
@@ -171,7 +176,7 @@ class _Figure:
             return "unknown"
         return color_name(np.median(self.rgb[hits[:, 1], hits[:, 0]], axis=0))
 
-    def keep_explaining(self, candidates: list[tuple[float, np.ndarray, object]]) -> list:
+    def keep_explaining(self, candidates: Sequence[tuple[float, np.ndarray, _Payload]]) -> list[_Payload]:
         """Greedy selection (step 3 of the recipe) over (support, outline points, payload) candidates: best support
         first, ties broken by how well the outline follows the middle of the strokes."""
         import cv2
@@ -246,7 +251,7 @@ class OpenCVVisionExpert:
             sel = codes == code
             share = float(sel.mean())
             if share >= MIN_COLOR_SHARE:
-                rgb = tuple(int(v) for v in np.median(pixels[sel], axis=0))
+                rgb = cast(tuple[int, int, int], tuple(int(v) for v in np.median(pixels[sel], axis=0)))  # R, G, B
                 found.append(Color(COLOR_NAMES[code], rgb, share))
         return sorted(found, key=lambda c: -c.share)
 
@@ -338,7 +343,8 @@ class OpenCVVisionExpert:
         return fig.keep_explaining(candidates)
 
     @staticmethod
-    def _ink_line(fig: _Figure, ink_points: np.ndarray, p: np.ndarray, q: np.ndarray):
+    def _ink_line(fig: _Figure, ink_points: np.ndarray, p: np.ndarray, q: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, float, float] | None:
         """Fit the straight stroke under a Hough segment and follow it along the ink as far as it goes.
         Returns (origin, direction, start, end) with start/end as distances from origin, or None."""
         import cv2
@@ -447,7 +453,7 @@ def _best_vertex(fig: _Figure, origin: np.ndarray, u: np.ndarray, positions: np.
     return float(positions[(best.min() + best.max()) // 2])
 
 
-def _rules(profile: np.ndarray, extent: float) -> tuple[float, ...]:
+def _rules(profile: np.ndarray, extent: float | np.integer) -> tuple[float, ...]:
     """Centres of runs where a line's ink covers more than half the figure's extent."""
     on = np.concatenate([[0], (profile > 0.5 * extent).astype(int), [0]])
     edges = np.diff(on)

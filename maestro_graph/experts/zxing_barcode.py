@@ -98,7 +98,10 @@ def read_with_variants(image: Image.Image, read: Callable[[Variant], list[Barcod
     if found or not try_harder:
         return found
     for variant in image_variants(base.image, max_side):
-        found = read(Variant(variant.name, variant.image, lambda p, v=variant: base.to_original(v.to_original(p))))
+        def to_original(p: Point, v: Variant = variant) -> Point:
+            return base.to_original(v.to_original(p))
+
+        found = read(Variant(variant.name, variant.image, to_original))
         if found:
             return found
     return []

@@ -320,13 +320,13 @@ def load_image(ref: str, *, budget: int = MAX_DECODED_PIXELS, wait_s: float | No
     if _REMOTE_RE.match(ref):
         raise InputError(f"image {ref}: remote URLs are not fetched here; download the image first, or send it to "
                          "`maestro serve`, which fetches from allow-listed hosts")
-    data = read_regular_file(ref, MAX_FILE_BYTES + 1)
-    if data is None:
+    contents = read_regular_file(ref, MAX_FILE_BYTES + 1)
+    if contents is None:
         kind = "not a regular file" if Path(ref).exists() else "no such file"
         raise InputError(f"image {ref}: {kind}")
-    if len(data) > MAX_FILE_BYTES:
+    if len(contents) > MAX_FILE_BYTES:
         raise InputError(f"image {ref}: larger than the cap of {MAX_FILE_BYTES:,} bytes")
-    return _open_bytes(data, label or f"image {ref}", budget, wait_s)
+    return _open_bytes(contents, label or f"image {ref}", budget, wait_s)
 
 
 def load_images(refs: list[str] | tuple[str, ...]) -> list[Image.Image]:
