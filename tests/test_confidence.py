@@ -66,10 +66,10 @@ def test_a_broken_model_file_is_refused_naming_the_file_and_field(tmp_path, body
 
 def test_the_shipped_model_says_an_experts_measured_answer_is_surer_than_a_guess():
     model = shipped_confidence()
-    read = {"support_accuracy": 2.0, "support": 1.0, "skill_confidence": 0.9, "calls": 1.0, "reach": 1.0,
-            "form_number": 1.0}
+    read = {"support_accuracy": 2.0, "support": 1.0, "skill_confidence": 0.9, "skill_logit": 2.2,
+            "skill_support": 1.8, "calls": 1.0, "reach": 1.0, "form_number": 1.0}
     guess = {"source_guess": 1.0, "form_yesno": 1.0, "chance": 0.5, "guess_chance": 0.5, "calls": 1.0,
-             "against": 1.0}
+             "against": 1.0, "skill_logit": -3.9}
     assert model.probability(read) > model.probability(guess) and model.items > 100
 
 

@@ -62,10 +62,9 @@ def confidence_features(registry: Registry, question: str, images: Sequence[str]
       most confident of the supporting skills was (`skill_confidence`, also as log-odds, `skill_logit`, and times
       `support_accuracy`, `skill_support`: a skill's own certainty means more where its pair is measured to be
       right) and how many calls ran (`calls`);
-    - whether the answer fits the question (`form_mismatch`: not in the form the question asks for;
-      `number_for_text`: a bare number where the question asks for a name or a phrase, as a chart reader's value
-      for "which curve ..."): where a kind of question was never calibrated, this is what still shows the answer
-      missed."""
+    - whether the answer fits the question (`number_for_text`: a bare number where the question asks for a name or
+      a phrase, as a chart reader's value for "which curve ..."): where a kind of question was never calibrated,
+      this still shows the answer missed."""
     if answer is None:
         return {}
     form = expected_form(question, choices)
@@ -95,7 +94,6 @@ def confidence_features(registry: Registry, question: str, images: Sequence[str]
         "against": float(min(len(said) - len(support), 3)),
         "skill_confidence": max((s.confidence for s in support), default=0.0),
         "calls": float(min(len(ran), 4)),
-        "form_mismatch": float(not has_form(answer, form, choices)),
         "number_for_text": float(form == "text" and has_form(answer, "number", choices)),
     }
     sure = features["skill_confidence"]
