@@ -284,7 +284,6 @@ class RayExecutor:
                                       f"{'; '.join(map(str, self.lost[-3:])) or 'none'} (every node needs the "
                                       "package, and its extras for the registry's experts)", field="executor")
                 alone_since = None if running else alone_since or time.monotonic()  # idle ones would be running
-                # `alone_since` is a time whenever nothing runs
                 done, _ = self.ray.wait([*running, *self._starting], num_returns=1, timeout=None if running else
                                         max(0.1, min(_PLACEMENT_WAIT_S, cast(float, alone_since) + self.worker_wait_s
                                                      - time.monotonic())))
