@@ -31,10 +31,16 @@ from maestro_graph.registry import Registry
 
 DATA = Path(__file__).parent / "data"
 REAL = DATA / "real"
-ONE_WORKER_MODULES = frozenset({"tests/test_vllm.py", "tests/test_vllm_vision.py"})
-"""Modules whose tests share one real server (a module fixture that takes minutes to start): all their tests run on
-one xdist worker, so the server starts once. xdist's own `xdist_group` marks do nothing under pytest 9 (the group
-suffix it writes to a test's node id is not read back), hence this scheduler."""
+ONE_WORKER_MODULES = frozenset({
+    "tests/test_vllm.py", "tests/test_vllm_vision.py",  # a real vLLM server, minutes to start
+    "tests/test_trust_boundary.py", "tests/test_traffic.py",  # a `maestro serve` subprocess, about 10 s to start
+    "tests/test_export.py",  # a `maestro predict` run on real table items
+    "tests/test_profiles.py",  # the recipe's 42 generated items and their reach features
+})
+"""Modules whose tests share one expensive module fixture (a real server, a run, generated items): all their tests
+run on one xdist worker, so the fixture is made once, not once per worker. xdist's own `xdist_group` marks do
+nothing under pytest 9 (the group suffix it writes to a test's node id is not read back), hence this scheduler; its
+`loadscope` ordering sends these modules out first, the largest first."""
 
 
 def pytest_xdist_make_scheduler(config, log):
