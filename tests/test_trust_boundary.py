@@ -30,7 +30,13 @@ def target(tmp_path_factory):
         yield Target(url, proc.pid, folder, data_url(EXAMPLES / "qrcode.png"), registry_file)
 
 
-@pytest.mark.parametrize("check", TRUST_CHECKS, ids=[c.__name__ for c in TRUST_CHECKS])
+HEAVY_CHECKS = {"image_memory", "cap_before_decoding"}
+"""Checks that decode eight 40-megapixel images (20 to 35 s each on two busy cores): slow, like test_traffic's
+concurrent images at the pixel cap."""
+
+
+@pytest.mark.parametrize("check", [pytest.param(c, id=c.__name__, marks=pytest.mark.slow if c.__name__ in HEAVY_CHECKS
+                                                else ()) for c in TRUST_CHECKS])
 def test_attack_against_maestro_serve(check, target):
     case = check(target)
     assert case.ok, f"{case.attack}: {case.must} did not hold: {case.detail}"
