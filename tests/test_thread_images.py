@@ -37,6 +37,7 @@ def served(registry, tmp_path):
         yield db, openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
 
 
+@pytest.mark.slow  # about 25 s on two busy cores: 40 requests of a 1 MB image through a loopback server
 def test_a_resent_image_is_stored_once_on_one_thread_and_across_threads(registry, tmp_path):
     """The scenario `maestro reliability` runs (`resent_image_storage`): 20 questions on one thread, then 20 new
     threads, each resending the image; every answer right, and no checkpoint or write holds a data URL."""
