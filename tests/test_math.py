@@ -58,6 +58,7 @@ def _run(registry, model, task):
     return registry.run(Invoke(model, "visual-math"), question=task.question, images=task.images, choices=task.choices)
 
 
+@pytest.mark.slow  # about 20 s: OCR and the calculator on the whole real sample, like test_tables' accuracy floor
 def test_visual_math_rapidocr_accuracy_floor(registry):
     tasks = real_tasks("math")
     steps = [_run(registry, "rapidocr", t) for t in tasks]
