@@ -12,6 +12,8 @@ import pytest
 
 from maestro_graph.cache.store import ExpertCache
 from maestro_graph.core.tasks import load_tasks
+from maestro_graph.episode.confidence import shipped_confidence
+from maestro_graph.evaluation.calibration import Judged, leave_one_source_out
 from maestro_graph.evaluation.evaluate import evaluate
 from maestro_graph.evaluation.routing_record import (
     BASELINE,
@@ -26,6 +28,10 @@ from maestro_graph.registry.config import default_config_path, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = {"default": default_config_path(), "nolm": ROOT / "configs" / "registry-nolm.yaml"}
+SAMPLE_ECE = 0.15
+"""The calibration error allowed on the sample's 70-odd answers, source-balanced and leaving each source out (the
+test half's 500 answers are held to 0.05: docs/results.md, "How sure an answer is"; on 70, sampling alone moves an
+ECE by about 0.05, while a model that says 0.5 to every answer is 0.2 off)."""
 
 
 def _record(registry_file: Path) -> RoutingRecord:
@@ -57,6 +63,12 @@ def test_the_shipped_router_earns_its_recorded_figures_on_the_shipped_registry(n
     print(f"\n{name}: {measured} (recorded {record.accuracy})")
     assert run.results[0].metrics()["items"] == len(tasks.read_text().splitlines()) and not run.skipped
     assert not record.problems(measured), record.problems(measured)
+    answered = [r for r in run.results[0].records if r["answer"] is not None]
+    judged = Judged([r["confidence_basis"] for r in answered], [r["score"] for r in answered],
+                    [r["source"] for r in answered])
+    balanced, (_, pooled) = judged.ece(shipped_confidence(), balanced=True), leave_one_source_out(judged)
+    print(f"{name}: ECE source-balanced {balanced:.3f}, each source left out {pooled.ece:.3f}")
+    assert balanced is not None and pooled.ece is not None and max(balanced, pooled.ece) <= SAMPLE_ECE
 
 
 def test_a_record_fails_a_router_below_rules_or_moved_past_its_tolerance():
