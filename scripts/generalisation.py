@@ -194,7 +194,7 @@ def _domain_figures(row: dict, domain: str | None) -> tuple[float, float]:
     return share, max(falls, default=0.0)
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--train", required=True, type=Path)
     parser.add_argument("--tasks", required=True, type=Path)
@@ -227,6 +227,11 @@ def main() -> None:
     parser.add_argument("--lm-set", nargs="+", default=[], metavar="KEY=VALUE",
                         help="--router lm: override fields of --lm-config, e.g. sft_steps=100 steps=0")
     add_arguments(parser, NeuralGRPOConfig, exclude=("seed",))
+    return parser
+
+
+def main() -> None:
+    parser = _parser()
     args = parser.parse_args()
     if args.router == "lm" and args.teacher is None:
         parser.error("--router lm needs --teacher (the episodes its SFT warm start imitates)")
@@ -292,6 +297,12 @@ def main() -> None:
             rows.append(evaluated(ENSEMBLE, "neural:" + ENSEMBLE_SEP.join(members), args.out / exp.name / ENSEMBLE))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(rows, indent=2))
+    _write_table(rows, args.out / "table.md")
+    _plot(rows, args.out / "generalisation.png")
+
+
+def _write_table(rows: list[dict], path: Path) -> None:
+    """The experiments' rows as a markdown table (and the leave-one-source-out summary), written and printed."""
     lines = ["| experiment | router | profiled | seed | items | before | after | oracle after | chance | domain | "
              "domain after / oracle | largest fall of another domain | knn | classifier |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -302,9 +313,8 @@ def main() -> None:
                      f"{r['chance']:.3f} | {r['domain'] or 'all'} | {r['domain_share']:.2f} | "
                      f"{r['largest_fall']:+.3f} | {routers} |")
     lines += _loso_summary(rows)
-    (args.out / "table.md").write_text("\n".join(lines) + "\n")
+    path.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    _plot(rows, args.out / "generalisation.png")
 
 
 ENSEMBLE = "ensemble"
