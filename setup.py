@@ -10,6 +10,7 @@ from setuptools import find_namespace_packages, setup
 
 BUNDLED = {"maestro_graph.skills": "skills", "maestro_graph.examples": "examples"}
 
-setup(packages=[*find_namespace_packages(include=["maestro_graph", "maestro_graph.*"]), *BUNDLED,
-                *(f"{name}.{sub}" for name, folder in BUNDLED.items() for sub in find_namespace_packages(where=folder))],
+DATA_PACKAGES = [f"{name}.{sub}" for name, folder in BUNDLED.items() for sub in find_namespace_packages(where=folder)]
+
+setup(packages=[*find_namespace_packages(include=["maestro_graph", "maestro_graph.*"]), *BUNDLED, *DATA_PACKAGES],
       package_dir=BUNDLED)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LINTED = ("maestro_graph", "graphs", "scripts", "tests")
+LINTED = ("maestro_graph", "graphs", "scripts", "tests", "setup.py")
 """What ruff checks (its configuration in pyproject.toml leaves skills/ out); mypy's files are in its own section."""
 LOGGED = ("maestro_graph", "graphs", "scripts")
 """Where loggers are made (tests may attach to any logger they observe)."""
