@@ -136,6 +136,7 @@ def test_verifying_the_images_is_inside_the_deadline_on_langserve_too(hasty, lat
     assert took < TIMEOUT_S + 2, f"the 504 came {took:.1f} s after the request, with a {TIMEOUT_S:g} s timeout"
 
 
+@pytest.mark.slow  # waits out the suite's 10 s deadline; the tests above check each case at a 3 s one
 def test_the_reliability_suites_history_check_holds(tmp_path):
     """`maestro reliability`'s check, as the suite runs it (on its registry of fast experts): its own server, a
     trickling image host, a 10 s deadline."""
