@@ -126,10 +126,10 @@ def test_suite_is_deterministic_complete_and_checks(tmp_path):
     assert report.ok, report.problems
     assert report.regenerated == report.items == len(splits) * len(DOMAINS)
 
-    lines = (tmp_path / "test.jsonl").read_text().splitlines()
-    first = json.loads(lines[0])
+    first = json.loads((tmp_path / "test.jsonl").read_text().splitlines()[0])
     first["answer"] = first["answer"] + "1"
-    (tmp_path / "test.jsonl").write_text("\n".join([json.dumps(first)] + lines[1:]) + "\n")
+    (tmp_path / "train.jsonl").unlink()  # the changed item alone: the check re-derives every item it reads
+    (tmp_path / "test.jsonl").write_text(json.dumps(first) + "\n")
     report = check_suite(tmp_path, regenerate=True, progress=False)
     assert not report.ok and any("answer" in p for p in report.problems)
 
