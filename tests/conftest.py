@@ -5,7 +5,13 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import sys
 import tempfile
+
+# pytest keeps a rewritten test module (its asserts made to explain themselves) only where Python may write bytecode:
+# under PYTHONDONTWRITEBYTECODE (set on the shared 2-core machine) each worker rewrote all of them again, about 4 s
+# each run; allowed while the tests are collected (pytest_collection_finish puts the setting back)
+_DONT_WRITE_BYTECODE, sys.dont_write_bytecode = sys.dont_write_bytecode, False
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -55,6 +61,10 @@ def pytest_xdist_make_scheduler(config, log):
             return module if module in ONE_WORKER_MODULES else nodeid
 
     return OneWorkerPerServerModule(config, log)
+
+
+def pytest_collection_finish(session) -> None:
+    sys.dont_write_bytecode = _DONT_WRITE_BYTECODE
 
 
 @pytest.fixture(scope="session")
