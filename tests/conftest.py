@@ -29,11 +29,14 @@ os.environ["MAESTRO_CACHE_DIR"] = tempfile.mkdtemp(prefix="maestro-test-cache-")
 atexit.register(shutil.rmtree, os.environ["MAESTRO_CACHE_DIR"], ignore_errors=True)
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from maestro_graph.core.tasks import Task, load_tasks
-from maestro_graph.registry import Registry
+
+if TYPE_CHECKING:  # imported by the fixture: xdist's controller, which runs no test, then starts its workers sooner
+    from maestro_graph.registry import Registry
 
 DATA = Path(__file__).parent / "data"
 REAL = DATA / "real"
@@ -69,6 +72,8 @@ def pytest_collection_finish(session) -> None:
 
 @pytest.fixture(scope="session")
 def registry() -> Registry:
+    from maestro_graph.registry import Registry
+
     return Registry.load()
 
 
