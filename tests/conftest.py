@@ -45,6 +45,8 @@ ONE_WORKER_MODULES = frozenset({
     "tests/test_trust_boundary.py", "tests/test_traffic.py",  # a `maestro serve` subprocess, about 10 s to start
     "tests/test_export.py",  # a `maestro predict` run on real table items
     "tests/test_profiles.py",  # the recipe's 42 generated items and their reach features
+    "tests/test_routing_record.py",  # both registries route the same sample: its features are computed once
+    "tests/test_skill_forms.py",  # a registry of its own, SmolLM2 and the OCR engines in it, and a scripted endpoint
 })
 """Modules whose tests share one expensive module fixture (a real server, a run, generated items): all their tests
 run on one xdist worker, so the fixture is made once, not once per worker. xdist's own `xdist_group` marks do
