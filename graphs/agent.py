@@ -1,6 +1,6 @@
-"""The `maestro-agent` graph of `langgraph.json`: the example agent of `maestro_graph.agents` with the served Maestro
-graph as its subgraph node, under the same operator rules as the `maestro` graph."""
+"""The `maestro-agent` graph of `langgraph.json`: the example agent of `maestro_graph.doors.agents` with the served
+Maestro graph as its subgraph node, under the same operator rules as the `maestro` graph."""
 
-from maestro_graph.agents import build_agent, served_maestro
+from maestro_graph.doors.agents import build_agent, served_maestro
 
 graph = build_agent(served_maestro())

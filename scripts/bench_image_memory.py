@@ -9,7 +9,7 @@ answers, and a few seconds after) above what it held idle, and the time to answe
     # (e.g. git archive HEAD maestro_graph | tar -x -C /tmp/old)
 
 The server runs the packaged registry (or `--registry`) with one worker; the images are those of the trust suite's
-`image_memory` check (`maestro_graph.reliability.image_checks.bomb_urls`). Prints one JSON object.
+`image_memory` check (`maestro_graph.operations.reliability.image_checks.bomb_urls`). Prints one JSON object.
 
 With `--concurrent N`, each of four images of 6300x6300 pixels (a flat one, seven circles and a small noise patch,
 and a busy one, a noise-textured tile repeated, each as a lossy WebP and as a PNG) goes to a fresh server with its
@@ -38,11 +38,17 @@ import httpx
 import numpy as np
 from PIL import Image, ImageDraw
 
+from maestro_graph.doors.serve.loopback import free_port, wait_until_up
 from maestro_graph.images.load import image_to_data_url, load_image
-from maestro_graph.reliability.image_checks import BOMB_SIDE, COUNT_QUESTION, SETTLE_S, bomb_request, bomb_urls
-from maestro_graph.reliability.target import peak_rss_growth_mb
-from maestro_graph.reliability.traffic import webp_bomb_url
-from maestro_graph.serve.loopback import free_port, wait_until_up
+from maestro_graph.operations.reliability.image_checks import (
+    BOMB_SIDE,
+    COUNT_QUESTION,
+    SETTLE_S,
+    bomb_request,
+    bomb_urls,
+)
+from maestro_graph.operations.reliability.target import peak_rss_growth_mb
+from maestro_graph.operations.reliability.traffic import webp_bomb_url
 
 ROOT = Path(__file__).resolve().parents[1]
 TILE, GRAIN = 150, 5
@@ -85,7 +91,7 @@ def _server(args: argparse.Namespace, workers: int) -> Iterator[tuple[str, int]]
     """A fresh `maestro serve` of `--source` on a free port: (its URL, its pid)."""
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    command = [sys.executable, "-m", "maestro_graph.cli", "serve", "--port", str(port), "--workers", str(workers),
+    command = [sys.executable, "-m", "maestro_graph.doors.cli", "serve", "--port", str(port), "--workers", str(workers),
                "--timeout-s", str(args.timeout_s), "--log-level", "warning"]
     if args.registry:
         command += ["--registry", args.registry]
@@ -151,13 +157,13 @@ def steps(args: argparse.Namespace) -> None:
     server's default policy, the glibc threshold `maestro serve` sets), with the RSS peak of each decode and each
     expert call. Steps run one after another, so each peak is that step's own."""
     from maestro_graph.core.allocator import return_large_buffers
+    from maestro_graph.doors.serve.settings import ServeSettings
     from maestro_graph.episode.context import MaestroContext
     from maestro_graph.episode.graph import build_graph
     from maestro_graph.episode.runner import run_episode
     from maestro_graph.features import state
     from maestro_graph.registry import context, handles
     from maestro_graph.registry.registry import Registry
-    from maestro_graph.serve.settings import ServeSettings
 
     return_large_buffers()
     png = {"flat": _flat, "busy": _busy}[args.steps.split()[1]]()

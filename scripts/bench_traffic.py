@@ -8,8 +8,8 @@ of a 40-megapixel PNG at once, against a server running the package of any tree.
     .venv/bin/python scripts/bench_traffic.py --cases disconnect trickle
 
 The server holds two API keys, a SQLite checkpoint database, the trickler on its allow-list and the shapes policy on
-the suite's fast experts with a 60 s card timeout (`maestro_graph.reliability.traffic`). Prints one JSON object per
-case. A tree without several keys answers every request 401: give it one (`--one-key`) for the other cases.
+the suite's fast experts with a 60 s card timeout (`maestro_graph.operations.reliability.traffic`). Prints one JSON
+object per case. A tree without several keys answers every request 401: give it one (`--one-key`) for the other cases.
 """
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ import time
 from pathlib import Path
 
 from maestro_graph.core.environment import BENCH_KEYS
+from maestro_graph.doors.serve.loopback import free_port, wait_until_up
 from maestro_graph.images.load import image_to_data_url, load_image
-from maestro_graph.reliability.image_checks import bomb_request, bomb_urls
-from maestro_graph.reliability.target import peak_rss_growth_mb
-from maestro_graph.reliability.traffic import (
+from maestro_graph.operations.reliability.image_checks import bomb_request, bomb_urls
+from maestro_graph.operations.reliability.target import peak_rss_growth_mb
+from maestro_graph.operations.reliability.traffic import (
     OWNER_KEYS,
     Trickler,
     disconnect_case,
@@ -37,7 +38,6 @@ from maestro_graph.reliability.traffic import (
     traffic_server_args,
     trickle_case,
 )
-from maestro_graph.serve.loopback import free_port, wait_until_up
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ("memory", "valid", "trickle", "disconnect", "owner")

@@ -22,8 +22,8 @@ from maestro_graph.cache.store import ExpertCache  # noqa: E402
 from maestro_graph.core.configs import add_arguments, from_arguments  # noqa: E402
 from maestro_graph.core.tasks import load_task_files  # noqa: E402
 from maestro_graph.registry import Registry  # noqa: E402
-from maestro_graph.rl.config import NeuralGRPOConfig  # noqa: E402
-from maestro_graph.rl.experiments import evaluate_into, train_resumable  # noqa: E402
+from maestro_graph.training.rl.config import NeuralGRPOConfig  # noqa: E402
+from maestro_graph.training.rl.experiments import evaluate_into, train_resumable  # noqa: E402
 
 
 def main() -> None:

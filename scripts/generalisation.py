@@ -55,9 +55,9 @@ from maestro_graph.policy.ensemble import ENSEMBLE_SEP  # noqa: E402
 from maestro_graph.policy.lm.policy import ROUTER_FILE  # noqa: E402
 from maestro_graph.registry import Registry  # noqa: E402
 from maestro_graph.registry.reach import REACH_FLOOR, reach_path  # noqa: E402
-from maestro_graph.rl.config import NeuralGRPOConfig  # noqa: E402
-from maestro_graph.rl.experiments import evaluate_into, train_resumable  # noqa: E402
-from maestro_graph.rl.trl_train import load_train_config, train_lm  # noqa: E402
+from maestro_graph.training.rl.config import NeuralGRPOConfig  # noqa: E402
+from maestro_graph.training.rl.experiments import evaluate_into, train_resumable  # noqa: E402
+from maestro_graph.training.rl.trl_train import load_train_config, train_lm  # noqa: E402
 
 
 @dataclass

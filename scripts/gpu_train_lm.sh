@@ -53,7 +53,7 @@ run)
   for run in "$@"; do
     name=${run%%:*}; flags=${run#*:}
     # shellcheck disable=SC2086  # the run's flags are words
-    timeout "${RUN_TIMEOUT_S:-420}" python3 -m maestro_graph.cli train-lm --config configs/recipes/lm-router-sft.yaml \
+    timeout "${RUN_TIMEOUT_S:-420}" python3 -m maestro_graph.doors.cli train-lm --config configs/recipes/lm-router-sft.yaml \
       --tasks "$VAL/train.jsonl" --eval-tasks "$VAL/val-s4.jsonl" --sft-data "$TEACHER" --no-use-cpu --out-dir "runs/gpu/$name" $flags \
       > "runs/gpu/$name.log" 2>&1 &
   done

@@ -25,9 +25,9 @@ from maestro_graph.episode.context import MaestroContext
 from maestro_graph.episode.graph import build_graph
 from maestro_graph.episode.storage import prune_thread, sqlite_checkpointer, sqlite_image_store
 from maestro_graph.images.load import image_to_data_url, load_image
+from maestro_graph.operations.reliability.traffic import database_bytes
 from maestro_graph.policy import make_policy
 from maestro_graph.registry import Registry
-from maestro_graph.reliability.traffic import database_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLLOW_UPS = ("Are there more than {n} circles?", "Are there fewer than {n} circles?")

@@ -37,7 +37,7 @@ def main(model: str, tasks: str, sft_data: str, out_dir: str, registry: str) -> 
 
     from maestro_graph.core.tasks import load_task_files
     from maestro_graph.images.load import load_images
-    from maestro_graph.rl.trl_train import load_train_config, train_lm
+    from maestro_graph.training.rl.trl_train import load_train_config, train_lm
 
     processor = AutoProcessor.from_pretrained(model)
     image_token = processor.tokenizer.convert_tokens_to_ids(processor.image_token)

@@ -15,8 +15,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from maestro_graph.serve.loopback import free_port
-from maestro_graph.serve.loopback import wait_until_up as _wait_until_up
+from maestro_graph.doors.serve.loopback import free_port
+from maestro_graph.doors.serve.loopback import wait_until_up as _wait_until_up
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from maestro_graph.serve.loopback import free_port
+from maestro_graph.doors.serve.loopback import free_port
 
 _UP_TIMEOUT_S = 60.0
 

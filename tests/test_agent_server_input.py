@@ -3,7 +3,8 @@ type, is a typed input error that `langgraph_sdk` reports as such (never a TypeE
 inside the graph); a `goto` to no node, an update of no channel, a write that is not a list to a field that grows
 by lists and a `resume` (the graph never interrupts) are refused instead of returning the previous run's answer or
 failing inside LangGraph. Swept through the SDK against a real `langgraph dev`, with the values, commands and rule of
-`maestro reliability`'s check (`maestro_graph.reliability.agent_input`), which the last test runs as the suite does."""
+`maestro reliability`'s check (`maestro_graph.operations.reliability.agent_input`), which the last test runs as the
+suite does."""
 
 from __future__ import annotations
 
@@ -15,15 +16,15 @@ from pathlib import Path
 import pytest
 from servers import data_url, langgraph_dev
 
-from maestro_graph.reliability.agent_input import (
+from maestro_graph.operations.reliability.agent_input import (
     COMMAND_REFUSALS,
     REFUSED,
     WRONG_INPUT,
     agent_server_input,
     typed_input_error,
 )
-from maestro_graph.reliability.registries import fault_registry
-from maestro_graph.reliability.target import Target
+from maestro_graph.operations.reliability.registries import fault_registry
+from maestro_graph.operations.reliability.target import Target
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "What text does the QR code encode?"

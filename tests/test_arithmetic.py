@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from maestro_graph.bench.generate import make_item
+from maestro_graph.operations.bench.generate import make_item
 from maestro_graph.scoring import score
 from maestro_graph.types import Invoke
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from maestro_graph.cli import app
 from maestro_graph.core.question_text import MAX_QUESTION_CHARS
 from maestro_graph.core.tasks import load_tasks
+from maestro_graph.doors.cli import app
 from maestro_graph.episode.runner import predict
-from maestro_graph.evaluation.evaluate import run_policy
+from maestro_graph.training.evaluation.evaluate import run_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 QR = ROOT / "examples" / "qrcode.png"

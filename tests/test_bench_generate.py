@@ -11,8 +11,9 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from maestro_graph.bench.cli import bench_app
-from maestro_graph.bench.generate import (
+from maestro_graph.core.tasks import load_tasks
+from maestro_graph.operations.bench.cli import bench_app
+from maestro_graph.operations.bench.generate import (
     DOMAINS,
     SPLITS,
     check_suite,
@@ -22,8 +23,7 @@ from maestro_graph.bench.generate import (
     split_of_seed,
     suite_seeds,
 )
-from maestro_graph.bench.generate.suite import answer_problem
-from maestro_graph.core.tasks import load_tasks
+from maestro_graph.operations.bench.generate.suite import answer_problem
 
 MIN_DOMAINS = 8
 MIN_WORDINGS = 3

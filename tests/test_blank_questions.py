@@ -10,8 +10,8 @@ import pytest
 from PIL import Image, ImageDraw, ImageFont
 from typer.testing import CliRunner
 
-from maestro_graph.cli import app
 from maestro_graph.core.question_text import EMPTY_QUESTION, is_blank
+from maestro_graph.doors.cli import app
 from maestro_graph.episode.graph import build_graph
 from maestro_graph.episode.runner import run_episode
 from maestro_graph.policy import make_policy

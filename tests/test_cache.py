@@ -17,10 +17,10 @@ from maestro_graph.cache.store import ExpertCache
 from maestro_graph.errors import ExpertFailure
 from maestro_graph.experts.opencv_vision import Circle, CirclePair, Color, Crossing, Grid, Polygon
 from maestro_graph.experts.protocols import Barcode, ChatReply, TextBox
+from maestro_graph.operations.reliability.target import PlantedPickle
 from maestro_graph.registry import Registry
 from maestro_graph.registry.config import ModelCard
 from maestro_graph.registry.handles import BoundExpert, ExpertHandle, Ledger
-from maestro_graph.reliability.target import PlantedPickle
 from maestro_graph.types import ErrorKind, Invoke, Step
 
 
@@ -298,7 +298,7 @@ def test_a_cache_folder_that_cannot_be_written_or_read_changes_no_answer(tmp_pat
     from test_scale import BARCODE_TASKS, _barcode_registry, _records
     from typer.testing import CliRunner
 
-    from maestro_graph.cli import app
+    from maestro_graph.doors.cli import app
 
     registry = _barcode_registry(tmp_path)
     blocked = tmp_path / "a-file"

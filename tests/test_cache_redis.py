@@ -20,10 +20,10 @@ from typer.testing import CliRunner
 
 from maestro_graph.cache.backends import DEFAULT_TTL_S, RedisBackend
 from maestro_graph.cache.store import open_cache
-from maestro_graph.cli import app
 from maestro_graph.core.tasks import load_tasks
+from maestro_graph.doors.cli import app
+from maestro_graph.doors.serve.loopback import free_port
 from maestro_graph.errors import ConfigError
-from maestro_graph.serve.loopback import free_port
 
 redis = pytest.importorskip("redis", reason="the `redis` extra is not installed (pip install -e '.[redis]')")
 

@@ -15,12 +15,12 @@ import torch
 from PIL import Image, ImageDraw, ImageFont
 
 from maestro_graph.backends.hf import gguf_folder, load_causal_lm
+from maestro_graph.doors.serve.episodes import usage_of
 from maestro_graph.errors import ExpertError, ExpertTimeout
 from maestro_graph.experts.openai_chat import OpenAIChatExpert
 from maestro_graph.experts.protocols import ChatReply
 from maestro_graph.experts.transformers_chat import TransformersChatExpert
 from maestro_graph.registry import Registry
-from maestro_graph.serve.episodes import usage_of
 from maestro_graph.types import Invoke, Turn
 
 # -- transformers backend --------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import torch
 
 from maestro_graph.core.tasks import Task
 from maestro_graph.errors import ConfigError
+from maestro_graph.operations.reliability.target import PlantedPickle
 from maestro_graph.policy import make_policy
 from maestro_graph.policy.base import ActionSpace, EpisodeView
 from maestro_graph.policy.neural import (
@@ -21,8 +22,7 @@ from maestro_graph.policy.neural import (
     read_tensor_file,
     write_tensor_file,
 )
-from maestro_graph.reliability.target import PlantedPickle
-from maestro_graph.rl.grpo import NeuralGRPOConfig, NeuralGRPOTrainer
+from maestro_graph.training.rl.grpo import NeuralGRPOConfig, NeuralGRPOTrainer
 from maestro_graph.types import Step
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from maestro_graph.cli import app
+from maestro_graph.doors.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
 CIRCLES = str(ROOT / "examples" / "circles.png")
@@ -86,7 +86,7 @@ def test_thread_without_a_checkpoint_db_is_refused(tmp_path):
 @pytest.mark.slow
 def test_ask_from_a_fresh_process_prints_nothing_but_the_answer():
     """As a script calls it: JSON on stdout, and no model-loading progress bar on stderr on first use."""
-    done = subprocess.run([sys.executable, "-m", "maestro_graph.cli", "ask", "How many circles are in the image?",
+    done = subprocess.run([sys.executable, "-m", "maestro_graph.doors.cli", "ask", "How many circles are in the image?",
                            "--image", CIRCLES, "--json"], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr

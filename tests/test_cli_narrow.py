@@ -10,7 +10,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from maestro_graph.cli import app, common
+from maestro_graph.doors.cli import app, common
 
 ROOT = Path(__file__).resolve().parents[1]
 

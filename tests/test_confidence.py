@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from maestro_graph.cli import app
 from maestro_graph.core.calibration import ConfidenceModel, expected_calibration_error, reliability_bins
+from maestro_graph.doors.cli import app
 from maestro_graph.episode.confidence import shipped_confidence
 from maestro_graph.errors import ConfigError
 

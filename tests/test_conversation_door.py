@@ -136,7 +136,7 @@ def test_the_cli_answers_a_follow_up_on_its_thread_from_the_threads_image(tmp_pa
     """On the command line: the second `ask` of a thread names no image."""
     from typer.testing import CliRunner
 
-    from maestro_graph.cli import app
+    from maestro_graph.doors.cli import app
 
     runner, thread = CliRunner(), ["--checkpoint-db", str(tmp_path / "x.sqlite"), "--thread", "a", "--json"]
     first = runner.invoke(app, ["ask", CIRCLES_QUESTION, "-i", str(EXAMPLES / "circles.png"), *thread])

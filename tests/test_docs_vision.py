@@ -32,7 +32,7 @@ from conftest import REAL
 from servers import descendants, free_port, processes, server_env
 from typer.testing import CliRunner
 
-from maestro_graph.cli import app
+from maestro_graph.doors.cli import app
 from maestro_graph.registry import Registry
 
 ROOT = Path(__file__).resolve().parents[1]

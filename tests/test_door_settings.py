@@ -14,12 +14,12 @@ import openai
 import pytest
 from servers import EXAMPLES, data_url, langgraph_dev
 
-import maestro_graph.agents as embedded
+import maestro_graph.doors.agents as embedded
+from maestro_graph.doors.serve import ServeSettings, create_app
+from maestro_graph.doors.serve.loopback import running_app
 from maestro_graph.episode.context import MaestroContext
 from maestro_graph.episode.graph import build_graph
 from maestro_graph.policy import PolicyCatalog
-from maestro_graph.serve import ServeSettings, create_app
-from maestro_graph.serve.loopback import running_app
 
 CIRCLES = data_url(EXAMPLES / "circles.png")
 COUNT = "How many circles are in the image?"

@@ -1,4 +1,4 @@
-"""Maestro embedded in a larger agent graph (`maestro_graph.agents`, importable from the installed package): as a
+"""Maestro embedded in a larger agent graph (`maestro_graph.doors.agents`, importable from the installed package): as a
 local subgraph node, as a RemoteGraph against `langgraph dev`, and as a LangChain tool run by a ToolNode; and a
 parent with its own context schema running Maestro both ways."""
 
@@ -21,7 +21,7 @@ from PIL import Image
 from servers import EXAMPLES, data_url, langgraph_dev
 from typing_extensions import TypedDict
 
-import maestro_graph.agents as embedded
+import maestro_graph.doors.agents as embedded
 from maestro_graph.core.question_text import EMPTY_QUESTION
 from maestro_graph.episode.context import MaestroContext
 from maestro_graph.episode.graph import build_graph

@@ -89,10 +89,10 @@ def test_no_other_module_names_or_reads_a_maestro_variable():
 def test_each_variable_does_what_its_row_says(monkeypatch, tmp_path):
     from maestro_graph.backends.hf import default_device, models_dir
     from maestro_graph.cache.backends import DEFAULT_TTL_S
-    from maestro_graph.cli.options import CacheDirOpt, CacheTtlOpt
+    from maestro_graph.doors.cli.options import CacheDirOpt, CacheTtlOpt
+    from maestro_graph.doors.serve.settings import ServeSettings
     from maestro_graph.images.sources import ImageSources
     from maestro_graph.policy import PolicyCatalog
-    from maestro_graph.serve.settings import ServeSettings
 
     for variable in ENVIRONMENT:
         monkeypatch.delenv(variable.name, raising=False)

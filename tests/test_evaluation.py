@@ -15,8 +15,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from maestro_graph.cli import app
 from maestro_graph.core.tasks import load_tasks
+from maestro_graph.doors.cli import app
 from maestro_graph.episode.runner import run_tasks
 from maestro_graph.registry import Registry
 from maestro_graph.registry.outcomes import PairOutcomes
@@ -140,7 +140,7 @@ def test_training_file_cannot_be_an_evaluated_file(files):
 def test_routers_fitted_on_selected_items_refuse_an_evaluated_one(files):
     """An experiment fits knn on a selection of items (leave-one-source-out's other sources) instead of a file: an
     item that is also evaluated is refused before anything runs."""
-    from maestro_graph.evaluation.evaluate import evaluate
+    from maestro_graph.training.evaluation.evaluate import evaluate
 
     registry = Registry.load(files / "registry.yaml")
     evaluated, _ = load_tasks(files / "test.jsonl")
@@ -172,7 +172,7 @@ def test_an_interrupted_eval_keeps_the_finished_episodes(files, tmp_path):
     # a job started in the background inherits SIGINT ignored, and Python then keeps it ignored: the child restores
     # the handler a terminal's Ctrl-C meets
     child = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
-             "from maestro_graph.cli import app; app()")
+             "from maestro_graph.doors.cli import app; app()")
     proc = subprocess.Popen(
         [sys.executable, "-c", child, "eval", "--tasks", str(many), "-p", "random",
          "--out", str(out), "--registry", str(files / "registry.yaml"), "--no-cache", "--workers", "1"],
@@ -191,7 +191,7 @@ def test_an_interrupted_eval_keeps_the_finished_episodes(files, tmp_path):
 
 
 def test_a_long_policy_name_gets_a_short_distinct_file_stem():
-    from maestro_graph.evaluation.evaluate import MAX_STEM, file_stem
+    from maestro_graph.training.evaluation.evaluate import MAX_STEM, file_stem
 
     assert file_stem("fixed:rapidocr@@chart-qa") == "fixed_rapidocr__chart-qa"
     paths = [f"runs/an/experiment/with/a/long/name/source:chartbench/seed{i}/train/policy.safetensors"
@@ -213,7 +213,7 @@ def test_the_report_figures_show_every_policy_and_overlap_no_label():
     and accuracy wrote their names over each other: each policy now has its own marker, equal points are drawn
     apart, every bin's count is written, and no label overlaps another label, a point or the axes' edge."""
     plt = pytest.importorskip("matplotlib.pyplot")
-    from maestro_graph.evaluation.figures import cost_figure, reliability_figure, text_box
+    from maestro_graph.training.evaluation.figures import cost_figure, reliability_figure, text_box
 
     same = _bins((8, 0.85, 1.0), (9, 0.95, 1.0), (5, 0.55, 0.4))
     metrics = {name: {"reliability": same, "ece": 0.05, "mean_cost": cost, "macro_accuracy": accuracy}

@@ -10,7 +10,7 @@ import pytest
 from conftest import REAL, real_tasks
 from typer.testing import CliRunner
 
-from maestro_graph.cli import app
+from maestro_graph.doors.cli import app
 from maestro_graph.policy.lm import option_pairs, parse_action, system_prompt
 from maestro_graph.types import Answer, Invoke
 
@@ -109,7 +109,7 @@ def test_export_reads_the_record_and_calls_no_expert(predictions, tmp_path):
     """Prediction records hold every step whole: exporting them makes no expert call (no cache hit or miss)."""
     from maestro_graph.cache.store import ExpertCache
     from maestro_graph.registry import Registry
-    from maestro_graph.rl.export import export_file
+    from maestro_graph.training.rl.export import export_file
 
     registry = Registry.load(cache=ExpertCache(tmp_path / "cache"))
     count, bad = export_file(predictions, TASKS, tmp_path / "trl.jsonl", "trl", registry)
@@ -123,7 +123,7 @@ def test_export_reads_the_record_and_calls_no_expert(predictions, tmp_path):
 def test_old_records_and_bad_lines_still_load(predictions, tmp_path):
     """A version-1 record (steps with pair, cost, answer and error only) loads without re-running anything; a torn
     or non-UTF-8 line is named and skipped, the others are exported."""
-    from maestro_graph.rl.export import load_episodes
+    from maestro_graph.training.rl.export import load_episodes
 
     first = json.loads(predictions.read_text().splitlines()[0])
     old = {k: v for k, v in first.items() if k not in ("version", "decisions")}

@@ -17,12 +17,12 @@ import openai
 import pytest
 from servers import EXAMPLES, ROOT, data_url, langgraph_dev, server_env
 
+from maestro_graph.doors.serve import ServeSettings, create_app
+from maestro_graph.doors.serve.loopback import running_app
 from maestro_graph.episode.followups import Followup, Unresolved, resolve
 from maestro_graph.episode.graph import build_graph
 from maestro_graph.episode.runner import run_episode
 from maestro_graph.policy import make_policy
-from maestro_graph.serve import ServeSettings, create_app
-from maestro_graph.serve.loopback import running_app
 from maestro_graph.types import StopReason, Turn
 
 CIRCLES = data_url(EXAMPLES / "circles.png")

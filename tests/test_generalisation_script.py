@@ -13,7 +13,7 @@ import yaml
 from conftest import REAL
 from servers import ROOT, server_env
 
-from maestro_graph.reliability.suite import fault_registry
+from maestro_graph.operations.reliability.suite import fault_registry
 
 pytestmark = pytest.mark.slow
 
@@ -72,7 +72,7 @@ def test_the_lm_router_trains_without_the_held_out_cards_and_meets_them_after(tm
     train, out = tmp_path / "vision" / "tasks.jsonl", tmp_path / "out"
     teacher = tmp_path / "teacher.jsonl"
     env = server_env()
-    cli = [sys.executable, "-m", "maestro_graph.cli"]
+    cli = [sys.executable, "-m", "maestro_graph.doors.cli"]
     predict = subprocess.run([*cli, "predict", "-t", str(train), "-o", str(teacher), "--policy",
                               "fixed:opencv-vision@@counting", "--registry", str(registry), "--max-turns", "1",
                               "--limit", "3"],

@@ -130,7 +130,7 @@ def test_the_gpu_recipe_trains_a_tiny_qwen_vl_on_the_gpu_with_its_images(tmp_pat
     from tiny_vlm import build_tiny_qwen_vl
     from vision_double import VisionEndpointDouble
 
-    from maestro_graph.rl.trl_train import load_train_config, train_lm
+    from maestro_graph.training.rl.trl_train import load_train_config, train_lm
 
     vllm = importlib.util.find_spec("vllm") is not None
     folder = build_tiny_qwen_vl(tmp_path / "tiny-qwen")

@@ -292,7 +292,7 @@ def test_checkpoints_keep_maestro_types_without_serializer_warnings(registry, tm
     typed fields as their strings, equal to the types), which any checkpointer reads, the Agent Server's too."""
     from langgraph.checkpoint.serde.event_hooks import register_serde_event_listener
 
-    from maestro_graph.serve.checkpoint_db import open_checkpointer
+    from maestro_graph.doors.serve.checkpoint_db import open_checkpointer
     from maestro_graph.types import ErrorKind, StopReason
 
     events: list[dict] = []

@@ -12,9 +12,9 @@ import pytest
 from conftest import DATA, REAL
 
 from maestro_graph.core.tasks import load_tasks
+from maestro_graph.operations.reliability.suite import fault_registry
 from maestro_graph.registry import Registry
-from maestro_graph.reliability.suite import fault_registry
-from maestro_graph.rl.grpo import NeuralGRPOConfig, NeuralGRPOTrainer
+from maestro_graph.training.rl.grpo import NeuralGRPOConfig, NeuralGRPOTrainer
 
 
 @pytest.mark.slow

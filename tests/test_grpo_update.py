@@ -16,8 +16,8 @@ from conftest import real_tasks
 
 from maestro_graph.policy.base import ActionSpace, EpisodeView
 from maestro_graph.registry import Registry
-from maestro_graph.rl import grpo
-from maestro_graph.rl.grpo import (
+from maestro_graph.training.rl import grpo
+from maestro_graph.training.rl.grpo import (
     Group,
     NeuralGRPOConfig,
     NeuralGRPOTrainer,

@@ -17,17 +17,17 @@ import openai
 import pytest
 from servers import EXAMPLES, data_url
 
-from maestro_graph.reliability.conversation import (
+from maestro_graph.doors.serve import ServeSettings, create_app
+from maestro_graph.doors.serve.loopback import running_app
+from maestro_graph.operations.reliability.conversation import (
     HISTORY_MAX_IMAGES,
     HISTORY_MAX_MESSAGES,
     history_caps,
     history_turns,
     shifted_circles_url,
 )
-from maestro_graph.reliability.registries import fault_registry
-from maestro_graph.reliability.target import Target
-from maestro_graph.serve import ServeSettings, create_app
-from maestro_graph.serve.loopback import running_app
+from maestro_graph.operations.reliability.registries import fault_registry
+from maestro_graph.operations.reliability.target import Target
 
 MAX_IMAGES = HISTORY_MAX_IMAGES
 TIMEOUT_S = 3.0

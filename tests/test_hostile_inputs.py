@@ -16,16 +16,16 @@ from servers import EXAMPLES
 
 from maestro_graph.core.question_text import EMPTY_QUESTION, MAX_QUESTION_CHARS, clean_question
 from maestro_graph.core.tasks import load_tasks
+from maestro_graph.doors.serve import ServeSettings, create_app
+from maestro_graph.doors.serve.loopback import running_app
 from maestro_graph.episode.context import MaestroContext
 from maestro_graph.episode.graph import build_graph
 from maestro_graph.episode.runner import run_episode
 from maestro_graph.errors import InputError
 from maestro_graph.images.load import load_image
+from maestro_graph.operations.reliability.suite import hostile_images
 from maestro_graph.policy import SHIPPED_CHECKPOINT, ActionSpace, EpisodeView, make_policy
 from maestro_graph.policy.neural import NeuralPolicy
-from maestro_graph.reliability.suite import hostile_images
-from maestro_graph.serve import ServeSettings, create_app
-from maestro_graph.serve.loopback import running_app
 from maestro_graph.types import Step
 
 QR = EXAMPLES / "qrcode.png"
@@ -360,7 +360,7 @@ def test_an_alias_bomb_in_a_registry_yaml_is_refused_at_once(tmp_path):
     from maestro_graph.errors import ConfigError
     from maestro_graph.registry import load_config
     from maestro_graph.registry.config import default_config_path
-    from maestro_graph.rl.config import NeuralGRPOConfig
+    from maestro_graph.training.rl.config import NeuralGRPOConfig
 
     raw = yaml.safe_load(default_config_path().read_text())
     raw["models"][1]["capabilities"] = raw["models"][0]["capabilities"]  # one list, twice: dumped as an alias

@@ -11,7 +11,7 @@ import json
 import pytest
 from servers import EXAMPLES, data_url, langgraph_dev
 
-from maestro_graph.reliability.image_checks import SECRET_TEXT, secret_qr
+from maestro_graph.operations.reliability.image_checks import SECRET_TEXT, secret_qr
 
 pytestmark = pytest.mark.slow
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from maestro_graph.cli import app
+from maestro_graph.doors.cli import app
+from maestro_graph.doors.serve import ServeSettings
 from maestro_graph.images.sources import ImageRefused, ImageSources
-from maestro_graph.serve import ServeSettings
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

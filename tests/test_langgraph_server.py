@@ -11,7 +11,7 @@ from servers import data_url, langgraph_dev
 
 from maestro_graph.core.configs import MAX_TURNS
 from maestro_graph.core.question_text import EMPTY_QUESTION
-from maestro_graph.reliability.target import Listener, PlantedPickle
+from maestro_graph.operations.reliability.target import Listener, PlantedPickle
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow

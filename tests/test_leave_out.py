@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from maestro_graph.errors import ConfigError
-from maestro_graph.rl.augment import families, sample_dropout
-from maestro_graph.rl.config import NeuralGRPOConfig
+from maestro_graph.training.rl.augment import families, sample_dropout
+from maestro_graph.training.rl.config import NeuralGRPOConfig
 
 
 def test_the_barcode_readers_and_their_skill_are_one_family_and_each_family_is_listed_once(registry):

@@ -1,6 +1,6 @@
 """The habits a maintainer expects, checked by the suite: ruff (pyflakes, isort, bugbear, pyupgrade, line length) and
 mypy report nothing, and every logger is named in the `maestro.*` hierarchy that `maestro serve`'s log configuration
-(serve/observability.py) and docs/serving.md rely on. Both tools come with the `test` extra; without one, its test
+(doors/serve/observability.py) and docs/serving.md rely on. Both tools come with the `test` extra; without one, its test
 skips and says how to install it."""
 
 import ast

@@ -38,10 +38,10 @@ from maestro_graph.policy.lm import (
 )
 from maestro_graph.policy.lm.weights import cached_hf_folder
 from maestro_graph.registry import Registry
-from maestro_graph.rl.config import LMTrainConfig
-from maestro_graph.rl.export import ExportOptions, episode_messages
-from maestro_graph.rl.rewards import format_errors
-from maestro_graph.rl.trl_train import sft_renderings
+from maestro_graph.training.rl.config import LMTrainConfig
+from maestro_graph.training.rl.export import ExportOptions, episode_messages
+from maestro_graph.training.rl.rewards import format_errors
+from maestro_graph.training.rl.trl_train import sft_renderings
 from maestro_graph.types import Answer, InvalidAction, Invoke, Step, StopReason
 
 SHORT = PromptOptions(card_chars=60, observation_chars=200)

@@ -26,8 +26,8 @@ from maestro_graph.policy.neural import (
 )
 from maestro_graph.registry import Registry
 from maestro_graph.registry.profiles import ProfileFile, profile_entry
-from maestro_graph.rl.augment import sample_unprofiled
-from maestro_graph.rl.grpo import NeuralGRPOConfig, NeuralGRPOTrainer, group_advantages
+from maestro_graph.training.rl.augment import sample_unprofiled
+from maestro_graph.training.rl.grpo import NeuralGRPOConfig, NeuralGRPOTrainer, group_advantages
 from maestro_graph.types import Answer, Step
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,13 +13,13 @@ import pytest
 from servers import EXAMPLES, data_url
 
 from maestro_graph.core.calibration import ConfidenceModel
+from maestro_graph.doors.serve import ServeSettings, create_app
+from maestro_graph.doors.serve.loopback import running_app
+from maestro_graph.doors.serve.protocol import NO_ANSWER
 from maestro_graph.episode.context import MaestroContext
 from maestro_graph.episode.graph import build_graph
 from maestro_graph.episode.runner import run_episode
 from maestro_graph.policy import make_policy
-from maestro_graph.serve import ServeSettings, create_app
-from maestro_graph.serve.loopback import running_app
-from maestro_graph.serve.protocol import NO_ANSWER
 
 QR_QUESTION = "What text does the QR code encode?"
 

@@ -11,8 +11,8 @@ import pytest
 from conftest import REAL
 from typer.testing import CliRunner
 
-from maestro_graph.cli import app
 from maestro_graph.core.tasks import load_tasks
+from maestro_graph.doors.cli import app
 from maestro_graph.episode.context import MaestroContext
 from maestro_graph.episode.graph import build_graph
 from maestro_graph.episode.runner import run_episode, run_tasks

@@ -112,7 +112,7 @@ def _maestro(venv: Path, *args: str, cwd: Path, timeout: float = 300, **env: str
 @pytest.mark.slow
 def test_the_installed_wheel_answers_from_outside_the_repo(fresh_venv, tmp_path):
     python = fresh_venv / "bin" / "python"
-    where = subprocess.run([str(python), "-c", "import maestro_graph, maestro_graph.agents as g; "
+    where = subprocess.run([str(python), "-c", "import maestro_graph, maestro_graph.doors.agents as g; "
                             "from maestro_graph.policy import SHIPPED_CHECKPOINT; "
                             "print(maestro_graph.__file__); print(SHIPPED_CHECKPOINT.is_file()); "
                             "print(callable(g.build_agent) and callable(g.maestro_tool)); "

@@ -10,8 +10,8 @@ import httpx
 import pytest
 from servers import EXAMPLES
 
-from maestro_graph.serve import ServeSettings, create_app
-from maestro_graph.serve.loopback import running_app
+from maestro_graph.doors.serve import ServeSettings, create_app
+from maestro_graph.doors.serve.loopback import running_app
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the `test` extra (scripts/setup.sh)")
 CHROMIUM = shutil.which("chromium")

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from maestro_graph.cli import app
+from maestro_graph.doors.cli import app
 from maestro_graph.episode.graph import build_graph
 from maestro_graph.episode.runner import run_episode
 from maestro_graph.errors import ConfigError
@@ -147,9 +147,9 @@ def recipe_features(tmp_path_factory):
     import subprocess
     import sys
 
-    from maestro_graph.bench.generate import make_suite
-    from maestro_graph.bench.generate.base import font_paths
     from maestro_graph.core.tasks import load_tasks
+    from maestro_graph.operations.bench.generate import make_suite
+    from maestro_graph.operations.bench.generate.base import font_paths
     from maestro_graph.registry.reach import Reach
 
     fonts = hashlib.sha256(" ".join(Path(p).name for p in font_paths()).encode()).hexdigest()[:16]

@@ -17,8 +17,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from maestro_graph.cli import app
 from maestro_graph.core.tasks import load_task_files
+from maestro_graph.doors.cli import app
 from maestro_graph.episode.context import MaestroContext
 from maestro_graph.episode.graph import build_graph
 from maestro_graph.episode.runner import run_episode, run_tasks
@@ -318,8 +318,8 @@ def test_a_server_with_a_reach_floor_answers_out_of_reach_questions_without_call
     import openai
     from servers import data_url
 
-    from maestro_graph.serve import ServeSettings, create_app
-    from maestro_graph.serve.loopback import running_app
+    from maestro_graph.doors.serve import ServeSettings, create_app
+    from maestro_graph.doors.serve.loopback import running_app
 
     image = BARCODES / json.loads((BARCODES / "tasks.jsonl").read_text().splitlines()[1])["images"][0]
     messages = [{"role": "user", "content": [

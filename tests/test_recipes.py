@@ -14,11 +14,11 @@ import yaml
 from conftest import REAL
 from typer.testing import CliRunner
 
-from maestro_graph.cli import app
 from maestro_graph.core.configs import Budget, build, load_yaml
+from maestro_graph.doors.cli import app
+from maestro_graph.doors.serve import ServeSettings
 from maestro_graph.errors import ConfigError
-from maestro_graph.rl.config import LMTrainConfig, NeuralGRPOConfig
-from maestro_graph.serve import ServeSettings
+from maestro_graph.training.rl.config import LMTrainConfig, NeuralGRPOConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "configs" / "recipes"

@@ -14,9 +14,9 @@ import yaml
 
 from maestro_graph.episode.runner import predict
 from maestro_graph.errors import ConfigError, ExpertFailure, ExpertRejected
+from maestro_graph.operations.reliability.suite import bad_input_suite, bad_skill_registry, fault_registry
 from maestro_graph.registry import Registry
 from maestro_graph.registry.handles import MAX_RESULT_ITEMS, Ledger
-from maestro_graph.reliability.suite import bad_input_suite, bad_skill_registry, fault_registry
 from maestro_graph.types import Invoke
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,9 +13,11 @@ import pytest
 from maestro_graph.cache.store import ExpertCache
 from maestro_graph.core.tasks import load_tasks
 from maestro_graph.episode.confidence import shipped_confidence
-from maestro_graph.evaluation.calibration import Judged, leave_one_source_out
-from maestro_graph.evaluation.evaluate import evaluate
-from maestro_graph.evaluation.routing_record import (
+from maestro_graph.registry import Registry
+from maestro_graph.registry.config import default_config_path, load_config
+from maestro_graph.training.evaluation.calibration import Judged, leave_one_source_out
+from maestro_graph.training.evaluation.evaluate import evaluate
+from maestro_graph.training.evaluation.routing_record import (
     BASELINE,
     LEARNED,
     RoutingNote,
@@ -23,8 +25,6 @@ from maestro_graph.evaluation.routing_record import (
     first_calls,
     routing_record_path,
 )
-from maestro_graph.registry import Registry
-from maestro_graph.registry.config import default_config_path, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = {"default": default_config_path(), "nolm": ROOT / "configs" / "registry-nolm.yaml"}

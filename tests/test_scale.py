@@ -21,15 +21,15 @@ from services import postgres_server, ray_cluster, ray_env, redis_server
 from typer.testing import CliRunner
 
 from maestro_graph.batch.executors import RayExecutor, RegistrySource
-from maestro_graph.cli import app
 from maestro_graph.core.configs import DEFAULT_MAX_COST, DEFAULT_MAX_TURNS
 from maestro_graph.core.tasks import load_tasks
+from maestro_graph.doors.cli import app
+from maestro_graph.doors.serve.loopback import free_port
+from maestro_graph.operations.reliability.suite import fault_registry
+from maestro_graph.operations.reliability.target import Target
+from maestro_graph.operations.reliability.traffic import thread_storage
 from maestro_graph.policy.base import ActionSpace, EpisodeView
-from maestro_graph.reliability.suite import fault_registry
-from maestro_graph.reliability.target import Target
-from maestro_graph.reliability.traffic import thread_storage
-from maestro_graph.rl.grpo import NeuralGRPOConfig, NeuralGRPOTrainer
-from maestro_graph.serve.loopback import free_port
+from maestro_graph.training.rl.grpo import NeuralGRPOConfig, NeuralGRPOTrainer
 
 BARCODE_TASKS = ROOT / "tests" / "data" / "real" / "barcode" / "tasks.jsonl"
 MAESTRO = Path(sys.executable).parent / "maestro"

@@ -20,9 +20,9 @@ import pytest
 from PIL import Image
 from servers import EXAMPLES, SLOW_QUESTION, data_url, slow_registry
 
+from maestro_graph.doors.serve import THREAD_HEADER, ServeSettings, create_app
+from maestro_graph.doors.serve.loopback import running_app
 from maestro_graph.registry import Registry
-from maestro_graph.serve import THREAD_HEADER, ServeSettings, create_app
-from maestro_graph.serve.loopback import running_app
 
 KEY_ENV = "MAESTRO_TEST_SERVE_KEY"
 KEY = "test-key-123"
@@ -137,7 +137,7 @@ def test_logs_are_json_lines_with_the_request_id(client):
     import json
     import logging
 
-    from maestro_graph.serve.observability import JsonLogFormatter
+    from maestro_graph.doors.serve.observability import JsonLogFormatter
 
     buffer = io.StringIO()
     handler = logging.StreamHandler(buffer)

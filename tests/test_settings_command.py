@@ -6,7 +6,7 @@ import json
 
 from typer.testing import CliRunner
 
-from maestro_graph.cli import app
+from maestro_graph.doors.cli import app
 
 
 def _json(result) -> dict:

@@ -10,7 +10,9 @@ import sqlite3
 import openai
 import pytest
 
-from maestro_graph.reliability.conversation import (
+from maestro_graph.doors.serve import ServeSettings, create_app
+from maestro_graph.doors.serve.loopback import running_app
+from maestro_graph.operations.reliability.conversation import (
     MB,
     NEW_THREADS_LIMIT_BYTES,
     ONE_THREAD_LIMIT_BYTES,
@@ -19,8 +21,6 @@ from maestro_graph.reliability.conversation import (
     resent_image_growth,
     sqlite_bytes,
 )
-from maestro_graph.serve import ServeSettings, create_app
-from maestro_graph.serve.loopback import running_app
 
 
 def _user(text: str, image: str | None = None) -> dict:

@@ -15,7 +15,7 @@ import pytest
 from servers import maestro_serve, slow_messages, slow_registry, stream_slow_episode
 from services import postgres_server
 
-from maestro_graph.serve.thread_lease import ThreadLeases
+from maestro_graph.doors.serve.thread_lease import ThreadLeases
 
 LEASE_S = 3
 
@@ -131,7 +131,7 @@ def test_a_replica_waiting_to_set_up_the_checkpoint_tables_never_stalls_the_one_
     from langgraph.checkpoint.postgres import PostgresSaver
     from psycopg.rows import dict_row
 
-    from maestro_graph.serve.checkpoint_db import _SETUP_LOCK, open_checkpointer
+    from maestro_graph.doors.serve.checkpoint_db import _SETUP_LOCK, open_checkpointer
 
     with psycopg.connect(db.url, autocommit=True) as admin:
         admin.execute("CREATE DATABASE setup_race")

@@ -1,7 +1,7 @@
 """A served Maestro under real traffic, through the real door: a `maestro serve` subprocess with two API
 keys, a checkpoint database and an allow-listed trickling host, the official `openai` client or httpx, and the
 server's own RSS and CPU time read from /proc. Each test runs a check of `maestro reliability`'s trust suite
-(maestro_graph/reliability/traffic.py) against it."""
+(maestro_graph/operations/reliability/traffic.py) against it."""
 
 from __future__ import annotations
 
@@ -16,11 +16,12 @@ import openai
 import pytest
 from servers import EXAMPLES, data_url, maestro_serve, server_env
 
-from maestro_graph.registry import Registry
-from maestro_graph.reliability.image_checks import bomb_request, bomb_urls
-from maestro_graph.reliability.suite import fault_registry
-from maestro_graph.reliability.target import Target
-from maestro_graph.reliability.traffic import (
+from maestro_graph.doors.serve import ServeSettings, create_app
+from maestro_graph.doors.serve.loopback import running_app
+from maestro_graph.operations.reliability.image_checks import bomb_request, bomb_urls
+from maestro_graph.operations.reliability.suite import fault_registry
+from maestro_graph.operations.reliability.target import Target
+from maestro_graph.operations.reliability.traffic import (
     OWNER_KEYS,
     Trickler,
     disconnect_case,
@@ -30,8 +31,7 @@ from maestro_graph.reliability.traffic import (
     traffic_server_args,
     trickle_case,
 )
-from maestro_graph.serve import ServeSettings, create_app
-from maestro_graph.serve.loopback import running_app
+from maestro_graph.registry import Registry
 
 KEYS_ENV = "MAESTRO_TEST_TRAFFIC_KEYS"
 ALICE = {"Authorization": f"Bearer {OWNER_KEYS[0]}"}
@@ -139,7 +139,7 @@ FREED_BY_THREADS = textwrap.dedent("""
 
     if sys.argv[1] != "-":
         from maestro_graph.registry import Registry
-        from maestro_graph.serve import create_app
+        from maestro_graph.doors.serve import create_app
         create_app(Registry.load(sys.argv[1]))
     idle = rss_mb()
 

@@ -14,14 +14,14 @@ from conftest import REAL
 from tiny_vlm import build_tiny_llama
 from typer.testing import CliRunner
 
-from maestro_graph.cli import app
 from maestro_graph.core.tasks import load_tasks
+from maestro_graph.doors.cli import app
 from maestro_graph.errors import ConfigError
 from maestro_graph.policy.lm import PromptOptions, conversation, final_answer_message, option_pairs, parse_action
 from maestro_graph.policy.lm.weights import cached_hf_folder
-from maestro_graph.rl.trl_sft import sft_examples, sft_renderings, sft_tokens
-from maestro_graph.rl.trl_tokens import episode_tokens, turn_tokens
-from maestro_graph.rl.trl_train import LMTrainConfig, load_train_config
+from maestro_graph.training.rl.trl_sft import sft_examples, sft_renderings, sft_tokens
+from maestro_graph.training.rl.trl_tokens import episode_tokens, turn_tokens
+from maestro_graph.training.rl.trl_train import LMTrainConfig, load_train_config
 from maestro_graph.types import Invoke, Step
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -207,7 +207,7 @@ def test_shrunken_cpu_recipe_learns_saves_an_adapter_evaluates_and_resumes(tmp_p
     import yaml
 
     from maestro_graph.policy import make_policy
-    from maestro_graph.rl.trl_train import train_lm
+    from maestro_graph.training.rl.trl_train import train_lm
 
     sft_data = _export(tmp_path, 60, 160)
     config = _tiny(tmp_path, sft_data, "run", eval_steps=1, steps=2, order="neural")
@@ -237,7 +237,7 @@ def test_shrunken_cpu_recipe_learns_saves_an_adapter_evaluates_and_resumes(tmp_p
     # the warm start alone (no GRPO), without evaluations: neither changes what the SFT phase writes
     again = replace(config, out_dir=str(tmp_path / "again"), eval_tasks=None, eval_steps=0, steps=0)
     (tmp_path / "again.yaml").write_text(yaml.safe_dump(asdict(again)))
-    child = subprocess.Popen([sys.executable, "-m", "maestro_graph.cli", "train-lm", "--config",
+    child = subprocess.Popen([sys.executable, "-m", "maestro_graph.doors.cli", "train-lm", "--config",
                               str(tmp_path / "again.yaml")], cwd=tmp_path, start_new_session=True,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     first = tmp_path / "again" / "sft" / "checkpoint-1" / "trainer_state.json"
@@ -260,7 +260,7 @@ def test_gpu_config_code_path_runs_one_step_on_cpu_with_the_tiny_model(tmp_path)
     """configs/train-lm-gpu.yaml (free generation, gradient checkpointing, its extra GRPO args) with only the sizes,
     the model (a tiny random SmolLM2: this checks the code path, not learning) and the generation backend
     substituted: a config or TRL API drift fails here, not on a GPU."""
-    from maestro_graph.rl.trl_train import train_lm
+    from maestro_graph.training.rl.trl_train import train_lm
 
     config = load_train_config(ROOT / "configs" / "train-lm-gpu.yaml", model=str(build_tiny_llama(tmp_path / "tiny")),
                                tasks=[str(TASKS)], eval_tasks=str(TASKS), eval_limit=1, steps=1, num_generations=2,
@@ -280,7 +280,7 @@ def test_gpu_config_code_path_runs_one_step_on_cpu_with_the_tiny_model(tmp_path)
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where there is no GPU")
 def test_a_gpu_run_without_a_gpu_is_refused_by_name_before_anything_loads(tmp_path):
-    from maestro_graph.rl.trl_train import train_lm
+    from maestro_graph.training.rl.trl_train import train_lm
 
     config = _tiny(tmp_path, TASKS, "run", use_cpu=False)
     with pytest.raises(ConfigError, match="field 'use_cpu': use_cpu is false but there is no GPU") as info:

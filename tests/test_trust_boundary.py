@@ -14,9 +14,9 @@ import httpx
 import pytest
 from servers import EXAMPLES, ROOT, data_url, free_port, maestro_serve, server_env
 
-from maestro_graph.reliability.suite import fault_registry
-from maestro_graph.reliability.target import PlantedPickle, Target
-from maestro_graph.reliability.trust import TRUST_CHECKS
+from maestro_graph.operations.reliability.suite import fault_registry
+from maestro_graph.operations.reliability.target import PlantedPickle, Target
+from maestro_graph.operations.reliability.trust import TRUST_CHECKS
 
 QR_QUESTION = "What text does the QR code encode?"
 

@@ -17,7 +17,7 @@ from PIL import Image, ImageDraw
 from typer.testing import CliRunner
 from vision_double import VisionEndpointDouble
 
-from maestro_graph.cli import app
+from maestro_graph.doors.cli import app
 from maestro_graph.episode.context import MaestroContext
 from maestro_graph.episode.graph import build_graph
 from maestro_graph.episode.runner import run_episode
@@ -264,7 +264,7 @@ def test_serve_vlm_starts_servers_one_after_another_and_sigterm_to_it_stops_them
 
     from servers import descendants, processes
 
-    from maestro_graph.serve.loopback import free_port
+    from maestro_graph.doors.serve.loopback import free_port
 
     ports = [free_port(), free_port()]
     registry = tmp_path / "registry.yaml"

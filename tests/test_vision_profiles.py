@@ -18,7 +18,7 @@ from servers import free_port
 from typer.testing import CliRunner
 from vision_double import VisionEndpointDouble
 
-from maestro_graph.cli import app
+from maestro_graph.doors.cli import app
 from maestro_graph.registry import Registry
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,7 +23,7 @@ from PIL import Image
 from typer.testing import CliRunner
 from vision_double import Asked, VisionEndpointDouble, image_digest
 
-from maestro_graph.cli import app
+from maestro_graph.doors.cli import app
 from maestro_graph.numbers import parse_number
 from maestro_graph.registry import load_skill
 from maestro_graph.registry.reach import reach_path

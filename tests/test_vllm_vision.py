@@ -26,7 +26,7 @@ from servers import ROOT, free_port, maestro_serve, vllm_server
 from tiny_vlm import QWEN3_MAX_PIXELS, QWEN_MAX_PIXELS, build_tiny_qwen3_vl, build_tiny_qwen_vl
 from typer.testing import CliRunner
 
-from maestro_graph.cli import app
+from maestro_graph.doors.cli import app
 from maestro_graph.errors import ExpertFailure
 from maestro_graph.registry import Registry
 from maestro_graph.registry.config import ImageTokens

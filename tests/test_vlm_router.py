@@ -23,8 +23,8 @@ from conftest import REAL
 from tiny_vlm import build_tiny_llava, build_tiny_qwen_vl
 from typer.testing import CliRunner
 
-from maestro_graph.cli import app
-from maestro_graph.rl.trl_train import load_train_config
+from maestro_graph.doors.cli import app
+from maestro_graph.training.rl.trl_train import load_train_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = REAL / "tables" / "tasks.jsonl"
@@ -103,7 +103,7 @@ def test_train_lm_sft_and_grpo_on_a_tiny_vision_language_model(tmp_path, tiny_vl
     from safetensors.torch import load_file
 
     from maestro_graph.core.tasks import load_task_files
-    from maestro_graph.rl.trl_train import train_lm
+    from maestro_graph.training.rl.trl_train import train_lm
 
     runner = CliRunner()
     pred, trl = tmp_path / "pred.jsonl", tmp_path / "trl.jsonl"

@@ -17,8 +17,8 @@ from maestro_graph.core.tasks import load_tasks
 from maestro_graph.policy.base import ActionSpace
 from maestro_graph.policy.neural import NeuralConfig, NeuralPolicy
 from maestro_graph.registry import Registry
-from maestro_graph.rl.grpo import NeuralGRPOConfig, NeuralGRPOTrainer
-from maestro_graph.rl.warm_start import valued_tree, warm_start
+from maestro_graph.training.rl.grpo import NeuralGRPOConfig, NeuralGRPOTrainer
+from maestro_graph.training.rl.warm_start import valued_tree, warm_start
 from maestro_graph.types import Answer, Invoke
 
 ROOT = Path(__file__).resolve().parents[1]

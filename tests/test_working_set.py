@@ -18,6 +18,8 @@ from PIL import Image
 from servers import EXAMPLES, data_url, slow_registry
 
 from maestro_graph.core.shared_budget import SharedBudget
+from maestro_graph.doors.serve import ServeSettings, create_app
+from maestro_graph.doors.serve.loopback import running_app
 from maestro_graph.images.load import (
     DECODE_MEMORY,
     MAX_DECODED_PIXELS,
@@ -28,10 +30,8 @@ from maestro_graph.images.load import (
     load_image,
     working_set_bytes,
 )
-from maestro_graph.reliability.image_checks import bomb_urls
-from maestro_graph.reliability.traffic import SHAPES_POLICY, webp_bomb_url
-from maestro_graph.serve import ServeSettings, create_app
-from maestro_graph.serve.loopback import running_app
+from maestro_graph.operations.reliability.image_checks import bomb_urls
+from maestro_graph.operations.reliability.traffic import SHAPES_POLICY, webp_bomb_url
 
 
 def _held_within(budget: SharedBudget, units: int, context: contextvars.Context | None, wait_s: float) -> bool:
@@ -162,7 +162,7 @@ def test_a_large_webp_is_decoded_in_a_quarter_of_pillows_memory_and_to_the_same_
 def test_the_admission_check_judges_answers_turns_and_bounds():
     """`maestro reliability`'s admission check fails on a refusal or a wrong count, on episodes that never took
     turns, and on a budget or an RSS past its bound."""
-    from maestro_graph.reliability.admission import ADMITTED_MEMORY_LIMIT_MB, admitted_problem
+    from maestro_graph.operations.reliability.admission import ADMITTED_MEMORY_LIMIT_MB, admitted_problem
 
     answered = ([200] * 4, ["7"] * 4)
     assert admitted_problem(*answered, waited=2, peak=500, limit=512, grown_mb=300) is None
@@ -177,9 +177,9 @@ def test_the_admission_check_judges_answers_turns_and_bounds():
 def test_maestro_reliability_admits_concurrent_large_images(tmp_path, image_memory):
     import os
 
-    from maestro_graph.reliability.admission import admitted_large_images
-    from maestro_graph.reliability.registries import fault_registry
-    from maestro_graph.reliability.target import Target
+    from maestro_graph.operations.reliability.admission import admitted_large_images
+    from maestro_graph.operations.reliability.registries import fault_registry
+    from maestro_graph.operations.reliability.target import Target
 
     case = admitted_large_images(Target("", os.getpid(), tmp_path, "", fault_registry(tmp_path, None)))
     assert case.ok, f"{case.attack}: {case.must} did not hold: {case.detail}"

@@ -17,12 +17,12 @@ from PIL import Image, ImageDraw, ImageFont
 from servers import EXAMPLES, ROOT, data_url, langgraph_dev, server_env
 
 from maestro_graph.core.question_text import EMPTY_QUESTION
+from maestro_graph.doors.serve import ServeSettings, create_app
+from maestro_graph.doors.serve.loopback import running_app
 from maestro_graph.episode.graph import build_graph
 from maestro_graph.episode.runner import run_episode
 from maestro_graph.episode.written_question import reads_as_question, written_calculation
 from maestro_graph.policy import ActionSpace, EpisodeView, make_policy
-from maestro_graph.serve import ServeSettings, create_app
-from maestro_graph.serve.loopback import running_app
 from maestro_graph.types import StopReason
 
 INVISIBLE = "\u2800\u200b\u3164"

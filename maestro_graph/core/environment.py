@@ -80,9 +80,9 @@ MODELS_DIR = EnvVar("MAESTRO_MODELS_DIR", "~/.cache/maestro-graph/models", "wher
 DEVICE = EnvVar("MAESTRO_DEVICE", "auto", "where local transformers models run: `cpu`, `cuda`, `cuda:1`, ...; "
                 "`auto`: `cuda` when torch sees a GPU, else `cpu`", "`backends.hf.default_device`")
 CACHE_DIR = EnvVar("MAESTRO_CACHE_DIR", ".maestro-cache", "the expert-call cache's folder: `--cache-dir`'s "
-                   "default", "the commands' `--cache-dir` (`cli/options.py`)")
+                   "default", "the commands' `--cache-dir` (`doors/cli/options.py`)")
 CACHE_TTL_S = EnvVar("MAESTRO_CACHE_TTL_S", str(7 * 24 * 3600), "seconds a Redis cache entry lives: "
-                     "`--cache-ttl-s`'s default", "the commands' `--cache-ttl-s` (`cli/options.py`)")
+                     "`--cache-ttl-s`'s default", "the commands' `--cache-ttl-s` (`doors/cli/options.py`)")
 SUITE_OWNER_KEYS = EnvVar("MAESTRO_SUITE_OWNER_KEYS", "", "the keys of the server `maestro reliability`'s thread "
                           "ownership check starts (set by the check itself)", "`reliability.traffic`")
 TRUST_SUITE_UNSET_KEY = EnvVar("MAESTRO_TRUST_SUITE_UNSET_KEY", "", "a key variable the trust suite names and "

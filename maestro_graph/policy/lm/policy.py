@@ -87,8 +87,8 @@ def make_ranker(order: str) -> Policy | None:
 def opening_ranking(ranker: Policy, view: EpisodeView, space: ActionSpace,
                     served: Registry | None = None) -> dict[str, float]:
     """Pair id -> `ranker`'s probability of opening the episode of `view` with it: what numbers a composite router's
-    options, where it is served (`LMPolicy.ranked_space`) and in its training renderings (rl/export.py), so option
-    1 is the same expert in both for the same state. In training, `served` is the registry the router is served
+    options, where it is served (`LMPolicy.ranked_space`) and in its training renderings (`training/rl/export.py`), so
+    option 1 is the same expert in both for the same state. In training, `served` is the registry the router is served
     with: a training view hides families and paraphrases cards for the LM to learn from, while the ranker reads the
     served cards, as it will; the ranking keeps the view's pairs (and the served cards' embeddings are computed once,
     where encoding each paraphrase took most of a training run's time)."""

@@ -1,0 +1,1 @@
+"""Operations: the fault, bad-input and trust suites, and the benchmark generator."""

@@ -1,0 +1,126 @@
+"""`maestro calibrate`: a confidence model fitted on the recorded evidence of scored episodes (prediction files
+`maestro eval` wrote), and its calibration on other episodes: over all of their answers, with each source weighing
+alike (so the plentiful, easy sources do not carry the figure), and leaving each source out of the fit in turn (how
+it holds on a kind of question it never saw)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...core.calibration import ConfidenceModel, ReliabilityBin, expected_calibration_error, reliability_bins
+from ...core.jsonl import read_jsonl
+from ...errors import ConfigError
+
+__all__ = ["BIN_MIN_ANSWERS", "Fold", "Judged", "fit_confidence", "judged_answers", "leave_one_source_out",
+           "worst_gap"]
+
+BIN_MIN_ANSWERS = 10
+"""A reliability bin with at least this many answers counts in `worst_gap` (fewer: one answer moves it by 0.1+)."""
+
+
+@dataclass(frozen=True)
+class Judged:
+    """The answered episodes of prediction files: the evidence each answer rested on and its score."""
+
+    basis: list[dict[str, float]]
+    right: list[float]
+    sources: list[str]
+
+    def _weights(self, balanced: bool) -> list[float] | None:
+        """Each answer's weight: 1, or, `balanced`, 1/(its source's answers), so that every source weighs alike."""
+        if not balanced:
+            return None
+        counts = Counter(self.sources)
+        return [1.0 / counts[s] for s in self.sources]
+
+    def ece(self, model: ConfidenceModel, *, balanced: bool = False) -> float | None:
+        """The expected calibration error (10 bins) of `model`'s confidences on these answers (`balanced`: each
+        source weighing alike)."""
+        return expected_calibration_error([model.probability(b) for b in self.basis], self.right,
+                                          weights=self._weights(balanced))
+
+    def reliability(self, model: ConfidenceModel, *, balanced: bool = False) -> list[ReliabilityBin]:
+        """The reliability diagram's bins of `model`'s confidences on these answers."""
+        return reliability_bins([model.probability(b) for b in self.basis], self.right,
+                                weights=self._weights(balanced))
+
+    def only(self, sources: set[str], *, leave_out: bool = False) -> Judged:
+        """The answers of `sources` (`leave_out`: of every other source)."""
+        rows = [i for i, s in enumerate(self.sources) if (s in sources) != leave_out]
+        return Judged([self.basis[i] for i in rows], [self.right[i] for i in rows], [self.sources[i] for i in rows])
+
+
+def worst_gap(bins: list[ReliabilityBin]) -> float | None:
+    """The largest |accuracy - mean confidence| of a bin with at least BIN_MIN_ANSWERS answers (None: no such bin)."""
+    gaps = [abs(b.accuracy - b.confidence) for b in bins
+            if b.count >= BIN_MIN_ANSWERS and b.accuracy is not None and b.confidence is not None]
+    return max(gaps) if gaps else None
+
+
+@dataclass(frozen=True)
+class Fold:
+    """One source left out: the model fitted on every other source's answers, measured on this source's."""
+
+    source: str
+    answers: int
+    accuracy: float
+    confidence: float
+    """The mean confidence the model gave this source's answers."""
+    ece: float | None
+    worst_gap: float | None
+    reliability: list[ReliabilityBin]
+
+
+def leave_one_source_out(judged: Judged) -> tuple[list[Fold], Fold]:
+    """Each source's fold (the model fitted on the others), and all folds' answers pooled (each answer with the
+    confidence of the model that never saw its source; `source` is "all")."""
+    folds, confidence, right = [], [], []
+    for source in sorted(set(judged.sources)):
+        rest, held = judged.only({source}, leave_out=True), judged.only({source})
+        if not rest.right:
+            raise ConfigError(f"only one source ({source}) in the answers: leaving it out leaves nothing to fit on")
+        model = ConfidenceModel.fit(rest.basis, rest.right, fitted_on=f"every source but {source}")
+        said = [model.probability(b) for b in held.basis]
+        confidence += said
+        right += held.right
+        folds.append(_fold(source, said, held.right))
+    return folds, _fold("all", confidence, right)
+
+
+def _fold(source: str, confidence: list[float], right: list[float]) -> Fold:
+    bins = reliability_bins(confidence, right)
+    return Fold(source, len(right), sum(right) / max(1, len(right)), sum(confidence) / max(1, len(confidence)),
+                expected_calibration_error(confidence, right), worst_gap(bins), bins)
+
+
+def judged_answers(files: list[Path]) -> Judged:
+    """Every answered, scored episode of `files` (a ConfigError naming the file and line of one that recorded no
+    `confidence_basis` or no `score`: written before confidences were recorded, or by `maestro predict` on items
+    without an answer key)."""
+    basis, right, sources = [], [], []
+    for path in files:
+        for line in read_jsonl(path):
+            record = line.value
+            if line.problem or not isinstance(record, dict):
+                raise ConfigError(f"line {line.number}: {line.problem or 'not a prediction record'}", file=str(path))
+            if record.get("answer") is None:
+                continue
+            for key in ("confidence_basis", "score"):
+                if record.get(key) is None:
+                    raise ConfigError(f"line {line.number} ({record.get('id')}) has an answer but no `{key}`; "
+                                      "evaluate again with `maestro eval` at this version", file=str(path), field=key)
+            basis.append(record["confidence_basis"])
+            right.append(float(record["score"]))
+            sources.append(str(record.get("source") or "unknown"))
+    return Judged(basis, right, sources)
+
+
+def fit_confidence(files: list[Path]) -> tuple[ConfidenceModel, Judged]:
+    """A confidence model fitted on the answers of `files`, and those answers."""
+    judged = judged_answers(files)
+    if not judged.right:
+        raise ConfigError("no answered, scored episode to fit on", file=", ".join(map(str, files)))
+    fitted_on = ", ".join(str(f) for f in files)
+    return ConfidenceModel.fit(judged.basis, judged.right, fitted_on=fitted_on), judged
