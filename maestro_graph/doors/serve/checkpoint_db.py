@@ -165,5 +165,4 @@ def open_leases(checkpointer: BaseCheckpointSaver | None, settings: ServeSetting
     try:
         return ThreadLeases(location, lease_s=settings.thread_lease_s, connect_timeout_s=_CONNECT_TIMEOUT_S)
     except Exception as exc:  # noqa: BLE001 - process boundary: any failure to reach the database stops the start
-        raise ServiceUnavailable("Postgres (thread leases)", _redacted(location), str(exc).splitlines()[0] if str(exc)
-                                 else exc.__class__.__name__) from None
+        raise _unavailable(location, "thread leases", exc) from None
