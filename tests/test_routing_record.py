@@ -67,9 +67,7 @@ def test_the_shipped_router_earns_its_recorded_figures_on_the_shipped_registry(n
     print(f"\n{name}: {measured} (recorded {record.accuracy})")
     assert run.results[0].metrics()["items"] == len(tasks.read_text().splitlines()) and not run.skipped
     assert not record.problems(measured), record.problems(measured)
-    answered = [r for r in run.results[0].records if r["answer"] is not None]
-    judged = Judged([r["confidence_basis"] for r in answered], [r["score"] for r in answered],
-                    [r["source"] for r in answered])
+    judged = Judged.of(run.results[0].records)
     balanced, (_, pooled) = judged.ece(shipped_confidence(), balanced=True), leave_one_source_out(judged)
     print(f"{name}: ECE source-balanced {balanced:.3f}, each source left out {pooled.ece:.3f}")
     assert balanced is not None and balanced <= SAMPLE_ECE

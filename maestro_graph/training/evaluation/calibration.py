@@ -6,6 +6,7 @@ it holds on a kind of question it never saw)."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,13 @@ class Judged:
     basis: list[dict[str, float]]
     right: list[float]
     sources: list[str]
+
+    @classmethod
+    def of(cls, records: Iterable[dict]) -> Judged:
+        """The answered episodes of prediction records (`maestro eval`'s, or `PolicyResult.records`)."""
+        answered = [r for r in records if r.get("answer") is not None]
+        return cls([r["confidence_basis"] for r in answered], [float(r["score"]) for r in answered],
+                   [str(r.get("source") or "unknown") for r in answered])
 
     def _weights(self, balanced: bool) -> list[float] | None:
         """Each answer's weight: 1, or, `balanced`, 1/(its source's answers), so that every source weighs alike."""
@@ -99,7 +107,7 @@ def judged_answers(files: list[Path]) -> Judged:
     """Every answered, scored episode of `files` (a ConfigError naming the file and line of one that recorded no
     `confidence_basis` or no `score`: written before confidences were recorded, or by `maestro predict` on items
     without an answer key)."""
-    basis, right, sources = [], [], []
+    records = []
     for path in files:
         for line in read_jsonl(path):
             record = line.value
@@ -111,10 +119,8 @@ def judged_answers(files: list[Path]) -> Judged:
                 if record.get(key) is None:
                     raise ConfigError(f"line {line.number} ({record.get('id')}) has an answer but no `{key}`; "
                                       "evaluate again with `maestro eval` at this version", file=str(path), field=key)
-            basis.append(record["confidence_basis"])
-            right.append(float(record["score"]))
-            sources.append(str(record.get("source") or "unknown"))
-    return Judged(basis, right, sources)
+            records.append(record)
+    return Judged.of(records)
 
 
 def fit_confidence(files: list[Path]) -> tuple[ConfidenceModel, Judged]:
