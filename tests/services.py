@@ -78,8 +78,8 @@ class _RayNode:
 @contextlib.contextmanager
 def _ray_nodes(*nodes: _RayNode) -> Iterator[list[subprocess.Popen]]:
     """`ray start --block` nodes started at once (a worker node waits for its head by itself), each in its own
-    temporary directory and process group (so a test can kill a node: `os.killpg(proc.pid, SIGKILL)`); yields their
-    processes; stopped and removed afterwards."""
+    temporary directory and session (so a test can take a node away: `kill_node`); yields their processes; stopped
+    and removed afterwards."""
     started: list[tuple[subprocess.Popen, str, Path]] = []
     try:
         for node in nodes:
@@ -138,9 +138,31 @@ def ray_two_nodes(hidden: Path, workdir: Path, worker_cpus: int = 2, read_only: 
 @contextlib.contextmanager
 def ray_node(address: str, num_cpus: int) -> Iterator[subprocess.Popen]:
     """One more node of `num_cpus` CPUs joining the cluster at `address`; yields its `ray start` process, whose
-    process group is the node (raylet, workers): `os.killpg(proc.pid, signal.SIGKILL)` takes the node away."""
+    session is the node (raylet, workers): `kill_node` takes it away."""
     with _ray_nodes(_RayNode([f"--address={address}", f"--num-cpus={num_cpus}"])) as (proc,):
         yield proc
+
+
+def kill_node(proc: subprocess.Popen) -> None:
+    """SIGKILL every process of a node's session at once, as a machine that loses power: Ray puts each worker in a
+    process group of its own, so killing the node's group would leave its workers running until they notice."""
+    for pid in session_pids(proc.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def session_pids(session: int, title: bytes = b"") -> set[int]:
+    """The processes of a session whose command line holds `title`."""
+    pids = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[3]) == session and title in cmdline:
+            pids.add(int(stat.parent.name))
+    return pids
 
 
 @contextlib.contextmanager

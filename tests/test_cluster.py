@@ -11,7 +11,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -24,7 +23,7 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from PIL import Image
-from services import ray_env, ray_node, ray_two_nodes
+from services import kill_node, ray_env, ray_node, ray_two_nodes, session_pids
 from test_scale import BARCODE_TASKS, _records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,9 +138,9 @@ def test_a_node_lost_mid_run_is_named_and_its_items_finish_on_the_other_workers(
         while len(list(inside.iterdir())) < 4:  # every worker, on either node, is inside an item
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-3000:]
             time.sleep(0.1)
-        workers = _actor_pids(doomed.pid)
+        workers = session_pids(doomed.pid, b"_RayWorker")
         assert workers and workers <= {int(p.name) for p in inside.iterdir()}, workers
-        os.killpg(doomed.pid, signal.SIGKILL)
+        kill_node(doomed)
         killed = time.monotonic()
         gate.touch()
         output = proc.communicate(timeout=300)[0]
@@ -208,20 +207,6 @@ def test_a_node_folder_others_can_write_is_refused(tmp_path, monkeypatch):
     folder.chmod(0o777)
     with pytest.raises(ConfigError, match=r"only it can write .*mode drwxrwxrwx"):
         node_folder()
-
-
-def _actor_pids(session: int) -> set[int]:
-    """The Maestro workers among a node's processes (its `ray start` session)."""
-    pids = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            title = (stat.parent / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if int(fields[3]) == session and b"_RayWorker" in title:
-            pids.add(int(stat.parent.name))
-    return pids
 
 
 def _counters(run: Path) -> dict[str, float]:

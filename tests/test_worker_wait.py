@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from services import ray_cluster, ray_env, ray_node
+from services import kill_node, ray_cluster, ray_env, ray_node
 from test_cluster import _NODE_HEALTH, _own_registry
 from test_scale import BARCODE_TASKS
 
@@ -47,7 +46,7 @@ def test_losing_the_only_worker_node_ends_the_run_after_the_wait(tmp_path, monke
             time.sleep(0.01)
         gate.unlink()
         time.sleep(0.5)  # the worker waits at the gate inside a later item
-        os.killpg(only.pid, signal.SIGKILL)
+        kill_node(only)
         killed = time.monotonic()
         output = proc.communicate(timeout=180)[0]
     ended_s = time.monotonic() - killed
