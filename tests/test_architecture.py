@@ -132,9 +132,11 @@ def test_top_level_modules_are_the_skill_api():
     assert modules == SKILL_API | {"__init__"}, "a new module goes into the folder of its layer"
 
 
-SKILL_IMPORTS = {f"maestro_graph.{name}" for name in SKILL_API} | {"maestro_graph.experts.protocols"}
-"""What skill code may import of the package: the skill API and the experts' contract (their result types and the
-vision-cv vocabulary); the rest (the vision-chat procedure included) it reaches through its context."""
+SKILL_IMPORTS = {f"maestro_graph.{name}" for name in SKILL_API} | {"maestro_graph.experts.protocols",
+                                                                    "maestro_graph.registry.context"}
+"""What skill code may import of the package: the skill API, the experts' contract (their result types and the
+vision-cv vocabulary) and the type of the context its `run` is given; the rest (the vision-chat procedure included)
+it reaches through that context."""
 
 
 def _package_imports(path: Path) -> list[str]:

@@ -3,6 +3,7 @@ servers that fail in known ways, and the general-qa skill."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -210,6 +211,48 @@ class _FlakyHandler(_JSONHandler):
 def flaky_server() -> Iterator[str]:
     _FlakyHandler.calls = 0
     yield from _serve(_FlakyHandler)
+
+
+class _ScriptedHandler(_JSONHandler):
+    """A loopback double of a chat server that replies with the scripted text for the question it is sent (and 400
+    to a request without it), so a test can give the skill the rambling replies a small model makes."""
+
+    replies: dict[str, str] = {}
+
+    def do_POST(self):  # noqa: N802 - the http.server naming
+        sent = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))["messages"][-1]["content"]
+        reply = next((r for q, r in self.replies.items() if f"Question: {q}" in sent), None)
+        if reply is None:
+            self.reply_json(400, {"error": {"message": f"no scripted reply for {sent!r}"}})
+        else:
+            self.reply_json(200, {"choices": [{"message": {"role": "assistant", "content": reply}}], "usage": {}})
+
+
+def test_general_qa_gives_no_answer_when_the_reply_only_restates_the_question(tmp_path):
+    """"The group that has the highest value in 2008 is the group that has the highest value in 2010" answers
+    nothing; a reply that names something of its own is kept, restatement dropped."""
+    asked = "Which group, favor or oppose, has the highest value in Sept 2008?"
+    _ScriptedHandler.replies = {
+        asked: "The group that has the highest value in Sept 2008 is the group that has the highest value in Sept "
+               "2010.",
+        "Which group, favor or oppose, is largest?": "The largest group is Favor.",
+    }
+    config = tmp_path / "registry.yaml"
+    with contextlib.contextmanager(_serve)(_ScriptedHandler) as url:
+        config.write_text(f"""
+skill_dirs: ["{Path(__file__).resolve().parents[1] / 'skills'}"]
+models:
+  - name: chat
+    description: a chat model behind a scripted loopback server
+    capabilities: [chat]
+    backend: {{type: openai, base_url: "{url}", model: m}}
+""")
+        registry = Registry.load(config)
+        echo = registry.run(Invoke("chat", "general-qa"), question=asked, images=[])
+        named = registry.run(Invoke("chat", "general-qa"), question="Which group, favor or oppose, is largest?",
+                             images=[])
+    assert echo.error is None and echo.answer is None and echo.confidence == 0.0 and "Sept 2010" in echo.evidence
+    assert named.error is None and named.answer == "Favor"
 
 
 def test_overloaded_server_is_retried_but_a_client_error_is_not(error_server, flaky_server, tmp_path):

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LINTED = ("maestro_graph", "graphs", "scripts", "tests", "setup.py")
-"""What ruff checks (its configuration in pyproject.toml leaves skills/ out); mypy's files are in its own section."""
+LINTED = ("maestro_graph", "graphs", "skills", "scripts", "tests", "setup.py")
+"""What ruff checks; mypy's files are in its own section (not skills/: their folders are plug-ins, not packages)."""
 LOGGED = ("maestro_graph", "graphs", "scripts")
 """Where loggers are made (tests may attach to any logger they observe)."""
 LOGGER_ROOT = "maestro"

@@ -21,6 +21,7 @@ from maestro_graph.answer_forms import asks_yes_no, opens_polar
 from maestro_graph.choices import inline_choices, question_stem
 from maestro_graph.errors import SkillError
 from maestro_graph.numbers import numbers_in, parse_number
+from maestro_graph.registry.context import SkillContext
 from maestro_graph.types import SkillResult
 
 _WORD_NUMBERS = {
@@ -307,7 +308,7 @@ def declines(request: str, choices: list[str] | None) -> str | None:
     return solvable if isinstance(solvable, str) else None
 
 
-def run(ctx) -> SkillResult:
+def run(ctx: SkillContext) -> SkillResult:
     solvable = _solvable(ctx.request, ctx.choices)
     if isinstance(solvable, str):
         return SkillResult(evidence=solvable, answer=None, confidence=0.0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from maestro_graph.experts.protocols import Barcode
+from maestro_graph.registry.context import SkillContext
 from maestro_graph.scoring import normalize_text
 from maestro_graph.types import SkillResult
 
@@ -113,7 +114,7 @@ def declines(request: str, choices: list[str] | None) -> str | None:
     return NOT_ABOUT_CODES if _intent(request) == "other" else None
 
 
-def run(ctx) -> SkillResult:
+def run(ctx: SkillContext) -> SkillResult:
     question = ctx.request
     intent = _intent(question)
     if intent == "other":

@@ -7,9 +7,12 @@ from dataclasses import replace
 from PIL import Image
 
 from maestro_graph.experts.protocols import Barcode
+from maestro_graph.registry.context import SkillContext
 
 
-def run(ctx, image: Image.Image | None = None, region: tuple[int, int, int, int] | None = None) -> list[Barcode]:
+def run(
+    ctx: SkillContext, image: Image.Image | None = None, region: tuple[int, int, int, int] | None = None
+) -> list[Barcode]:
     """Decode `image` (default: the episode's first image), optionally cropped to `region` (x0, y0, x1, y1)."""
     image = ctx.image if image is None else image
     if region is None:

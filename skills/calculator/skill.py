@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from maestro_graph.errors import SkillError
+from maestro_graph.registry.context import SkillContext
 
 
-def run(ctx, expression: str | None = None, equations: list[str] | None = None,
+def run(ctx: SkillContext, expression: str | None = None, equations: list[str] | None = None,
         unknown: str | None = None) -> str | list[str]:
     """`expression="2*(3+4)"` -> "14"; `equations=["2x+3=11"], unknown="x"` -> ["4"]. Exactly one of the two."""
     if (expression is None) == (equations is None):

@@ -7,6 +7,7 @@ import re
 import numpy as np
 
 from maestro_graph.answer_forms import answered_yes_or_no
+from maestro_graph.registry.context import SkillContext
 from maestro_graph.types import SkillResult
 
 from .chartlib import questions, text
@@ -22,7 +23,7 @@ missing picture (maestro_graph/policy/base.py, `_claimed_for_an_image`)."""
 COUNTS_MARKS = "the question counts the chart's marks; this skill reads values, it does not count marks"
 
 
-def run(ctx) -> SkillResult:
+def run(ctx: SkillContext) -> SkillResult:
     if _COUNTS_MARKS_RE.search(ctx.request):
         return SkillResult(evidence=COUNTS_MARKS, answer=None, confidence=0.0)
     boxes = text.chart_boxes(lambda image: ctx.use("ocr", image=image).boxes, ctx.image)

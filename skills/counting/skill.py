@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from maestro_graph.experts.protocols import CONTACT_TOLERANCE_PX
 from maestro_graph.numbers import numbers_in, parse_number
+from maestro_graph.registry.context import SkillContext
 from maestro_graph.types import SkillResult
 
 from .question import Request, claim_in, parse
@@ -25,7 +26,7 @@ def declines(request: str, choices: list[str] | None) -> str | None:
     return NO_MEASURE if parse(request, choices) is None else None
 
 
-def run(ctx) -> SkillResult:
+def run(ctx: SkillContext) -> SkillResult:
     request = parse(ctx.request, ctx.choices)
     if request is None:
         return SkillResult(evidence=NO_MEASURE, answer=None, confidence=0.0)
@@ -45,7 +46,7 @@ def _number(value: int, request: Request) -> str:
     return f"{{{value}}}" if request.braces else str(value)
 
 
-def _grid(ctx, request: Request) -> tuple[str, str | None, float]:
+def _grid(ctx: SkillContext, request: Request) -> tuple[str, str | None, float]:
     grid = ctx.model.grid(ctx.image)
     if grid.rows == 0 or grid.columns == 0:
         return "no ruled grid found (need full-width horizontal and full-height vertical rules)", None, 0.0
@@ -58,7 +59,7 @@ def _grid(ctx, request: Request) -> tuple[str, str | None, float]:
     return evidence, "(" + ",".join(str(values[p]) for p in parts) + ")", 0.85
 
 
-def _crossings(ctx, request: Request) -> tuple[str, str | None, float]:
+def _crossings(ctx: SkillContext, request: Request) -> tuple[str, str | None, float]:
     colors = list(request.colors[:2])
     if len(colors) < 2:  # the question names fewer than two colours: take the figure's main colours
         main = [c.name for c in ctx.model.colors(ctx.image) if c.name not in ("white", "black", "gray")]
@@ -71,7 +72,7 @@ def _crossings(ctx, request: Request) -> tuple[str, str | None, float]:
     return evidence, _number(len(found), request), 0.8
 
 
-def _contact(ctx, request: Request) -> tuple[str, str | None, float]:
+def _contact(ctx: SkillContext, request: Request) -> tuple[str, str | None, float]:
     pairs = ctx.model.circle_pairs(ctx.image)
     if not pairs:
         return "fewer than two circles found", None, 0.0
@@ -85,7 +86,7 @@ def _contact(ctx, request: Request) -> tuple[str, str | None, float]:
     return evidence, "Yes" if verdict else "No", 0.9 if clear else 0.6
 
 
-def _shapes(ctx, request: Request) -> tuple[str, str | None, float]:
+def _shapes(ctx: SkillContext, request: Request) -> tuple[str, str | None, float]:
     color = request.colors[0] if request.colors else None
     found = ctx.use("shapes", shape=request.shape, color=color)
     noun = f"{color + ' ' if color else ''}{request.shape}(s)"

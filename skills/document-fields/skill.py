@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from maestro_graph.answer_forms import answered_yes_or_no
+from maestro_graph.registry.context import SkillContext
 from maestro_graph.types import SkillResult
 
 MAX_SIDE = 2400  # larger scans are shrunk first: OCR time grows with the area, receipt text stays readable
@@ -77,7 +78,8 @@ def field_of(question: str) -> tuple[str, str]:
         return "total", ""
     if re.search(r"\bdate\b|\bwhen\b|\bwhat day\b", q):
         return "date", ""
-    match = re.search(r"\b(?:what|who)(?:'s| is| are| was)\s+(?:the\s+)?(.+?)(?:\s+(?:on|in|of|for)\s+(?:this|the)\b.*)?\??$", q)
+    match = re.search(r"\b(?:what|who)(?:'s| is| are| was)\s+(?:the\s+)?(.+?)"
+                      r"(?:\s+(?:on|in|of|for)\s+(?:this|the)\b.*)?\??$", q)
     key = (match.group(1) if match else q).strip(" ?.:")
     return "key", key
 
@@ -284,7 +286,7 @@ def find_key(lines, key: str) -> Found | None:
     return None
 
 
-def read_lines(ctx):
+def read_lines(ctx: SkillContext):
     """OCR lines of the document. Huge scans are shrunk first; receipts are not enlarged (on the real-dev receipts
     enlarging made Tesseract slower and no more accurate)."""
     view = ctx.use("zoom", op="upscale", image=ctx.image, factor=1.0, max_side=MAX_SIDE)
@@ -294,7 +296,7 @@ def read_lines(ctx):
 NOT_A_FIELD = "the question asks yes or no: a field's value does not answer it"
 
 
-def run(ctx) -> SkillResult:
+def run(ctx: SkillContext) -> SkillResult:
     # "Is the total more than 5 dollars?" would get the total back ("5.70"): declined before any OCR. In code, not
     # by a `declines` check: a check that accepts every other question would claim a question asked without an
     # image as one about a missing picture (maestro_graph/policy/base.py, `_claimed_for_an_image`).

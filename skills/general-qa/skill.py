@@ -3,7 +3,7 @@
 The SKILL.md body is the system message. The model never sees pixels: when the episode has images and the registry
 has an OCR model, the text read in them is passed in the user message. Replies of small models ramble, so the
 answer is cut down to what the question asks for: an option, a number when it asks for a quantity, else the first
-line without a restatement of the question.
+line without a restatement of the question (none when the reply only restates it).
 
 A follow-up question ("How many letters does it have?") continues a conversation: the earlier questions and answers
 (`ctx.history`) go to the model as the chat they were. Counting the letters, characters, words or digits of a given
@@ -17,6 +17,7 @@ import re
 
 from maestro_graph.answer_forms import expected_form
 from maestro_graph.numbers import first_number
+from maestro_graph.registry.context import SkillContext
 from maestro_graph.scoring import choice_label, letters_only, normalize_text, option_labels, yes_no_in
 from maestro_graph.types import SkillResult
 
@@ -29,6 +30,11 @@ COUNTED_CONFIDENCE = 0.9
 """A count computed over a given text is exact; only which text the question means can be wrong."""
 MAX_TURN_CHARS = 300
 """Each earlier question and answer passed to the model is cut to this many characters."""
+ECHO_WORDS = 6
+"""A restated answer of this many words or more that adds at most one word of its own to the question's says
+nothing."""
+_FUNCTION_WORDS = frozenset("a an the this that these those is are was were be has have had of in on at to for with by "
+                            "and or it its which who what".split())
 
 _NUMBER_QUESTION_RE = re.compile(
     r"\b(how (many|much|long|far|old|tall)|what (is|was) the (total|sum|difference|number|value|cost|price|area|"
@@ -48,7 +54,7 @@ _UNITS = {
 }
 
 
-def _ocr_context(ctx) -> str:
+def _ocr_context(ctx: SkillContext) -> str:
     """Text read in every image, or "" when the episode has no image or the registry no OCR model."""
     if not ctx.image_refs or "ocr" not in ctx.registry.skills or ctx.registry.model_with("ocr") is None:
         return ""
@@ -90,14 +96,20 @@ def _short_answer(reply: str, question: str) -> str | None:
     return _drop_restatement(line.rstrip(".").strip(), question) or None
 
 
-def _drop_restatement(line: str, question: str) -> str:
-    """"The capital of France is Paris" -> "Paris" when the words before "is" restate the question."""
+def _drop_restatement(line: str, question: str) -> str | None:
+    """"The capital of France is Paris" -> "Paris" when the words before "is" restate the question; None when the
+    words after it restate the question too ("The group that has the highest value in 2008 is the group that has the
+    highest value in 2010" to "Which group has the highest value in 2008?": a long rest that adds at most one word
+    of its own to the question's and function words)."""
     match = _RESTATED_RE.match(line)
     if not match:
         return line
+    asked = set(re.findall(r"[a-z0-9]+", question.lower())) | _FUNCTION_WORDS
     subject = {w for w in re.findall(r"[a-z0-9]+", match.group("subject").lower()) if len(w) > 3}
-    asked = set(re.findall(r"[a-z0-9]+", question.lower()))
-    return match.group("rest") if subject and subject <= asked else line
+    if not subject or not subject <= asked:
+        return line
+    rest = re.findall(r"[a-z0-9]+", match.group("rest").lower())
+    return None if len(rest) >= ECHO_WORDS and len(set(rest) - asked) <= 1 else match.group("rest")
 
 
 def _label_re(labels: list[str]) -> re.Pattern:
@@ -151,7 +163,7 @@ def _conversation(history: list) -> list[dict[str, str]]:
     return messages
 
 
-def run(ctx) -> SkillResult:
+def run(ctx: SkillContext) -> SkillResult:
     question = ctx.request
     if not ctx.choices:
         counted = _counted(question, ctx.history)

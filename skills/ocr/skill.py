@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from PIL import Image
 
 from maestro_graph.experts.protocols import TextBox
+from maestro_graph.registry.context import SkillContext
 
 
 @dataclass
@@ -55,7 +56,9 @@ def reading_order(boxes: list[TextBox], overlap: float = 0.5) -> list[OcrLine]:
     return sorted(ordered, key=lambda line: line.box[1])
 
 
-def run(ctx, image: Image.Image | None = None, region: tuple[int, int, int, int] | None = None) -> OcrPage:
+def run(
+    ctx: SkillContext, image: Image.Image | None = None, region: tuple[int, int, int, int] | None = None
+) -> OcrPage:
     """OCR `image` (default: the episode's first image), optionally cropped to `region` (x0, y0, x1, y1).
     Boxes are returned in the coordinates of the image passed in."""
     image = ctx.image if image is None else image
@@ -65,5 +68,6 @@ def run(ctx, image: Image.Image | None = None, region: tuple[int, int, int, int]
         dx, dy = region[0], region[1]
     boxes = ctx.model.ocr(image)
     if dx or dy:
-        boxes = [TextBox(b.text, (b.box[0] + dx, b.box[1] + dy, b.box[2] + dx, b.box[3] + dy), b.confidence) for b in boxes]
+        boxes = [TextBox(b.text, (b.box[0] + dx, b.box[1] + dy, b.box[2] + dx, b.box[3] + dy), b.confidence)
+                 for b in boxes]
     return OcrPage(boxes=boxes, lines=reading_order(boxes), size=image.size)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from PIL import Image
 
 from maestro_graph.experts.protocols import COLOR_NAMES, POLYGON_SIDES, SHAPE_NAMES, shape_kind
+from maestro_graph.registry.context import SkillContext
 
 
-def run(ctx, shape: str, image: Image.Image | None = None, color: str | None = None) -> list:
+def run(ctx: SkillContext, shape: str, image: Image.Image | None = None, color: str | None = None) -> list:
     """Shapes of kind `shape` ("circles", "pentagon", ...) in `image` (default: the episode's first image), only of
     `color` when given. Circles come back as `Circle`, polygons as `Polygon` (maestro_graph.experts.opencv_vision).
     A shape or colour name outside the vocabulary is the caller's mistake: ValueError naming the accepted ones."""

@@ -6,6 +6,7 @@ from PIL import Image
 
 from maestro_graph.answer_forms import answered_yes_or_no
 from maestro_graph.experts.protocols import TextBox
+from maestro_graph.registry.context import SkillContext
 from maestro_graph.scoring import is_yes_no
 from maestro_graph.types import SkillResult
 
@@ -16,13 +17,13 @@ from .tablelib.solve import solve
 _EVIDENCE_CHARS = 600  # the table rendering in the evidence is cut to this length
 
 
-def _read(ctx, image: Image.Image, scale: int) -> list[TextBox]:
+def _read(ctx: SkillContext, image: Image.Image, scale: int) -> list[TextBox]:
     """OCR boxes of `image` (drawn `scale` times larger than the original), in the original's pixels."""
     page = ctx.use("ocr", image=image)
     return [TextBox(b.text, tuple(v / scale for v in b.box), b.confidence) for b in page.boxes]
 
 
-def read_table(ctx) -> Table:
+def read_table(ctx: SkillContext) -> Table:
     """Read the image as it is; when cells come out empty (small digits, white text on colour), also read an
     enlarged, cleaned copy and add what only that reading found."""
     boxes = _read(ctx, ctx.image, 1)
@@ -33,7 +34,7 @@ def read_table(ctx) -> Table:
     return build_table(merge_readings(boxes, _read(ctx, clean_for_ocr(ctx.image, scale), scale)))
 
 
-def run(ctx) -> SkillResult:
+def run(ctx: SkillContext) -> SkillResult:
     table = read_table(ctx)
     if not table.rows:
         return SkillResult(evidence="no table text found", answer=None, confidence=0.0)

@@ -19,11 +19,11 @@ import statistics
 from maestro_graph.choices import question_stem
 from maestro_graph.errors import ExpertError
 from maestro_graph.numbers import parse_number
+from maestro_graph.registry.context import SkillContext
 from maestro_graph.types import SkillResult
 
 from .mathlib import figure as figures
-from .mathlib import questions
-from .mathlib import relations
+from .mathlib import questions, relations
 
 FREE_FORM = "free-form question: no option to check a relation against"
 _UNITS = re.compile(r"\s*(?:°|度|\^\\circ|\\circ|[a-zA-Z]{1,3}[23²³]?|平方\S*)\s*$")
@@ -40,7 +40,7 @@ def declines(request: str, choices: list[str] | None) -> str | None:
     return FREE_FORM if question.kind == "compute" and not question.options else None
 
 
-def run(ctx) -> SkillResult:
+def run(ctx: SkillContext) -> SkillResult:
     page = ctx.use("ocr", image=ctx.image)
     question = questions.parse_question(ctx.question, ctx.choices, figure_text=page.text)
     if question.kind in _FIGURE_KINDS:
@@ -130,7 +130,7 @@ def _true_false(value: bool) -> str:
 
 # ---- computed questions -----------------------------------------------------------------------------------------
 
-def _option_value(ctx, text: str) -> float | None:
+def _option_value(ctx: SkillContext, text: str) -> float | None:
     """An option's number: units and degree marks dropped, LaTeX and roots evaluated by the calculator."""
     core = _UNITS.sub("", text.replace("$", "").strip())
     if not core or not re.search(r"\d", core):
@@ -141,7 +141,7 @@ def _option_value(ctx, text: str) -> float | None:
         return None
 
 
-def _answer_compute(ctx, question, figure_text: str) -> SkillResult:
+def _answer_compute(ctx: SkillContext, question, figure_text: str) -> SkillResult:
     own_text = question_stem(question.text) if question.text != figure_text else ""
     # single-glyph readings in a figure are mostly point labels misread (O as 0, S as 5): keep longer numbers
     figure_numbers = questions.numbers_in(" ".join(w for w in questions.without_listed_options(figure_text).split()

@@ -4,8 +4,9 @@ model, `ctx.ask()` (registry.vision); this skill only gives it instructions of i
 
 from __future__ import annotations
 
+from maestro_graph.registry.context import SkillContext
 from maestro_graph.types import SkillResult
 
 
-def run(ctx) -> SkillResult:
+def run(ctx: SkillContext) -> SkillResult:
     return ctx.ask()

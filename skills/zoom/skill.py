@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from PIL import Image
 
+from maestro_graph.registry.context import SkillContext
+
 MAX_SIDE = 4096  # never produce views larger than this (memory and OCR time grow with the area)
 DEFAULT_TILE = 1024
 DEFAULT_OVERLAP = 0.15  # fraction of a tile shared with its neighbour, so words on a seam appear whole in one tile
@@ -83,7 +85,7 @@ def tiles(
 _OPS = {"crop": crop, "tiles": tiles, "upscale": upscale}
 
 
-def run(ctx, op: str, image: Image.Image | None = None, **kwargs) -> View | list[View]:
+def run(ctx: SkillContext, op: str, image: Image.Image | None = None, **kwargs) -> View | list[View]:
     """`op` is "crop", "tiles" or "upscale"; `image` defaults to the episode's first image; other keyword arguments
     go to the operation (see the functions above)."""
     func = _OPS.get(op)

@@ -43,7 +43,8 @@ def chart_type_scores(chart: Chart) -> dict[str, float]:
 
 
 def _chart_type(chart: Chart, claim: str) -> Verdict | None:
-    m = re.search(r"is an? ([a-z_ ]+?) (?:chart|graph|plot),? instead of (?:an? )?([a-z_ ]+?) (?:chart|graph|plot)", claim)
+    m = re.search(r"is an? ([a-z_ ]+?) (?:chart|graph|plot),? instead of (?:an? )?([a-z_ ]+?) (?:chart|graph|plot)",
+                  claim)
     if not m:
         return None
     said, other = (t.strip().replace(" ", "_") for t in m.groups())
@@ -61,13 +62,15 @@ def _node_link(chart: Chart, claim: str) -> Verdict | None:
         return None
     a, b = text.find_name(chart.words, m.group(1)), text.find_name(chart.words, m.group(4))
     if a is None or b is None:
-        return Verdict("No", 0.3, f"could not find node labels {m.group(1)!r} / {m.group(4)!r}; unconfirmed claims default to No")
+        return Verdict("No", 0.3, f"could not find node labels {m.group(1)!r} / {m.group(4)!r}; "
+                                  "unconfirmed claims default to No")
     score, direction = pixels.node_link(chart.arr, a, b, chart.words)
     linked = score > 0.8
     if linked and m.group(3).startswith("point"):
         linked = direction >= 0
     negated = bool(m.group(2))
-    return _yes(linked != negated, 0.6, f"edge {a.text}-{b.text}: stroke cover {score:.2f}, arrow-towards-b {direction:+.0f}")
+    return _yes(linked != negated, 0.6,
+                f"edge {a.text}-{b.text}: stroke cover {score:.2f}, arrow-towards-b {direction:+.0f}")
 
 
 def _split_compare(claim: str) -> tuple[str, str] | None:
@@ -104,7 +107,8 @@ def _competitors(chart: Chart, entity: Name) -> list[Name]:
     """The names an entity competes with for "highest": the other legend entries, or the other categories."""
     if entity.is_series:
         legend = [Name(b, 0, pixels.swatch_colour(chart.arr, b, chart.bg)) for b in chart.words
-                  if abs(b.cy - entity.box.cy) < entity.box.height or abs(b.box[0] - entity.box.box[0]) < entity.box.height]
+                  if abs(b.cy - entity.box.cy) < entity.box.height
+                  or abs(b.box[0] - entity.box.box[0]) < entity.box.height]
         return [n for n in legend if n.is_series]
     return [Name(b, 0, None, text.parse_number(b.text)) for b in chart.category_row(entity)]
 
@@ -152,7 +156,8 @@ def _value(chart: Chart, names: list[Name], stated: float) -> Verdict | None:
     read = chart.read(series[0] if series else None, cats[-1])
     if read is None:
         return None
-    return _yes(close(read, stated, chart.value_axis.span), 0.55, f"read {read:.4g} at {cats[-1].box.text}, stated {stated:g}")
+    return _yes(close(read, stated, chart.value_axis.span), 0.55,
+                f"read {read:.4g} at {cats[-1].box.text}, stated {stated:g}")
 
 
 def judge_claim(chart: Chart, question: str) -> Verdict:

@@ -91,7 +91,8 @@ def _fit(group: list[TextBox], direction: str) -> Axis | None:
         return None
     if direction == "y" and slope >= 0 or direction == "x" and slope <= 0:
         return None  # values grow upwards / rightwards on ordinary axes
-    return Axis(direction, float(slope), float(intercept), sorted(group, key=lambda b: b.cx if direction == "x" else b.cy))
+    return Axis(direction, float(slope), float(intercept),
+                sorted(group, key=lambda b: b.cx if direction == "x" else b.cy))
 
 
 def _aligned_groups(boxes: list[TextBox], key, tolerance: float) -> list[list[TextBox]]:

@@ -13,14 +13,15 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 __all__ = ["Derivation", "derive", "best_option"]
 
 # the concept a question mentions -> the relations it makes likely
 _CUES: list[tuple[str, frozenset[str]]] = [
-    (r"⊥|perpendicular|垂|right|Rt|直角|diameter|直径|tangent|切", frozenset({"90-x", "hyp", "leg", "90-x/2", "90+x/2"})),
+    (r"⊥|perpendicular|垂|right|Rt|直角|diameter|直径|tangent|切",
+     frozenset({"90-x", "hyp", "leg", "90-x/2", "90+x/2"})),
     (r"∥|parallel|平行|straight|line|直线|延长|extended|supplement", frozenset({"180-x", "180-a-b"})),
     (r"midpoint|中点|bisect|平分|⊙|circle|圆|inscribed|central|arc|弧|median|中线|中位",
      frozenset({"x/2", "2x", "90-x/2", "90+x/2", "(a+b)/2", "2(a+b)"})),
