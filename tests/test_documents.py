@@ -105,27 +105,6 @@ def test_text_reading_picks_what_the_question_asks(registry, tmp_path):
     assert run("Which word appears on the sign?", choices=["MUSEUM", "LIBRARY", "BANK"]).answer == "LIBRARY"
 
 
-def test_text_reading_matches_the_options_written_in_the_question_not_their_letters(registry, tmp_path):
-    """Bare-letter options are matched by the texts the question writes for them; letters read in a figure label its
-    points and answer nothing, and a number matches only itself."""
-    figure = _render((900, 400), [("A", (60, 40), 60), ("B", (400, 40), 60), ("E", (700, 300), 60)])
-    figure.save(tmp_path / "figure.png")
-    sign = _render((900, 500), [("CITY LIBRARY", (60, 40), 90), ("Open 9 to 5", (60, 300), 60)])
-    sign.save(tmp_path / "sign.png")
-
-    def run(image, q, choices):
-        return registry.run(Invoke("rapidocr", "text-reading"), question=q, images=[str(tmp_path / image)],
-                            choices=choices)
-
-    letters = list("abcde")
-    angle = run("figure.png", "Estimate the angle ABE. (a) 90 degrees (b) 135 degrees (c) 10 degrees (d) 180 degrees "
-                "(e) 45 degrees", letters)
-    assert angle.answer is None and "no option is written in the image" in angle.evidence, angle.evidence
-    hours = run("sign.png", "When is it open? (a) 10 to 6 (b) 9 to 5 (c) closed", list("abc"))
-    assert hours.answer == "b", hours.evidence
-    assert run("sign.png", "Which number is on the sign?", ["8", "9", "95"]).answer == "9"
-
-
 def test_rapidocr_called_from_two_threads_reads_as_it_does_alone():
     """Each thread gets its own engine: concurrent episodes read the same text as one at a time."""
     from concurrent.futures import ThreadPoolExecutor

@@ -12,12 +12,10 @@ from __future__ import annotations
 import re
 from difflib import SequenceMatcher
 
-from maestro_graph.answer_forms import answered_yes_or_no
-from maestro_graph.choices import inline_choices
+from maestro_graph.answer_forms import expected_form
 from maestro_graph.experts.protocols import TextBox
-from maestro_graph.numbers import numbers_in, parse_number
+from maestro_graph.numbers import numbers_in
 from maestro_graph.registry.context import SkillContext
-from maestro_graph.scoring import letters_only
 from maestro_graph.types import SkillResult
 
 MIN_SIDE = 640  # smaller images are enlarged to this shorter side before OCR
@@ -28,15 +26,11 @@ TILE_PIXELS = 1600  # tiles are enlarged (never shrunk) to this side so small pr
 SAME_BOX_IOU = 0.5  # boxes from overlapping tiles that overlap this much are one piece of text
 MAX_ALL_WORDS = 25  # "what does it say" answers with all text only when there is this little of it
 EVIDENCE_LINES = 8
-MIN_MATCH = 0.5
-"""An option whose best match in the text read is below this is not written in the image (unrelated short strings
-match about 0.2 to 0.5)."""
 
 _COUNT_RE = re.compile(r"\bhow many\b[^.!?]*(?:\?|$)", re.I)
 """A question that asks how many ("How many words are on the sign?"); not one whose earlier sentence says how many
 of something there are ("Some students compared how many clubs they belong to. What is the range of the numbers?")."""
 NOT_READING = "the question asks yes or no, or for a count: the text read answers neither"
-NO_OPTION = "no option is written in the image"
 
 _POSITIONS = {
     "top": lambda b: b.box[1],
@@ -96,37 +90,22 @@ def _text(boxes: list[TextBox]) -> str:
 
 
 def _similarity(option: str, text: str) -> float:
-    """How well an option is found in the text: best fuzzy match against any window of as many words; a number only
-    as itself among the numbers read (0.65 is not 0.6)."""
-    value = parse_number(option) if len(option.split()) <= 3 else None
-    if value is not None:
-        return float(any(abs(float(n.value) - value) < 1e-9 for n in numbers_in(text)))
+    """How well an option is found in the text: best fuzzy match against any window of as many words."""
     option_n, words = option.lower().strip(), text.lower().split()
     size = max(1, len(option_n.split()))
     windows = [" ".join(words[i : i + size]) for i in range(max(1, len(words) - size + 1))]
     return max(SequenceMatcher(None, option_n, w).ratio() for w in windows)
 
 
-def _matched_option(question: str, text: str, choices: list[str]) -> tuple[str | None, float]:
-    """The option the text read matches best, with a confidence from its margin over the next. Bare-letter options
-    are matched by the texts the question writes for them ("(a) 1.05 (b) 0.85"), never by their letters: a letter
-    in a figure labels a point, it does not answer; with no texts written, or none found, there is no answer."""
-    texts = inline_choices(question) if letters_only(choices) else choices
-    if not texts or len(texts) != len(choices):
-        return None, 0.0
-    scored = sorted(((_similarity(t, text), c) for t, c in zip(texts, choices, strict=True)), reverse=True)
-    if scored[0][0] < MIN_MATCH:
-        return None, 0.0
-    margin = scored[0][0] - (scored[1][0] if len(scored) > 1 else 0.0)
-    return scored[0][1], min(0.9, 0.4 + margin)
-
-
-def choose(question: str, boxes: list[TextBox], choices: list[str] | None) -> tuple[str | None, float]:
+def choose(question: str, boxes: list[TextBox], choices: list[str] | None) -> tuple[str, float]:
     """The answer text the question asks for, and a confidence."""
     q = question.lower()
     lines = _lines(boxes)
     if choices:
-        return _matched_option(question, _text(boxes), choices)
+        text = _text(boxes)
+        scored = sorted(((_similarity(c, text), c) for c in choices), reverse=True)
+        margin = scored[0][0] - (scored[1][0] if len(scored) > 1 else 0.0)
+        return scored[0][1], min(0.9, 0.4 + margin)
     pool = boxes
     if re.search(r"\bnumbers?\b|\bdigits?\b|\bhow much\b|\bprice\b|\byear\b", q):
         numeric = [TextBox(n.text, b.box, b.confidence) for b in boxes for n in numbers_in(b.text)]
@@ -161,7 +140,7 @@ def run(ctx: SkillContext) -> SkillResult:
     # OCR (with options, the option the text matches is an answer in their form). In code, not by a `declines`
     # check: a check that accepts every other question would claim a question asked without an image as one about
     # a missing picture (maestro_graph/policy/base.py, `_claimed_for_an_image`).
-    if not ctx.choices and (answered_yes_or_no(ctx.request, None) or _COUNT_RE.search(ctx.request)):
+    if not ctx.choices and (expected_form(ctx.request, None) == "yesno" or _COUNT_RE.search(ctx.request)):
         return SkillResult(evidence=NOT_READING, answer=None, confidence=0.0)
     boxes = read_boxes(ctx)
     if not boxes:
@@ -170,6 +149,5 @@ def run(ctx: SkillContext) -> SkillResult:
     shown = " | ".join(_text(ln) for ln in lines[:EVIDENCE_LINES])
     more = f" (+{len(lines) - EVIDENCE_LINES} more lines)" if len(lines) > EVIDENCE_LINES else ""
     answer, confidence = choose(ctx.request, boxes, ctx.choices)
-    chosen = f"chosen: {answer!r}" if answer is not None else NO_OPTION
-    return SkillResult(evidence=f"text, top to bottom: {shown}{more}; {chosen}", answer=answer,
+    return SkillResult(evidence=f"text, top to bottom: {shown}{more}; chosen: {answer!r}", answer=answer,
                        confidence=confidence)
