@@ -12,16 +12,17 @@ from typer.testing import CliRunner
 
 from maestro_graph.core.calibration import ConfidenceModel, expected_calibration_error, reliability_bins
 from maestro_graph.doors.cli import app
-from maestro_graph.episode.confidence import shipped_confidence
+from maestro_graph.episode.confidence import answer_confidence, shipped_confidence
 from maestro_graph.errors import ConfigError
+from maestro_graph.training.evaluation.calibration import chance_worst_gap
 
 
 def _sample(n: int, seed: int) -> tuple[list[dict], list[float]]:
-    """Answers whose chance of being right is sigmoid(-1 + 3 * support_accuracy - guess)."""
+    """Answers whose chance of being right is sigmoid(-1 + 3 * support_accuracy - against)."""
     rng = np.random.default_rng(seed)
-    rows = [{"support_accuracy": float(a), "source_guess": float(g)}
+    rows = [{"support_accuracy": float(a), "against": float(g)}
             for a, g in zip(rng.uniform(0, 1, n), rng.random(n) < 0.3)]
-    p = [1 / (1 + np.exp(1 - 3 * r["support_accuracy"] + r["source_guess"])) for r in rows]
+    p = [1 / (1 + np.exp(1 - 3 * r["support_accuracy"] + r["against"])) for r in rows]
     return rows, [float(x) for x in rng.random(n) < p]
 
 
@@ -37,10 +38,19 @@ def test_the_expected_calibration_error_weighs_each_bins_gap_by_its_answers():
     assert reliability_bins([0.1, 0.19], [0, 1], weights=[3, 1])[1].accuracy == pytest.approx(0.25)
 
 
+def test_the_gap_by_chance_alone_shrinks_with_the_answers_a_bin_holds():
+    """A perfectly calibrated model's worst bin is off by about the binomial standard error of its answers: at 0.5,
+    sqrt(0.25 / n), so some 0.08 for a bin of 40 answers and 0.008 for one of 4,000."""
+    few, many = chance_worst_gap([0.55] * 40), chance_worst_gap([0.55] * 4000)
+    assert 0.03 < few[0] < 0.12 and few[1] > few[0]
+    assert many[1] < 0.02 and many[0] < few[0] / 4
+    assert chance_worst_gap([0.55] * 40) == few  # seeded: the same figure every run
+
+
 def test_a_fitted_model_is_calibrated_on_other_answers_and_survives_a_round_trip(tmp_path):
     model = ConfidenceModel.fit(*_sample(3000, seed=0), fitted_on="synthetic")
     assert model.weights["support_accuracy"] == pytest.approx(3, abs=0.4)
-    assert model.weights["source_guess"] == pytest.approx(-1, abs=0.3)
+    assert model.weights["against"] == pytest.approx(-1, abs=0.3)
     rows, right = _sample(3000, seed=1)
     assert expected_calibration_error([model.probability(r) for r in rows], right) < 0.03
     constant = expected_calibration_error([float(np.mean(right))] * len(right), right)
@@ -68,9 +78,26 @@ def test_the_shipped_model_says_an_experts_measured_answer_is_surer_than_a_guess
     model = shipped_confidence()
     read = {"support_accuracy": 2.0, "support": 1.0, "skill_confidence": 0.9, "skill_logit": 2.2,
             "skill_support": 1.8, "calls": 1.0, "reach": 1.0, "form_number": 1.0}
-    guess = {"source_guess": 1.0, "form_yesno": 1.0, "chance": 0.5, "guess_chance": 0.5, "calls": 1.0,
-             "against": 1.0, "skill_logit": -3.9}
-    assert model.probability(read) > model.probability(guess) and model.items > 100
+    guess = {"source_guess": 1.0, "form_choice": 1.0, "chance": 0.25, "calls": 1.0, "against": 1.0,
+             "skill_logit": -3.9}
+    assert answer_confidence(model, read) > 0.8 and model.items > 100
+    assert answer_confidence(model, guess) == 0.25  # one in four options, whatever the fit would say
+    assert "source_guess" not in model.weights  # guesses are not fitted on
+
+
+def test_guesses_are_right_as_often_as_their_chance_and_are_not_fitted_on(tmp_path):
+    """A model fitted where the few guesses were all wrong still says a guess among four options is right one time
+    in four, and its weights come from the other answers alone."""
+    rows, right = _sample(400, seed=5)
+    rows = [{**r, "source_guess": 0.0, "chance": 0.0} for r in rows]
+    guesses = [{"source_guess": 1.0, "chance": 0.25, "form_choice": 1.0}] * 8
+    _records(tmp_path / "fit.jsonl", rows + guesses, right + [0.0] * 8)
+    result = CliRunner().invoke(app, ["calibrate", "--predictions", str(tmp_path / "fit.jsonl"), "--out",
+                                      str(tmp_path / "model.json")])
+    assert result.exit_code == 0, result.output
+    model = ConfidenceModel.read(tmp_path / "model.json")
+    assert answer_confidence(model, guesses[0]) == 0.25 and "source_guess" not in model.weights
+    assert model.items == 400
 
 
 def _records(path, rows, right, *, basis=True, source="s"):
@@ -89,6 +116,8 @@ def test_calibrate_fits_on_scored_records_and_checks_on_others(tmp_path):
     assert model.items == 2000 and model.fitted_on == str(tmp_path / "fit.jsonl")
     checked = next(line for line in result.output.splitlines() if "checked on" in line)
     assert float(checked.split("│")[4]) < 0.04  # the ECE column, on the other answers
+    median, high = map(float, checked.split("│")[7].split("/"))  # a calibrated model's worst gap on 2,000 answers
+    assert 0 < median < high < 0.1
 
     _records(tmp_path / "old.jsonl", *_sample(3, seed=4), basis=False)
     refused = CliRunner().invoke(app, ["calibrate", "--predictions", str(tmp_path / "old.jsonl"), "--out",

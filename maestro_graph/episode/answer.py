@@ -17,7 +17,7 @@ from ..errors import ConfigError
 from ..images.sources import ImageRefused
 from ..policy import best_candidate
 from ..types import Step, StopReason, stop_text
-from .confidence import confidence_features
+from .confidence import answer_confidence, confidence_features
 from .context import MaestroContext
 from .endings import stop_update, voided
 from .image_refs import fetched
@@ -129,7 +129,7 @@ def _judged(written: WrittenState, runtime: Runtime[MaestroContext], parts: Grap
         images = []
     basis = confidence_features(parts.registry, written.get("question") or "", images, written.get("choices"),
                                 written.get("steps") or [], final, source)
-    judged = parts.confidence.probability(basis)
+    judged = answer_confidence(parts.confidence, basis)
     cap = written.get("confidence_cap")  # a follow-up's answer is no surer than the earlier answers it came from
     return {"confidence": round(judged if cap is None else min(judged, cap), 4), "confidence_basis": basis}
 

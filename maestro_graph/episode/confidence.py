@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..answer_forms import expected_form, has_form
@@ -21,19 +21,32 @@ from ..registry import Registry
 from ..scoring import normalize_text, score
 from ..types import ErrorKind, Step
 
-__all__ = ["SHIPPED_CONFIDENCE", "answer_note", "confidence_features", "shipped_confidence"]
+__all__ = ["GUESS", "SHIPPED_CONFIDENCE", "answer_confidence", "answer_note", "confidence_features",
+           "shipped_confidence"]
 
 SHIPPED_CONFIDENCE = Path(__file__).resolve().parent.parent / "checkpoints" / "confidence.json"
 """The confidence model shipped with the package, fitted on the shipped neural policy's episodes of calibration
 items (docs/results.md, "How sure an answer is")."""
 
 _EPS = 0.02
+GUESS = "source_guess"
+"""The feature that marks a guess: its confidence is its chance (`answer_confidence`), not the model's."""
 """Measured accuracies are clipped to [_EPS, 1 - _EPS] before their log-odds are taken."""
 
 
 @functools.cache
 def shipped_confidence() -> ConfidenceModel:
     return ConfidenceModel.read(SHIPPED_CONFIDENCE)
+
+
+def answer_confidence(model: ConfidenceModel, features: Mapping[str, float]) -> float:
+    """The probability that an answer with these features is right: the model's, but a guess (an option no expert
+    named, drawn among those the evidence leaves tied) is as sure as a blind pick, one in as many options: a draw is
+    right that often whatever else the features say, and a fit on the few guesses a calibration set holds (nine on
+    the training half, one of them right) estimates it worse."""
+    if features.get(GUESS):
+        return float(features.get("chance", 0.0))
+    return model.probability(features)
 
 
 def _logit(p: float) -> float:
@@ -53,8 +66,7 @@ def confidence_features(registry: Registry, question: str, images: Sequence[str]
 
     - who gave it (`source_candidate`, `source_guess`; the policy is the baseline) and the form the question asks
       for (`form_choice`, `form_yesno`, `form_number`; free text is the baseline), the chance of a blind pick
-      among its options or yes/no (`chance`, and `guess_chance` for a guess) and the answer's length in words
-      (`answer_length`, log-scaled);
+      among its options or yes/no (`chance`) and the answer's length in words (`answer_length`, log-scaled);
     - the log-odds of the best measured accuracy, on the calibration questions most like this one, of a pair whose
       step said the answer (`support_accuracy`; `support_unmeasured` when none of them was measured), and the
       registry's reach (`reach`: whether any pair answered such questions; `reach_unknown` when it cannot say);
@@ -79,12 +91,11 @@ def confidence_features(registry: Registry, question: str, images: Sequence[str]
              if registry.reach is not None and accuracy else None)
     features = {
         "source_candidate": float(source == "candidate"),
-        "source_guess": float(source == "guess"),
+        GUESS: float(source == "guess"),
         "form_choice": float(form == "choice"),
         "form_yesno": float(form == "yesno"),
         "form_number": float(form == "number"),
         "chance": chance,
-        "guess_chance": chance if source == "guess" else 0.0,
         "answer_length": math.log1p(len(normalize_text(answer).split())) / 3,
         "support_accuracy": _logit(max(measured)) if measured else 0.0,
         "support_unmeasured": float(bool(support) and not measured),
@@ -104,7 +115,7 @@ def confidence_features(registry: Registry, question: str, images: Sequence[str]
 
 def answer_note(source: str | None, confidence: float | None, *, asked: bool) -> str:
     """How an answer came about, for a reader of the answer: who gave it (`asked`: whether any expert was called)
-    and how sure it is ("guess: no expert answered in the form the question asks for; confidence 0.52")."""
+    and how sure it is ("guess: no expert answered in the form the question asks for; confidence 0.50")."""
     parts = []
     if source == "guess":
         why = "no expert answered in the form the question asks for" if asked else "no expert was asked"

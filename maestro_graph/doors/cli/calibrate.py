@@ -38,7 +38,8 @@ def calibrate(
     It is fitted on the recorded evidence of the episodes; a graph built with it (`build_graph(...,
     confidence=ConfidenceModel.read(OUT))`, or the package's checkpoints/confidence.json) answers with calibrated
     confidences. Fit on items other than those you report. Each ECE is given over all answers and source-balanced
-    (each source's answers weighing alike); a bin's gap counts where it holds 10 answers or more."""
+    (each source's answers weighing alike); a bin's gap counts where it holds 10 answers or more, and is shown beside
+    the gap a perfectly calibrated model would show on as many answers by chance alone."""
     from ...training.evaluation.calibration import fit_confidence, judged_answers, worst_gap
 
     try:
@@ -48,12 +49,15 @@ def calibrate(
         fail(str(exc))
     model.save(out)
     table = Table("episodes", "answers", "accuracy", "ECE (10 bins)", "ECE source-balanced", "worst bin gap",
-                  title=f"confidence model -> {out}")
+                  "by chance alone", title=f"confidence model -> {out}")
     for name, judged in (("fitted on", fitted), *((("checked on", held_out),) if held_out else ())):
+        median, high = judged.chance_gap(model)
         table.add_row(name, str(len(judged.right)), f"{sum(judged.right) / max(1, len(judged.right)):.3f}",
                       _number(judged.ece(model)), _number(judged.ece(model, balanced=True)),
-                      _number(worst_gap(judged.reliability(model))))
+                      _number(worst_gap(judged.reliability(model))), f"{median:.3f} / {high:.3f}")
     console.print(table)
+    console.print("by chance alone: the worst bin gap (median / 90th percentile) of a perfectly calibrated model on "
+                  "the same answers, their outcomes drawn from its confidences")
     if held_out:  # the reliability diagram of the other episodes, as a table
         bins = Table("confidence", "answers", "mean confidence", "accuracy", title="reliability on --check")
         for b in held_out.reliability(model):

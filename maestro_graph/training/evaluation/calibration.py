@@ -6,19 +6,24 @@ it holds on a kind of question it never saw)."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from ...core.calibration import ConfidenceModel, ReliabilityBin, expected_calibration_error, reliability_bins
 from ...core.jsonl import read_jsonl
+from ...episode.confidence import GUESS, answer_confidence
 from ...errors import ConfigError
 
-__all__ = ["BIN_MIN_ANSWERS", "Fold", "Judged", "fit_confidence", "judged_answers", "leave_one_source_out",
-           "worst_gap"]
+__all__ = ["BIN_MIN_ANSWERS", "Fold", "Judged", "chance_worst_gap", "fit_confidence", "judged_answers",
+           "leave_one_source_out", "worst_gap"]
 
 BIN_MIN_ANSWERS = 10
 """A reliability bin with at least this many answers counts in `worst_gap` (fewer: one answer moves it by 0.1+)."""
+CHANCE_DRAWS = 1000
+"""Outcome draws behind `chance_worst_gap`: its percentiles move by about 0.005 from one seed to another."""
 
 
 @dataclass(frozen=True)
@@ -46,13 +51,30 @@ class Judged:
     def ece(self, model: ConfidenceModel, *, balanced: bool = False) -> float | None:
         """The expected calibration error (10 bins) of `model`'s confidences on these answers (`balanced`: each
         source weighing alike)."""
-        return expected_calibration_error([model.probability(b) for b in self.basis], self.right,
+        return expected_calibration_error(self.confidences(model), self.right,
                                           weights=self._weights(balanced))
 
     def reliability(self, model: ConfidenceModel, *, balanced: bool = False) -> list[ReliabilityBin]:
         """The reliability diagram's bins of `model`'s confidences on these answers."""
-        return reliability_bins([model.probability(b) for b in self.basis], self.right,
+        return reliability_bins(self.confidences(model), self.right,
                                 weights=self._weights(balanced))
+
+    def chance_gap(self, model: ConfidenceModel) -> tuple[float, float]:
+        """`chance_worst_gap` of `model`'s confidences on these answers."""
+        return chance_worst_gap(self.confidences(model))
+
+    def confidences(self, model: ConfidenceModel) -> list[float]:
+        """The confidence each answer gets from `model` (`answer_confidence`: a guess's is its chance)."""
+        return [answer_confidence(model, b) for b in self.basis]
+
+    def fit(self, fitted_on: str) -> ConfidenceModel:
+        """A model fitted on the answers that are not guesses (a guess's confidence is its chance), without the
+        feature that marks one."""
+        rows = [i for i, b in enumerate(self.basis) if not b.get(GUESS)]
+        if not rows:
+            raise ConfigError(f"no answer but guesses to fit on ({fitted_on})")
+        return ConfidenceModel.fit([{n: v for n, v in self.basis[i].items() if n != GUESS} for i in rows],
+                                   [self.right[i] for i in rows], fitted_on=fitted_on)
 
     def only(self, sources: set[str], *, leave_out: bool = False) -> Judged:
         """The answers of `sources` (`leave_out`: of every other source)."""
@@ -65,6 +87,17 @@ def worst_gap(bins: list[ReliabilityBin]) -> float | None:
     gaps = [abs(b.accuracy - b.confidence) for b in bins
             if b.count >= BIN_MIN_ANSWERS and b.accuracy is not None and b.confidence is not None]
     return max(gaps) if gaps else None
+
+
+def chance_worst_gap(confidence: Sequence[float], draws: int = CHANCE_DRAWS, seed: int = 0) -> tuple[float, float]:
+    """The worst bin gap (median, 90th percentile) that a perfectly calibrated model shows on answers given these
+    confidences, their outcomes drawn as Bernoulli(confidence): what sampling alone does to a bin of a few dozen
+    answers, against which a measured gap (and any bound set on it) reads."""
+    rng = np.random.default_rng(seed)
+    said = list(confidence)
+    gaps = sorted(worst_gap(reliability_bins(said, (rng.random(len(said)) < said).astype(float).tolist())) or 0.0
+                  for _ in range(draws))
+    return gaps[len(gaps) // 2], gaps[int(0.9 * len(gaps))]
 
 
 @dataclass(frozen=True)
@@ -89,8 +122,7 @@ def leave_one_source_out(judged: Judged) -> tuple[list[Fold], Fold]:
         rest, held = judged.only({source}, leave_out=True), judged.only({source})
         if not rest.right:
             raise ConfigError(f"only one source ({source}) in the answers: leaving it out leaves nothing to fit on")
-        model = ConfidenceModel.fit(rest.basis, rest.right, fitted_on=f"every source but {source}")
-        said = [model.probability(b) for b in held.basis]
+        said = held.confidences(rest.fit(f"every source but {source}"))
         confidence += said
         right += held.right
         folds.append(_fold(source, said, held.right))
@@ -128,5 +160,4 @@ def fit_confidence(files: list[Path]) -> tuple[ConfidenceModel, Judged]:
     judged = judged_answers(files)
     if not judged.right:
         raise ConfigError("no answered, scored episode to fit on", file=", ".join(map(str, files)))
-    fitted_on = ", ".join(str(f) for f in files)
-    return ConfidenceModel.fit(judged.basis, judged.right, fitted_on=fitted_on), judged
+    return judged.fit(", ".join(str(f) for f in files)), judged
