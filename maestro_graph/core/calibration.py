@@ -51,10 +51,12 @@ class ConfidenceModel:
     def fit(cls, rows: Sequence[Mapping[str, float]], right: Sequence[float], *, fitted_on: str = "",
             steps: int = 200) -> ConfidenceModel:
         """The ridge-penalised maximum-likelihood fit (Newton steps) of `right` (1 right, 0 wrong, or a partial
-        score) on the features of `rows`; every feature any row names is a weight."""
+        score) on the features of `rows`; every feature that takes more than one value over the rows is a weight
+        (one that never varies says nothing the bias does not)."""
         if len(rows) != len(right) or not rows:
             raise ValueError(f"{len(rows)} feature rows and {len(right)} labels: need as many, and at least one")
-        names = sorted({name for row in rows for name in row})
+        names = sorted(n for n in {name for row in rows for name in row}
+                       if len({float(row.get(n, 0.0)) for row in rows}) > 1)
         x = np.array([[1.0, *(float(row.get(n, 0.0)) for n in names)] for row in rows])
         y = np.asarray(right, dtype=float)
         w = np.zeros(x.shape[1])
