@@ -58,14 +58,17 @@ def test_a_pickle_through_maestro_ask_never_runs(tmp_path):
     (["--api-key-env", "MAESTRO_TEST_UNSET_KEY"], "MAESTRO_TEST_UNSET_KEY: that environment variable is unset"),
     (["--host", "0.0.0.0"], "--host 0.0.0.0 listens beyond loopback"),
 ])
-def test_serve_refuses_to_start_unauthenticated_by_accident(args, message):
+def test_serve_refuses_to_start_unauthenticated_by_accident(args, message, tmp_path):
+    """Refused before anything loads: a registry file that would not load is never read."""
     maestro = Path(sys.executable).parent / "maestro"
     env = {k: v for k, v in server_env().items() if k not in ("MAESTRO_API_KEY", "MAESTRO_TEST_UNSET_KEY")}
-    run = subprocess.run([str(maestro), "serve", "--port", str(free_port()), *args], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=120)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("models: [")
+    run = subprocess.run([str(maestro), "serve", "--port", str(free_port()), "--registry", str(broken), *args],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     output = " ".join(run.stderr.split())  # rich wraps long lines
     assert run.returncode == 2 and message in output and "--insecure" in output
-    assert "Traceback" not in run.stderr
+    assert "broken.yaml" not in output and "Traceback" not in run.stderr
 
 
 def test_insecure_is_an_explicit_choice(tmp_path):

@@ -51,14 +51,14 @@ def serve(
         fail(f"--log-format {log_format!r}: choose json or text")
     fmt = cast(Literal["json", "text"], log_format)
     configure_logging(log_level, fmt)  # before the app loads anything that could write to stderr
+    problem = startup_problem(settings, host, key_env_named="api_key_env" in settings.model_fields_set)
+    if problem and not insecure:
+        fail(problem)  # before the registry loads: a refusal costs nothing
+    if problem:
+        err.print(f"[yellow]warning:[/yellow] --insecure: {problem}")
     try:
         app = create_app(load_registry(registry, cache_dir, cache_url, cache_ttl_s=cache_ttl_s), settings)
     except MaestroError as exc:
         fail(str(exc))
-    problem = startup_problem(settings, host, key_env_named="api_key_env" in settings.model_fields_set)
-    if problem and not insecure:
-        fail(problem)
-    if problem:
-        err.print(f"[yellow]warning:[/yellow] --insecure: {problem}")
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False,
                 log_config=log_config(log_level, fmt))
