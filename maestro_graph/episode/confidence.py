@@ -29,9 +29,9 @@ SHIPPED_CONFIDENCE = Path(__file__).resolve().parent.parent / "checkpoints" / "c
 items (docs/results.md, "How sure an answer is")."""
 
 _EPS = 0.02
+"""Measured accuracies are clipped to [_EPS, 1 - _EPS] before their log-odds are taken."""
 GUESS = "source_guess"
 """The feature that marks a guess: its confidence is its chance (`answer_confidence`), not the model's."""
-"""Measured accuracies are clipped to [_EPS, 1 - _EPS] before their log-odds are taken."""
 
 
 @functools.cache

@@ -68,13 +68,11 @@ class Judged:
         return [answer_confidence(model, b) for b in self.basis]
 
     def fit(self, fitted_on: str) -> ConfidenceModel:
-        """A model fitted on the answers that are not guesses (a guess's confidence is its chance), without the
-        feature that marks one."""
+        """A model fitted on the answers that are not guesses (a guess's confidence is its chance)."""
         rows = [i for i, b in enumerate(self.basis) if not b.get(GUESS)]
         if not rows:
             raise ConfigError(f"no answer but guesses to fit on ({fitted_on})")
-        return ConfidenceModel.fit([{n: v for n, v in self.basis[i].items() if n != GUESS} for i in rows],
-                                   [self.right[i] for i in rows], fitted_on=fitted_on)
+        return ConfidenceModel.fit([self.basis[i] for i in rows], [self.right[i] for i in rows], fitted_on=fitted_on)
 
     def only(self, sources: set[str], *, leave_out: bool = False) -> Judged:
         """The answers of `sources` (`leave_out`: of every other source)."""
