@@ -3,8 +3,8 @@ servers that fail in known ways, and the general-qa skill."""
 
 from __future__ import annotations
 
-import contextlib
 import json
+import re
 import socket
 import threading
 from collections.abc import Iterator
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from PIL import Image, ImageDraw, ImageFont
+from vision_double import VisionEndpointDouble
 
 from maestro_graph.backends.hf import gguf_folder, load_causal_lm
 from maestro_graph.doors.serve.episodes import usage_of
@@ -213,44 +214,28 @@ def flaky_server() -> Iterator[str]:
     yield from _serve(_FlakyHandler)
 
 
-class _ScriptedHandler(_JSONHandler):
-    """A loopback double of a chat server that replies with the scripted text for the question it is sent (and 400
-    to a request without it), so a test can give the skill the rambling replies a small model makes."""
-
-    replies: dict[str, str] = {}
-
-    def do_POST(self):  # noqa: N802 - the http.server naming
-        sent = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))["messages"][-1]["content"]
-        reply = next((r for q, r in self.replies.items() if f"Question: {q}" in sent), None)
-        if reply is None:
-            self.reply_json(400, {"error": {"message": f"no scripted reply for {sent!r}"}})
-        else:
-            self.reply_json(200, {"choices": [{"message": {"role": "assistant", "content": reply}}], "usage": {}})
-
-
 def test_general_qa_gives_no_answer_when_the_reply_only_restates_the_question(tmp_path):
     """"The group that has the highest value in 2008 is the group that has the highest value in 2010" answers
-    nothing; a reply that names something of its own is kept, restatement dropped."""
-    asked = "Which group, favor or oppose, has the highest value in Sept 2008?"
-    _ScriptedHandler.replies = {
-        asked: "The group that has the highest value in Sept 2008 is the group that has the highest value in Sept "
-               "2010.",
-        "Which group, favor or oppose, is largest?": "The largest group is Favor.",
-    }
+    nothing; a reply that names something of its own is kept, restatement dropped (replies scripted by the named
+    chat-endpoint double, which checks each request)."""
+    asked, other = "Which group, favor or oppose, has the highest value in Sept 2008?", "Which group is largest?"
+    replies = [(re.escape(asked), "The group that has the highest value in Sept 2008 is the group that has the "
+                                  "highest value in Sept 2010."),
+               (re.escape(other), "The largest group is Favor.")]
     config = tmp_path / "registry.yaml"
-    with contextlib.contextmanager(_serve)(_ScriptedHandler) as url:
+    with VisionEndpointDouble(model="chat-double", replies=replies) as double:
         config.write_text(f"""
 skill_dirs: ["{Path(__file__).resolve().parents[1] / 'skills'}"]
 models:
   - name: chat
-    description: a chat model behind a scripted loopback server
+    description: a chat model behind the scripted endpoint
     capabilities: [chat]
-    backend: {{type: openai, base_url: "{url}", model: m}}
+    backend: {{type: openai, base_url: "{double.url}", model: chat-double}}
 """)
         registry = Registry.load(config)
         echo = registry.run(Invoke("chat", "general-qa"), question=asked, images=[])
-        named = registry.run(Invoke("chat", "general-qa"), question="Which group, favor or oppose, is largest?",
-                             images=[])
+        named = registry.run(Invoke("chat", "general-qa"), question=other, images=[])
+    assert [asked in r.user_text for r in double.requests] == [True, False] and not double.problems
     assert echo.error is None and echo.answer is None and echo.confidence == 0.0 and "Sept 2010" in echo.evidence
     assert named.error is None and named.answer == "Favor"
 
