@@ -217,6 +217,13 @@ def _ordinary(url: str, image: str, headers: dict[str, str]) -> tuple[float, htt
     return time.perf_counter() - start, reply
 
 
+def _typical(url: str, image: str, headers: dict[str, str]) -> tuple[float, set[int]]:
+    """The median time of three ordinary requests one after another, and their statuses: one request's time is
+    at the mercy of whatever else the machine runs, while work the server still does slows all three."""
+    runs = [_ordinary(url, image, headers) for _ in range(3)]
+    return sorted(took for took, _ in runs)[1], {reply.status_code for _, reply in runs}
+
+
 def _leave(url: str, door: str, headers: dict[str, str]) -> None:
     """Start a long episode through `door` and go away after a second and a half."""
     langserve = {"input": {"question": TRIANGLES, "images": [noise_url()], "policy": "shapes"}}
@@ -243,12 +250,12 @@ def _shapes_chat() -> dict:
 def disconnect_case(url: str, pid: int, image: str, headers: dict[str, str] | None = None) -> TrustCase:
     """Through each door (OpenAI plain and streamed, LangServe's /invoke and stream where mounted) a client starts
     an episode whose expert work takes many seconds of CPU and goes away: the episode is cancelled within
-    CANCEL_LIMIT_S, the server's CPU time stays flat from QUIET_AFTER_S after, and the next ordinary request takes at
-    most twice what it takes on an idle server. The server must offer SHAPES_POLICY and give its cards a long
-    timeout."""
+    CANCEL_LIMIT_S, the server's CPU time stays flat from QUIET_AFTER_S after, and the next ordinary requests take
+    at most twice what they take on an idle server (each the median of three). The server must offer SHAPES_POLICY
+    and give its cards a long timeout."""
     headers = headers or {}
     _ordinary(url, image, headers)  # experts loaded
-    idle = sorted(_ordinary(url, image, headers)[0] for _ in range(3))[1]
+    idle = _typical(url, image, headers)[0]
     doors = ["openai", "openai stream"]
     if langserve_mounted(url, headers):
         doors += ["langserve invoke", "langserve stream"]
@@ -263,14 +270,14 @@ def disconnect_case(url: str, pid: int, image: str, headers: dict[str, str] | No
         before = _cpu_s(pid)
         time.sleep(QUIET_FOR_S)
         spent = _cpu_s(pid) - before
-        took, reply = _ordinary(url, image, headers)
-        door_ok = (cancelled < CANCEL_LIMIT_S and spent < QUIET_CPU_S and reply.status_code == 200
+        took, statuses = _typical(url, image, headers)
+        door_ok = (cancelled < CANCEL_LIMIT_S and spent < QUIET_CPU_S and statuses == {200}
                    and took < 2 * idle + LATENCY_SLACK_S)
         ok = ok and door_ok
         details.append(f"{door}: cancelled after {cancelled:.2f} s, {spent:.2f} s CPU in {QUIET_FOR_S:g} s from "
-                       f"{QUIET_AFTER_S:g} s on, next request {reply.status_code} in {took:.2f} s")
+                       f"{QUIET_AFTER_S:g} s on, next requests {sorted(statuses)} in a median {took:.2f} s")
     return TrustCase("a client that goes away during a long episode", f"cancelled within {CANCEL_LIMIT_S:g} s; "
-                     f"no work {QUIET_AFTER_S:g} s later; the next request within 2x an idle server's time", ok,
+                     f"no work {QUIET_AFTER_S:g} s later; the next requests' median within 2x an idle server's", ok,
                      "; ".join(details))
 
 
