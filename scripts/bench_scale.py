@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
+import importlib
 import json
 import os
 import shlex
@@ -262,13 +262,10 @@ def latency_mode(args: argparse.Namespace) -> tuple[list[Run], dict]:
 
 
 def _services() -> ModuleType:
-    """tests/services.py, which starts the loopback Ray nodes of tests/test_cluster.py (loaded from its file: the
-    tests folder is not a package)."""
-    spec = importlib.util.spec_from_file_location("services", ROOT / "tests" / "services.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["services"] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    """tests/services.py, which starts the loopback Ray nodes of tests/test_cluster.py. The tests folder is not a
+    package: it goes on the end of the import path, as pytest puts it there, so services.py finds its neighbours."""
+    sys.path.append(str(ROOT / "tests"))
+    return importlib.import_module("services")
 
 
 def _real_items(folder: Path, files: list[Path], items: int | None) -> tuple[list[Task], list[Task]]:

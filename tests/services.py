@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from servers import processes
 
 from maestro_graph.doors.serve.loopback import free_port
 
@@ -152,17 +153,14 @@ def kill_node(proc: subprocess.Popen) -> None:
 
 
 def session_pids(session: int, title: bytes = b"") -> set[int]:
-    """The processes of a session whose command line holds `title`."""
-    pids = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    """The live processes of a session (`servers.processes`) whose command line holds `title`."""
+    def titled(pid: int) -> bool:
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            cmdline = (stat.parent / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if int(fields[3]) == session and title in cmdline:
-            pids.add(int(stat.parent.name))
-    return pids
+            return title in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:  # it exited since
+            return False
+
+    return {pid for pid, (_, sid) in processes().items() if sid == session and titled(pid)}
 
 
 @contextlib.contextmanager
