@@ -1,8 +1,8 @@
 """The shipped policy on both shipped registries still routes as recorded: on a fixed sample of real items (8 of each
 source of the real dev test half, drawn with seed 7 by scripts/subset_tasks.py) its first call on each item is the
-recorded one (no expert runs: every test run checks it), and the learned router and keyword rules score what each
-registry's routing record (beside its profile) says (slow: the episodes run). A change to a skill, a profile or a
-checkpoint that moves routing fails here in the same commit."""
+recorded one (no expert runs but the text reader of a blank question: every test run checks it), and the learned router
+and keyword rules score what each registry's routing record (beside its profile) says (slow: the episodes run). A change
+to a skill, a profile or a checkpoint that moves routing fails here in the same commit."""
 
 from __future__ import annotations
 

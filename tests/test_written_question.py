@@ -17,12 +17,14 @@ from PIL import Image, ImageDraw, ImageFont
 from servers import EXAMPLES, ROOT, data_url, langgraph_dev, server_env
 
 from maestro_graph.core.question_text import EMPTY_QUESTION
+from maestro_graph.core.tasks import Task
 from maestro_graph.doors.serve import ServeSettings, create_app
 from maestro_graph.doors.serve.loopback import running_app
 from maestro_graph.episode.graph import build_graph
 from maestro_graph.episode.runner import run_episode
 from maestro_graph.episode.written_question import reads_as_question, written_calculation
 from maestro_graph.policy import ActionSpace, EpisodeView, make_policy
+from maestro_graph.training.evaluation.routing_record import INPUT_ERROR, first_calls
 from maestro_graph.types import StopReason
 
 INVISIBLE = "\u2800\u200b\u3164"
@@ -83,6 +85,23 @@ def test_a_blank_question_over_an_image_without_one_is_refused(graph, question):
     assert result.answer is None and result.stop == StopReason.INPUT_ERROR
     assert result.stop_reason.startswith(f"input error: {EMPTY_QUESTION}") and NOT_A_QUESTION in result.stop_reason
     assert [s.skill for s in result.steps] == ["ocr"]
+
+
+def test_the_routing_record_sees_the_question_an_episode_routes_on(graph, registry, sum_image):
+    """`first_calls` (what a routing record guards) had built the router's view of a blank question as blank, and
+    with the image of a written calculation: on two mathverse items of the record it named a pair the episode, which
+    reads the question first, never chose. Now each first call is the episode's first decision, or the input error
+    where the text read is no question."""
+    circles = str(EXAMPLES / "circles.png")
+    tasks = [Task(id=f"t{i}", question=question, images=[image], answer="42", answer_type="number")
+             for i, (question, image) in enumerate([("", str(sum_image)), ("What is 12 + 30?", str(sum_image)),
+                                                    ("", circles), ("How many circles are there?", circles)])]
+    episodes = {task.id: run_episode(graph, task.question, task.images) for task in tasks}
+    assert episodes["t2"].stop == StopReason.INPUT_ERROR and not episodes["t2"].decisions
+    expected = {task_id: result.decisions[0].pair or "answer" if result.decisions else INPUT_ERROR
+                for task_id, result in episodes.items()}
+    assert expected["t0"] == expected["t1"] == "sympy@@arithmetic"
+    assert first_calls(registry, tasks) == expected
 
 
 @pytest.fixture(scope="module")

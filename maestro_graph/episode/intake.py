@@ -15,7 +15,7 @@ from ..core.question_text import EMPTY_QUESTION, clean_question, is_blank, quest
 from ..errors import ConfigError, InputError
 from ..images.sources import ImageRefused
 from ..registry import Registry
-from ..types import StopReason, Turn
+from ..types import Step, StopReason, Turn
 from .context import MaestroContext
 from .conversation import conversation_images, history, human_parts, spoken
 from .endings import stop_update
@@ -23,10 +23,10 @@ from .followups import Followup, Unresolved, computed, resolve
 from .image_refs import stored, verified
 from .parts import GraphParts
 from .state import ANSWER, ROUTER, MaestroState, fresh_run, step_record
-from .written_question import reads_as_question, written_calculation
+from .written_question import reads_as_question, routed_images
 from .written_state import INPUT_FIELDS, read_state
 
-__all__ = ["intake"]
+__all__ = ["intake", "read_question"]
 
 
 def intake(state: MaestroState, runtime: Runtime[MaestroContext], *,
@@ -79,8 +79,7 @@ def intake(state: MaestroState, runtime: Runtime[MaestroContext], *,
         update |= _read_from(parts.registry, images, runtime)
         if update.get("stop"):
             return Command(goto=ANSWER, update=update)
-    if written_calculation(update["question"]):  # it stands alone: routed on its text, the image left out
-        update["images"] = []
+    update["images"] = routed_images(update["question"], update["images"])
     if not state.get("choices"):  # options written in the question are its choices
         update["choices"] = inline_choices(update["question"])
     return Command(goto=ROUTER, update=update)
@@ -112,20 +111,28 @@ def _from_conversation(registry: Registry, followup: Followup, runtime: Runtime[
             **stop_update(StopReason.POLICY, "answered from the conversation")}
 
 
-def _read_from(registry: Registry, images: list[str], runtime: Runtime[MaestroContext]) -> dict:
-    """The update of a blank question read from its image: the text read becomes the question, the reading the
-    episode's first step; nothing read, or a text that is no question (`reads_as_question`: the "OOO" read off
-    three circles), ends the episode with the input error."""
+def read_question(registry: Registry, images: list[str]) -> tuple[Step, str, str | None]:
+    """A blank question read from its image: the reading (the episode's first step), the text read (the question
+    the episode routes on), and why that text cannot be taken for a question (nothing read, or a text that is no
+    question, `reads_as_question`: the "OOO" read off three circles), else None."""
     step = registry.read_text(images)
-    runtime.stream_writer({"event": "step", **step.model_dump(exclude={"calls"})})
     question = "" if step.error else clean_question(step.evidence).strip()
-    update = {"question": question, "steps": Overwrite([step_record(step)])}
     problem = question_problem(question)
     if problem:
-        why = f"{problem}; and no question could be read from the image ({step.error or 'no text found'})"
-        update |= stop_update(StopReason.INPUT_ERROR, why)
+        problem = f"{problem}; and no question could be read from the image ({step.error or 'no text found'})"
     elif not reads_as_question(question):
-        why = (f"{EMPTY_QUESTION}; the text read from the image ({question[:80]!r}) is not a question (no question "
-               "mark or word, calculation or options), so it is not taken for one")
-        update |= stop_update(StopReason.INPUT_ERROR, why)
+        problem = (f"{EMPTY_QUESTION}; the text read from the image ({question[:80]!r}) is not a question (no "
+                   "question mark or word, calculation or options), so it is not taken for one")
+    return step, question, problem
+
+
+def _read_from(registry: Registry, images: list[str], runtime: Runtime[MaestroContext]) -> dict:
+    """The update of a blank question read from its image (`read_question`): the text read becomes the question,
+    the reading the episode's first step; a text that cannot be taken for a question ends the episode with the
+    input error."""
+    step, question, problem = read_question(registry, images)
+    runtime.stream_writer({"event": "step", **step.model_dump(exclude={"calls"})})
+    update = {"question": question, "steps": Overwrite([step_record(step)])}
+    if problem:
+        update |= stop_update(StopReason.INPUT_ERROR, problem)
     return update

@@ -14,7 +14,7 @@ import re
 
 from ..choices import inline_choices
 
-__all__ = ["reads_as_question", "written_calculation"]
+__all__ = ["reads_as_question", "routed_images", "written_calculation"]
 
 _OPENERS = re.compile(
     r"^\W*(what|what's|whats|which|who|whom|whose|when|where|why|how|is|are|was|were|do|does|did|can|could|will|"
@@ -30,6 +30,12 @@ def written_calculation(question: str) -> bool:
     """Whether the whole question is a calculation written out ("What is 12 + 30?", "17 * 23 = ?"), which its text
     answers without an image."""
     return _CALCULATION.match(question) is not None
+
+
+def routed_images(question: str, images: list[str]) -> list[str]:
+    """The images an episode routes with: none for a written calculation (it stands alone, so no image skill
+    answers a number it reads there), else all of them."""
+    return [] if written_calculation(question) else images
 
 
 def reads_as_question(text: str) -> bool:
