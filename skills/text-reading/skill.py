@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from difflib import SequenceMatcher
 
-from maestro_graph.answer_forms import expected_form
+from maestro_graph.answer_forms import answered_yes_or_no
 from maestro_graph.experts.protocols import TextBox
 from maestro_graph.numbers import numbers_in
 from maestro_graph.registry.context import SkillContext
@@ -140,7 +140,7 @@ def run(ctx: SkillContext) -> SkillResult:
     # OCR (with options, the option the text matches is an answer in their form). In code, not by a `declines`
     # check: a check that accepts every other question would claim a question asked without an image as one about
     # a missing picture (maestro_graph/policy/base.py, `_claimed_for_an_image`).
-    if not ctx.choices and (expected_form(ctx.request, None) == "yesno" or _COUNT_RE.search(ctx.request)):
+    if not ctx.choices and (answered_yes_or_no(ctx.request, None) or _COUNT_RE.search(ctx.request)):
         return SkillResult(evidence=NOT_READING, answer=None, confidence=0.0)
     boxes = read_boxes(ctx)
     if not boxes:
